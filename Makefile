@@ -1,0 +1,46 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Every pip call is constrained to the CPU build of torch (constraints.txt):
+# an unpinned torch would pull a multi-GB CUDA build (../shared/ENVIRONMENT.md).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
+TORCH := torch==2.13.0+cpu
+HYPOTHESIS_PROFILE ?= ci
+
+.PHONY: demo test lint typecheck bench clean venv dev
+
+$(VENV)/.base:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.base pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+dev: $(VENV)/.dev
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/hybridkv demo
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check hybridkv kernels tests benchmarks
+	$(VENV)/bin/ruff format --check hybridkv kernels tests benchmarks
+	$(VENV)/bin/mypy
+
+test: lint
+	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench_manager.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,40 @@
+"""``KVCacheBlock``: the metadata of one page (preallocated, never recreated)."""
+
+from __future__ import annotations
+
+
+class KVCacheBlock:
+    """One block id's bookkeeping.
+
+    - ``ref_cnt``: how many live requests hold the block in a block table.
+    - ``block_hash`` / ``group_id``: set while the block is in the prefix cache
+      (the cache key is ``(block_hash, group_id)``); ``None`` otherwise.
+    - ``token_ids``: the block's token ids, recorded when it was cached (checked
+      on hits with a non-cryptographic hash, and by integrity checks).
+    - ``prev_free`` / ``next_free``: intrusive links of the free queue.
+    """
+
+    __slots__ = (
+        "block_hash",
+        "block_id",
+        "group_id",
+        "is_null",
+        "next_free",
+        "prev_free",
+        "ref_cnt",
+        "token_ids",
+    )
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: bytes | None = None
+        self.group_id: int | None = None
+        self.token_ids: list[int] | None = None
+        self.prev_free: KVCacheBlock | None = None
+        self.next_free: KVCacheBlock | None = None
+        self.is_null = False
+
+    def __repr__(self) -> str:
+        h = self.block_hash.hex()[:8] if self.block_hash is not None else None
+        return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={h})"

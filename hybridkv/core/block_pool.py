@@ -1,0 +1,234 @@
+"""``BlockPool``: all blocks, their ref counts, and the prefix-cache index.
+
+Storage (blocks, ref counts, the free set) and the prefix index (cache key ->
+block) live together here because eviction must update both at once. Which
+free block is reused next is the eviction policy's business.
+
+Invariants (``check_integrity``):
+- block 0 is the null block: never free, never cached, never handed out;
+- a block is free (in the policy) iff its ref count is 0;
+- free + in-use blocks == ``num_blocks - 1``;
+- a block has a hash iff the index maps ``(hash, group_id)`` to it, and the
+  index holds nothing else. Several blocks may share one key (duplicates:
+  block tables are append-only, so a later request may have computed the
+  same block again); the index keeps one primary block and the duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
+from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+
+class BlockPool:
+    """Blocks ``0 .. num_blocks-1``; block 0 is the reserved null block."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        num_groups: int,
+        *,
+        enable_caching: bool = True,
+        enable_kv_cache_events: bool = False,
+        eviction_policy: type[EvictionPolicy] | None = None,
+    ) -> None:
+        if num_blocks < 2:
+            raise ValueError(f"num_blocks must be >= 2 (block 0 is the null block), got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+        self.null_block = self.blocks[0]
+        self.null_block.is_null = True
+        policy_cls = eviction_policy or LRUEvictionPolicy
+        self.policy: EvictionPolicy = policy_cls(self.blocks[1:])  # type: ignore[call-arg]
+        # Prefix index: per group, hash -> primary block; duplicates apart.
+        self.cached: list[dict[bytes, KVCacheBlock]] = [{} for _ in range(num_groups)]
+        self.duplicates: dict[tuple[int, bytes], dict[int, KVCacheBlock]] = {}
+        self.events: list[KVCacheEvent] = []
+
+    # -- queries -------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out now (free, cached or not)."""
+        return self.policy.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks (excluding the null block) in use."""
+        usable = self.num_blocks - 1
+        return 1.0 - self.policy.num_free_blocks / usable
+
+    def get_cached_block(
+        self, block_hash: bytes, group_id: int, token_ids: list[int] | None = None
+    ) -> KVCacheBlock | None:
+        """The cached block for a key, or None. Does not modify the cache.
+
+        With ``token_ids`` the block must also have recorded exactly those
+        tokens (the collision check for non-cryptographic hashes).
+        """
+        block = self.cached[group_id].get(block_hash)
+        if block is None or token_ids is None or block.token_ids == token_ids:
+            return block
+        for dup in self.duplicates.get((group_id, block_hash), {}).values():
+            if dup.token_ids == token_ids:
+                return dup
+        return None
+
+    # -- allocation ----------------------------------------------------------
+    def get_new_blocks(self, n: int) -> list[KVCacheBlock]:
+        """Pop ``n`` free blocks (evicting cached ones), each with ref count 1.
+
+        The caller checked ``n <= num_free_blocks``.
+        """
+        blocks = self.policy.take(n)
+        for b in blocks:
+            if b.block_hash is not None:
+                self._evict(b)
+            b.ref_cnt = 1
+        return blocks
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """A hit: ref count + 1; blocks that were free leave the free set."""
+        remove = self.policy.remove
+        for b in blocks:
+            if b.ref_cnt == 0 and not b.is_null:
+                remove(b)
+            b.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Ref count - 1, in the given (release) order; null blocks ignored."""
+        released = []
+        for b in ordered_blocks:
+            if b.is_null:
+                continue
+            b.ref_cnt -= 1
+            if b.ref_cnt == 0:
+                released.append(b)
+        if released:
+            self.policy.release(released)
+
+    # -- the prefix index ----------------------------------------------------
+    def cache_block(
+        self, block: KVCacheBlock, block_hash: bytes, group_id: int, token_ids: list[int]
+    ) -> None:
+        """Enter a full, computed block into the index under its key."""
+        block.block_hash = block_hash
+        block.group_id = group_id
+        block.token_ids = token_ids
+        index = self.cached[group_id]
+        primary = index.get(block_hash)
+        if primary is None:
+            index[block_hash] = block
+        else:
+            self.duplicates.setdefault((group_id, block_hash), {})[block.block_id] = block
+
+    def _evict(self, block: KVCacheBlock) -> None:
+        h, gid = block.block_hash, block.group_id
+        assert h is not None and gid is not None
+        index = self.cached[gid]
+        key = (gid, h)
+        if index.get(h) is block:
+            dups = self.duplicates.get(key)
+            if dups:
+                _, promoted = dups.popitem()
+                index[h] = promoted
+                if not dups:
+                    del self.duplicates[key]
+            else:
+                del index[h]
+        else:
+            dups = self.duplicates[key]
+            del dups[block.block_id]
+            if not dups:
+                del self.duplicates[key]
+        block.block_hash = None
+        block.group_id = None
+        block.token_ids = None
+        if self.enable_kv_cache_events:
+            self.events.append(BlockRemoved(block_hashes=[h], group_id=gid))
+
+    def record_stored(
+        self,
+        hashes: list[bytes],
+        parent: bytes | None,
+        token_ids: list[int],
+        block_size: int,
+        lora_name: str | None,
+        group_id: int,
+    ) -> None:
+        """Emit a ``BlockStored`` event (only when events are enabled)."""
+        self.events.append(
+            BlockStored(
+                block_hashes=hashes,
+                parent_block_hash=parent,
+                token_ids=token_ids,
+                block_size=block_size,
+                lora_name=lora_name,
+                group_id=group_id,
+            )
+        )
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached hash; only when no block is in use. Returns success."""
+        if self.policy.num_free_blocks != self.num_blocks - 1:
+            return False
+        for b in self.blocks:
+            b.block_hash = None
+            b.group_id = None
+            b.token_ids = None
+        for index in self.cached:
+            index.clear()
+        self.duplicates.clear()
+        if self.enable_kv_cache_events:
+            self.events.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """Drain the collected events."""
+        events, self.events = self.events, []
+        return events
+
+    def num_cached_blocks(self) -> int:
+        """Blocks currently in the prefix index (primary and duplicates)."""
+        return sum(len(i) for i in self.cached) + sum(len(d) for d in self.duplicates.values())
+
+    # -- integrity -----------------------------------------------------------
+    def check_integrity(self) -> None:
+        """Assert the invariants in the module docstring."""
+        self.policy.check_integrity()
+        null = self.null_block
+        assert null.is_null and null.block_hash is None, "null block was cached"
+        assert null.prev_free is None and null.next_free is None, "null block is free"
+        free = list(self.policy)
+        assert len(free) == self.policy.num_free_blocks
+        free_ids = {b.block_id for b in free}
+        assert len(free_ids) == len(free), "a block is twice in the free set"
+        assert 0 not in free_ids, "null block in the free set"
+        for b in self.blocks[1:]:
+            assert b.ref_cnt >= 0, f"negative ref count on {b}"
+            assert (b.ref_cnt == 0) == (b.block_id in free_ids), (
+                f"{b}: free-set membership does not match ref count"
+            )
+        indexed: set[int] = set()
+        for gid, index in enumerate(self.cached):
+            for h, b in index.items():
+                assert b.block_hash == h and b.group_id == gid, f"index key mismatch for {b}"
+                assert b.block_id not in indexed, f"{b} indexed twice"
+                indexed.add(b.block_id)
+        for (gid, h), dups in self.duplicates.items():
+            assert dups, "empty duplicate entry"
+            assert h in self.cached[gid], "duplicate without a primary block"
+            for bid, b in dups.items():
+                assert b.block_id == bid and b.block_hash == h and b.group_id == gid
+                assert b.block_id not in indexed, f"{b} indexed twice"
+                indexed.add(b.block_id)
+        for b in self.blocks:
+            assert (b.block_hash is not None) == (b.block_id in indexed), (
+                f"{b}: hash set but not indexed, or indexed without hash"
+            )
+            if b.block_hash is not None:
+                assert b.token_ids is not None, f"{b} cached without token ids"

@@ -1,0 +1,83 @@
+"""Eviction policies: which free block is reused next.
+
+A policy owns the set of free blocks (ref count 0, including cached blocks that
+can still be hit). The block pool tells it when blocks become free
+(``release``), when a free block is hit and leaves the set (``remove``), and
+asks it for blocks to reuse (``take``); popping a cached block evicts it, which
+the pool does. Policies never touch hashes or ref counts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.free_queue import FreeKVCacheBlockQueue
+
+
+class EvictionPolicy(ABC):
+    """The ordered set of free blocks."""
+
+    @property
+    @abstractmethod
+    def num_free_blocks(self) -> int:
+        """Number of free blocks."""
+
+    @abstractmethod
+    def release(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Add blocks whose ref count just reached 0, in release order."""
+
+    @abstractmethod
+    def remove(self, block: KVCacheBlock) -> None:
+        """Take a free block out of the set (it was hit), in O(1)."""
+
+    @abstractmethod
+    def take(self, n: int) -> list[KVCacheBlock]:
+        """Remove and return ``n`` blocks to reuse (caller checked ``n`` fits)."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        """Free blocks, next to be reused first."""
+
+    @abstractmethod
+    def check_integrity(self) -> None:
+        """Assert the policy's internal invariants."""
+
+
+class LRUEvictionPolicy(EvictionPolicy):
+    """Least recently used, with hashless blocks reused first.
+
+    The free queue starts in block-id order; ``take`` pops from the head.
+    Released blocks with a hash (reusable prefix) go to the tail; blocks
+    without one (partial blocks: nothing to reuse) go to the head. Requests
+    release their blocks tail-first, so a finished sequence's tail is evicted
+    before its prefix.
+    """
+
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+        self.queue = FreeKVCacheBlockQueue(blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.queue.num_free_blocks
+
+    def release(self, blocks: Iterable[KVCacheBlock]) -> None:
+        q = self.queue
+        for b in blocks:
+            if b.block_hash is None:
+                q.appendleft(b)
+            else:
+                q.append(b)
+
+    def remove(self, block: KVCacheBlock) -> None:
+        self.queue.remove(block)
+
+    def take(self, n: int) -> list[KVCacheBlock]:
+        return self.queue.popleft_n(n)
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        return iter(self.queue)
+
+    def check_integrity(self) -> None:
+        self.queue.check_integrity()

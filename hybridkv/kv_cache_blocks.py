@@ -1,0 +1,31 @@
+"""``KVCacheBlocks``: the blocks the manager hands back, one list per group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridkv.core.block import KVCacheBlock
+
+
+@dataclass(slots=True)
+class KVCacheBlocks:
+    """``blocks[g]`` is group ``g``'s list (hit blocks, or newly allocated)."""
+
+    blocks: tuple[list[KVCacheBlock], ...]
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        """Block ids per group (0 marks the null block)."""
+        return tuple([b.block_id for b in group] for group in self.blocks)
+
+    def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
+        if len(self.blocks) != len(other.blocks):
+            raise ValueError("cannot add KVCacheBlocks with different group counts")
+        return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
+
+    @classmethod
+    def empty(cls, num_groups: int) -> KVCacheBlocks:
+        """No blocks in any group."""
+        return cls(tuple([] for _ in range(num_groups)))
+
+    def __len__(self) -> int:
+        return len(self.blocks)

@@ -1,0 +1,273 @@
+"""``KVCacheManager``: the scheduler-facing API (vLLM v1 names and semantics).
+
+A scheduler step, per request::
+
+    blocks, n_hit = kv.get_computed_blocks(req)           # new requests only
+    new = kv.allocate_slots(req, n_new, n_hit, blocks)    # None: out of blocks
+    ... run the model; req.num_computed_tokens += n_hit + n_new ...
+    req.append_output_token_ids(tok)
+    kv.free(req)                                          # finished / preempted
+
+Contracts:
+- ``get_computed_blocks`` never changes the cache (stats aside) and never
+  returns more than ``num_tokens - 1`` tokens: the last prompt token must run
+  to produce logits.
+- ``allocate_slots`` is atomic: it either gives every group its blocks, or
+  returns ``None`` with every ref count and the free set exactly as before.
+- Out of blocks is ``None``, never an exception; bad arguments are
+  ``ValueError``s that name the argument.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hybridkv.coordinators import get_kv_cache_coordinator
+from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.eviction import EvictionPolicy
+from hybridkv.core.events import KVCacheEvent
+from hybridkv.core.stats import PrefixCacheStats
+from hybridkv.hashing import BlockHasher
+from hybridkv.kv_cache_blocks import KVCacheBlocks
+from hybridkv.request import Request
+from hybridkv.specs import KVCacheConfig
+from hybridkv.specs.base import check_positive_int
+
+
+class KVCacheManager:
+    """Paged KV blocks with automatic prefix caching over any mix of groups."""
+
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        *,
+        enable_caching: bool = True,
+        hash_algo: str = "sha256",
+        enable_kv_cache_events: bool = False,
+        log_stats: bool = False,
+        hash_seed: int = 0,
+        eviction_policy: type[EvictionPolicy] | None = None,
+    ) -> None:
+        if not isinstance(kv_cache_config, KVCacheConfig):
+            raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
+        check_positive_int(max_model_len, "max_model_len")
+        groups = kv_cache_config.kv_cache_groups
+        self.kv_cache_config = kv_cache_config
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.log_stats = log_stats
+        self.num_kv_cache_groups = len(groups)
+        self.hash_block_size = math.gcd(*(g.kv_cache_spec.block_size for g in groups))
+        # Validate the algorithm even when caching is off: a typo is a typo.
+        self.hasher = BlockHasher(self.hash_block_size, hash_algo, hash_seed)
+        self._verify_tokens = not self.hasher.is_cryptographic
+        self.block_pool = BlockPool(
+            kv_cache_config.num_blocks,
+            len(groups),
+            enable_caching=enable_caching,
+            enable_kv_cache_events=enable_kv_cache_events,
+            eviction_policy=eviction_policy,
+        )
+        self.coordinator = get_kv_cache_coordinator(
+            kv_cache_config, self.block_pool, self.hash_block_size, enable_caching
+        )
+        self.prefix_cache_stats: PrefixCacheStats | None = (
+            PrefixCacheStats() if log_stats else None
+        )
+
+    # -- helpers -------------------------------------------------------------
+    def _bind(self, request: Request) -> None:
+        if request._hasher is not self.hasher:
+            request.bind_hasher(self.hasher)
+
+    def _check_request(self, request: Request) -> None:
+        if not isinstance(request, Request):
+            raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
+        if request.num_tokens > self.max_model_len:
+            raise ValueError(
+                f"request {request.request_id!r} has {request.num_tokens} tokens, more than "
+                f"max_model_len={self.max_model_len}"
+            )
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks in use (cached free blocks count as free)."""
+        return self.block_pool.usage
+
+    def empty_kv_cache_blocks(self) -> KVCacheBlocks:
+        """A ``KVCacheBlocks`` with no block in any group."""
+        return KVCacheBlocks.empty(self.num_kv_cache_groups)
+
+    # -- the scheduler API ---------------------------------------------------
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """The longest cached prefix valid for every group, and its length.
+
+        Does not change the cache: the blocks are only taken by a following
+        ``allocate_slots(request, ..., num_new_computed_tokens, blocks)``.
+        """
+        self._check_request(request)
+        if not self.enable_caching:
+            return self.empty_kv_cache_blocks(), 0
+        self._bind(request)
+        max_length = request.num_tokens - 1
+        token_ids = request._token_ids if self._verify_tokens else None
+        blocks, num_hit = self.coordinator.find_longest_cache_hit(
+            request._block_hashes, max_length, token_ids
+        )
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(
+                request.num_tokens, num_hit, preempted=request.num_preemptions > 0
+            )
+        return KVCacheBlocks(blocks), num_hit
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> KVCacheBlocks | None:
+        """Give ``request`` slots for ``num_new_tokens`` more tokens.
+
+        ``num_new_computed_tokens`` / ``new_computed_blocks`` adopt a prefix hit
+        from ``get_computed_blocks`` (new requests only). ``num_lookahead_tokens``
+        reserves extra slots (speculative decoding), never cached. Returns the
+        newly allocated blocks per group, or ``None`` (nothing changed) when
+        the free blocks do not suffice.
+        """
+        self._check_request(request)
+        if isinstance(num_new_tokens, bool) or not isinstance(num_new_tokens, int):
+            raise ValueError(f"num_new_tokens must be an int, got {num_new_tokens!r}")
+        if num_new_tokens <= 0:
+            raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
+        if num_new_computed_tokens < 0:
+            raise ValueError(f"num_new_computed_tokens must be >= 0, got {num_new_computed_tokens}")
+        if num_lookahead_tokens < 0:
+            raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+        rid = request.request_id
+        coordinator = self.coordinator
+        hit_blocks = None
+        if num_new_computed_tokens or (
+            new_computed_blocks is not None and any(new_computed_blocks.blocks)
+        ):
+            hit_blocks = self._check_new_computed(request, num_new_computed_tokens, new_computed_blocks)
+        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        num_computed_after = total_computed + num_new_tokens
+        if num_computed_after > self.max_model_len:
+            raise ValueError(
+                f"request {rid!r}: num_computed_tokens ({total_computed}) + num_new_tokens "
+                f"({num_new_tokens}) exceeds max_model_len={self.max_model_len}"
+            )
+        num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
+        empty = hit_blocks or tuple([] for _ in coordinator.managers)
+        need = coordinator.get_num_blocks_to_allocate(
+            rid, num_tokens_need_slot, empty, total_computed
+        )
+        if need > self.block_pool.num_free_blocks:
+            return None
+        new_blocks = coordinator.allocate(rid, num_tokens_need_slot, hit_blocks, total_computed)
+        if self.enable_caching:
+            self._bind(request)
+            coordinator.cache_blocks(
+                rid,
+                request._block_hashes,
+                request._token_ids,
+                min(num_computed_after, request.num_tokens),
+                request.lora_name,
+            )
+        return KVCacheBlocks(new_blocks)
+
+    def _check_new_computed(
+        self,
+        request: Request,
+        num_new_computed_tokens: int,
+        new_computed_blocks: KVCacheBlocks | None,
+    ) -> tuple[list, ...]:
+        rid = request.request_id
+        if not self.enable_caching:
+            raise ValueError("num_new_computed_tokens / new_computed_blocks need prefix caching")
+        if new_computed_blocks is None:
+            raise ValueError("num_new_computed_tokens > 0 needs new_computed_blocks")
+        if self.coordinator.has_request(rid) or request.num_computed_tokens:
+            raise ValueError(
+                f"request {rid!r} already has computed tokens or blocks; prefix hits "
+                "(new_computed_blocks) apply only to a new or preempted request"
+            )
+        if num_new_computed_tokens >= request.num_tokens:
+            raise ValueError(
+                f"num_new_computed_tokens={num_new_computed_tokens} must be < the "
+                f"request's {request.num_tokens} tokens"
+            )
+        blocks = new_computed_blocks.blocks
+        if len(blocks) != len(self.coordinator.managers):
+            raise ValueError(
+                f"new_computed_blocks has {len(blocks)} groups, the config has "
+                f"{len(self.coordinator.managers)}"
+            )
+        self._bind(request)
+        hashes = request._block_hashes
+        for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):
+            if len(group_blocks) * m.block_size != num_new_computed_tokens:
+                raise ValueError(
+                    f"new_computed_blocks of group {m.group_id} cover "
+                    f"{len(group_blocks) * m.block_size} tokens, not "
+                    f"num_new_computed_tokens={num_new_computed_tokens}"
+                )
+            view = m.group_hashes(hashes)
+            for i, b in enumerate(group_blocks):
+                if not b.is_null and (b.block_hash != view[i] or b.group_id != m.group_id):
+                    raise ValueError(
+                        f"new_computed_blocks are stale (block {b.block_id} of group "
+                        f"{m.group_id} was evicted or reused since get_computed_blocks); "
+                        "call get_computed_blocks again"
+                    )
+        return blocks
+
+    def free(self, request: Request | str) -> bool:
+        """Release a request's blocks (tail first). Unknown request: False."""
+        rid = request if isinstance(request, str) else request.request_id
+        return self.coordinator.free(rid)
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's block table per group (0 = null block)."""
+        return tuple([b.block_id for b in t] for t in self.coordinator.get_blocks(request_id))
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        """The request's block tables per group, as blocks."""
+        return KVCacheBlocks(tuple(list(t) for t in self.coordinator.get_blocks(request_id)))
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block; fails (False) while any block is in use."""
+        ok = self.block_pool.reset_prefix_cache()
+        if ok and self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.reset = True
+        return ok
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """Drain the KV cache events (empty unless events are enabled)."""
+        return self.block_pool.take_events()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """Stats since the last call (then reset); None without ``log_stats``."""
+        stats = self.prefix_cache_stats
+        if stats is None:
+            return None
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+
+    def check_integrity(self) -> None:
+        """Assert pool and table invariants, and that ref counts equal holders."""
+        self.block_pool.check_integrity()
+        self.coordinator.check_integrity()
+        holders: dict[int, int] = {}
+        for m in self.coordinator.managers:
+            for blocks in m.req_to_blocks.values():
+                for b in blocks:
+                    if not b.is_null:
+                        holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for b in self.block_pool.blocks[1:]:
+            assert b.ref_cnt == holders.get(b.block_id, 0), (
+                f"{b}: ref count {b.ref_cnt} != {holders.get(b.block_id, 0)} holders"
+            )

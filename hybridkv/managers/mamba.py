@@ -1,0 +1,59 @@
+"""Mamba layers: one recurrent state per block instead of per-token KV.
+
+Table entry ``i`` holds the state after the tokens up to the end of block
+``i`` (for the last, partial block: after the computed tokens). A step that
+computes tokens ``[n, m)`` reads the state in entry ``(n - 1) // bs`` (none for
+``n == 0``), writes the final state in entry ``(m - 1) // bs`` and, with
+prefix caching, a checkpoint in the entry of every block boundary it crosses;
+those full entries are cached like attention blocks. Entry ``(n - 1) // bs``
+may be a cached checkpoint shared with other requests: it is only read, as
+new states always go to later entries once a block is full.
+
+- Running state: everything before entry ``(n - 1) // bs`` is skipped, so a
+  request holds one block (two while crossing a block boundary).
+- Hits: a hit of ``L`` tokens needs exactly the checkpoint at ``L``.
+- Without prefix caching nobody reads checkpoints, so the entries a step
+  crosses stay null and only the last one gets a block.
+"""
+
+from __future__ import annotations
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block_pool import BlockPool
+from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.specs.base import cdiv
+from hybridkv.specs.mamba import MambaSpec
+
+
+class MambaManager(SingleTypeKVCacheManager):
+    """State blocks of a Mamba group (block-aligned checkpoints)."""
+
+    def __init__(
+        self,
+        kv_cache_spec: MambaSpec,
+        block_pool: BlockPool,
+        group_id: int,
+        hash_block_size: int,
+        enable_caching: bool,
+    ) -> None:
+        super().__init__(kv_cache_spec, block_pool, group_id, hash_block_size, enable_caching)
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return max(0, num_computed_tokens - 1)
+
+    def _num_new_real_blocks(self, have: int, required: int) -> int:
+        if required <= have:
+            return 0
+        return required - have if self.enable_caching else 1
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        if self.enable_caching:
+            return super().allocate_new_blocks(request_id, num_tokens)
+        blocks = self.req_to_blocks[request_id]
+        required = cdiv(num_tokens, self.block_size)
+        if required <= len(blocks):
+            return []
+        new = self.pool.get_new_blocks(1)
+        blocks.extend([self.null_block] * (required - len(blocks) - 1))
+        blocks.extend(new)
+        return new

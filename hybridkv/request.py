@@ -1,0 +1,192 @@
+"""A request as the KV cache manager sees it: token ids, cache keys, hashes.
+
+The caller owns ``num_computed_tokens`` (tokens whose KV is written) and
+appends sampled tokens with ``append_output_token_ids``. ``block_hashes``
+holds one hash per full block and is kept up to date by the library: the first
+manager that sees the request binds its block hasher to it, and from then on
+every append hashes the blocks it fills. Callers never hash.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from hybridkv.hashing import BlockHash, BlockHasher
+
+MMInput = tuple[str | bytes, int, int]
+
+
+class TokenView(Sequence[int]):
+    """A read-only view of a request's token list (no copy)."""
+
+    __slots__ = ("_start", "_tokens")
+
+    def __init__(self, tokens: list[int], start: int = 0) -> None:
+        self._tokens = tokens
+        self._start = start
+
+    def __len__(self) -> int:
+        return len(self._tokens) - self._start
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if self._start == 0:
+            return self._tokens[i]
+        return self._tokens[self._start :][i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._tokens[self._start :] if self._start else self._tokens)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenView):
+            other = list(other)
+        return list(self) == other if isinstance(other, (list, tuple)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"TokenView({list(self)!r})"
+
+
+def _check_token_ids(ids: Iterable[int], field: str) -> list[int]:
+    """Validate token ids as ints in [0, 2**32); return them as a list."""
+    try:
+        packed = array("I", ids)
+    except (OverflowError, TypeError) as e:
+        raise ValueError(f"{field} must be ints in [0, 2**32): {e}") from None
+    return packed.tolist()
+
+
+def _check_mm_inputs(mm_inputs: Sequence[MMInput], num_prompt: int) -> tuple[MMInput, ...]:
+    out = []
+    for k, item in enumerate(mm_inputs):
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise ValueError(f"mm_inputs[{k}] must be (content_hash, offset, length), got {item!r}")
+        content_hash, offset, length = item
+        if not isinstance(content_hash, (str, bytes)) or not content_hash:
+            raise ValueError(f"mm_inputs[{k}].content_hash must be a non-empty str or bytes")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"mm_inputs[{k}].offset must be an int >= 0, got {offset!r}")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"mm_inputs[{k}].length must be an int >= 1, got {length!r}")
+        if offset + length > num_prompt:
+            raise ValueError(
+                f"mm_inputs[{k}] covers tokens [{offset}, {offset + length}) beyond the "
+                f"{num_prompt}-token prompt"
+            )
+        out.append((content_hash, offset, length))
+    return tuple(sorted(out, key=lambda t: t[1]))
+
+
+class Request:
+    """Token ids and cache keys of one request.
+
+    ``mm_inputs`` lists multimodal placeholder ranges as
+    ``(content_hash, offset, length)`` in prompt positions; blocks overlapping a
+    range hash its content hash, so two images at the same positions never
+    share KV. ``cache_salt`` isolates tenants: salted requests only hit blocks
+    of the same salt. ``lora_name`` keys every block by the adapter.
+    """
+
+    __slots__ = (
+        "_block_hashes",
+        "_has_extra_keys",
+        "_hasher",
+        "_token_ids",
+        "cache_salt",
+        "lora_name",
+        "mm_inputs",
+        "num_computed_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "request_id",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        lora_name: str | None = None,
+        mm_inputs: Sequence[MMInput] | None = None,
+    ) -> None:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        tokens = _check_token_ids(prompt_token_ids, "prompt_token_ids")
+        if not tokens:
+            raise ValueError("prompt_token_ids must hold at least one token")
+        for name, value in (("cache_salt", cache_salt), ("lora_name", lora_name)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty str or None, got {value!r}")
+        self.request_id = request_id
+        self._token_ids = tokens
+        self.num_prompt_tokens = len(tokens)
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+        self.cache_salt = cache_salt
+        self.lora_name = lora_name
+        self.mm_inputs = _check_mm_inputs(mm_inputs or (), len(tokens))
+        self._has_extra_keys = bool(cache_salt or lora_name or self.mm_inputs)
+        self._block_hashes: list[BlockHash] = []
+        self._hasher: BlockHasher | None = None
+
+    # -- tokens --------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens."""
+        return len(self._token_ids)
+
+    @property
+    def all_token_ids(self) -> TokenView:
+        """Prompt then output token ids (read-only view)."""
+        return TokenView(self._token_ids)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """A copy of the prompt token ids."""
+        return self._token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> TokenView:
+        """Output token ids (read-only view)."""
+        return TokenView(self._token_ids, self.num_prompt_tokens)
+
+    def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
+        """Append sampled tokens; blocks they fill are hashed at once."""
+        if isinstance(token_ids, int) and not isinstance(token_ids, bool):
+            if not 0 <= token_ids < 2**32:
+                raise ValueError(f"token_ids must be ints in [0, 2**32), got {token_ids}")
+            self._token_ids.append(token_ids)
+        else:
+            self._token_ids.extend(_check_token_ids(token_ids, "token_ids"))
+        if self._hasher is not None:
+            self._hasher.update(self)
+
+    # -- hashes --------------------------------------------------------------
+    @property
+    def block_hashes(self) -> list[BlockHash]:
+        """Hashes of the full blocks (empty until a caching manager sees it)."""
+        if self._hasher is not None:
+            self._hasher.update(self)
+        return list(self._block_hashes)
+
+    def bind_hasher(self, hasher: BlockHasher) -> None:
+        """Attach the block hasher (done by the manager; idempotent)."""
+        if self._hasher is not None and self._hasher.key != hasher.key:
+            raise ValueError(
+                f"request {self.request_id!r} is already hashed with {self._hasher.key} "
+                f"(algo, seed, block size) and cannot be used with {hasher.key}"
+            )
+        self._hasher = hasher
+        hasher.update(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
+            f"num_computed_tokens={self.num_computed_tokens})"
+        )
