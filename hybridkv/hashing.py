@@ -100,15 +100,23 @@ class BlockHasher:
         end = len(tokens) // bs
         if end <= start:
             return
-        data = array("I", tokens[start * bs : end * bs]).tobytes()
-        parent = hashes[-1] if hashes else self.root
-        fn = self._fn
         step = bs * _TOKEN_BYTES
+        prompt = request._prompt_bytes
+        if end * step <= len(prompt):
+            data = prompt[start * step : end * step]
+        else:
+            data = array("I", tokens[start * bs : end * bs]).tobytes()
+        parent = hashes[-1] if hashes else self.root
         if not request._has_extra_keys:
-            hashes.extend(
-                parent := fn(parent + data[off : off + step]) for off in range(0, len(data), step)
-            )
+            offsets = range(0, len(data), step)
+            if self.algo == "sha256":
+                sha = hashlib.sha256
+                hashes.extend(parent := sha(parent + data[o : o + step]).digest() for o in offsets)
+            else:
+                xx, seed = xxhash.xxh3_128_digest, self.seed
+                hashes.extend(parent := xx(parent + data[o : o + step], seed) for o in offsets)
             return
+        fn = self._fn
         for j, off in enumerate(range(0, len(data), step)):
             extra = self.extra_keys(request, start + j)
             parent = fn(parent + data[off : off + step] + extra)

@@ -21,6 +21,7 @@ Contracts:
 from __future__ import annotations
 
 import math
+import operator
 
 from hybridkv.coordinators import get_kv_cache_coordinator
 from hybridkv.core.block_pool import BlockPool
@@ -32,6 +33,16 @@ from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.request import Request
 from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import check_positive_int
+
+
+def _as_int(value: object, field: str) -> int:
+    """An integer argument (numpy ints accepted); ``ValueError`` otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field} must be an int, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{field} must be an int, got {value!r}") from None
 
 
 class KVCacheManager:
@@ -137,39 +148,43 @@ class KVCacheManager:
         newly allocated blocks per group, or ``None`` (nothing changed) when
         the free blocks do not suffice.
         """
-        self._check_request(request)
-        if isinstance(num_new_tokens, bool) or not isinstance(num_new_tokens, int):
-            raise ValueError(f"num_new_tokens must be an int, got {num_new_tokens!r}")
+        if not isinstance(request, Request):
+            raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
+        if type(num_new_tokens) is not int:
+            num_new_tokens = _as_int(num_new_tokens, "num_new_tokens")
         if num_new_tokens <= 0:
             raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
-        if num_new_computed_tokens < 0:
-            raise ValueError(f"num_new_computed_tokens must be >= 0, got {num_new_computed_tokens}")
-        if num_lookahead_tokens < 0:
-            raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
         rid = request.request_id
         coordinator = self.coordinator
         hit_blocks = None
-        if num_new_computed_tokens or (
-            new_computed_blocks is not None and any(new_computed_blocks.blocks)
-        ):
-            hit_blocks = self._check_new_computed(request, num_new_computed_tokens, new_computed_blocks)
+        if num_new_computed_tokens or num_lookahead_tokens or new_computed_blocks is not None:
+            if num_new_computed_tokens < 0:
+                raise ValueError(
+                    f"num_new_computed_tokens must be >= 0, got {num_new_computed_tokens}"
+                )
+            if num_lookahead_tokens < 0:
+                raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+            if num_new_computed_tokens or (
+                new_computed_blocks is not None and any(new_computed_blocks.blocks)
+            ):
+                hit_blocks = self._check_new_computed(
+                    request, num_new_computed_tokens, new_computed_blocks
+                )
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_computed_after = total_computed + num_new_tokens
-        if num_computed_after > self.max_model_len:
+        if num_computed_after > self.max_model_len or len(request._token_ids) > self.max_model_len:
+            self._check_request(request)
             raise ValueError(
                 f"request {rid!r}: num_computed_tokens ({total_computed}) + num_new_tokens "
                 f"({num_new_tokens}) exceeds max_model_len={self.max_model_len}"
             )
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
-        empty = hit_blocks or tuple([] for _ in coordinator.managers)
-        need = coordinator.get_num_blocks_to_allocate(
-            rid, num_tokens_need_slot, empty, total_computed
-        )
-        if need > self.block_pool.num_free_blocks:
-            return None
         new_blocks = coordinator.allocate(rid, num_tokens_need_slot, hit_blocks, total_computed)
+        if new_blocks is None:
+            return None
         if self.enable_caching:
-            self._bind(request)
+            if request._hasher is not self.hasher:
+                request.bind_hasher(self.hasher)
             coordinator.cache_blocks(
                 rid,
                 request._block_hashes,

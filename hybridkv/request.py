@@ -52,13 +52,12 @@ class TokenView(Sequence[int]):
         return f"TokenView({list(self)!r})"
 
 
-def _check_token_ids(ids: Iterable[int], field: str) -> list[int]:
-    """Validate token ids as ints in [0, 2**32); return them as a list."""
+def _pack_token_ids(ids: Iterable[int], field: str) -> bytes:
+    """Validate token ids as ints in [0, 2**32); return them packed (uint32)."""
     try:
-        packed = array("I", ids)
+        return array("I", ids).tobytes()
     except (OverflowError, TypeError) as e:
         raise ValueError(f"{field} must be ints in [0, 2**32): {e}") from None
-    return packed.tolist()
 
 
 def _check_mm_inputs(mm_inputs: Sequence[MMInput], num_prompt: int) -> tuple[MMInput, ...]:
@@ -96,6 +95,7 @@ class Request:
         "_block_hashes",
         "_has_extra_keys",
         "_hasher",
+        "_prompt_bytes",
         "_token_ids",
         "cache_salt",
         "lora_name",
@@ -117,7 +117,8 @@ class Request:
     ) -> None:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        tokens = _check_token_ids(prompt_token_ids, "prompt_token_ids")
+        tokens = list(prompt_token_ids)
+        packed = _pack_token_ids(tokens, "prompt_token_ids")
         if not tokens:
             raise ValueError("prompt_token_ids must hold at least one token")
         for name, value in (("cache_salt", cache_salt), ("lora_name", lora_name)):
@@ -125,6 +126,8 @@ class Request:
                 raise ValueError(f"{name} must be a non-empty str or None, got {value!r}")
         self.request_id = request_id
         self._token_ids = tokens
+        # The prompt packed as uint32, reused by the hasher (avoids re-packing).
+        self._prompt_bytes = packed
         self.num_prompt_tokens = len(tokens)
         self.num_computed_tokens = 0
         self.num_preemptions = 0
@@ -163,9 +166,14 @@ class Request:
                 raise ValueError(f"token_ids must be ints in [0, 2**32), got {token_ids}")
             self._token_ids.append(token_ids)
         else:
-            self._token_ids.extend(_check_token_ids(token_ids, "token_ids"))
-        if self._hasher is not None:
-            self._hasher.update(self)
+            ids = list(token_ids)
+            _pack_token_ids(ids, "token_ids")
+            self._token_ids.extend(ids)
+        hasher = self._hasher
+        if hasher is not None and len(self._token_ids) // hasher.block_size > len(
+            self._block_hashes
+        ):
+            hasher.update(self)
 
     # -- hashes --------------------------------------------------------------
     @property

@@ -8,10 +8,12 @@ prefix hit is found across groups.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from itertools import chain, zip_longest
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
+from hybridkv.managers.base import RequestBlockState
 from hybridkv.specs import KVCacheConfig
 
 
@@ -36,44 +38,56 @@ class KVCacheCoordinator(ABC):
         ]
         sizes = {m.block_size for m in self.managers}
         self._same_block_size = len(sizes) == 1
+        self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
 
     # -- allocation (atomic across groups) -----------------------------------
-    def get_num_blocks_to_allocate(
-        self,
-        request_id: str,
-        num_tokens: int,
-        new_computed_blocks: tuple[list[KVCacheBlock], ...],
-        total_computed_tokens: int,
-    ) -> int:
-        """Net free blocks the whole step consumes (see the managers)."""
-        return sum(
-            m.get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks[i], total_computed_tokens
-            )
-            for i, m in enumerate(self.managers)
-        )
-
     def allocate(
         self,
         request_id: str,
         num_tokens: int,
         new_computed_blocks: tuple[list[KVCacheBlock], ...] | None,
         total_computed_tokens: int,
-    ) -> tuple[list[KVCacheBlock], ...]:
-        """Release skipped blocks, adopt hits, extend tables. The caller has
-        checked that the net count fits; returns each group's new blocks."""
-        for m in self.managers:
-            m.remove_skipped_blocks(request_id, total_computed_tokens)
+    ) -> tuple[list[KVCacheBlock], ...] | None:
+        """Give every group's table room for ``num_tokens``, or change nothing.
+
+        Counts the net free blocks all groups need (new blocks, plus hit blocks
+        leaving the free set, minus skipped blocks returning to it) and returns
+        ``None`` if they do not fit. Otherwise releases skipped blocks, adopts
+        the hit blocks, extends the tables, and returns each group's new blocks.
+        """
+        managers = self.managers
+        states = [m.states.get(request_id) for m in managers]
+        if new_computed_blocks is None and self._nothing_to_do(states, num_tokens, total_computed_tokens):
+            return tuple([] for _ in managers)
+        hit = new_computed_blocks or self._no_hit
+        need = 0
+        for m, st, h in zip(managers, states, hit, strict=True):
+            need += m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens)
+        if need > self.pool.num_free_blocks:
+            return None
         if new_computed_blocks is not None:
             for blocks in new_computed_blocks:
                 self.pool.touch(blocks)
-            for i, m in enumerate(self.managers):
-                m.save_new_computed_blocks(request_id, new_computed_blocks[i])
-        else:
-            for m in self.managers:
-                if request_id not in m.req_to_blocks:
-                    m.save_new_computed_blocks(request_id, [])
-        return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.managers)
+        new = []
+        for m, st, h in zip(managers, states, hit, strict=True):
+            if st is None:
+                st = m.add_request(request_id, h)
+            elif m.has_skips:
+                m.remove_skipped_blocks(st, total_computed_tokens)
+            new.append(m.allocate_new_blocks(st, num_tokens))
+        return tuple(new)
+
+    def _nothing_to_do(
+        self, states: list[RequestBlockState | None], num_tokens: int, total_computed: int
+    ) -> bool:
+        """The common decode case: every table already covers ``num_tokens``
+        and no group has blocks to release (so no counting is needed)."""
+        for m, st in zip(self.managers, states, strict=True):
+            if st is None or num_tokens > len(st.blocks) * m.block_size:
+                return False
+            if m.has_skips and m.get_num_skipped_tokens(total_computed) // m.block_size > st.num_skipped:
+                return False
+        return True
 
     def cache_blocks(
         self,
@@ -85,9 +99,9 @@ class KVCacheCoordinator(ABC):
     ) -> None:
         """Cache every group's full blocks covering ``num_tokens``."""
         for m in self.managers:
-            m.cache_blocks(
-                request_id, m.group_hashes(block_hashes), token_ids, num_tokens, lora_name
-            )
+            st = m.states[request_id]
+            if num_tokens // m.block_size > st.num_cached:
+                m.cache_blocks(st, block_hashes, token_ids, num_tokens, lora_name)
 
     # -- prefix hits ---------------------------------------------------------
     @abstractmethod
@@ -104,38 +118,43 @@ class KVCacheCoordinator(ABC):
         equal block sizes: position ``i`` of every group, then ``i - 1``...),
         so every group's tail is evicted before any group's prefix.
         """
-        if request_id not in self.managers[0].req_to_blocks:
+        states = [m.pop_request(request_id) for m in self.managers]
+        if states[0] is None:
             return False
-        tables = [m.pop_request(request_id) for m in self.managers]
+        tables = [st.blocks[st.num_skipped :] for st in states if st is not None]
+        pool = self.pool
         if len(tables) == 1:
-            self.pool.free_blocks(reversed(tables[0]))
+            pool.free_blocks(reversed(tables[0]))
         elif self._same_block_size:
-            longest = max(len(t) for t in tables)
-            order = [
-                t[i] for i in range(longest - 1, -1, -1) for t in tables if i < len(t)
-            ]
-            self.pool.free_blocks(order)
+            # Tables of equal block size all end at the same position.
+            cols = zip_longest(*[reversed(t) for t in tables], fillvalue=pool.null_block)
+            pool.free_blocks(chain.from_iterable(cols))
         else:
             keyed = [
                 ((i + 1) * m.block_size, gid, b)
-                for gid, (m, t) in enumerate(zip(self.managers, tables, strict=True))
-                for i, b in enumerate(t)
+                for gid, (m, st) in enumerate(zip(self.managers, states, strict=True))
+                if st is not None
+                for i, b in enumerate(st.blocks)
             ]
             keyed.sort(key=lambda e: (-e[0], e[1]))
-            self.pool.free_blocks(b for _, _, b in keyed)
+            pool.free_blocks(b for _, _, b in keyed)
         return True
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (empty if unknown)."""
-        return tuple(m.req_to_blocks.get(request_id, []) for m in self.managers)
+        out = []
+        for m in self.managers:
+            st = m.states.get(request_id)
+            out.append(st.blocks if st is not None else [])
+        return tuple(out)
 
     def has_request(self, request_id: str) -> bool:
         """True while the request holds tables."""
-        return request_id in self.managers[0].req_to_blocks
+        return request_id in self.managers[0].states
 
     def check_integrity(self) -> None:
         """Every manager's tables; all groups know the same requests."""
-        ids = set(self.managers[0].req_to_blocks)
+        ids = set(self.managers[0].states)
         for m in self.managers:
-            assert set(m.req_to_blocks) == ids, "groups disagree on the live requests"
+            assert set(m.states) == ids, "groups disagree on the live requests"
             m.check_integrity()

@@ -17,8 +17,10 @@ Block table of one request (``block_size`` 4, window 6, 13 computed tokens)::
               ^null: tokens 0-7 are never read again, block freed
 
 Table entries are never removed while the request lives (block tables are
-append-only); ``free`` hands the whole table back to the coordinator, which
-decides the release order.
+append-only); ``pop_request`` hands the whole table back to the coordinator,
+which decides the release order. Methods take the request's
+``RequestBlockState`` (looked up once per call by the coordinator); nothing
+here checks free space: the coordinator counts first, then acts.
 """
 
 from __future__ import annotations
@@ -28,7 +30,22 @@ from typing import ClassVar
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.specs.base import KVCacheSpec, cdiv
+from hybridkv.specs.base import KVCacheSpec
+
+
+class RequestBlockState:
+    """One request's block table in one group, and how much of it is settled.
+
+    ``num_cached``: leading entries already entered into (or taken from) the
+    prefix cache. ``num_skipped``: leading entries already nulled out.
+    """
+
+    __slots__ = ("blocks", "num_cached", "num_skipped")
+
+    def __init__(self, blocks: list[KVCacheBlock], num_cached: int, num_skipped: int) -> None:
+        self.blocks = blocks
+        self.num_cached = num_cached
+        self.num_skipped = num_skipped
 
 
 class SingleTypeKVCacheManager(ABC):
@@ -37,6 +54,8 @@ class SingleTypeKVCacheManager(ABC):
     #: True when a valid hit of L tokens implies every shorter aligned hit is
     #: valid (full attention), so a hit can simply be truncated.
     prefix_closed: ClassVar[bool] = False
+    #: False when ``get_num_skipped_tokens`` is always 0 (nothing to release).
+    has_skips: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -58,9 +77,12 @@ class SingleTypeKVCacheManager(ABC):
         self.group_id = group_id
         self.enable_caching = enable_caching
         self.null_block = block_pool.null_block
-        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
-        self.num_cached_block: dict[str, int] = {}
-        self.num_skipped_block: dict[str, int] = {}
+        self.states: dict[str, RequestBlockState] = {}
+
+    @property
+    def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
+        """Each live request's block table (a snapshot dict, for inspection)."""
+        return {rid: st.blocks for rid, st in self.states.items()}
 
     # -- the one rule a kind defines ----------------------------------------
     @abstractmethod
@@ -76,38 +98,51 @@ class SingleTypeKVCacheManager(ABC):
     # -- allocation ----------------------------------------------------------
     def get_num_blocks_to_allocate(
         self,
-        request_id: str,
+        st: RequestBlockState | None,
         num_tokens: int,
         new_computed_blocks: list[KVCacheBlock],
         total_computed_tokens: int,
     ) -> int:
         """Net free blocks this step consumes: new blocks, plus hit blocks that
         leave the free set, minus skipped blocks that return to it."""
-        blocks = self.req_to_blocks.get(request_id)
-        have = len(new_computed_blocks) + (len(blocks) if blocks else 0)
-        n = self._num_new_real_blocks(have, cdiv(num_tokens, self.block_size))
+        have = len(new_computed_blocks)
+        if st is not None:
+            have += len(st.blocks)
+        required = -(-num_tokens // self.block_size)
+        n = self._num_new_real_blocks(have, required) if required > have else 0
         for b in new_computed_blocks:
             if b.ref_cnt == 0 and not b.is_null:
                 n += 1
-        if blocks:
-            start = self.num_skipped_block[request_id]
-            stop = self._first_needed_block(total_computed_tokens)
-            for i in range(start, min(stop, len(blocks))):
+        if st is not None and self.has_skips:
+            blocks = st.blocks
+            stop = min(self._first_needed_block(total_computed_tokens), len(blocks))
+            for i in range(st.num_skipped, stop):
                 b = blocks[i]
                 if b.ref_cnt == 1 and not b.is_null:
                     n -= 1
         return n
 
     def _num_new_real_blocks(self, have: int, required: int) -> int:
-        """Blocks to pop for table positions ``have .. required-1``."""
-        return required - have if required > have else 0
+        """Blocks to pop for table positions ``have .. required-1`` (> have)."""
+        return required - have
 
-    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> None:
+    def add_request(
+        self, request_id: str, new_computed_blocks: list[KVCacheBlock]
+    ) -> RequestBlockState:
+        """Start a table from prefix-hit blocks (already touched), or empty."""
+        skipped = 0
+        for b in new_computed_blocks:
+            if not b.is_null:
+                break
+            skipped += 1
+        st = RequestBlockState(list(new_computed_blocks), len(new_computed_blocks), skipped)
+        self.states[request_id] = st
+        return st
+
+    def remove_skipped_blocks(self, st: RequestBlockState, total_computed_tokens: int) -> None:
         """Null out and release blocks no query of this request reads again."""
-        blocks = self.req_to_blocks.get(request_id)
-        if not blocks:
-            return
-        start = self.num_skipped_block[request_id]
+        blocks = st.blocks
+        start = st.num_skipped
         stop = min(self._first_needed_block(total_computed_tokens), len(blocks))
         if stop <= start:
             return
@@ -118,30 +153,13 @@ class SingleTypeKVCacheManager(ABC):
             if not b.is_null:
                 removed.append(b)
                 blocks[i] = null
-        self.num_skipped_block[request_id] = stop
+        st.num_skipped = stop
         self.pool.free_blocks(removed)
 
-    def save_new_computed_blocks(
-        self, request_id: str, new_computed_blocks: list[KVCacheBlock]
-    ) -> None:
-        """Adopt prefix-hit blocks (already touched) as the table's start."""
-        if request_id in self.req_to_blocks:
-            if new_computed_blocks:
-                raise ValueError(f"request {request_id!r} already has blocks; hits are for new requests")
-            return
-        self.req_to_blocks[request_id] = list(new_computed_blocks)
-        self.num_cached_block[request_id] = len(new_computed_blocks)
-        skipped = 0
-        for b in new_computed_blocks:
-            if not b.is_null:
-                break
-            skipped += 1
-        self.num_skipped_block[request_id] = skipped
-
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+    def allocate_new_blocks(self, st: RequestBlockState, num_tokens: int) -> list[KVCacheBlock]:
         """Extend the table to cover ``num_tokens``; returns the new entries."""
-        blocks = self.req_to_blocks[request_id]
-        required = cdiv(num_tokens, self.block_size)
+        blocks = st.blocks
+        required = -(-num_tokens // self.block_size)
         if required <= len(blocks):
             return []
         new = self.pool.get_new_blocks(required - len(blocks))
@@ -150,19 +168,24 @@ class SingleTypeKVCacheManager(ABC):
 
     # -- prefix caching ------------------------------------------------------
     def cache_blocks(
-        self, request_id: str, hashes: list[bytes], token_ids: list[int], num_tokens: int,
+        self,
+        st: RequestBlockState,
+        block_hashes: list[bytes],
+        token_ids: list[int],
+        num_tokens: int,
         lora_name: str | None = None,
     ) -> None:
         """Enter the full blocks covering ``num_tokens`` into the cache.
 
-        ``hashes`` are this group's block hashes (``group_hashes``).
+        ``block_hashes`` are the request's hashes at the hash block size.
         """
-        num_full = num_tokens // self.block_size
-        start = self.num_cached_block[request_id]
+        bs = self.block_size
+        num_full = num_tokens // bs
+        start = st.num_cached
         if num_full <= start:
             return
-        blocks = self.req_to_blocks[request_id]
-        bs = self.block_size
+        hashes = self.group_hashes(block_hashes)
+        blocks = st.blocks
         pool = self.pool
         gid = self.group_id
         stored = []
@@ -170,10 +193,9 @@ class SingleTypeKVCacheManager(ABC):
             b = blocks[i]
             if b.is_null or b.block_hash is not None:
                 continue
-            h = hashes[i]
-            pool.cache_block(b, h, gid, token_ids[i * bs : (i + 1) * bs])
+            pool.cache_block(b, hashes[i], gid, token_ids[i * bs : (i + 1) * bs])
             stored.append(i)
-        self.num_cached_block[request_id] = num_full
+        st.num_cached = num_full
         if stored and pool.enable_kv_cache_events:
             first = stored[0]
             pool.record_stored(
@@ -194,11 +216,15 @@ class SingleTypeKVCacheManager(ABC):
         k = self.hash_stride
         return block_hashes if k == 1 else block_hashes[k - 1 :: k]
 
-    def _lookup(self, hashes: list[bytes], i: int, token_ids: list[int] | None) -> KVCacheBlock | None:
+    def _lookup(
+        self, hashes: list[bytes], i: int, token_ids: list[int] | None
+    ) -> KVCacheBlock | None:
         if token_ids is None:
             return self.pool.cached[self.group_id].get(hashes[i])
         bs = self.block_size
-        return self.pool.get_cached_block(hashes[i], self.group_id, token_ids[i * bs : (i + 1) * bs])
+        return self.pool.get_cached_block(
+            hashes[i], self.group_id, token_ids[i * bs : (i + 1) * bs]
+        )
 
     def find_longest_cache_hit(
         self, hashes: list[bytes], max_length: int, token_ids: list[int] | None = None
@@ -231,27 +257,24 @@ class SingleTypeKVCacheManager(ABC):
         return []
 
     # -- release -------------------------------------------------------------
-    def pop_request(self, request_id: str) -> list[KVCacheBlock]:
-        """Forget the request; return its table for the coordinator to free."""
-        self.num_cached_block.pop(request_id, None)
-        self.num_skipped_block.pop(request_id, None)
-        return self.req_to_blocks.pop(request_id, [])
+    def pop_request(self, request_id: str) -> RequestBlockState | None:
+        """Forget the request; return its state for the coordinator to free."""
+        return self.states.pop(request_id, None)
 
     # -- integrity -----------------------------------------------------------
     def check_integrity(self) -> None:
         """Per-request tables are consistent with the counters and the pool."""
-        for rid, blocks in self.req_to_blocks.items():
-            cached = self.num_cached_block[rid]
-            skipped = self.num_skipped_block[rid]
-            assert 0 <= skipped <= len(blocks), f"{rid}: skipped {skipped} > {len(blocks)}"
-            assert 0 <= cached <= len(blocks), f"{rid}: cached {cached} > {len(blocks)}"
+        for rid, st in self.states.items():
+            blocks = st.blocks
+            assert 0 <= st.num_skipped <= len(blocks), f"{rid}: bad num_skipped"
+            assert 0 <= st.num_cached <= len(blocks), f"{rid}: bad num_cached"
             for i, b in enumerate(blocks):
-                if i < skipped:
+                if i < st.num_skipped:
                     assert b.is_null, f"{rid}: block {i} should be null (skipped)"
                 if b.is_null:
                     continue
                 assert b.ref_cnt >= 1, f"{rid}: held block {b} has ref count 0"
-                if i < cached and self.enable_caching:
+                if i < st.num_cached and self.enable_caching:
                     assert b.block_hash is not None and b.group_id == self.group_id, (
                         f"{rid}: full block {i} ({b}) is not cached in group {self.group_id}"
                     )

@@ -12,12 +12,10 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     """Hits scan left to right and stop at the first miss."""
 
     prefix_closed: ClassVar[bool] = True
+    has_skips: ClassVar[bool] = False
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return 0
-
-    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> None:
-        return None
 
     def find_longest_cache_hit(
         self, hashes: list[bytes], max_length: int, token_ids: list[int] | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.specs.base import cdiv
 from hybridkv.specs.mamba import MambaSpec
 
@@ -42,14 +42,12 @@ class MambaManager(SingleTypeKVCacheManager):
         return max(0, num_computed_tokens - 1)
 
     def _num_new_real_blocks(self, have: int, required: int) -> int:
-        if required <= have:
-            return 0
         return required - have if self.enable_caching else 1
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+    def allocate_new_blocks(self, st: RequestBlockState, num_tokens: int) -> list[KVCacheBlock]:
         if self.enable_caching:
-            return super().allocate_new_blocks(request_id, num_tokens)
-        blocks = self.req_to_blocks[request_id]
+            return super().allocate_new_blocks(st, num_tokens)
+        blocks = st.blocks
         required = cdiv(num_tokens, self.block_size)
         if required <= len(blocks):
             return []

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""hybridkv's KVCacheManager vs vLLM v1's, side by side in one process.
+
+Workload (the core issue's): 2,000 requests, each one of 8 shared 1,024-token
+prefixes plus a 256-token unique suffix, 32 running at once, 32 decode tokens
+each; block size 16; 4,096 blocks; configs ``full`` (one group) and ``hybrid``
+(one full + two sliding-window groups, window 128); sha256 block hashing.
+The replay loop is the shared harness (``../shared/bench/vllm_baseline``),
+which runs vLLM 0.33's real manager from source without installing vLLM.
+Runs alternate (vLLM, ours, ours, vLLM, ...) so machine drift hits both alike;
+the table shows medians and the ratio ours / vLLM.
+
+    # once: bash ../shared/bench/vllm_baseline/setup.sh
+    ~/.cache/hybridkv-vllm-baseline/venv/bin/python benchmarks/bench_manager.py --write
+    python benchmarks/bench_manager.py --no-vllm        # ours only
+
+Without the baseline (``--no-vllm`` or not set up) only our figures print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from hybridkv_adapter import HybridkvAdapter, make_config  # noqa: E402
+
+from hybridkv import BlockHasher, Request  # noqa: E402
+
+DEFAULT_HARNESS = ROOT.parent / "shared" / "bench" / "vllm_baseline"
+DEFAULT_VLLM_SRC = Path.home() / ".cache" / "hybridkv-vllm-baseline" / "src" / "vllm-0.33.0"
+perf = time.perf_counter
+
+ROWS = [
+    ("per request (us)", "us_per_request"),
+    ("per allocate_slots (us)", "us_per_allocate_slots"),
+    ("  prefill allocate_slots (us)", "us_per_allocate_slots_prefill"),
+    ("  decode allocate_slots (us)", "us_per_allocate_slots_decode"),
+    ("get_computed_blocks (us)", "us_per_get_computed_blocks"),
+    ("Request() + prompt hashing (us)", "us_per_request_create_incl_prompt_hash"),
+    ("append_output_token (us)", "us_per_append_output_token"),
+    ("free (us)", "us_per_free"),
+]
+
+
+def load_harness(path: Path) -> ModuleType:
+    sys.path.insert(0, str(path))
+    import bench_vllm
+
+    return bench_vllm
+
+
+def hash_ns_per_token(
+    harness: ModuleType | None, with_vllm: bool, prompt_len: int, iters: int, block_size: int
+) -> dict[str, dict[str, float]]:
+    """Median ns/token to hash a fresh ``prompt_len``-token prompt, interleaved."""
+    rng = random.Random(7)
+    prompt = [rng.randrange(32000) for _ in range(prompt_len)]
+    algos = ["sha256", "xxhash"]
+    times: dict[str, list[float]] = {}
+    if with_vllm and harness is not None:
+        g = vars(harness)
+        vreq = g["Request"](
+            request_id="h",
+            prompt_token_ids=prompt,
+            sampling_params=g["SamplingParams"](max_tokens=1),
+            pooling_params=None,
+            block_hasher=None,
+        )
+        fns = {a: g["hashing"].get_hash_fn_by_name(a) for a in algos}
+        hashers = {a: g["get_request_block_hasher"](block_size, fns[a]) for a in algos}
+    for _ in range(iters):
+        for algo in algos:
+            if with_vllm and harness is not None:
+                g["init_none_hash"](fns[algo])
+                vreq.block_hashes = []
+                gc.collect()
+                t0 = perf()
+                hashers[algo](vreq)
+                times.setdefault(f"vllm:{algo}", []).append(perf() - t0)
+            ours = BlockHasher(block_size, algo)
+            req = Request("h", prompt)
+            gc.collect()
+            t0 = perf()
+            ours.update(req)
+            times.setdefault(f"hybridkv:{algo}", []).append(perf() - t0)
+            assert len(req._block_hashes) == prompt_len // block_size
+    return {k: {"ns_per_token": statistics.median(v) / prompt_len * 1e9} for k, v in times.items()}
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=["full", "hybrid"],
+                   choices=["full", "hybrid", "hybrid_mamba"])
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds per config")
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--hash-prompt-len", type=int, default=50000)
+    p.add_argument("--hash-iters", type=int, default=7)
+    p.add_argument("--harness", type=Path, default=Path(os.environ.get(
+        "HYBRIDKV_VLLM_HARNESS", DEFAULT_HARNESS)))
+    p.add_argument("--vllm-src", type=Path, default=Path(os.environ.get(
+        "VLLM_SRC", DEFAULT_VLLM_SRC)))
+    p.add_argument("--no-vllm", action="store_true", help="time hybridkv only")
+    p.add_argument("--write", action="store_true", help="write benchmarks/results/manager.md")
+    args = p.parse_args()
+
+    if not (args.harness / "bench_vllm.py").exists():
+        sys.exit(f"replay harness not found at {args.harness} (set --harness)")
+    harness = load_harness(args.harness)
+    with_vllm = not args.no_vllm
+    env = None
+    if with_vllm:
+        if not args.vllm_src.exists():
+            sys.exit(
+                f"vLLM source not found at {args.vllm_src}: run "
+                f"`bash {args.harness}/setup.sh` (and use its venv), or pass --no-vllm"
+            )
+        env = harness.import_vllm(False, str(args.vllm_src))
+        import logging
+
+        logging.getLogger("vllm").setLevel(logging.ERROR)
+    a = harness.parse_args(["--requests", str(args.requests), "--no-fingerprint-blocks"])
+    workload = harness.make_workload(a)
+    print(f"machine: {machine()}")
+    if env:
+        print(f"baseline: vLLM {env['vllm_version']} ({env['import_recipe']}), torch {env['torch']}")
+
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for kind in args.configs:
+        runs: dict[str, list[dict[str, Any]]] = {"vllm": [], "hybridkv": []}
+        order = ["vllm", "hybridkv"] if with_vllm else ["hybridkv"]
+        for r in range(args.rounds):
+            for impl in order if r % 2 == 0 else order[::-1]:
+                if impl == "vllm":
+                    adapter: Any = harness.VllmAdapter(
+                        harness.make_config(kind, a.block_size, a.num_blocks, a.window), a)
+                else:
+                    adapter = HybridkvAdapter(make_config(kind, a.block_size, a.num_blocks, a.window), a)
+                c0 = harness.calib_ms()
+                res = harness.replay(adapter, workload, a)
+                res["calib_ms"] = [c0, harness.calib_ms()]
+                runs[impl].append(res)
+                del adapter
+                print(f"  [{kind}] round {r + 1} {impl:8s} {res['us_per_request']:8.1f} us/request "
+                      f"hit {res['prefix_hit_rate'] * 100:.2f}% fp {res['fingerprint']} "
+                      f"calib {res['calib_ms'][0]:.1f}/{res['calib_ms'][1]:.1f} ms", flush=True)
+        results[kind] = runs
+    hashing = hash_ns_per_token(harness, with_vllm, args.hash_prompt_len, args.hash_iters,
+                                a.block_size)
+    report = render(results, hashing, with_vllm, env, args)
+    print()
+    print(report)
+    if args.write:
+        out = ROOT / "benchmarks" / "results" / "manager.md"
+        out.write_text(report)
+        print(f"wrote {out}")
+
+
+def med(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def render(results: dict[str, Any], hashing: dict[str, Any], with_vllm: bool,
+           env: dict[str, Any] | None, args: argparse.Namespace) -> str:
+    lines = [
+        "# KVCacheManager benchmark: hybridkv vs vLLM v1",
+        "",
+        f"Machine: {machine()}. Generated by `benchmarks/bench_manager.py` on "
+        f"{time.strftime('%Y-%m-%d')}.",
+    ]
+    if env:
+        lines.append(f"Baseline: vLLM {env['vllm_version']}'s real `KVCacheManager` "
+                     f"({env['import_recipe']}), same process, alternating runs, "
+                     f"medians of {args.rounds} runs each.")
+    lines += [
+        "",
+        f"Workload: {args.requests} requests = one of 8 shared 1,024-token prefixes + a "
+        "256-token unique suffix, 32 running, 32 decode tokens each, block size 16, "
+        "4,096 blocks, sha256 block hashes. `hybrid` = 1 full + 2 sliding-window groups "
+        "(window 128).",
+        "",
+    ]
+    for kind, runs in results.items():
+        ours = runs["hybridkv"]
+        lines.append(f"## `{kind}`")
+        lines.append("")
+        if with_vllm:
+            v = runs["vllm"]
+            lines += ["| | vLLM | hybridkv | ratio |", "| --- | ---: | ---: | ---: |"]
+            for label, key in ROWS:
+                a, b = med(v, key), med(ours, key)
+                lines.append(f"| {label.strip()} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")
+            lines.append(f"| prefix hit rate | {v[0]['prefix_hit_rate'] * 100:.2f} % | "
+                         f"{ours[0]['prefix_hit_rate'] * 100:.2f} % | |")
+            same = {r["fingerprint"] for r in v} == {r["fingerprint"] for r in ours}
+            lines.append(f"| same hit decisions (fingerprint) | | | {'yes' if same else 'NO'} |")
+        else:
+            lines += ["| | hybridkv |", "| --- | ---: |"]
+            for label, key in ROWS:
+                lines.append(f"| {label.strip()} | {med(ours, key):.2f} |")
+            lines.append(f"| prefix hit rate | {ours[0]['prefix_hit_rate'] * 100:.2f} % |")
+        calib = [c for r in (runs["vllm"] + ours) for c in r["calib_ms"]]
+        lines += ["", f"Machine-speed probe (fixed loop, ~11 ms when quiet): "
+                      f"{min(calib):.1f}-{max(calib):.1f} ms.", ""]
+    lines += ["## Block hashing, 50,000-token prompt (ns/token, median)", ""]
+    if with_vllm:
+        lines += ["| algorithm | vLLM | hybridkv | ratio |", "| --- | ---: | ---: | ---: |"]
+        for algo in ("sha256", "xxhash"):
+            v = hashing[f"vllm:{algo}"]["ns_per_token"]
+            o = hashing[f"hybridkv:{algo}"]["ns_per_token"]
+            lines.append(f"| {algo} | {v:.1f} | {o:.1f} | {o / v:.2f}x |")
+        v256 = hashing["vllm:sha256"]["ns_per_token"]
+        lines.append(f"| hybridkv xxhash vs vLLM sha256 | | | "
+                     f"{hashing['hybridkv:xxhash']['ns_per_token'] / v256:.2f}x |")
+    else:
+        lines += ["| algorithm | hybridkv |", "| --- | ---: |"]
+        for algo in ("sha256", "xxhash"):
+            lines.append(f"| {algo} | {hashing[f'hybridkv:{algo}']['ns_per_token']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
