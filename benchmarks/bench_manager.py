@@ -113,17 +113,27 @@ def machine() -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", default=["full", "hybrid"],
-                   choices=["full", "hybrid", "hybrid_mamba"])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        default=["full", "hybrid"],
+        choices=["full", "hybrid", "hybrid_mamba"],
+    )
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per config")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--hash-prompt-len", type=int, default=50000)
     p.add_argument("--hash-iters", type=int, default=7)
-    p.add_argument("--harness", type=Path, default=Path(os.environ.get(
-        "HYBRIDKV_VLLM_HARNESS", DEFAULT_HARNESS)))
-    p.add_argument("--vllm-src", type=Path, default=Path(os.environ.get(
-        "VLLM_SRC", DEFAULT_VLLM_SRC)))
+    p.add_argument(
+        "--harness",
+        type=Path,
+        default=Path(os.environ.get("HYBRIDKV_VLLM_HARNESS", DEFAULT_HARNESS)),
+    )
+    p.add_argument(
+        "--vllm-src", type=Path, default=Path(os.environ.get("VLLM_SRC", DEFAULT_VLLM_SRC))
+    )
     p.add_argument("--no-vllm", action="store_true", help="time hybridkv only")
     p.add_argument("--write", action="store_true", help="write benchmarks/results/manager.md")
     args = p.parse_args()
@@ -147,7 +157,9 @@ def main() -> None:
     workload = harness.make_workload(a)
     print(f"machine: {machine()}")
     if env:
-        print(f"baseline: vLLM {env['vllm_version']} ({env['import_recipe']}), torch {env['torch']}")
+        print(
+            f"baseline: vLLM {env['vllm_version']} ({env['import_recipe']}), torch {env['torch']}"
+        )
 
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for kind in args.configs:
@@ -157,20 +169,27 @@ def main() -> None:
             for impl in order if r % 2 == 0 else order[::-1]:
                 if impl == "vllm":
                     adapter: Any = harness.VllmAdapter(
-                        harness.make_config(kind, a.block_size, a.num_blocks, a.window), a)
+                        harness.make_config(kind, a.block_size, a.num_blocks, a.window), a
+                    )
                 else:
-                    adapter = HybridkvAdapter(make_config(kind, a.block_size, a.num_blocks, a.window), a)
+                    adapter = HybridkvAdapter(
+                        make_config(kind, a.block_size, a.num_blocks, a.window), a
+                    )
                 c0 = harness.calib_ms()
                 res = harness.replay(adapter, workload, a)
                 res["calib_ms"] = [c0, harness.calib_ms()]
                 runs[impl].append(res)
                 del adapter
-                print(f"  [{kind}] round {r + 1} {impl:8s} {res['us_per_request']:8.1f} us/request "
-                      f"hit {res['prefix_hit_rate'] * 100:.2f}% fp {res['fingerprint']} "
-                      f"calib {res['calib_ms'][0]:.1f}/{res['calib_ms'][1]:.1f} ms", flush=True)
+                print(
+                    f"  [{kind}] round {r + 1} {impl:8s} {res['us_per_request']:8.1f} us/request "
+                    f"hit {res['prefix_hit_rate'] * 100:.2f}% fp {res['fingerprint']} "
+                    f"calib {res['calib_ms'][0]:.1f}/{res['calib_ms'][1]:.1f} ms",
+                    flush=True,
+                )
         results[kind] = runs
-    hashing = hash_ns_per_token(harness, with_vllm, args.hash_prompt_len, args.hash_iters,
-                                a.block_size)
+    hashing = hash_ns_per_token(
+        harness, with_vllm, args.hash_prompt_len, args.hash_iters, a.block_size
+    )
     report = render(results, hashing, with_vllm, env, args)
     print()
     print(report)
@@ -184,8 +203,13 @@ def med(runs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def render(results: dict[str, Any], hashing: dict[str, Any], with_vllm: bool,
-           env: dict[str, Any] | None, args: argparse.Namespace) -> str:
+def render(
+    results: dict[str, Any],
+    hashing: dict[str, Any],
+    with_vllm: bool,
+    env: dict[str, Any] | None,
+    args: argparse.Namespace,
+) -> str:
     lines = [
         "# KVCacheManager benchmark: hybridkv vs vLLM v1",
         "",
@@ -193,9 +217,11 @@ def render(results: dict[str, Any], hashing: dict[str, Any], with_vllm: bool,
         f"{time.strftime('%Y-%m-%d')}.",
     ]
     if env:
-        lines.append(f"Baseline: vLLM {env['vllm_version']}'s real `KVCacheManager` "
-                     f"({env['import_recipe']}), same process, alternating runs, "
-                     f"medians of {args.rounds} runs each.")
+        lines.append(
+            f"Baseline: vLLM {env['vllm_version']}'s real `KVCacheManager` "
+            f"({env['import_recipe']}), same process, alternating runs, "
+            f"medians of {args.rounds} runs each."
+        )
     lines += [
         "",
         f"Workload: {args.requests} requests = one of 8 shared 1,024-token prefixes + a "
@@ -214,8 +240,10 @@ def render(results: dict[str, Any], hashing: dict[str, Any], with_vllm: bool,
             for label, key in ROWS:
                 a, b = med(v, key), med(ours, key)
                 lines.append(f"| {label.strip()} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")
-            lines.append(f"| prefix hit rate | {v[0]['prefix_hit_rate'] * 100:.2f} % | "
-                         f"{ours[0]['prefix_hit_rate'] * 100:.2f} % | |")
+            lines.append(
+                f"| prefix hit rate | {v[0]['prefix_hit_rate'] * 100:.2f} % | "
+                f"{ours[0]['prefix_hit_rate'] * 100:.2f} % | |"
+            )
             same = {r["fingerprint"] for r in v} == {r["fingerprint"] for r in ours}
             lines.append(f"| same hit decisions (fingerprint) | | | {'yes' if same else 'NO'} |")
         else:
@@ -224,8 +252,12 @@ def render(results: dict[str, Any], hashing: dict[str, Any], with_vllm: bool,
                 lines.append(f"| {label.strip()} | {med(ours, key):.2f} |")
             lines.append(f"| prefix hit rate | {ours[0]['prefix_hit_rate'] * 100:.2f} % |")
         calib = [c for r in (runs["vllm"] + ours) for c in r["calib_ms"]]
-        lines += ["", f"Machine-speed probe (fixed loop, ~11 ms when quiet): "
-                      f"{min(calib):.1f}-{max(calib):.1f} ms.", ""]
+        lines += [
+            "",
+            f"Machine-speed probe (fixed loop, ~11 ms when quiet): "
+            f"{min(calib):.1f}-{max(calib):.1f} ms.",
+            "",
+        ]
     lines += ["## Block hashing, 50,000-token prompt (ns/token, median)", ""]
     if with_vllm:
         lines += ["| algorithm | vLLM | hybridkv | ratio |", "| --- | ---: | ---: | ---: |"]
@@ -234,8 +266,10 @@ def render(results: dict[str, Any], hashing: dict[str, Any], with_vllm: bool,
             o = hashing[f"hybridkv:{algo}"]["ns_per_token"]
             lines.append(f"| {algo} | {v:.1f} | {o:.1f} | {o / v:.2f}x |")
         v256 = hashing["vllm:sha256"]["ns_per_token"]
-        lines.append(f"| hybridkv xxhash vs vLLM sha256 | | | "
-                     f"{hashing['hybridkv:xxhash']['ns_per_token'] / v256:.2f}x |")
+        lines.append(
+            f"| hybridkv xxhash vs vLLM sha256 | | | "
+            f"{hashing['hybridkv:xxhash']['ns_per_token'] / v256:.2f}x |"
+        )
     else:
         lines += ["| algorithm | hybridkv |", "| --- | ---: |"]
         for algo in ("sha256", "xxhash"):

@@ -4,8 +4,8 @@ Public names follow vLLM v1 (``KVCacheManager``, ``FullAttentionSpec``...).
 """
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import HASH_ALGOS, BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks

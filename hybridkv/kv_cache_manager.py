@@ -25,8 +25,8 @@ import operator
 
 from hybridkv.coordinators import get_kv_cache_coordinator
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.core.eviction import EvictionPolicy
 from hybridkv.core.events import KVCacheEvent
+from hybridkv.core.eviction import EvictionPolicy
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
@@ -83,9 +83,7 @@ class KVCacheManager:
         self.coordinator = get_kv_cache_coordinator(
             kv_cache_config, self.block_pool, self.hash_block_size, enable_caching
         )
-        self.prefix_cache_stats: PrefixCacheStats | None = (
-            PrefixCacheStats() if log_stats else None
-        )
+        self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
     # -- helpers -------------------------------------------------------------
     def _bind(self, request: Request) -> None:

@@ -161,9 +161,9 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         """Append sampled tokens; blocks they fill are hashed at once."""
-        if isinstance(token_ids, int) and not isinstance(token_ids, bool):
-            if not 0 <= token_ids < 2**32:
-                raise ValueError(f"token_ids must be ints in [0, 2**32), got {token_ids}")
+        if isinstance(token_ids, int):
+            if isinstance(token_ids, bool) or not 0 <= token_ids < 2**32:
+                raise ValueError(f"token_ids must be ints in [0, 2**32), got {token_ids!r}")
             self._token_ids.append(token_ids)
         else:
             ids = list(token_ids)

@@ -34,4 +34,3 @@ __all__ = [
     "UnitaryKVCacheCoordinator",
     "get_kv_cache_coordinator",
 ]
-

@@ -57,7 +57,9 @@ class KVCacheCoordinator(ABC):
         """
         managers = self.managers
         states = [m.states.get(request_id) for m in managers]
-        if new_computed_blocks is None and self._nothing_to_do(states, num_tokens, total_computed_tokens):
+        if new_computed_blocks is None and self._nothing_to_do(
+            states, num_tokens, total_computed_tokens
+        ):
             return tuple([] for _ in managers)
         hit = new_computed_blocks or self._no_hit
         need = 0
@@ -85,7 +87,10 @@ class KVCacheCoordinator(ABC):
         for m, st in zip(self.managers, states, strict=True):
             if st is None or num_tokens > len(st.blocks) * m.block_size:
                 return False
-            if m.has_skips and m.get_num_skipped_tokens(total_computed) // m.block_size > st.num_skipped:
+            if (
+                m.has_skips
+                and m.get_num_skipped_tokens(total_computed) // m.block_size > st.num_skipped
+            ):
                 return False
         return True
 

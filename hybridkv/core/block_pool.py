@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 
 
 class BlockPool:
@@ -36,7 +36,9 @@ class BlockPool:
         eviction_policy: type[EvictionPolicy] | None = None,
     ) -> None:
         if num_blocks < 2:
-            raise ValueError(f"num_blocks must be >= 2 (block 0 is the null block), got {num_blocks}")
+            raise ValueError(
+                f"num_blocks must be >= 2 (block 0 is the null block), got {num_blocks}"
+            )
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.enable_kv_cache_events = enable_kv_cache_events

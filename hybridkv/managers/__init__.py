@@ -38,7 +38,7 @@ def get_manager_for_kv_cache_spec(
             f"no manager for {type(kv_cache_spec).__name__}; supported: "
             f"{sorted(c.__name__ for c in spec_manager_map)}"
         )
-    return cls(kv_cache_spec, block_pool, group_id, hash_block_size, enable_caching)  # type: ignore[arg-type]
+    return cls(kv_cache_spec, block_pool, group_id, hash_block_size, enable_caching)
 
 
 __all__ = [
