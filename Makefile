@@ -13,7 +13,6 @@ HYPOTHESIS_PROFILE ?= ci
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
 	touch $@
 
