@@ -67,6 +67,11 @@ class KVCacheCoordinator(ABC):
             need += m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens)
         if need > self.pool.num_free_blocks:
             return None
+        # Release every group's skipped blocks before any group pops new ones:
+        # the count above relies on them being back in the free set.
+        for m, st in zip(managers, states, strict=True):
+            if st is not None and m.has_skips:
+                m.remove_skipped_blocks(st, total_computed_tokens)
         if new_computed_blocks is not None:
             for blocks in new_computed_blocks:
                 self.pool.touch(blocks)
@@ -74,8 +79,6 @@ class KVCacheCoordinator(ABC):
         for m, st, h in zip(managers, states, hit, strict=True):
             if st is None:
                 st = m.add_request(request_id, h)
-            elif m.has_skips:
-                m.remove_skipped_blocks(st, total_computed_tokens)
             new.append(m.allocate_new_blocks(st, num_tokens))
         return tuple(new)
 
