@@ -1,0 +1,213 @@
+"""Helpers for the state-machine test (``test_state_machine.py``): the config
+generator and hash-free reference models.
+
+The reference recomputes prefix hits from plain token prefixes, with no block
+hashes, no right-to-left scan and no fixed point, so a bug in the hashing, a
+per-kind hit rule or the cross-group intersection shows up as a disagreement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+
+from hybridkv import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheManager,
+    KVCacheSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+
+KINDS = ("full", "sliding", "chunked", "mamba")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class GroupDesc:
+    """One KV cache group: its kind, block size and window / chunk size."""
+
+    kind: str
+    block_size: int
+    param: int = 0  # sliding window W or attention chunk size C
+
+    def first_needed(self, length: int) -> int:
+        """First token that the query at position ``length`` reads (naive rule)."""
+        if self.kind == "full":
+            return 0
+        if self.kind == "sliding":
+            return max(0, length - self.param + 1)
+        if self.kind == "chunked":
+            return length // self.param * self.param
+        return max(0, length - 1)  # mamba: only the state at ``length``
+
+    def first_needed_block(self, length: int) -> int:
+        return self.first_needed(length) // self.block_size
+
+    def real_positions(self, computed: int, table_len: int, caching: bool) -> set[int]:
+        """Table entries holding a real block after an allocation at ``computed``
+        tokens: the ones a query there still reads (and, for Mamba without
+        prefix caching, only the state read and the last entry)."""
+        first = self.first_needed_block(computed)
+        if self.kind == "mamba" and not caching:
+            return {table_len - 1} | ({first} if computed else set())
+        return set(range(first, table_len))
+
+    def spec(self) -> KVCacheSpec:
+        bs = self.block_size
+        if self.kind == "full":
+            return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=4, dtype="float32")
+        if self.kind == "sliding":
+            return SlidingWindowSpec(
+                block_size=bs,
+                num_kv_heads=1,
+                head_size=4,
+                dtype="float32",
+                sliding_window=self.param,
+            )
+        if self.kind == "chunked":
+            return ChunkedLocalAttentionSpec(
+                block_size=bs,
+                num_kv_heads=1,
+                head_size=4,
+                dtype="float32",
+                attention_chunk_size=self.param,
+            )
+        return MambaSpec(block_size=bs, shapes=((2,),), dtypes=("float32",))
+
+
+VOCAB = 4
+MAX_PROMPT = 24
+
+
+@dataclass(frozen=True)
+class Config:
+    groups: list[GroupDesc]
+    num_blocks: int
+    hash_algo: str
+    enable_caching: bool
+    max_model_len: int
+    prefixes: list[list[int]]
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> Config:
+    groups = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(KINDS))
+        param = draw(st.integers(1, 9)) if kind in ("sliding", "chunked") else 0
+        groups.append(GroupDesc(kind, draw(st.sampled_from([1, 2, 4])), param))
+    tokens = st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=16)
+    return Config(
+        groups=groups,
+        num_blocks=draw(st.integers(6, 48)),
+        hash_algo=draw(st.sampled_from(["sha256", "xxhash"])),
+        enable_caching=draw(st.sampled_from([True, True, True, False])),
+        max_model_len=draw(st.sampled_from([64, 24, 32])),
+        prefixes=draw(st.lists(tokens, min_size=1, max_size=3)),
+    )
+
+
+PrefixKey = tuple[str | None, str | None, tuple[int, ...]]
+
+
+class NaiveStore:
+    """Per group, the token prefixes (with salt and LoRA) whose last block some
+    request computed since the last reset.
+
+    Only blocks a request computed itself count, not the positions a prefix
+    hit let it skip: a hit may be valid with nothing cached before it (a
+    chunked group at a chunk boundary needs no block at all; a sliding group
+    only the window), and nobody ever wrote KV for those skipped blocks.
+    Counting them would let the reference promise hits no cache can give.
+    """
+
+    def __init__(self, groups: list[GroupDesc]) -> None:
+        self.groups = groups
+        self.prefixes: list[set[PrefixKey]] = [set() for _ in groups]
+        self.step = math.lcm(*(g.block_size for g in groups))
+
+    def clear(self) -> None:
+        for s in self.prefixes:
+            s.clear()
+
+    def add_computed(
+        self, salt: str | None, lora: str | None, tokens: list[int], start: int, end: int
+    ) -> None:
+        """A request computed tokens ``[start, end)``: every full block of each
+        group that holds computed tokens is now cached (``start`` is a hit
+        length, a multiple of every block size)."""
+        for g, d in enumerate(self.groups):
+            bs = d.block_size
+            for i in range(start // bs, end // bs):
+                self.prefixes[g].add((salt, lora, tuple(tokens[: (i + 1) * bs])))
+
+    def valid(self, salt: str | None, lora: str | None, tokens: list[int], length: int) -> bool:
+        """Every group has every block its query at ``length`` reads."""
+        for g, d in enumerate(self.groups):
+            bs = d.block_size
+            store = self.prefixes[g]
+            for i in range(d.first_needed_block(length), length // bs):
+                if (salt, lora, tuple(tokens[: (i + 1) * bs])) not in store:
+                    return False
+        return True
+
+    def longest_hit(self, salt: str | None, lora: str | None, tokens: list[int]) -> int:
+        """Largest aligned ``L <= len(tokens) - 1`` valid for every group."""
+        length = (len(tokens) - 1) // self.step * self.step
+        while length > 0 and not self.valid(salt, lora, tokens, length):
+            length -= self.step
+        return length
+
+
+def snapshot(kv: KVCacheManager, request_ids: list[str]) -> tuple[object, ...]:
+    """Everything an out-of-blocks ``allocate_slots`` must leave untouched."""
+    pool = kv.block_pool
+    blocks = tuple(
+        (b.ref_cnt, b.block_hash, b.group_id, None if b.token_ids is None else tuple(b.token_ids))
+        for b in pool.blocks
+    )
+    queue = tuple(b.block_id for b in pool.policy)
+    tables = tuple(kv.get_block_ids(rid) for rid in request_ids)
+    return blocks, queue, pool.num_free_blocks, tables, pool.num_cached_blocks()
+
+
+def check_release_order(
+    old_queue: list[int],
+    new_queue: list[int],
+    released: list[tuple[int, int, int, bool]],
+    same_block_size: bool,
+) -> None:
+    """Check the free queue after a request's blocks were released.
+
+    ``released``: (group, position, block id, hashed) of every block whose ref
+    count dropped to 0. Release is tail first: hashless blocks go to the head
+    (so the last released is first), hashed ones to the tail. Within a group
+    the order is by position, last first; with equal block sizes, position
+    ``i`` of every group (group order) comes before position ``i - 1``.
+    """
+    order = sorted(released, key=lambda e: (-e[1], e[0]))
+    hashless = [e for e in order if not e[3]]
+    hashed = [e for e in order if e[3]]
+    head = new_queue[: len(hashless)]
+    mid = new_queue[len(hashless) : len(hashless) + len(old_queue)]
+    tail = new_queue[len(hashless) + len(old_queue) :]
+    assert mid == old_queue, "released blocks were inserted inside the free queue"
+    assert set(head) == {e[2] for e in hashless}, (head, hashless)
+    assert set(tail) == {e[2] for e in hashed}, (tail, hashed)
+    if same_block_size:
+        assert head == [e[2] for e in reversed(hashless)], (head, hashless)
+        assert tail == [e[2] for e in hashed], (tail, hashed)
+        return
+    group_of = {e[2]: e[0] for e in released}
+    for g in {e[0] for e in released}:
+        assert [b for b in tail if group_of[b] == g] == [e[2] for e in hashed if e[0] == g]
+        assert [b for b in reversed(head) if group_of[b] == g] == [
+            e[2] for e in hashless if e[0] == g
+        ]

@@ -1,0 +1,405 @@
+"""Stateful property test: a toy scheduler drives ``KVCacheManager`` over random
+hybrid configs (1-3 groups of full / sliding / chunked / Mamba, block sizes 1,
+2 or 4) and every invariant of the pool, the tables and the prefix cache is
+checked after every step, against shadow state and the hash-free reference
+in ``reference.py``.
+
+Runs under the Hypothesis profile named by ``HYPOTHESIS_PROFILE`` (see
+``conftest.py``): ``ci`` (200 examples, default), ``dev`` (50) or ``thorough``
+(10,000): ``HYPOTHESIS_PROFILE=thorough make test``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+from hypothesis import event
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from reference import (
+    MAX_PROMPT,
+    VOCAB,
+    Config,
+    NaiveStore,
+    cdiv,
+    check_release_order,
+    configs,
+    snapshot,
+)
+
+from hybridkv import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheBlocks,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheManager,
+    Request,
+)
+
+MAX_REQUESTS = 8  # live + waiting at once
+
+
+@dataclass
+class Tracked:
+    """A request and what the toy scheduler knows about it."""
+
+    req: Request
+    hit: int = 0  # prefix-hit length at its last admission (first computed token)
+    last_tc: int = 0  # tokens computed before its last successful allocate_slots
+    recorded: list[int] = field(default_factory=list)  # shadowed hashes per group
+
+
+class KVCacheMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kv: KVCacheManager | None = None
+        self.waiting: list[Tracked] = []
+        self.running: list[Tracked] = []
+        self.num_created = 0
+        # (group, hash) -> (salt, lora, token prefix up to the block's end)
+        self.shadow: dict[tuple[int, bytes], tuple[str | None, str | None, tuple[int, ...]]] = {}
+        self.mirror: Counter[tuple[int, bytes]] = Counter()  # rebuilt from KV events
+        self.evicted = False  # a cached block was evicted since the last reset
+
+    @initialize(cfg=configs(), data=st.data())
+    def setup(self, cfg: Config, data: st.DataObject) -> None:
+        self.cfg = cfg
+        self.groups = cfg.groups
+        self.sizes = [g.block_size for g in cfg.groups]
+        self.hash_bs = math.gcd(*self.sizes)
+        self.store = NaiveStore(cfg.groups)
+        config = KVCacheConfig(
+            num_blocks=cfg.num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec([f"l{g}"], d.spec()) for g, d in enumerate(self.groups)
+            ],
+        )
+        self.kv = KVCacheManager(
+            config,
+            cfg.max_model_len,
+            enable_caching=cfg.enable_caching,
+            hash_algo=cfg.hash_algo,
+            enable_kv_cache_events=True,
+            log_stats=True,
+        )
+        for _ in range(data.draw(st.integers(1, 4))):  # rules may be swarm-disabled
+            self._arrive(data)
+
+    # -- helpers -------------------------------------------------------------
+    @property
+    def manager(self) -> KVCacheManager:
+        assert self.kv is not None
+        return self.kv
+
+    def _ids(self) -> list[str]:
+        return [t.req.request_id for t in self.running + self.waiting]
+
+    def _group_hash(self, hashes: list[bytes], g: int, i: int) -> bytes:
+        k = self.sizes[g] // self.hash_bs
+        return hashes[(i + 1) * k - 1]
+
+    def _record_hashes(self, t: Tracked) -> None:
+        """Shadow every (group, hash) of the request; a hash never names two prefixes."""
+        req = t.req
+        hashes = req.block_hashes
+        tokens = list(req.all_token_ids)
+        for g, bs in enumerate(self.sizes):
+            k = bs // self.hash_bs
+            for i in range(t.recorded[g], len(hashes) // k):
+                key = (req.cache_salt, req.lora_name, tuple(tokens[: (i + 1) * bs]))
+                seen = self.shadow.setdefault((g, hashes[(i + 1) * k - 1]), key)
+                assert seen == key, f"group {g}: one hash for two prefixes {seen} / {key}"
+            t.recorded[g] = len(hashes) // k
+
+    def _sync_events(self) -> None:
+        for ev in self.manager.take_events():
+            if isinstance(ev, BlockStored):
+                self.mirror.update((ev.group_id, h) for h in ev.block_hashes)
+            elif isinstance(ev, BlockRemoved):
+                self.mirror.subtract((ev.group_id, h) for h in ev.block_hashes)
+                self.evicted = True
+            else:
+                assert isinstance(ev, AllBlocksCleared)
+                self.mirror.clear()
+                self.evicted = False
+
+    def _pick(self, data: st.DataObject, pool: list[Tracked]) -> Tracked:
+        return pool[data.draw(st.integers(0, len(pool) - 1))]
+
+    def _allocate(
+        self,
+        t: Tracked,
+        num_new: int,
+        token: int,
+        hit: int = 0,
+        hit_blocks: KVCacheBlocks | None = None,
+    ) -> bool:
+        kv, req = self.manager, t.req
+        before = snapshot(kv, self._ids())
+        old_len = [len(tab) for tab in kv.get_block_ids(req.request_id)]
+        tc = req.num_computed_tokens + hit
+        out = kv.allocate_slots(req, num_new, hit, hit_blocks)
+        if out is None:
+            event("allocate_slots -> None")
+            assert snapshot(kv, self._ids()) == before, "failed allocate_slots changed state"
+            return False
+        if hit_blocks is not None and hit:
+            old_len = [len(tab) for tab in hit_blocks.blocks]
+        tables = kv.get_block_ids(req.request_id)
+        assert len(out.blocks) == len(self.groups)
+        for g, tab in enumerate(tables):
+            new = [b for b in tab[old_len[g] :] if b]
+            assert out.get_block_ids()[g] == new, f"group {g}: returned {out}, table {tab}"
+        for b in out.blocks:
+            assert all(x.ref_cnt == 1 for x in b), "fresh blocks must have ref count 1"
+        req.num_computed_tokens = tc + num_new
+        t.last_tc = tc
+        if self.cfg.enable_caching:
+            tokens = list(req.all_token_ids)
+            self.store.add_computed(req.cache_salt, req.lora_name, tokens, t.hit, tc + num_new)
+        if req.num_computed_tokens == req.num_tokens < self.cfg.max_model_len:
+            req.append_output_token_ids(token)  # sampled; computed by the next step
+        self._record_hashes(t)
+        return True
+
+    def _check_hit(self, t: Tracked, blocks: KVCacheBlocks, hit: int) -> None:
+        req = t.req
+        assert len(blocks.blocks) == len(self.groups)
+        assert 0 <= hit <= req.num_tokens - 1
+        if not self.cfg.enable_caching:
+            assert hit == 0 and not any(blocks.blocks)
+            return
+        hashes = req.block_hashes
+        tokens = list(req.all_token_ids)
+        for g, d in enumerate(self.groups):
+            bs = d.block_size
+            assert len(blocks.blocks[g]) * bs == hit, f"group {g}: hit {hit} not covered"
+            first = d.first_needed_block(hit)
+            for i, b in enumerate(blocks.blocks[g]):
+                assert b.is_null == (i < first), f"group {g} pos {i}: null iff outside window"
+                if b.is_null:
+                    continue
+                h = self._group_hash(hashes, g, i)
+                assert b.block_hash == h and b.group_id == g, f"group {g} pos {i}: wrong key"
+                assert b.token_ids == tokens[i * bs : (i + 1) * bs], "hit block holds other tokens"
+                # Salt isolation: the hash was made by this salt / LoRA / prefix only.
+                key = (req.cache_salt, req.lora_name, tuple(tokens[: (i + 1) * bs]))
+                assert self.shadow[(g, h)] == key, (self.shadow[(g, h)], key)
+        naive = self.store.longest_hit(req.cache_salt, req.lora_name, tokens)
+        # Coverage, shown by ``pytest --hypothesis-show-statistics``.
+        event(f"prefix hit: {'yes' if hit else 'no'}, evicted since reset: {self.evicted}")
+        if hit < naive:
+            event("hit below the naive reference (after evictions)")
+        assert hit <= naive, f"hit {hit} > naive reference {naive}"
+        if not self.evicted:
+            assert hit == naive, f"hit {hit} != naive reference {naive} (no eviction)"
+
+    def _free(self, t: Tracked) -> None:
+        kv, rid = self.manager, t.req.request_id
+        pool = kv.block_pool
+        tables = kv.get_block_ids(rid)
+        old_queue = [b.block_id for b in pool.policy]
+        released = [
+            (g, i, b, pool.blocks[b].block_hash is not None)
+            for g, tab in enumerate(tables)
+            for i, b in enumerate(tab)
+            if b and pool.blocks[b].ref_cnt == 1
+        ]
+        assert kv.free(t.req) is True
+        assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
+        new_queue = [b.block_id for b in pool.policy]
+        check_release_order(old_queue, new_queue, released, len(set(self.sizes)) == 1)
+        self.running.remove(t)
+
+    # -- rules ---------------------------------------------------------------
+    @precondition(lambda self: len(self.waiting) + len(self.running) < MAX_REQUESTS)
+    @rule(data=st.data())
+    def arrive(self, data: st.DataObject) -> None:
+        self._arrive(data)
+
+    def _arrive(self, data: st.DataObject) -> None:
+        """A new request (a shared prefix plus a random suffix) tries to start."""
+        prefix = data.draw(st.sampled_from([*self.cfg.prefixes * 3, []]))  # []: 1-12 tokens
+        suffix = data.draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12))
+        salt = data.draw(st.sampled_from([None, None, "s1", "s2"]))
+        lora = data.draw(st.sampled_from([None, None, None, "lora-a"]))
+        self.num_created += 1
+        tokens = (prefix + suffix)[:MAX_PROMPT]
+        req = Request(f"r{self.num_created}", tokens, cache_salt=salt, lora_name=lora)
+        t = Tracked(req, recorded=[0] * len(self.groups))
+        self.waiting.append(t)
+        self._admit(t, data)
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        """A waiting (preempted, or earlier out of blocks) request tries to start."""
+        self._admit(self._pick(data, self.waiting), data)
+
+    def _admit(self, t: Tracked, data: st.DataObject) -> None:
+        kv, req = self.manager, t.req
+        self._sync_events()
+        before = snapshot(kv, self._ids())
+        blocks, hit = kv.get_computed_blocks(req)
+        assert snapshot(kv, self._ids()) == before, "get_computed_blocks changed the cache"
+        stats = kv.make_prefix_cache_stats()
+        assert stats is not None
+        if self.cfg.enable_caching:
+            if req.num_preemptions:
+                got = (stats.preempted_requests, stats.preempted_queries, stats.preempted_hits)
+            else:
+                got = (stats.requests, stats.queries, stats.hits)
+            assert got == (1, req.num_tokens, hit), f"stats {stats} for hit {hit}"
+        assert stats.hits == stats.preempted_hits == 0 or self.cfg.enable_caching
+        self._record_hashes(t)
+        self._check_hit(t, blocks, hit)
+        rest = req.num_tokens - hit
+        num_new = rest if data.draw(st.booleans()) else data.draw(st.integers(1, rest))
+        t.hit = hit
+        token = data.draw(st.integers(0, VOCAB - 1))
+        if self._allocate(t, num_new, token, hit, blocks):
+            self.waiting.remove(t)
+            self.running.append(t)
+
+    @precondition(
+        lambda self: any(t.req.num_computed_tokens < t.req.num_tokens for t in self.running)
+    )
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        """A prefill chunk, or a decode step (the one sampled token) when rest == 1."""
+        t = self._pick(
+            data, [t for t in self.running if t.req.num_computed_tokens < t.req.num_tokens]
+        )
+        rest = t.req.num_tokens - t.req.num_computed_tokens
+        self._allocate(t, data.draw(st.integers(1, rest)), data.draw(st.integers(0, VOCAB - 1)))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        self._free(self._pick(data, self.running))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def preempt(self, data: st.DataObject) -> None:
+        t = self._pick(data, self.running)
+        self._free(t)
+        t.req.num_computed_tokens = 0
+        t.req.num_preemptions += 1
+        self.waiting.append(t)
+
+    @rule()
+    def reset_prefix_cache(self) -> None:
+        kv = self.manager
+        self._sync_events()
+        before = snapshot(kv, self._ids())
+        ok = kv.reset_prefix_cache()
+        assert ok == (not self.running), f"reset returned {ok} with {len(self.running)} running"
+        event(f"reset_prefix_cache -> {ok}")
+        if ok:
+            self.store.clear()
+            assert kv.block_pool.num_cached_blocks() == 0
+            assert all(b.block_hash is None for b in kv.block_pool.blocks)
+        else:
+            assert snapshot(kv, self._ids()) == before, "a failed reset changed state"
+
+    @rule()
+    def drain(self) -> None:
+        """Free every running request: nothing may leak."""
+        for t in list(self.running):
+            self._free(t)
+        kv = self.manager
+        assert kv.block_pool.num_free_blocks == self.cfg.num_blocks - 1, "blocks leaked"
+        assert all(b.ref_cnt == 0 for b in kv.block_pool.blocks[1:]), "ref counts leaked"
+        assert kv.usage == 0.0
+
+    def teardown(self) -> None:
+        if self.kv is not None and sys.exc_info()[0] is None:  # not after a failed step
+            self.drain()
+            self.check_all()
+
+    # -- invariants ----------------------------------------------------------
+    def _check_table(self, t: Tracked, tables: tuple[list[int], ...], hashes: list[bytes]) -> None:
+        """Table shape: skipped blocks null, the rest real; full computed blocks cached."""
+        req, blocks = t.req, self.manager.block_pool.blocks
+        n, tc = req.num_computed_tokens, t.last_tc
+        tokens = list(req.all_token_ids)
+        caching = self.cfg.enable_caching
+        for g, (d, tab) in enumerate(zip(self.groups, tables, strict=True)):
+            bs = d.block_size
+            assert len(tab) == cdiv(n, bs), f"{req.request_id} group {g}: table {tab}, n={n}"
+            real = d.real_positions(tc, len(tab), caching)
+            for i, bid in enumerate(tab):
+                assert (bid != 0) == (i in real), f"{req.request_id} group {g}: table {tab}"
+                if bid == 0:
+                    continue
+                b = blocks[bid]
+                if caching and (i + 1) * bs <= n:
+                    assert b.block_hash == self._group_hash(hashes, g, i) and b.group_id == g
+                    assert b.token_ids == tokens[i * bs : (i + 1) * bs]
+                else:
+                    assert b.block_hash is None, f"{b} cached before it was full and computed"
+
+    @invariant()
+    def check_all(self) -> None:
+        if self.kv is None:
+            return
+        kv = self.kv
+        pool = kv.block_pool
+        self._sync_events()
+        kv.check_integrity()
+        # Ref counts from the test's own view of the live requests' tables.
+        holders: Counter[int] = Counter()
+        group_of: dict[int, int] = {}
+        for t in self.running:
+            tables = kv.get_block_ids(t.req.request_id)
+            ids = [b for tab in tables for b in tab if b]
+            assert ids, f"{t.req.request_id} is running but holds no block"
+            assert len(ids) == len(set(ids)), f"{t.req.request_id} holds a block twice"
+            for g, tab in enumerate(tables):
+                for b in tab:
+                    if b:
+                        holders[b] += 1
+                        assert group_of.setdefault(b, g) == g, f"block {b} in two groups"
+            self._check_table(t, tables, t.req.block_hashes)
+        for t in self.waiting:
+            assert kv.get_block_ids(t.req.request_id) == tuple([] for _ in self.groups)
+        for b in pool.blocks[1:]:
+            assert b.ref_cnt == holders[b.block_id], f"{b}: {holders[b.block_id]} holders"
+        # The free queue holds exactly the ref-0 non-null blocks.
+        queue = list(pool.policy)
+        free_ids = sorted(b.block_id for b in queue)
+        assert free_ids == [b.block_id for b in pool.blocks[1:] if b.ref_cnt == 0]
+        # Accounting: free (cached-free + uncached-free) + in use == N - 1.
+        n_free = pool.num_free_blocks
+        in_use = sum(1 for b in pool.blocks[1:] if b.ref_cnt > 0)
+        assert in_use == len(holders)
+        assert n_free + in_use == self.cfg.num_blocks - 1, (n_free, in_use)
+        cached = [b for b in pool.blocks if b.block_hash is not None]
+        cached_free = sum(1 for b in cached if b.ref_cnt == 0)
+        uncached_free = sum(1 for b in pool.blocks[1:] if b.ref_cnt == 0 and b.block_hash is None)
+        assert n_free == cached_free + uncached_free == len(queue)
+        assert pool.num_cached_blocks() == cached_free + sum(1 for b in cached if b.ref_cnt)
+        assert math.isclose(kv.usage, in_use / (self.cfg.num_blocks - 1))
+        # The prefix index: every cached block matches the shadow copy.
+        indexed = [(g, h, b) for g, idx in enumerate(pool.cached) for h, b in idx.items()]
+        indexed += [(g, h, b) for (g, h), d in pool.duplicates.items() for b in d.values()]
+        assert sorted(b.block_id for _, _, b in indexed) == [b.block_id for b in cached]
+        if not self.cfg.enable_caching:
+            assert not cached, "a block was cached with prefix caching off"
+        for g, h, b in indexed:
+            assert (g, h) in self.shadow, f"{b} cached under a hash no request produced"
+            prefix = self.shadow[(g, h)][2]
+            bs = self.sizes[g]
+            assert len(prefix) % bs == 0 and b.token_ids == list(prefix[-bs:]), b
+        # KV events mirror the cache exactly (a multiset: duplicates allowed).
+        mirror = +self.mirror
+        assert mirror == Counter((b.group_id, b.block_hash) for b in cached), "events drifted"
+
+
+TestKVCacheStateMachine = KVCacheMachine.TestCase
