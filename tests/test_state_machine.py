@@ -263,7 +263,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         num_new = rest if data.draw(st.booleans()) else data.draw(st.integers(1, rest))
         t.hit = hit
         token = data.draw(st.integers(0, VOCAB - 1))
-        if self._allocate(t, num_new, token, hit, blocks):
+        # Like a scheduler with a token budget: out of blocks, retry a 1-token chunk.
+        if self._allocate(t, num_new, token, hit, blocks) or (
+            num_new > 1 and self._allocate(t, 1, token, hit, blocks)
+        ):
             self.waiting.remove(t)
             self.running.append(t)
 
@@ -277,7 +280,9 @@ class KVCacheMachine(RuleBasedStateMachine):
             data, [t for t in self.running if t.req.num_computed_tokens < t.req.num_tokens]
         )
         rest = t.req.num_tokens - t.req.num_computed_tokens
-        self._allocate(t, data.draw(st.integers(1, rest)), data.draw(st.integers(0, VOCAB - 1)))
+        num_new, token = data.draw(st.integers(1, rest)), data.draw(st.integers(0, VOCAB - 1))
+        if not self._allocate(t, num_new, token) and num_new > 1:
+            self._allocate(t, 1, token)
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
