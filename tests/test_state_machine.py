@@ -149,9 +149,12 @@ class KVCacheMachine(RuleBasedStateMachine):
             event("allocate_slots -> None")
             assert snapshot(kv, self._ids()) == before, "failed allocate_slots changed state"
             return False
+        tables = kv.get_block_ids(req.request_id)
         if hit_blocks is not None and hit:
             old_len = [len(tab) for tab in hit_blocks.blocks]
-        tables = kv.get_block_ids(req.request_id)
+            assert [tab[:n] for tab, n in zip(tables, old_len, strict=True)] == list(
+                hit_blocks.get_block_ids()
+            ), "the table does not start with the hit blocks"
         assert len(out.blocks) == len(self.groups)
         for g, tab in enumerate(tables):
             new = [b for b in tab[old_len[g] :] if b]
@@ -256,7 +259,8 @@ class KVCacheMachine(RuleBasedStateMachine):
             else:
                 got = (stats.requests, stats.queries, stats.hits)
             assert got == (1, req.num_tokens, hit), f"stats {stats} for hit {hit}"
-        assert stats.hits == stats.preempted_hits == 0 or self.cfg.enable_caching
+        else:
+            assert stats.hits == stats.preempted_hits == 0
         self._record_hashes(t)
         self._check_hit(t, blocks, hit)
         rest = req.num_tokens - hit
