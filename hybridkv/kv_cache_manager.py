@@ -181,8 +181,7 @@ class KVCacheManager:
         if new_blocks is None:
             return None
         if self.enable_caching:
-            if request._hasher is not self.hasher:
-                request.bind_hasher(self.hasher)
+            self._bind(request)
             coordinator.cache_blocks(
                 rid,
                 request._block_hashes,

@@ -61,24 +61,13 @@ class GroupDesc:
 
     def spec(self) -> KVCacheSpec:
         bs = self.block_size
+        attn = dict(block_size=bs, num_kv_heads=1, head_size=4, dtype="float32")
         if self.kind == "full":
-            return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=4, dtype="float32")
+            return FullAttentionSpec(**attn)
         if self.kind == "sliding":
-            return SlidingWindowSpec(
-                block_size=bs,
-                num_kv_heads=1,
-                head_size=4,
-                dtype="float32",
-                sliding_window=self.param,
-            )
+            return SlidingWindowSpec(**attn, sliding_window=self.param)
         if self.kind == "chunked":
-            return ChunkedLocalAttentionSpec(
-                block_size=bs,
-                num_kv_heads=1,
-                head_size=4,
-                dtype="float32",
-                attention_chunk_size=self.param,
-            )
+            return ChunkedLocalAttentionSpec(**attn, attention_chunk_size=self.param)
         return MambaSpec(block_size=bs, shapes=((2,),), dtypes=("float32",))
 
 

@@ -19,24 +19,12 @@ new states always go to later entries once a block is full.
 from __future__ import annotations
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.specs.base import cdiv
-from hybridkv.specs.mamba import MambaSpec
 
 
 class MambaManager(SingleTypeKVCacheManager):
     """State blocks of a Mamba group (block-aligned checkpoints)."""
-
-    def __init__(
-        self,
-        kv_cache_spec: MambaSpec,
-        block_pool: BlockPool,
-        group_id: int,
-        hash_block_size: int,
-        enable_caching: bool,
-    ) -> None:
-        super().__init__(kv_cache_spec, block_pool, group_id, hash_block_size, enable_caching)
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)
