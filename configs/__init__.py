@@ -1,0 +1,1 @@
+"""Shipped model layouts (YAML); installed as the data package ``hybridkv.configs``."""

@@ -1,0 +1,1 @@
+"""Memory planning: page-size unification, grouping, KVCacheConfig, buffers."""
