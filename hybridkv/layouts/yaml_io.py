@@ -34,7 +34,7 @@ def _explain(err: ValidationError, where: str) -> LayoutError:
             continue  # a mapping given where a kind name was also allowed
         # Drop pydantic's union-branch tags ("full", "function-after[...]").
         loc = tuple(
-            p for p in raw if not (isinstance(p, str) and ("[" in p or p in KIND_NAMES + ("str",)))
+            p for p in raw if not (isinstance(p, str) and ("[" in p or p in (*KIND_NAMES, "str")))
         )
         msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
