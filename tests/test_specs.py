@@ -188,8 +188,17 @@ def test_config_with_tensors_is_valid_when_each_tensor_fits() -> None:
 
 def test_config_tensor_too_small() -> None:
     groups = [KVCacheGroupSpec(["a0"], _full())]
-    with pytest.raises(ValueError, match=r"too small for layer 'a0'.*1280"):
+    with pytest.raises(ValueError, match=r"too small for layer 'a0'.*slots of 127 bytes.*128"):
         KVCacheConfig(10, [KVCacheTensor(1279, ["a0"])], groups)
+
+
+def test_config_packs_layers_of_one_group_in_a_slot() -> None:
+    # Two layers of one group in one tensor need two pages per slot; layers of
+    # different groups overlap (they never share a block id).
+    groups = [KVCacheGroupSpec(["a0", "a1"], _full()), KVCacheGroupSpec(["s0"], _swa())]
+    KVCacheConfig(10, [KVCacheTensor(2560, ["a0", "a1", "s0"])], groups)
+    with pytest.raises(ValueError, match=r"too small for layer 'a1'.*256 bytes per block"):
+        KVCacheConfig(10, [KVCacheTensor(2559, ["a0", "a1", "s0"])], groups)
 
 
 @pytest.mark.parametrize("num_blocks", [0, 1])

@@ -51,7 +51,10 @@ class KVCacheConfig:
 
     ``kv_cache_tensors`` may be empty for scheduler-side bookkeeping only (no
     memory is described); when given, every layer of every group must live in
-    exactly one tensor, whose size must hold ``num_blocks`` of its pages.
+    exactly one tensor. A tensor is ``num_blocks`` equal slots; in each slot,
+    the layers of one group found in ``shared_by`` are packed back to back
+    from offset 0 (in ``shared_by`` order), and different groups overlap (they
+    never use the same block id). Each group's pages must fit in one slot.
     """
 
     num_blocks: int
@@ -68,28 +71,37 @@ class KVCacheConfig:
         if not self.kv_cache_groups:
             raise ValueError("kv_cache_groups must hold at least one group")
         layer_spec: dict[str, KVCacheSpec] = {}
-        for g in self.kv_cache_groups:
+        layer_group: dict[str, int] = {}
+        for gi, g in enumerate(self.kv_cache_groups):
             for name in g.layer_names:
                 if name in layer_spec:
                     raise ValueError(f"layer {name!r} appears in more than one group")
                 layer_spec[name] = g.kv_cache_spec
+                layer_group[name] = gi
         if not self.kv_cache_tensors:
             return
         placed: set[str] = set()
         for t in self.kv_cache_tensors:
+            slot = t.size // self.num_blocks
+            used: dict[int, int] = {}  # group index -> bytes of its layers in one slot
             for name in t.shared_by:
                 if name not in layer_spec:
                     raise ValueError(f"KVCacheTensor.shared_by names unknown layer {name!r}")
                 if name in placed:
                     raise ValueError(f"layer {name!r} is placed in more than one KVCacheTensor")
                 placed.add(name)
-                need = self.num_blocks * layer_spec[name].page_size_bytes
-                if t.size < need:
+                gi = layer_group[name]
+                used[gi] = used.get(gi, 0) + layer_spec[name].page_size_bytes
+                if used[gi] > slot:
                     raise ValueError(
                         f"KVCacheTensor of size {t.size} is too small for layer {name!r}: "
-                        f"num_blocks={self.num_blocks} x page_size_bytes="
-                        f"{layer_spec[name].page_size_bytes} = {need}"
+                        f"num_blocks={self.num_blocks} slots of {slot} bytes cannot hold "
+                        f"the {used[gi]} bytes per block of group {gi}'s layers in it"
                     )
         missing = sorted(set(layer_spec) - placed)
         if missing:
             raise ValueError(f"layers without a KVCacheTensor: {missing}")
+
+    def tensor_slot_bytes(self, tensor: KVCacheTensor) -> int:
+        """Bytes of one block's slot in ``tensor`` (its size over ``num_blocks``)."""
+        return tensor.size // self.num_blocks
