@@ -1,0 +1,193 @@
+"""Grouping: split the layers of each kind into groups of ``g`` slots.
+
+After unification every layer kind (bucket: layers with equal specs) fills
+buffer slots of one size, ``pack`` layers per slot. A grouping picks ``g``,
+the number of shared buffers: each group holds at most ``g`` slots of one
+kind, and buffer ``i`` holds slot ``i`` of every group (different groups use
+different block ids, so they never collide). A group with fewer than
+``g * pack`` layers leaves *padding layers*: memory reserved for every block
+of that group that no layer uses.
+
+- ``vllm``: vLLM's heuristic, exactly: ``g`` is the smallest slot count
+  among kinds, or the largest when the largest is below 1.5x the smallest.
+- ``auto``: the ``g`` that wastes the fewest bytes for one request of
+  ``max_model_len`` tokens (padding weighted by how many blocks the group
+  needs: padding in a full-attention group costs far more than in a
+  sliding-window group at long context), ties broken by fewer groups, then
+  fewer padding layers; at most ``max(vllm's group count, max_groups)``
+  groups. vLLM's ``g`` is a candidate, so auto never wastes more.
+
+Layers are dealt to a kind's groups strided (layer ``j`` of a kind with
+``G`` groups goes to group ``j % G``), as vLLM does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridkv.planning.unify import UnifiedSpecs
+from hybridkv.specs import KVCacheSpec, MambaSpec
+from hybridkv.specs.base import cdiv
+
+GROUPINGS = ("vllm", "auto")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """All layers with one (unified) spec, ``pack`` of them per slot."""
+
+    spec: KVCacheSpec
+    layers: tuple[str, ...]
+    pack: int
+
+    @property
+    def slots(self) -> int:
+        return cdiv(len(self.layers), self.pack)
+
+
+@dataclass(frozen=True)
+class PlannedGroup:
+    """One KV cache group: its spec and layers, in slot order (``pack`` per slot)."""
+
+    spec: KVCacheSpec
+    layers: tuple[str, ...]
+    pack: int
+
+    def slot_layers(self, slot: int) -> tuple[str, ...]:
+        """The layers of this group living in buffer ``slot``."""
+        return self.layers[slot * self.pack : (slot + 1) * self.pack]
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A grouping with ``group_size`` buffers, and what it wastes."""
+
+    group_size: int
+    groups: tuple[PlannedGroup, ...]
+    padding_layers: int
+    waste_bytes_per_request: int
+    bytes_per_request: int
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    @property
+    def waste_fraction(self) -> float:
+        """Wasted share of the memory one ``max_model_len`` request takes."""
+        return self.waste_bytes_per_request / self.bytes_per_request
+
+
+def buckets_of(unified: UnifiedSpecs) -> list[Bucket]:
+    """Layers grouped by equal spec, kinds in order of first appearance."""
+    by_spec: dict[KVCacheSpec, list[str]] = {}
+    for name, spec in unified.specs.items():
+        by_spec.setdefault(spec, []).append(name)
+    return [Bucket(s, tuple(names), unified.pack[s]) for s, names in by_spec.items()]
+
+
+def vllm_group_size(buckets: list[Bucket]) -> int:
+    """vLLM's heuristic: min slot count, or max when max < 1.5 x min."""
+    lo = min(b.slots for b in buckets)
+    hi = max(b.slots for b in buckets)
+    return hi if hi < lo * 1.5 else lo
+
+
+MAMBA_BLOCKS_PER_REQUEST = 2
+"""A Mamba group holds a request's running state and its latest checkpoint.
+
+The checkpoints a prefill step writes at the block boundaries it crosses are
+transient (released as cached blocks after the step) and bounded by the step
+budget over all requests together: ``mamba_reserve_blocks`` sets them aside
+once, not per request.
+"""
+
+
+def blocks_per_request(spec: KVCacheSpec, max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``max_model_len`` tokens holds in a group of ``spec``.
+
+    Attention kinds: their worst case (``max_memory_usage_bytes``, as vLLM
+    counts it). Mamba: ``MAMBA_BLOCKS_PER_REQUEST``.
+    """
+    if isinstance(spec, MambaSpec):
+        return MAMBA_BLOCKS_PER_REQUEST
+    return spec.max_memory_usage_bytes(max_model_len, max_num_batched_tokens) // (
+        spec.page_size_bytes
+    )
+
+
+def mamba_reserve_blocks(groups: tuple[PlannedGroup, ...], max_num_batched_tokens: int) -> int:
+    """Blocks set aside for the checkpoints of one step, over all requests."""
+    return sum(
+        cdiv(max_num_batched_tokens, g.spec.block_size)
+        for g in groups
+        if isinstance(g.spec, MambaSpec)
+    )
+
+
+def _real_bytes(spec: KVCacheSpec) -> int:
+    return spec.state_size_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
+
+
+def make_grouping(
+    buckets: list[Bucket],
+    group_size: int,
+    slot_bytes: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+) -> Grouping:
+    """Split every bucket into groups of ``group_size`` slots and cost it."""
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    groups: list[PlannedGroup] = []
+    padding = waste = total = 0
+    for b in buckets:
+        n_groups = cdiv(b.slots, group_size)
+        blocks = blocks_per_request(b.spec, max_model_len, max_num_batched_tokens)
+        for k in range(n_groups):
+            layers = b.layers[k::n_groups]
+            groups.append(PlannedGroup(b.spec, layers, b.pack))
+            padding += group_size * b.pack - len(layers)
+            page = group_size * slot_bytes
+            waste += (page - len(layers) * _real_bytes(b.spec)) * blocks
+            total += page * blocks
+    return Grouping(group_size, tuple(groups), padding, waste, total)
+
+
+def all_groupings(
+    unified: UnifiedSpecs, max_model_len: int, max_num_batched_tokens: int
+) -> list[Grouping]:
+    """Every candidate ``g`` from 1 to the largest slot count, in order."""
+    buckets = buckets_of(unified)
+    hi = max(b.slots for b in buckets)
+    return [
+        make_grouping(buckets, g, unified.slot_bytes, max_model_len, max_num_batched_tokens)
+        for g in range(1, hi + 1)
+    ]
+
+
+def choose_grouping(
+    unified: UnifiedSpecs,
+    mode: str,
+    *,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_groups: int = 8,
+) -> Grouping:
+    """The grouping ``mode`` (``vllm`` or ``auto``) picks; see the module doc."""
+    if mode not in GROUPINGS:
+        raise ValueError(f"grouping must be one of {GROUPINGS}, got {mode!r}")
+    buckets = buckets_of(unified)
+    vllm_g = vllm_group_size(buckets)
+    vllm = make_grouping(buckets, vllm_g, unified.slot_bytes, max_model_len, max_num_batched_tokens)
+    if mode == "vllm":
+        return vllm
+    cap = max(vllm.num_groups, max_groups)
+    options = [
+        g
+        for g in all_groupings(unified, max_model_len, max_num_batched_tokens)
+        if g.num_groups <= cap
+    ]
+    best = min(options, key=lambda g: (g.waste_bytes_per_request, g.num_groups, g.padding_layers))
+    assert best.waste_bytes_per_request <= vllm.waste_bytes_per_request
+    return best

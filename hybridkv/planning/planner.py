@@ -1,0 +1,252 @@
+"""The planner: model layout + memory budget -> ``KVCacheConfig`` and figures.
+
+``plan_kv_cache`` is a pure function returning a ``KVCachePlan`` (the config
+plus the figures ``hybridkv plan`` prints); ``get_kv_cache_config`` returns
+just the config. Steps:
+
+1. specs per layer (from a ``ModelLayout`` at ``block_size``, or given);
+2. page-size unification (``unification="vllm"`` or ``"packed"``,
+   ``unify.py``); for packed with Mamba layers, the attention pack factor
+   that gives the smallest block size within ``max_packed_groups`` groups;
+3. grouping (``grouping="vllm"`` or ``"auto"``, ``grouping.py``);
+4. ``num_blocks = available // (g * slot)``, one buffer per slot index
+   (``KVCacheTensor`` of ``num_blocks * slot`` bytes, shared by slot ``i``
+   of every group);
+5. capacity next to the naive all-full-attention allocation
+   (``capacity.py``), and next to vLLM's grouping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridkv.layouts import ModelLayout
+from hybridkv.planning.capacity import Capacity, capacity, naive_bytes_per_request
+from hybridkv.planning.grouping import (
+    Grouping,
+    all_groupings,
+    blocks_per_request,
+    choose_grouping,
+    mamba_reserve_blocks,
+)
+from hybridkv.planning.unify import STRATEGIES, UnifiedSpecs, unify_packed, unify_vllm
+from hybridkv.specs import (
+    AttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    KVCacheTensor,
+    MambaSpec,
+)
+from hybridkv.specs.base import check_positive_int
+
+
+@dataclass(frozen=True)
+class KVCachePlan:
+    """A KV memory plan and the figures that explain it."""
+
+    kv_cache_config: KVCacheConfig
+    unified: UnifiedSpecs
+    grouping: Grouping
+    grouping_mode: str
+    available_memory_bytes: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    hybrid: Capacity
+    naive: Capacity
+    vllm_grouping: Grouping
+    vllm_hybrid: Capacity
+    choices: tuple[Grouping, ...]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache_config.num_blocks
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of one block in one buffer."""
+        return self.unified.slot_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one block id across all buffers (one group's page)."""
+        return self.grouping.group_size * self.unified.slot_bytes
+
+    @property
+    def gain_over_naive(self) -> float:
+        return self.hybrid.max_concurrency / self.naive.max_concurrency
+
+    @property
+    def gain_over_vllm_grouping(self) -> float:
+        return self.hybrid.max_concurrency / self.vllm_hybrid.max_concurrency
+
+    def group_blocks_per_request(self) -> list[int]:
+        """Blocks each group needs for one ``max_model_len`` request."""
+        return [
+            blocks_per_request(g.spec, self.max_model_len, self.max_num_batched_tokens)
+            for g in self.grouping.groups
+        ]
+
+
+def _specs_of(
+    layout_or_specs: ModelLayout | dict[str, KVCacheSpec], block_size: int
+) -> dict[str, KVCacheSpec]:
+    if isinstance(layout_or_specs, ModelLayout):
+        return layout_or_specs.kv_cache_specs(block_size)
+    if not isinstance(layout_or_specs, dict) or not all(
+        isinstance(s, KVCacheSpec) for s in layout_or_specs.values()
+    ):
+        raise ValueError("layout_or_specs must be a ModelLayout or a dict of layer -> KVCacheSpec")
+    return dict(layout_or_specs)
+
+
+def _unify(
+    raw: dict[str, KVCacheSpec],
+    unification: str,
+    alignment: int,
+    max_model_len: int,
+    mnbt: int,
+    max_packed_groups: int,
+) -> UnifiedSpecs:
+    if unification not in STRATEGIES:
+        raise ValueError(f"unification must be one of {STRATEGIES}, got {unification!r}")
+    if unification == "vllm":
+        return unify_vllm(raw, alignment=alignment)
+    has_mamba = any(isinstance(s, MambaSpec) for s in raw.values())
+    n_attn = sum(isinstance(s, AttentionSpec) for s in raw.values())
+    if not has_mamba or n_attn == 0:
+        return unify_packed(raw, pack_attention=1, alignment=alignment)
+    best: tuple[tuple[int, int, int], UnifiedSpecs] | None = None
+    for p in range(1, n_attn + 1):
+        u = unify_packed(raw, pack_attention=p, alignment=alignment)
+        g = choose_grouping(u, "vllm", max_model_len=max_model_len, max_num_batched_tokens=mnbt)
+        if g.num_groups > max_packed_groups and p > 1:
+            continue
+        key = (u.attention_block_size or 0, g.waste_bytes_per_request, p)
+        if best is None or key < best[0]:
+            best = (key, u)
+    assert best is not None
+    return best[1]
+
+
+def _usable(available: int, page: int, reserved_blocks: int) -> int:
+    """Bytes of the whole blocks that fit, less the null block and reserves."""
+    return max(available // page - reserved_blocks, 0) * page
+
+
+def _config(unified: UnifiedSpecs, grouping: Grouping, num_blocks: int) -> KVCacheConfig:
+    groups = [KVCacheGroupSpec(list(g.layers), g.spec) for g in grouping.groups]
+    tensors = []
+    for i in range(grouping.group_size):
+        shared = [name for g in grouping.groups for name in g.slot_layers(i)]
+        if shared:
+            tensors.append(KVCacheTensor(num_blocks * unified.slot_bytes, shared))
+    return KVCacheConfig(num_blocks, tensors, groups)
+
+
+def plan_kv_cache(
+    layout_or_specs: ModelLayout | dict[str, KVCacheSpec],
+    available_memory_bytes: int,
+    *,
+    block_size: int = 16,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    grouping: str = "auto",
+    unification: str = "vllm",
+    max_groups: int = 8,
+    max_packed_groups: int = 32,
+    alignment: int = 16,
+) -> KVCachePlan:
+    """Plan the KV memory of a model; see the module docstring.
+
+    ``max_model_len`` defaults to the layout's; ``max_num_batched_tokens``
+    (the largest step, which bounds sliding-window and Mamba checkpoint
+    memory) to ``min(8192, max_model_len)``. Raises ``ValueError`` when the
+    budget cannot hold one request of ``max_model_len`` tokens, naming the
+    minimum.
+    """
+    check_positive_int(block_size, "block_size")
+    check_positive_int(available_memory_bytes, "available_memory_bytes")
+    check_positive_int(alignment, "alignment")
+    if max_model_len is None:
+        if not isinstance(layout_or_specs, ModelLayout):
+            raise ValueError("max_model_len is required when planning from specs")
+        max_model_len = layout_or_specs.max_model_len
+    check_positive_int(max_model_len, "max_model_len")
+    mnbt = max_num_batched_tokens or min(8192, max_model_len)
+    check_positive_int(mnbt, "max_num_batched_tokens")
+    raw = _specs_of(layout_or_specs, block_size)
+    unified = _unify(raw, unification, alignment, max_model_len, mnbt, max_packed_groups)
+    chosen = choose_grouping(
+        unified,
+        grouping,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=mnbt,
+        max_groups=max_groups,
+    )
+    vllm = choose_grouping(
+        unified, "vllm", max_model_len=max_model_len, max_num_batched_tokens=mnbt
+    )
+    page = chosen.group_size * unified.slot_bytes
+    reserve = mamba_reserve_blocks(chosen.groups, mnbt) + 1  # + the null block
+    need_blocks = chosen.bytes_per_request // page + reserve
+    num_blocks = available_memory_bytes // page
+    if num_blocks < need_blocks:
+        need = need_blocks * page
+        raise ValueError(
+            f"{available_memory_bytes:,} bytes cannot hold one request of "
+            f"max_model_len={max_model_len} tokens: that needs {need_blocks} blocks of "
+            f"{page:,} bytes = {need:,} bytes ({need / 2**30:.2f} GiB) at least; "
+            "raise the memory or lower max_model_len"
+        )
+    usable = _usable(available_memory_bytes, page, reserve)
+    return KVCachePlan(
+        kv_cache_config=_config(unified, chosen, num_blocks),
+        unified=unified,
+        grouping=chosen,
+        grouping_mode=grouping,
+        available_memory_bytes=available_memory_bytes,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=mnbt,
+        hybrid=capacity(usable, chosen.bytes_per_request, max_model_len),
+        naive=capacity(
+            available_memory_bytes,
+            naive_bytes_per_request(raw, max_model_len, block_size),
+            max_model_len,
+        ),
+        vllm_grouping=vllm,
+        vllm_hybrid=capacity(
+            _usable(
+                available_memory_bytes,
+                vllm.group_size * unified.slot_bytes,
+                mamba_reserve_blocks(vllm.groups, mnbt) + 1,
+            ),
+            vllm.bytes_per_request,
+            max_model_len,
+        ),
+        choices=tuple(all_groupings(unified, max_model_len, mnbt)),
+    )
+
+
+def get_kv_cache_config(
+    layout_or_specs: ModelLayout | dict[str, KVCacheSpec],
+    available_memory_bytes: int,
+    *,
+    block_size: int = 16,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    grouping: str = "auto",
+    unification: str = "vllm",
+    max_groups: int = 8,
+) -> KVCacheConfig:
+    """The ``KVCacheConfig`` of ``plan_kv_cache`` (same arguments)."""
+    return plan_kv_cache(
+        layout_or_specs,
+        available_memory_bytes,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        grouping=grouping,
+        unification=unification,
+        max_groups=max_groups,
+    ).kv_cache_config
