@@ -129,6 +129,13 @@ def _unify(
     return best[1]
 
 
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
 def _usable(available: int, page: int, reserved_blocks: int) -> int:
     """Bytes of the whole blocks that fit, less the null block and reserves."""
     return max(available // page - reserved_blocks, 0) * page
@@ -196,7 +203,7 @@ def plan_kv_cache(
         raise ValueError(
             f"{available_memory_bytes:,} bytes cannot hold one request of "
             f"max_model_len={max_model_len} tokens: that needs {need_blocks} blocks of "
-            f"{page:,} bytes = {need:,} bytes ({need / 2**30:.2f} GiB) at least; "
+            f"{page:,} bytes = {need:,} bytes ({_human(need)}) at least; "
             "raise the memory or lower max_model_len"
         )
     usable = _usable(available_memory_bytes, page, reserve)

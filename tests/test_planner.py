@@ -1,0 +1,223 @@
+"""Worked examples of the planner: unification, grouping, num_blocks, capacity.
+
+The figures are derived by hand in the comments (bf16: 2 bytes per element).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, SlidingWindowSpec
+from hybridkv.layouts import layout_from_dict, shipped_layout
+from hybridkv.planning import get_kv_cache_config, plan_kv_cache, unify_packed, unify_vllm
+from factories import req, run_step
+
+GB = 10**9
+
+
+def _groups(plan: object) -> list[tuple[str, int]]:
+    return [(g.spec.kind, len(g.layers)) for g in plan.grouping.groups]  # type: ignore[attr-defined]
+
+
+def test_toy_one_full_three_sliding() -> None:
+    # min layer count is 1 and 3 >= 1.5 x 1: one layer per group, 4 groups, 1 buffer.
+    layout = shipped_layout("toy-1full-3sliding")
+    plan = plan_kv_cache(layout, 10**8, grouping="vllm")
+    assert plan.grouping.group_size == 1
+    assert sorted(_groups(plan)) == [("full", 1)] + [("sliding_window", 1)] * 3
+    assert len(plan.kv_cache_config.kv_cache_tensors) == 1
+    assert plan.grouping.padding_layers == 0
+    spec = plan.grouping.groups[0].spec
+    assert plan.page_bytes == spec.page_size_bytes  # page = kv_hidden x block_size
+
+
+def test_ten_full_twenty_sliding_request_takes_eleven_blocks() -> None:
+    # The design doc's case 2: 3 groups of 10 layers, 10 buffers each shared by
+    # one layer of every group. Block 16, window 32: a 112-token request takes
+    # 7 full blocks and 2 per sliding group (tokens 80-111).
+    layout = shipped_layout("toy-10full-20sliding")
+    for mode in ("vllm", "auto"):
+        plan = plan_kv_cache(layout, 10**8, grouping=mode, max_model_len=4096)
+        assert sorted(_groups(plan)) == [
+            ("full", 10),
+            ("sliding_window", 10),
+            ("sliding_window", 10),
+        ]
+        cfg = plan.kv_cache_config
+        assert len(cfg.kv_cache_tensors) == 10
+        assert all(len(t.shared_by) == 3 for t in cfg.kv_cache_tensors)
+        per_token = 2 * 2 * 64 * 2  # K+V, 2 heads, dim 64, bf16
+        assert plan.page_bytes == 10 * per_token * 16
+        assert cfg.num_blocks == 10**8 // plan.page_bytes
+        kv = KVCacheManager(cfg, max_model_len=4096)
+        # Compute 111 tokens, then the 112th: at that step the window is tokens
+        # 80-111, and the sliding groups release blocks 0-4.
+        r = req("a", 112)
+        assert run_step(kv, r, 111) is not None
+        assert run_step(kv, r, 1) is not None
+        ids = kv.get_block_ids("a")
+        counts = {
+            (g.kv_cache_spec.kind, i): sum(b != 0 for b in ids[i])
+            for i, g in enumerate(cfg.kv_cache_groups)
+        }
+        assert sorted(counts.values()) == [2, 2, 7]
+        assert sum(counts.values()) == 11
+        kv.check_integrity()
+
+
+def test_gemma3_27b_vllm_vs_auto() -> None:
+    layout = shipped_layout("gemma-3-27b")  # 52 sliding + 10 full
+    vllm = plan_kv_cache(layout, 80 * GB, grouping="vllm")
+    assert vllm.grouping.group_size == 10
+    assert vllm.grouping.num_groups == 7
+    assert vllm.grouping.padding_layers == 8
+    # When a sliding layer costs a request as much memory as a full one (short
+    # context), padding layers are all equal and auto finds 5 groups / 3 padding.
+    short = plan_kv_cache(layout, 80 * GB, grouping="auto", max_model_len=1024)
+    assert (short.grouping.num_groups, short.grouping.padding_layers) == (5, 3)
+    assert short.grouping.group_size == 13
+    assert short.hybrid.max_concurrency > short.vllm_hybrid.max_concurrency
+    # At 128k a full-attention padding layer costs 8192 blocks per request and a
+    # sliding one 577: the 5-group plan pads the full group (3 x 8192) and loses
+    # to vLLM's (8 x 577), so auto keeps g = 10.
+    long = plan_kv_cache(layout, 80 * GB, grouping="auto")
+    assert long.grouping.group_size == 10
+    g13 = next(c for c in long.choices if c.group_size == 13)
+    assert g13.padding_layers == 3
+    assert g13.waste_bytes_per_request > long.grouping.waste_bytes_per_request
+
+
+def test_twenty_full_thirty_sliding() -> None:
+    layout = shipped_layout("20full-30sliding")
+    vllm = plan_kv_cache(layout, 80 * GB, grouping="vllm", max_model_len=8192)
+    # 30 is not < 1.5 x 20, so g = 20: sliding splits 2 x 20 with 10 padding.
+    assert (vllm.grouping.group_size, vllm.grouping.num_groups) == (20, 3)
+    assert vllm.grouping.padding_layers == 10
+    auto = plan_kv_cache(layout, 80 * GB, grouping="auto", max_model_len=8192)
+    assert (auto.grouping.group_size, auto.grouping.num_groups) == (10, 5)
+    assert auto.grouping.padding_layers == 0
+    assert auto.gain_over_vllm_grouping > 1.0
+
+
+def test_auto_uses_largest_when_counts_are_close() -> None:
+    # gpt-oss-20b + an eagle drafter layer: 12 sliding + 13 full -> vLLM pads to (13, 13).
+    kinds = {
+        "s": {"kind": "sliding_window", "sliding_window": 128, "num_kv_heads": 8, "head_dim": 64},
+        "f": {"kind": "full", "num_kv_heads": 8, "head_dim": 64},
+    }
+    layout = layout_from_dict(
+        {
+            "name": "x",
+            "max_model_len": 4096,
+            "layer_kinds": kinds,
+            "layers": ["s", "f"] * 12 + ["f"],
+        }
+    )
+    plan = plan_kv_cache(layout, GB, grouping="vllm")
+    assert plan.grouping.group_size == 13
+    assert plan.grouping.padding_layers == 1
+
+
+def test_different_head_sizes_scale_or_pack() -> None:
+    specs = {
+        "big.0": FullAttentionSpec(16, 2, 128, "bfloat16"),
+        "big.1": FullAttentionSpec(16, 2, 128, "bfloat16"),
+        "small.0": SlidingWindowSpec(16, 2, 64, "bfloat16", sliding_window=64),
+        "small.1": SlidingWindowSpec(16, 2, 64, "bfloat16", sliding_window=64),
+    }
+    base = unify_vllm(specs)
+    assert base.specs["small.0"].block_size == 32  # half the page per token -> 2x tokens
+    assert base.specs["big.0"].block_size == 16
+    assert base.slot_bytes == specs["big.0"].page_size_bytes
+    packed = unify_packed(specs, pack_attention=1)
+    assert packed.specs["small.0"].block_size == 16  # two sliding layers share a slot
+    assert packed.pack[packed.specs["small.0"]] == 2
+    cfg = get_kv_cache_config(specs, 10**7, max_model_len=1024, unification="packed")
+    shared = [t.shared_by for t in cfg.kv_cache_tensors]
+    assert any({"small.0", "small.1"} <= set(s) for s in shared)
+
+
+def test_pages_that_cannot_match_name_the_layers() -> None:
+    specs = {
+        "a": FullAttentionSpec(16, 1, 128, "bfloat16"),
+        "b": SlidingWindowSpec(16, 1, 96, "bfloat16", sliding_window=64),
+    }
+    with pytest.raises(ValueError, match=r"layer 'b' has 6144-byte pages and layer 'a' 8192"):
+        unify_vllm(specs)
+
+
+def test_jamba_baseline_matches_vllm_formula() -> None:
+    # Mamba1 state: conv (3, 8192) + SSM (8192, 16), bf16 = 311,296 B. One
+    # attention token is 2 x 8 x 128 x 2 = 4096 B, so vLLM raises the block
+    # size to 16 x cdiv(311296, 16 x 4096) = 80 and pads the state to 327,680 B.
+    layout = shipped_layout("jamba-v0.1")
+    plan = plan_kv_cache(layout, 80 * GB, unification="vllm")
+    assert plan.unified.attention_block_size == 80
+    assert plan.slot_bytes == 327_680
+    mamba = next(g.spec for g in plan.grouping.groups if isinstance(g.spec, MambaSpec))
+    assert mamba.state_size_bytes == 311_296
+    assert mamba.page_size_bytes == 327_680
+    assert mamba.block_size == 80
+    # 4 attention + 28 Mamba layers: g = 4, 1 + 7 groups, no padding layers.
+    assert (plan.grouping.group_size, plan.grouping.num_groups) == (4, 8)
+
+
+def test_bamba_baseline_and_packed_block_sizes() -> None:
+    # Mamba2 state: conv (3, 128 x 64 + 2 x 128) + SSM (128, 64, 128), bf16 =
+    # 2 x (25,344 + 1,048,576) = 2,147,840 B -> 16 x cdiv(2147840, 65536) = 528.
+    layout = shipped_layout("bamba-9b")
+    base = plan_kv_cache(layout, 80 * GB, unification="vllm")
+    assert base.unified.attention_block_size == 528
+    packed = plan_kv_cache(layout, 80 * GB, unification="packed")
+    # 3 attention layers share a slot: 16 x cdiv(2147840, 16 x 3 x 4096) = 176.
+    assert packed.unified.attention_block_size == 176
+    assert packed.slot_bytes == 3 * 176 * 4096
+    assert packed.grouping.num_groups <= 32
+
+
+def test_packed_keeps_jamba_blocks_small() -> None:
+    layout = shipped_layout("jamba-v0.1")
+    packed = plan_kv_cache(layout, 80 * GB, unification="packed")
+    # All 4 attention layers in one slot: 16 x cdiv(311296, 16 x 4 x 4096) = 32.
+    assert packed.unified.attention_block_size == 32
+    attn = [g for g in packed.grouping.groups if not isinstance(g.spec, MambaSpec)]
+    assert len(attn) == 1 and attn[0].pack == 4
+
+
+def test_budget_too_small_names_the_minimum() -> None:
+    layout = shipped_layout("gemma-3-27b")
+    with pytest.raises(ValueError, match=r"cannot hold one request of max_model_len=131072.*GiB"):
+        plan_kv_cache(layout, 10**9)
+    ok = plan_kv_cache(layout, 80 * GB)
+    need = (ok.grouping.bytes_per_request // ok.page_bytes + 1) * ok.page_bytes
+    plan_kv_cache(layout, need)  # exactly the minimum fits
+    with pytest.raises(ValueError, match="cannot hold"):
+        plan_kv_cache(layout, need - 1)
+
+
+def test_capacity_vs_naive() -> None:
+    layout = shipped_layout("gemma-3-27b")
+    plan = plan_kv_cache(layout, 80 * GB)
+    # Naive: 62 layers x 131072 tokens x 2 x 16 x 128 x 2 B per request.
+    naive_req = 62 * 131072 * 2 * 16 * 128 * 2
+    assert plan.naive.bytes_per_request == naive_req
+    assert plan.naive.max_concurrency == pytest.approx(80 * GB / naive_req)
+    # Hybrid: full group 8192 blocks, each sliding group cdiv(1023 + 8192, 16) + 1.
+    per_block = 10 * 16 * 2 * 16 * 128 * 2
+    blocks = 8192 + 6 * (-(-(1023 + 8192) // 16) + 1)
+    assert plan.grouping.bytes_per_request == blocks * per_block
+    assert plan.hybrid.max_concurrency == pytest.approx((plan.num_blocks - 1) / blocks)
+    assert plan.hybrid.kv_tokens == int(plan.hybrid.max_concurrency * 131072)
+    assert plan.gain_over_naive > 4.0
+
+
+def test_bad_arguments() -> None:
+    layout = shipped_layout("tiny-gemma3")
+    with pytest.raises(ValueError, match="grouping must be one of"):
+        plan_kv_cache(layout, GB, grouping="best")
+    with pytest.raises(ValueError, match="unification must be one of"):
+        plan_kv_cache(layout, GB, unification="magic")
+    with pytest.raises(ValueError, match="max_model_len is required"):
+        plan_kv_cache(layout.kv_cache_specs(16), GB)
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        plan_kv_cache(layout, GB, block_size=0)
