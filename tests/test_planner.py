@@ -6,11 +6,11 @@ The figures are derived by hand in the comments (bf16: 2 bytes per element).
 from __future__ import annotations
 
 import pytest
+from factories import req, run_step
 
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, SlidingWindowSpec
 from hybridkv.layouts import layout_from_dict, shipped_layout
 from hybridkv.planning import get_kv_cache_config, plan_kv_cache, unify_packed, unify_vllm
-from factories import req, run_step
 
 GB = 10**9
 
