@@ -1,5 +1,7 @@
 """Model layouts: per-layer KV shapes of real models, from YAML or HF configs."""
 
+from hybridkv.layouts.hf_families import SUPPORTED_MODEL_TYPES
+from hybridkv.layouts.hf_import import layout_from_hf_config
 from hybridkv.layouts.kinds import (
     KIND_NAMES,
     ChunkedLocalLayer,
@@ -16,6 +18,7 @@ from hybridkv.layouts.yaml_io import LayoutError, dump_layout, layout_from_dict,
 
 __all__ = [
     "KIND_NAMES",
+    "SUPPORTED_MODEL_TYPES",
     "ChunkedLocalLayer",
     "FullAttentionLayer",
     "LayerKind",
@@ -29,6 +32,7 @@ __all__ = [
     "dump_layout",
     "layer_name",
     "layout_from_dict",
+    "layout_from_hf_config",
     "load_layout",
     "shipped_layout",
     "shipped_names",

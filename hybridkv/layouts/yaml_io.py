@@ -26,16 +26,34 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _field_path(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``raw`` without pydantic's union-branch tags, keeping real field names.
+
+    A kind tag ("sliding_window", "mamba1"...) follows a union marker
+    ("tagged-union[...]") or a ``layer_kinds`` key; elsewhere the same word is a
+    field (``layers[2].sliding_window``) and stays.
+    """
+    out: list[Any] = []
+    after_branch = False
+    for i, p in enumerate(raw):
+        if isinstance(p, str) and ("[" in p or p == "str"):
+            after_branch = True
+            continue
+        is_tag = after_branch or (i == 2 and raw[0] == "layer_kinds")
+        after_branch = False
+        if is_tag and isinstance(p, str) and p in KIND_NAMES:
+            continue
+        out.append(p)
+    return tuple(out)
+
+
 def _explain(err: ValidationError, where: str) -> LayoutError:
     lines = [f"{where}: invalid layout"]
     for e in err.errors(include_url=False):
         raw = e["loc"]
         if "str" in raw and not isinstance(e.get("input"), str):
             continue  # a mapping given where a kind name was also allowed
-        # Drop pydantic's union-branch tags ("full", "function-after[...]").
-        loc = tuple(
-            p for p in raw if not (isinstance(p, str) and ("[" in p or p in (*KIND_NAMES, "str")))
-        )
+        loc = _field_path(raw)
         msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
         shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"

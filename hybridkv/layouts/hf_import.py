@@ -1,0 +1,192 @@
+"""Import a ``ModelLayout`` from a local Hugging Face ``config.json``.
+
+``layout_from_hf_config`` reads a model directory, a ``config.json`` path or a
+``transformers.PretrainedConfig`` (never the network: ``local_files_only``),
+unwraps multimodal wrappers (Gemma 3, Llama 4: their ``text_config``) and asks
+the family's reader (``hf_families``) for one layer kind per layer. The result
+is compact: each distinct kind is named once under ``layer_kinds`` and the
+layers become a repeated ``pattern`` when the model is periodic, an explicit
+``layers`` list otherwise, so ``dump_layout`` gives a readable YAML file.
+
+Supported ``model_type`` values: ``SUPPORTED_MODEL_TYPES``. Anything else raises
+``LayoutError`` (a ``ValueError``) that lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridkv.layouts.hf_families import READERS, SUPPORTED_MODEL_TYPES, WRAPPERS, HFConfig
+from hybridkv.layouts.kinds import LayerKind
+from hybridkv.layouts.layout import ModelLayout
+from hybridkv.layouts.yaml_io import LayoutError, layout_from_dict
+
+DEFAULT_CACHE_DTYPE = "bfloat16"
+
+_KIND_BASE_NAMES = {
+    "full": "full",
+    "sliding_window": "sliding",
+    "chunked_local": "chunked",
+    "mamba1": "mamba",
+    "mamba2": "mamba",
+    "none": "none",
+}
+
+
+def layout_from_hf_config(
+    path_or_config: str | os.PathLike[str] | HFConfig,
+    *,
+    name: str | None = None,
+    cache_dtype: str | None = None,
+    max_model_len: int | None = None,
+) -> ModelLayout:
+    """The layout of a Hugging Face model, from its config alone (no weights, offline).
+
+    ``path_or_config``: a directory holding ``config.json``, the path of a
+    ``config.json``, or a ``PretrainedConfig``. Defaults: ``name`` is the
+    directory name (else the config's ``model_type``); ``cache_dtype`` is the
+    config's ``dtype``/``torch_dtype`` when it is a float type, else bfloat16;
+    ``max_model_len`` is the text config's ``max_position_embeddings``.
+    """
+    if isinstance(path_or_config, str | os.PathLike):
+        config, where = _load(Path(path_or_config))
+        default_name = where.parent.name
+        source: str | None = str(where)
+    else:
+        config = path_or_config
+        if not hasattr(config, "model_type"):
+            raise LayoutError(
+                f"path_or_config: expected a model directory, a config.json path or a "
+                f"transformers PretrainedConfig, got {type(config).__name__}"
+            )
+        source = getattr(config, "name_or_path", None) or None
+        default_name = Path(source).name if source else ""
+    text = _text_config(config)
+    kinds = READERS[text.model_type](text)
+    return _build(
+        name=name or default_name or text.model_type,
+        source=source,
+        cache_dtype=cache_dtype or _config_dtype(text, config),
+        max_model_len=max_model_len or _max_position_embeddings(text),
+        kinds=kinds,
+    )
+
+
+def _load(path: Path) -> tuple[HFConfig, Path]:
+    """Read ``path`` (a directory or a config.json) with transformers' AutoConfig."""
+    hint = "give a model directory holding config.json, or the path of a config.json"
+    if not path.exists():
+        raise LayoutError(f"{path}: no such directory or file; {hint}")
+    config_file = path / "config.json" if path.is_dir() else path
+    if not config_file.is_file():
+        raise LayoutError(f"{config_file}: no such file; {hint}")
+    try:
+        raw = json.loads(config_file.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise LayoutError(f"{config_file}: not a readable JSON config ({e})") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    _check_supported(model_type, str(config_file))
+    from transformers import AutoConfig  # deferred: importing transformers takes seconds
+
+    try:
+        config = AutoConfig.from_pretrained(str(config_file), local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise LayoutError(f"{config_file}: transformers cannot read this config ({e})") from e
+    return config, config_file
+
+
+def _check_supported(model_type: Any, where: str) -> None:
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise LayoutError(
+            f"{where}: model_type {model_type!r} is not supported; supported model types: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+
+
+def _text_config(config: HFConfig) -> HFConfig:
+    """The decoder's config: ``text_config`` of a multimodal wrapper, else ``config``."""
+    model_type = getattr(config, "model_type", None)
+    _check_supported(model_type, f"{type(config).__name__}")
+    if model_type not in WRAPPERS:
+        return config
+    text = getattr(config, "text_config", None)
+    if text is None:
+        raise LayoutError(f"{model_type} config: 'text_config' is missing")
+    if getattr(text, "model_type", None) != WRAPPERS[model_type]:
+        raise LayoutError(
+            f"{model_type} config: text_config.model_type is "
+            f"{getattr(text, 'model_type', None)!r}, expected {WRAPPERS[model_type]!r}"
+        )
+    return text
+
+
+def _config_dtype(*configs: HFConfig) -> str:
+    """The first float ``dtype``/``torch_dtype`` of ``configs``, else bfloat16."""
+    for config in configs:
+        value = getattr(config, "dtype", None)
+        if value is None and not hasattr(config, "dtype"):
+            value = getattr(config, "torch_dtype", None)  # transformers < 5
+        if isinstance(value, str):
+            value = getattr(torch, value.removeprefix("torch."), None)
+        if isinstance(value, torch.dtype) and value in (
+            torch.float32,
+            torch.float16,
+            torch.bfloat16,
+        ):
+            return str(value).removeprefix("torch.")
+    return DEFAULT_CACHE_DTYPE
+
+
+def _max_position_embeddings(config: HFConfig) -> int:
+    value = getattr(config, "max_position_embeddings", None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LayoutError(
+            f"{config.model_type} config: max_position_embeddings is {value!r}; pass "
+            "max_model_len= to layout_from_hf_config"
+        )
+    return value
+
+
+def _build(
+    *,
+    name: str,
+    source: str | None,
+    cache_dtype: str,
+    max_model_len: int,
+    kinds: list[LayerKind],
+) -> ModelLayout:
+    """A compact layout: named kinds, and a pattern when the layers repeat one."""
+    names: dict[LayerKind, str] = {}
+    for kind in kinds:
+        if kind not in names:
+            base = _KIND_BASE_NAMES[kind.kind]
+            taken = sum(1 for n in names.values() if n.split("_")[0] == base)
+            names[kind] = base if taken == 0 else f"{base}_{taken + 1}"
+    entries = [names[k] for k in kinds]
+    data: dict[str, Any] = {
+        "name": name,
+        "source": source,
+        "cache_dtype": cache_dtype,
+        "max_model_len": max_model_len,
+        "layer_kinds": {n: k.model_dump() for k, n in names.items()},
+    }
+    period = _period(entries)
+    if period is not None:
+        data.update(pattern=entries[:period], num_layers=len(entries))
+    else:
+        data["layers"] = entries
+    return layout_from_dict(data, where=source or name)
+
+
+def _period(entries: list[str]) -> int | None:
+    """The shortest p that repeats at least twice and regenerates ``entries``."""
+    n = len(entries)
+    for p in range(1, n // 2 + 1):
+        if all(entries[i] == entries[i % p] for i in range(n)):
+            return p
+    return None
