@@ -7,7 +7,9 @@ just the config. Steps:
 1. specs per layer (from a ``ModelLayout`` at ``block_size``, or given);
 2. page-size unification (``unification="vllm"`` or ``"packed"``,
    ``unify.py``); for packed with Mamba layers, the attention pack factor
-   that gives the smallest block size within ``max_packed_groups`` groups;
+   (a divisor of every attention kind's layer count, so no slot is left
+   part-empty) that gives the smallest block size within
+   ``max_packed_groups`` groups;
 3. grouping (``grouping="vllm"`` or ``"auto"``, ``grouping.py``);
 4. ``num_blocks = available // (g * slot)``, one buffer per slot index
    (``KVCacheTensor`` of ``num_blocks * slot`` bytes, shared by slot ``i``
@@ -18,6 +20,8 @@ just the config. Steps:
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 
 from hybridkv.layouts import ModelLayout
@@ -113,11 +117,14 @@ def _unify(
     if unification == "vllm":
         return unify_vllm(raw, alignment=alignment)
     has_mamba = any(isinstance(s, MambaSpec) for s in raw.values())
-    n_attn = sum(isinstance(s, AttentionSpec) for s in raw.values())
-    if not has_mamba or n_attn == 0:
+    attn_counts = Counter(s for s in raw.values() if isinstance(s, AttentionSpec))
+    if not has_mamba or not attn_counts:
         return unify_packed(raw, pack_attention=1, alignment=alignment)
+    # Pack factors that fill every slot (divide every attention kind's count).
+    common = math.gcd(*attn_counts.values())
+    packs = [p for p in range(1, common + 1) if common % p == 0]
     best: tuple[tuple[int, int, int], UnifiedSpecs] | None = None
-    for p in range(1, n_attn + 1):
+    for p in packs:
         u = unify_packed(raw, pack_attention=p, alignment=alignment)
         g = choose_grouping(u, "vllm", max_model_len=max_model_len, max_num_batched_tokens=mnbt)
         if g.num_groups > max_packed_groups and p > 1:
