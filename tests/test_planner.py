@@ -5,11 +5,14 @@ The figures are derived by hand in the comments (bf16: 2 bytes per element).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from factories import req, run_step
 
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, SlidingWindowSpec
-from hybridkv.layouts import layout_from_dict, shipped_layout
+from hybridkv.layouts import layout_from_dict, shipped_layout, shipped_names
 from hybridkv.planning import get_kv_cache_config, plan_kv_cache, unify_packed, unify_vllm
 
 GB = 10**9
@@ -221,3 +224,22 @@ def test_bad_arguments() -> None:
         plan_kv_cache(layout.kv_cache_specs(16), GB)
     with pytest.raises(ValueError, match="block_size must be a positive integer"):
         plan_kv_cache(layout, GB, block_size=0)
+
+
+VLLM_SRC = Path.home() / ".cache" / "hybridkv-vllm-baseline" / "src" / "vllm-0.33.0"
+REAL = [n for n in shipped_names() if not n.startswith(("tiny-", "toy-", "20full-"))]
+
+
+@pytest.mark.skipif(
+    not VLLM_SRC.is_dir(), reason="vLLM source absent (bash ../shared/bench/vllm_baseline/setup.sh)"
+)
+@pytest.mark.parametrize("name", [*REAL, "20full-30sliding", "toy-10full-20sliding"])
+def test_vllm_grouping_is_vllms_own(name: str) -> None:
+    # vLLM 0.33's grouping function, executed from its source on the same specs.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from vllm_grouping_check import load_vllm_grouping, vllm_groups
+
+    layout = shipped_layout(name)
+    plan = plan_kv_cache(layout, 2**45, grouping="vllm", max_model_len=4096)
+    ours = [list(g.layers) for g in plan.grouping.groups]
+    assert vllm_groups(load_vllm_grouping(VLLM_SRC), plan.unified.specs) == ours
