@@ -1,0 +1,30 @@
+"""``hybridkv plan``: resolve a layout, plan its KV memory, explain the plan.
+
+- ``units.py``: memory sizes in and out (``parse_memory``, ``format_bytes``),
+  compact layer-index lists;
+- ``table.py``: aligned plain-text tables;
+- ``resolve.py``: a YAML path, a Hugging Face model folder or a shipped name
+  -> ``ModelLayout``;
+- ``plan_report.py``: ``PlanOptions`` -> ``PlanReport`` (the plan, and the
+  same plan under the other unification strategy);
+- ``plan_table.py``: the text report; ``compare.py``: unification strategies
+  side by side and the grouping choices (``--verbose``);
+- ``plot.py``: the memory-layout and capacity figure (``--plot``);
+- ``command.py``: the ``plan`` subcommand's arguments and entry point.
+"""
+
+from hybridkv.report.plan_report import PlanOptions, PlanReport, build_plan_report
+from hybridkv.report.plan_table import render_plan
+from hybridkv.report.resolve import resolve_layout
+from hybridkv.report.units import compact_indices, format_bytes, parse_memory
+
+__all__ = [
+    "PlanOptions",
+    "PlanReport",
+    "build_plan_report",
+    "compact_indices",
+    "format_bytes",
+    "parse_memory",
+    "render_plan",
+    "resolve_layout",
+]

@@ -1,0 +1,87 @@
+"""The ``hybridkv plan`` subcommand: arguments and entry point.
+
+``run_plan`` prints the report to stdout and returns 0. User errors (a model
+that cannot be found or read, a memory size it cannot parse, a budget below
+one ``max_model_len`` request, matplotlib missing for ``--plot``) print one
+``hybridkv plan: error: ...`` message to stderr and return 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from hybridkv.planning import GROUPINGS, STRATEGIES
+from hybridkv.report.plan_report import PlanOptions, build_plan_report
+from hybridkv.report.plan_table import render_plan
+from hybridkv.report.resolve import resolve_layout
+from hybridkv.report.units import MEMORY_UNITS, parse_memory
+
+EXIT_USER_ERROR = 2
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_plan_parser(sub: Any) -> None:
+    """Add ``plan`` to the ``hybridkv`` subparsers ``sub``."""
+    p = sub.add_parser(
+        "plan",
+        help="plan the KV cache memory of a model and explain the plan",
+        description="Plan the KV cache memory of a model (groups, buffers, blocks) and "
+        "compare it with a naive allocation and with vLLM's grouping.",
+    )
+    p.add_argument(
+        "model", help="a .yaml/.yml layout, a Hugging Face model folder, or a shipped name"
+    )
+    p.add_argument(
+        "--memory",
+        required=True,
+        help=f"KV cache memory: bytes, or a number with a suffix ({', '.join(MEMORY_UNITS)})",
+    )
+    p.add_argument("--max-model-len", type=_positive, help="default: the layout's max_model_len")
+    p.add_argument("--block-size", type=_positive, default=16, help="tokens per block (16)")
+    p.add_argument("--grouping", choices=GROUPINGS, default="auto", help="(auto)")
+    p.add_argument("--unification", choices=STRATEGIES, default="vllm", help="(vllm)")
+    p.add_argument(
+        "--max-num-batched-tokens", type=_positive, help="default: min(8192, max_model_len)"
+    )
+    p.add_argument("--max-groups", type=_positive, default=8, help="group cap of auto grouping (8)")
+    p.add_argument("--verbose", action="store_true", help="list every grouping choice")
+    p.add_argument("--plot", metavar="PATH", help="write the layout and capacity figure (PNG)")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Run ``hybridkv plan`` with parsed ``args``; 0 on success, 2 on user errors."""
+    try:
+        options = PlanOptions(
+            memory_bytes=parse_memory(args.memory),
+            max_model_len=args.max_model_len,
+            block_size=args.block_size,
+            grouping=args.grouping,
+            unification=args.unification,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_groups=args.max_groups,
+        )
+        layout = resolve_layout(args.model)
+        report = build_plan_report(layout, options)
+        text = render_plan(report, verbose=args.verbose)
+        if args.plot:
+            from hybridkv.report.plot import save_plan_figure
+
+            save_plan_figure(report, args.plot)
+    except ValueError as e:
+        print(f"hybridkv plan: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    sys.stdout.write(text)
+    if args.plot:
+        print(f"figure written to {args.plot}")
+    return 0
