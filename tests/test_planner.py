@@ -243,3 +243,18 @@ def test_vllm_grouping_is_vllms_own(name: str) -> None:
     plan = plan_kv_cache(layout, 2**45, grouping="vllm", max_model_len=4096)
     ours = [list(g.layers) for g in plan.grouping.groups]
     assert vllm_groups(load_vllm_grouping(VLLM_SRC), plan.unified.specs) == ours
+
+
+@pytest.mark.parametrize("name", shipped_names())
+@pytest.mark.parametrize("unification", ["vllm", "packed"])
+def test_every_shipped_layout_plans(name: str, unification: str) -> None:
+    layout = shipped_layout(name)
+    mml = min(layout.max_model_len, 1 << 20)  # Llama 4 Scout's 10M needs 482 GiB
+    plan = plan_kv_cache(layout, 80 * GB, unification=unification, max_model_len=mml)
+    cfg = plan.kv_cache_config
+    assert sorted(n for g in cfg.kv_cache_groups for n in g.layer_names) == sorted(
+        layout.kv_cache_specs(16)
+    )
+    assert plan.hybrid.max_concurrency >= 1.0
+    assert plan.grouping.waste_bytes_per_request <= plan.vllm_grouping.waste_bytes_per_request
+    assert cfg.num_blocks == 80 * GB // plan.page_bytes
