@@ -154,16 +154,46 @@ def make_grouping(
     return Grouping(group_size, tuple(groups), padding, waste, total)
 
 
-def all_groupings(
+def vllm_grouping(
     unified: UnifiedSpecs, max_model_len: int, max_num_batched_tokens: int
-) -> list[Grouping]:
-    """Every candidate ``g`` from 1 to the largest slot count, in order."""
+) -> Grouping:
+    """The grouping vLLM's heuristic makes (and only that one)."""
+    buckets = buckets_of(unified)
+    return make_grouping(
+        buckets,
+        vllm_group_size(buckets),
+        unified.slot_bytes,
+        max_model_len,
+        max_num_batched_tokens,
+    )
+
+
+def grouping_candidates(
+    unified: UnifiedSpecs, max_model_len: int, max_num_batched_tokens: int
+) -> tuple[tuple[Grouping, ...], Grouping]:
+    """Every candidate ``g`` from 1 to the largest slot count, and vLLM's among them."""
     buckets = buckets_of(unified)
     hi = max(b.slots for b in buckets)
-    return [
+    choices = tuple(
         make_grouping(buckets, g, unified.slot_bytes, max_model_len, max_num_batched_tokens)
         for g in range(1, hi + 1)
-    ]
+    )
+    return choices, choices[vllm_group_size(buckets) - 1]
+
+
+def pick_grouping(
+    choices: tuple[Grouping, ...], vllm: Grouping, mode: str, max_groups: int = 8
+) -> Grouping:
+    """The grouping ``mode`` (``vllm`` or ``auto``) picks among ``choices``."""
+    if mode not in GROUPINGS:
+        raise ValueError(f"grouping must be one of {GROUPINGS}, got {mode!r}")
+    if mode == "vllm":
+        return vllm
+    cap = max(vllm.num_groups, max_groups)
+    options = [g for g in choices if g.num_groups <= cap]
+    best = min(options, key=lambda g: (g.waste_bytes_per_request, g.num_groups, g.padding_layers))
+    assert best.waste_bytes_per_request <= vllm.waste_bytes_per_request
+    return best
 
 
 def choose_grouping(
@@ -177,17 +207,7 @@ def choose_grouping(
     """The grouping ``mode`` (``vllm`` or ``auto``) picks; see the module doc."""
     if mode not in GROUPINGS:
         raise ValueError(f"grouping must be one of {GROUPINGS}, got {mode!r}")
-    buckets = buckets_of(unified)
-    vllm_g = vllm_group_size(buckets)
-    vllm = make_grouping(buckets, vllm_g, unified.slot_bytes, max_model_len, max_num_batched_tokens)
     if mode == "vllm":
-        return vllm
-    cap = max(vllm.num_groups, max_groups)
-    options = [
-        g
-        for g in all_groupings(unified, max_model_len, max_num_batched_tokens)
-        if g.num_groups <= cap
-    ]
-    best = min(options, key=lambda g: (g.waste_bytes_per_request, g.num_groups, g.padding_layers))
-    assert best.waste_bytes_per_request <= vllm.waste_bytes_per_request
-    return best
+        return vllm_grouping(unified, max_model_len, max_num_batched_tokens)
+    choices, vllm = grouping_candidates(unified, max_model_len, max_num_batched_tokens)
+    return pick_grouping(choices, vllm, mode, max_groups)

@@ -28,10 +28,11 @@ from hybridkv.layouts import ModelLayout
 from hybridkv.planning.capacity import Capacity, capacity, naive_bytes_per_request
 from hybridkv.planning.grouping import (
     Grouping,
-    all_groupings,
     blocks_per_request,
-    choose_grouping,
+    grouping_candidates,
     mamba_reserve_blocks,
+    pick_grouping,
+    vllm_grouping,
 )
 from hybridkv.planning.unify import STRATEGIES, UnifiedSpecs, unify_packed, unify_vllm
 from hybridkv.specs import (
@@ -43,6 +44,7 @@ from hybridkv.specs import (
     MambaSpec,
 )
 from hybridkv.specs.base import check_positive_int
+from hybridkv.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def _unify(
     best: tuple[tuple[int, int, int], UnifiedSpecs] | None = None
     for p in packs:
         u = unify_packed(raw, pack_attention=p, alignment=alignment)
-        g = choose_grouping(u, "vllm", max_model_len=max_model_len, max_num_batched_tokens=mnbt)
+        g = vllm_grouping(u, max_model_len, mnbt)
         if g.num_groups > max_packed_groups and p > 1:
             continue
         key = (u.attention_block_size or 0, g.waste_bytes_per_request, p)
@@ -136,16 +138,18 @@ def _unify(
     return best[1]
 
 
-def _human(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
+def _reserved_blocks(grouping: Grouping, mnbt: int) -> int:
+    """The null block plus one step's Mamba checkpoints."""
+    return mamba_reserve_blocks(grouping.groups, mnbt) + 1
 
 
-def _usable(available: int, page: int, reserved_blocks: int) -> int:
-    """Bytes of the whole blocks that fit, less the null block and reserves."""
-    return max(available // page - reserved_blocks, 0) * page
+def _plan_capacity(
+    available: int, unified: UnifiedSpecs, grouping: Grouping, mnbt: int, max_model_len: int
+) -> Capacity:
+    """Capacity of the whole pages that fit, less the reserved blocks."""
+    page = grouping.group_size * unified.slot_bytes
+    usable = max(available // page - _reserved_blocks(grouping, mnbt), 0) * page
+    return capacity(usable, grouping.bytes_per_request, max_model_len)
 
 
 def _config(unified: UnifiedSpecs, grouping: Grouping, num_blocks: int) -> KVCacheConfig:
@@ -191,29 +195,19 @@ def plan_kv_cache(
     check_positive_int(mnbt, "max_num_batched_tokens")
     raw = _specs_of(layout_or_specs, block_size)
     unified = _unify(raw, unification, alignment, max_model_len, mnbt, max_packed_groups)
-    chosen = choose_grouping(
-        unified,
-        grouping,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=mnbt,
-        max_groups=max_groups,
-    )
-    vllm = choose_grouping(
-        unified, "vllm", max_model_len=max_model_len, max_num_batched_tokens=mnbt
-    )
+    choices, vllm = grouping_candidates(unified, max_model_len, mnbt)
+    chosen = pick_grouping(choices, vllm, grouping, max_groups)
     page = chosen.group_size * unified.slot_bytes
-    reserve = mamba_reserve_blocks(chosen.groups, mnbt) + 1  # + the null block
-    need_blocks = chosen.bytes_per_request // page + reserve
+    need_blocks = chosen.bytes_per_request // page + _reserved_blocks(chosen, mnbt)
     num_blocks = available_memory_bytes // page
     if num_blocks < need_blocks:
         need = need_blocks * page
         raise ValueError(
             f"{available_memory_bytes:,} bytes cannot hold one request of "
             f"max_model_len={max_model_len} tokens: that needs {need_blocks} blocks of "
-            f"{page:,} bytes = {need:,} bytes ({_human(need)}) at least; "
+            f"{page:,} bytes = {need:,} bytes ({format_bytes(need)}) at least; "
             "raise the memory or lower max_model_len"
         )
-    usable = _usable(available_memory_bytes, page, reserve)
     return KVCachePlan(
         kv_cache_config=_config(unified, chosen, num_blocks),
         unified=unified,
@@ -222,23 +216,15 @@ def plan_kv_cache(
         available_memory_bytes=available_memory_bytes,
         max_model_len=max_model_len,
         max_num_batched_tokens=mnbt,
-        hybrid=capacity(usable, chosen.bytes_per_request, max_model_len),
+        hybrid=_plan_capacity(available_memory_bytes, unified, chosen, mnbt, max_model_len),
         naive=capacity(
             available_memory_bytes,
             naive_bytes_per_request(raw, max_model_len, block_size),
             max_model_len,
         ),
         vllm_grouping=vllm,
-        vllm_hybrid=capacity(
-            _usable(
-                available_memory_bytes,
-                vllm.group_size * unified.slot_bytes,
-                mamba_reserve_blocks(vllm.groups, mnbt) + 1,
-            ),
-            vllm.bytes_per_request,
-            max_model_len,
-        ),
-        choices=tuple(all_groupings(unified, max_model_len, mnbt)),
+        vllm_hybrid=_plan_capacity(available_memory_bytes, unified, vllm, mnbt, max_model_len),
+        choices=choices,
     )
 
 

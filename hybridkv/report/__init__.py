@@ -16,7 +16,8 @@
 from hybridkv.report.plan_report import PlanOptions, PlanReport, build_plan_report
 from hybridkv.report.plan_table import render_plan
 from hybridkv.report.resolve import resolve_layout
-from hybridkv.report.units import compact_indices, format_bytes, parse_memory
+from hybridkv.report.units import compact_indices, parse_memory
+from hybridkv.units import format_bytes
 
 __all__ = [
     "PlanOptions",

@@ -15,8 +15,9 @@ from hybridkv.planning.grouping import mamba_reserve_blocks
 from hybridkv.report.compare import render_choices, render_unifications
 from hybridkv.report.plan_report import PlanReport
 from hybridkv.report.table import format_table
-from hybridkv.report.units import compact_layers, format_bytes, format_bytes_exact, plural
+from hybridkv.report.units import compact_layers, plural
 from hybridkv.specs import MambaSpec
+from hybridkv.units import format_bytes, format_bytes_exact
 
 
 def render_plan(report: PlanReport, verbose: bool = False) -> str:

@@ -21,8 +21,9 @@ from typing import Any
 
 from hybridkv.planning import KVCachePlan
 from hybridkv.report.plan_report import PlanReport
-from hybridkv.report.units import format_bytes, layer_index, plural
+from hybridkv.report.units import layer_index, plural
 from hybridkv.specs import KVCacheSpec, MambaSpec
+from hybridkv.units import format_bytes
 
 MAX_BUFFERS = 16
 MAX_GROUPS = 16

@@ -3,7 +3,7 @@
 ``parse_memory`` reads what a user types for ``--memory``: a plain byte count
 (``1073741824``, ``1_000``) or a number with a suffix, decimal (``KB`` ``MB``
 ``GB`` ``TB``: powers of 1000) or binary (``KiB`` ``MiB`` ``GiB`` ``TiB``:
-powers of 1024). ``format_bytes`` writes sizes in binary units.
+powers of 1024). Sizes are written by ``hybridkv.units.format_bytes``.
 """
 
 from __future__ import annotations
@@ -48,24 +48,6 @@ def parse_memory(text: str) -> int:
     if value < 1:
         raise ValueError(f"memory size {text!r} is less than one byte")
     return value
-
-
-def format_bytes(n: float) -> str:
-    """``n`` bytes in the largest binary unit that keeps it >= 1 (``"1.25 MiB"``)."""
-    if n < 1024:
-        return f"{n:g} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.2f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def format_bytes_exact(n: int) -> str:
-    """``"1.25 MiB (1,310,720 B)"``; just ``"512 B"`` below one KiB."""
-    if n < 1024:
-        return f"{n} B"
-    return f"{format_bytes(n)} ({n:,} B)"
 
 
 def layer_index(name: str) -> int | None:
