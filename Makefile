@@ -9,7 +9,7 @@ PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: demo test lint typecheck bench clean venv dev
+.PHONY: demo test lint typecheck bench clean venv dev mamba
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,22 @@ $(VENV)/.dev: $(VENV)/.installed pyproject.toml
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
+# mamba-ssm (optional): an sdist whose build wants CUDA; installed as pure Python
+# so that tests can compare our Mamba ops with its references (../shared/ENVIRONMENT.md).
+$(VENV)/.mamba: $(VENV)/.installed
+	$(PIP) install -q 'einops>=0.7'
+	MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(PIP) install -q \
+		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1
+	touch $@
+
+mamba: $(VENV)/.mamba
 venv: $(VENV)/.installed
 dev: $(VENV)/.dev
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/hybridkv demo
 
-lint: $(VENV)/.dev
+lint: $(VENV)/.dev $(VENV)/.mamba
 	$(VENV)/bin/ruff check hybridkv kernels tests benchmarks
 	$(VENV)/bin/ruff format --check hybridkv kernels tests benchmarks
 	$(VENV)/bin/mypy

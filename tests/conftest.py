@@ -3,13 +3,21 @@
 - ``ci`` (default): 200 examples of up to 40 steps each, what ``make test`` runs;
 - ``dev``: 50 examples, for quick local iterations;
 - ``thorough``: 10,000 examples (``HYPOTHESIS_PROFILE=thorough make test``).
+
+Without CUDA, Triton kernels run in Triton's CPU interpreter: ``TRITON_INTERPRET``
+must be set before any ``@triton.jit`` decorator runs, so it is set here, before
+any test module imports ``hybridkv.kernels``.
 """
 
 from __future__ import annotations
 
 import os
 
+import torch
 from hypothesis import HealthCheck, settings
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 for _name, _examples in (("ci", 200), ("dev", 50), ("thorough", 10_000)):
     settings.register_profile(

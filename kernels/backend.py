@@ -1,0 +1,70 @@
+"""Which implementation runs an op: Triton, the torch reference, or mamba-ssm.
+
+Every public op in ``hybridkv.kernels`` takes ``backend=None | "triton" |
+"torch"`` (Mamba decode updates also accept ``"mamba_ssm"``). ``None`` means:
+the ``HYBRIDKV_KERNEL_BACKEND`` environment variable if it is set, else
+Triton for CUDA tensors and the torch reference for CPU tensors.
+
+There is no silent fallback: asking for Triton where it cannot run (CPU
+tensors without ``TRITON_INTERPRET=1`` set before ``hybridkv.kernels`` was
+imported, or Triton not installed) raises ``KernelBackendError`` saying why.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+ENV_VAR = "HYBRIDKV_KERNEL_BACKEND"
+BACKENDS = ("triton", "torch", "mamba_ssm")
+
+
+class KernelBackendError(RuntimeError):
+    """The requested backend cannot run this op here."""
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def resolve_backend(
+    requested: str | None, device: torch.device, allowed: tuple[str, ...] = ("triton", "torch")
+) -> str:
+    """The backend that runs an op on tensors of ``device``.
+
+    ``requested`` wins over the environment variable, which wins over the
+    device default. Raises ``KernelBackendError`` for an unknown name, a
+    backend this op does not offer (``allowed``) or one that cannot run here.
+    """
+    name = requested if requested is not None else os.environ.get(ENV_VAR) or None
+    if name is None:
+        name = "triton" if device.type == "cuda" else "torch"
+        if name == "triton" and not triton_installed():
+            raise KernelBackendError(
+                "CUDA tensors need Triton, which is not installed; pass backend='torch' "
+                "to run the torch reference on the GPU"
+            )
+        return name
+    source = "backend=" if requested is not None else f"{ENV_VAR}="
+    if name not in BACKENDS:
+        raise KernelBackendError(f"{source}{name!r}: unknown backend; choose one of {BACKENDS}")
+    if name not in allowed:
+        raise KernelBackendError(
+            f"{source}{name!r}: this op offers only {allowed}"
+        )
+    if name == "triton":
+        if not triton_installed():
+            raise KernelBackendError(f"{source}'triton': Triton is not installed")
+        if device.type != "cuda" and not interpreter_enabled():
+            raise KernelBackendError(
+                f"{source}'triton' on {device.type} tensors needs Triton's interpreter: set "
+                "TRITON_INTERPRET=1 before hybridkv.kernels is imported, or use backend='torch'"
+            )
+    return name

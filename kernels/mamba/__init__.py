@@ -1,0 +1,1 @@
+"""Mamba ops on state slots in the shared buffer (filled in by the Mamba work)."""
