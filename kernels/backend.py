@@ -56,9 +56,7 @@ def resolve_backend(
     if name not in BACKENDS:
         raise KernelBackendError(f"{source}{name!r}: unknown backend; choose one of {BACKENDS}")
     if name not in allowed:
-        raise KernelBackendError(
-            f"{source}{name!r}: this op offers only {allowed}"
-        )
+        raise KernelBackendError(f"{source}{name!r}: this op offers only {allowed}")
     if name == "triton":
         if not triton_installed():
             raise KernelBackendError(f"{source}'triton': Triton is not installed")

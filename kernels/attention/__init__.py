@@ -1,0 +1,89 @@
+"""Unified paged attention: one call for a varlen batch of prefill chunks and decodes.
+
+``unified_attention(q, key_cache, value_cache, meta, opts)`` computes causal
+attention of the new tokens ``q [T, Hq, D]`` over each sequence's cached and
+new keys, read through the group's block table (``meta``, built once per step
+and shared by every layer of the group). Per layer, ``opts`` adds a sliding
+window, chunked local attention, a logit softcap, and ``sinks`` adds per-head
+attention sinks. Triton on CUDA, the torch reference on CPU (``backend=``
+overrides, see ``hybridkv.kernels.backend``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
+from hybridkv.kernels.attention.reference import unified_attention_torch
+from hybridkv.kernels.backend import resolve_backend
+from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
+
+__all__ = ["AttentionMetadata", "AttentionOptions", "unified_attention"]
+
+
+def unified_attention(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    *,
+    sinks: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    backend: str | None = None,
+    num_segments: int | None = None,
+) -> torch.Tensor:
+    """Attention output ``[T, Hq, D]`` in ``q``'s dtype (written into ``out`` if given).
+
+    - ``q``: ``[T, Hq, D]``, ``T == meta.num_tokens``, ``Hq`` a multiple of ``Hkv``;
+    - ``key_cache``/``value_cache``: ``[num_blocks, block_size, Hkv, D]``, same
+      dtype as ``q`` (fp16, bf16 or fp32), any block/token/head strides;
+    - ``sinks``: ``[Hq]`` per-head sink logits (gpt-oss), or ``None``;
+    - ``num_segments``: force the Triton split-KV factor (tests, tuning); the
+      torch reference has no split and ignores it.
+    """
+    _check(q, key_cache, value_cache, meta, sinks, out)
+    if out is None:
+        out = torch.empty_like(q)
+    impl = resolve_backend(backend, q.device)
+    if num_segments is not None and num_segments < 1:
+        raise ValueError(f"num_segments: must be >= 1, got {num_segments}")
+    if impl == "triton":
+        from hybridkv.kernels.attention.launcher import unified_attention_triton
+
+        unified_attention_triton(q, key_cache, value_cache, out, meta, opts, sinks, num_segments)
+    else:
+        unified_attention_torch(q, key_cache, value_cache, out, meta, opts, sinks)
+    return out
+
+
+def _check(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    sinks: torch.Tensor | None,
+    out: torch.Tensor | None,
+) -> None:
+    check_tensor("q", q, ndim=3, dtypes=CACHE_DTYPES, unit_last_stride=True)
+    t, hq, d = q.shape
+    dev = q.device
+    check_tensor("key_cache", key_cache, shape=(None, None, None, d), device=dev,
+                 unit_last_stride=True)  # fmt: skip
+    check_tensor("value_cache", value_cache, shape=tuple(key_cache.shape), device=dev,
+                 unit_last_stride=True)  # fmt: skip
+    check_same_dtype(("q", "key_cache", "value_cache"), (q, key_cache, value_cache))
+    hkv = key_cache.shape[2]
+    if hq % hkv:
+        raise ValueError(f"q has {hq} heads, not a multiple of the cache's {hkv} KV heads")
+    if t != meta.num_tokens:
+        raise ValueError(f"q has {t} tokens but meta describes {meta.num_tokens}")
+    for name in ("query_start_loc", "seq_lens", "block_table"):
+        check_tensor(f"meta.{name}", getattr(meta, name), device=dev)
+    meta.check(key_cache.shape[1])
+    if sinks is not None:
+        check_tensor("sinks", sinks, shape=(hq,), device=dev,
+                     dtypes=(torch.float32, torch.float16, torch.bfloat16))  # fmt: skip
+    if out is not None:
+        check_tensor("out", out, shape=(t, hq, d), dtypes=(q.dtype,), device=dev,
+                     unit_last_stride=True)  # fmt: skip

@@ -1,0 +1,139 @@
+"""Attention metadata: built once per step for a KV cache group, read by every layer.
+
+A step's batch is flattened (varlen): sequence ``s`` owns query tokens
+``query_start_loc[s]:query_start_loc[s+1]`` of ``q``, and has
+``seq_lens[s]`` tokens in total (its cached context plus these new ones), so
+its new tokens sit at positions ``seq_lens[s] - query_len .. seq_lens[s] - 1``.
+``block_table[s, i]`` is the physical block holding positions
+``i * block_size .. (i + 1) * block_size - 1``; entries outside the keys a
+layer can see (before a sliding window, before the current chunk) may be the
+null block 0.
+
+Prefill chunks (query_len > 1, with or without a cached prefix) and decodes
+(query_len == 1) mix freely. Host copies of the lengths ride along so that
+the launcher and the torch reference never read device memory back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hybridkv.kernels.checks import INDEX_DTYPES, check_tensor
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """Per-layer attention settings (one frozen object, not a parameter list).
+
+    - ``scale``: multiplies q·k before the softmax;
+    - ``sliding_window``: ``W``; key ``k`` is visible from query ``q`` when
+      ``q - W < k <= q`` (Hugging Face semantics), ``None`` for no window;
+    - ``chunk_size``: ``C``; visible when ``k // C == q // C`` and ``k <= q``;
+    - ``softcap``: ``c``; logits become ``c * tanh(s / c)`` (Gemma 2 style).
+    """
+
+    scale: float
+    sliding_window: int | None = None
+    chunk_size: int | None = None
+    softcap: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.scale > 0:
+            raise ValueError(f"scale: must be > 0, got {self.scale}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window: must be >= 1 or None, got {self.sliding_window}")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size: must be >= 1 or None, got {self.chunk_size}")
+        if self.sliding_window is not None and self.chunk_size is not None:
+            raise ValueError("sliding_window and chunk_size are exclusive: a layer has one kind")
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"softcap: must be > 0 or None, got {self.softcap}")
+
+    def first_visible_key(self, query_pos: int) -> int:
+        """The lowest key position query ``query_pos`` can see."""
+        if self.sliding_window is not None:
+            return max(0, query_pos - self.sliding_window + 1)
+        if self.chunk_size is not None:
+            return query_pos // self.chunk_size * self.chunk_size
+        return 0
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """One step's varlen batch for one KV cache group (see the module docstring).
+
+    Device tensors: ``query_start_loc`` ``[S + 1]``, ``seq_lens`` ``[S]``,
+    ``block_table`` ``[S, max_blocks]`` (int32 or int64). Host copies:
+    ``query_lens_cpu`` and ``seq_lens_cpu`` (Python ints).
+    """
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    query_lens_cpu: tuple[int, ...]
+    seq_lens_cpu: tuple[int, ...]
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_cpu)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens_cpu)
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens_cpu, default=0)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_cpu, default=0)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.max_query_len == 1
+
+    @classmethod
+    def build(
+        cls,
+        query_lens: Sequence[int],
+        seq_lens: Sequence[int],
+        block_table: torch.Tensor,
+        device: torch.device | str | None = None,
+    ) -> AttentionMetadata:
+        """Validate the lengths and put the tensors on ``device`` (default: the table's)."""
+        q = tuple(int(x) for x in query_lens)
+        s = tuple(int(x) for x in seq_lens)
+        if len(q) != len(s):
+            raise ValueError(f"query_lens has {len(q)} entries but seq_lens has {len(s)}")
+        for i, (ql, sl) in enumerate(zip(q, s, strict=True)):
+            if ql < 1:
+                raise ValueError(f"query_lens[{i}] = {ql}: every sequence needs >= 1 new token")
+            if sl < ql:
+                raise ValueError(f"seq_lens[{i}] = {sl} is shorter than query_lens[{i}] = {ql}")
+        check_tensor("block_table", block_table, ndim=2, dtypes=INDEX_DTYPES)
+        if block_table.shape[0] != len(s):
+            raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(s)} sequences")
+        dev = torch.device(device) if device is not None else block_table.device
+        starts = [0]
+        for ql in q:
+            starts.append(starts[-1] + ql)
+        return cls(
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(s, dtype=torch.int32, device=dev),
+            block_table=block_table.to(dev),
+            query_lens_cpu=q,
+            seq_lens_cpu=s,
+        )
+
+    def check(self, block_size: int) -> None:
+        """Raise ``ValueError`` if a sequence needs more blocks than its table row holds."""
+        need = -(-self.max_seq_len // block_size)
+        if need > self.block_table.shape[1]:
+            raise ValueError(
+                f"block_table has {self.block_table.shape[1]} columns but a sequence of "
+                f"{self.max_seq_len} tokens needs {need} blocks of {block_size}"
+            )

@@ -1,0 +1,152 @@
+"""Torch reference of unified paged attention (the CPU backend).
+
+Vectorised, no per-token Python loop: prefill chunks run one attention call
+per sequence over exactly the keys their window or chunk can see; all decodes
+of a step run as one padded batch. Math is done in fp32 and cast back, with
+``scaled_dot_product_attention`` where no softcap or sinks are asked for and
+an explicit softmax (sinks as extra logits in the denominator) otherwise.
+Keys outside the visible range are never read into the softmax; gathered
+padding is zeroed so that garbage (even NaN) in null or stale blocks cannot
+leak into the output.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
+
+
+def unified_attention_torch(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    out: torch.Tensor,
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    sinks: torch.Tensor | None,
+) -> None:
+    """Write attention of ``q`` over the paged caches into ``out`` (arguments checked)."""
+    decodes = [s for s, ql in enumerate(meta.query_lens_cpu) if ql == 1]
+    if decodes:
+        _decode_batch(q, key_cache, value_cache, out, meta, opts, sinks, decodes)
+    starts = _host_starts(meta)
+    for s, ql in enumerate(meta.query_lens_cpu):
+        if ql > 1:
+            _prefill_one(q, key_cache, value_cache, out, meta, opts, sinks, s, starts[s])
+
+
+def _host_starts(meta: AttentionMetadata) -> list[int]:
+    starts = [0]
+    for ql in meta.query_lens_cpu:
+        starts.append(starts[-1] + ql)
+    return starts
+
+
+def _prefill_one(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    out: torch.Tensor,
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    sinks: torch.Tensor | None,
+    s: int,
+    start: int,
+) -> None:
+    ql, sl = meta.query_lens_cpu[s], meta.seq_lens_cpu[s]
+    bs = key_cache.shape[1]
+    first_q = sl - ql
+    lo, hi = opts.first_visible_key(first_q), sl
+    b_lo, b_hi = lo // bs, -(-hi // bs)
+    ids = meta.block_table[s, b_lo:b_hi].long()
+    cut = slice(lo - b_lo * bs, hi - b_lo * bs)
+    k = key_cache[ids].flatten(0, 1)[cut]  # [L, Hkv, D]
+    v = value_cache[ids].flatten(0, 1)[cut]
+    qpos = torch.arange(first_q, sl, device=q.device)
+    kpos = torch.arange(lo, hi, device=q.device)
+    mask = _visible(qpos[:, None], kpos[None, :], opts)  # [ql, L]
+    o = _attend(q[start : start + ql][None], k[None], v[None], mask[None], opts, sinks)
+    out[start : start + ql] = o[0].to(out.dtype)
+
+
+def _decode_batch(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    out: torch.Tensor,
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    sinks: torch.Tensor | None,
+    decodes: list[int],
+) -> None:
+    dev = q.device
+    bs = key_cache.shape[1]
+    seq_lens = [meta.seq_lens_cpu[s] for s in decodes]
+    los = [opts.first_visible_key(sl - 1) for sl in seq_lens]
+    b_los = [lo // bs for lo in los]
+    nb = max(-(-sl // bs) - b for sl, b in zip(seq_lens, b_los, strict=True))
+    rows = torch.tensor(decodes, device=dev)
+    b_lo_t = torch.tensor(b_los, device=dev)
+    cols = (b_lo_t[:, None] + torch.arange(nb, device=dev)).clamp_(
+        max=meta.block_table.shape[1] - 1
+    )
+    ids = meta.block_table[rows[:, None], cols].long()  # [n, nb]
+    k = key_cache[ids].flatten(1, 2)  # [n, nb * bs, Hkv, D]
+    v = value_cache[ids].flatten(1, 2)
+    kpos = b_lo_t[:, None] * bs + torch.arange(nb * bs, device=dev)  # [n, L]
+    lo_t = torch.tensor(los, device=dev)[:, None]
+    sl_t = torch.tensor(seq_lens, device=dev)[:, None]
+    valid = (kpos >= lo_t) & (kpos < sl_t)
+    k = torch.where(valid[:, :, None, None], k, torch.zeros((), dtype=k.dtype, device=dev))
+    v = torch.where(valid[:, :, None, None], v, torch.zeros((), dtype=v.dtype, device=dev))
+    starts = meta.query_start_loc[rows].long()
+    o = _attend(q[starts][:, None], k, v, valid[:, None, :], opts, sinks)  # [n, 1, Hq, D]
+    out[starts] = o[:, 0].to(out.dtype)
+
+
+def _visible(qpos: torch.Tensor, kpos: torch.Tensor, opts: AttentionOptions) -> torch.Tensor:
+    mask = kpos <= qpos
+    if opts.sliding_window is not None:
+        mask &= kpos > qpos - opts.sliding_window
+    if opts.chunk_size is not None:
+        mask &= kpos // opts.chunk_size == qpos // opts.chunk_size
+    return mask
+
+
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    opts: AttentionOptions,
+    sinks: torch.Tensor | None,
+) -> torch.Tensor:
+    """Masked attention in fp32.
+
+    ``q [n, Lq, Hq, D]``, ``k``/``v`` ``[n, L, Hkv, D]``, ``mask [n, Lq, L]``
+    -> ``[n, Lq, Hq, D]``.
+    """
+    hq, hkv = q.shape[2], k.shape[2]
+    qf = q.float().transpose(1, 2)  # [n, Hq, Lq, D]
+    kf = k.float().transpose(1, 2)  # [n, Hkv, L, D]
+    vf = v.float().transpose(1, 2)
+    if opts.softcap is None and sinks is None:
+        o = F.scaled_dot_product_attention(
+            qf, kf, vf, attn_mask=mask[:, None], scale=opts.scale, enable_gqa=hq != hkv
+        )
+        return o.transpose(1, 2)
+    g = hq // hkv
+    kf = kf.repeat_interleave(g, dim=1)
+    vf = vf.repeat_interleave(g, dim=1)
+    scores = torch.matmul(qf, kf.transpose(-1, -2)) * opts.scale  # [n, Hq, Lq, L]
+    if opts.softcap is not None:
+        scores = torch.tanh(scores / opts.softcap) * opts.softcap
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    if sinks is not None:
+        sink = sinks.float()[None, :, None, None].expand(*scores.shape[:-1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(probs, vf).transpose(1, 2)
