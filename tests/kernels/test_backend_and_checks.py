@@ -92,8 +92,8 @@ def _batch():
         (lambda b: {"out": torch.empty(3, 4, 16, dtype=torch.float16)}, "out: dtype"),
         (
             lambda b: {"key_cache": b.key_cache[:, :1], "value_cache": b.value_cache[:, :1]},
-            "needs 2 blocks of 1",
-        ),  # fmt: skip
+            "needs 6 blocks of 1",
+        ),
     ],
 )
 def test_bad_attention_input_names_the_argument(change, message):
