@@ -29,12 +29,18 @@ class PagedBatch:
 
 
 def strided_cache_views(
-    num_blocks: int, block_size: int, heads: int, dim: int, dtype: torch.dtype, extra: int = 3
+    num_blocks: int,
+    block_size: int,
+    heads: int,
+    dim: int,
+    dtype: torch.dtype,
+    extra: int = 3,
+    device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """K and V views in a NaN-filled buffer whose slot holds ``extra`` more rows per block."""
     page = block_size * heads * dim
     slot = 2 * page + extra * heads * dim
-    buf = torch.full((num_blocks * slot,), float("nan"), dtype=dtype)
+    buf = torch.full((num_blocks * slot,), float("nan"), dtype=dtype, device=device)
     key = buf.as_strided((num_blocks, block_size, heads, dim), (slot, heads * dim, dim, 1))
     value = buf.as_strided(
         (num_blocks, block_size, heads, dim), (slot, heads * dim, dim, 1), storage_offset=page
@@ -53,42 +59,48 @@ def make_paged_batch(
     dtype: torch.dtype = torch.float32,
     with_sinks: bool = False,
     seed: int = 0,
+    device: torch.device | str = "cpu",
 ) -> PagedBatch:
     """``seqs``: ``(context_len, query_len)`` per sequence."""
     gen = torch.Generator().manual_seed(seed)
     per_seq = [-(-(c + q) // block_size) for c, q in seqs]
     num_blocks = 1 + sum(per_seq) + 3
     _, key_cache, value_cache = strided_cache_views(
-        num_blocks, block_size, num_kv_heads, head_size, dtype
+        num_blocks, block_size, num_kv_heads, head_size, dtype, device=device
     )
+    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    key_cache.copy_(torch.randn(shape, generator=gen).to(dtype))
+    value_cache.copy_(torch.randn(shape, generator=gen).to(dtype))
     ids = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
     table = torch.zeros((len(seqs), max(per_seq) + 2), dtype=torch.int32)
     for s, ((ctx, ql), nb) in enumerate(zip(seqs, per_seq, strict=True)):
+        mine = torch.tensor(ids[:nb], dtype=torch.int32)
+        del ids[:nb]
+        # Blocks wholly before the first new token's window or chunk are null.
         first_visible = opts.first_visible_key(ctx)
-        for b in range(nb):
-            block = ids.pop()
-            table[s, b] = block if (b + 1) * block_size > first_visible else 0
-            k = torch.randn((block_size, num_kv_heads, head_size), generator=gen)
-            v = torch.randn((block_size, num_kv_heads, head_size), generator=gen)
-            key_cache[block] = k.to(dtype)
-            value_cache[block] = v.to(dtype)
+        ends = (torch.arange(nb) + 1) * block_size
+        table[s, :nb] = torch.where(ends > first_visible, mine, 0)
         # Slots past the sequence's end hold garbage, as in a partly filled last block.
-        last = int(table[s, nb - 1])
         filled = ctx + ql - (nb - 1) * block_size
-        if last:
-            key_cache[last, filled:] = float("nan")
-            value_cache[last, filled:] = float("nan")
+        key_cache[int(mine[-1]), filled:] = float("nan")
+        value_cache[int(mine[-1]), filled:] = float("nan")
     key_cache[0] = float("nan")
     value_cache[0] = float("nan")
     t = sum(q for _, q in seqs)
-    q = torch.randn((t, num_heads, head_size), generator=gen).to(dtype)
-    meta = AttentionMetadata.build([q for _, q in seqs], [c + q for c, q in seqs], table)
-    sinks = torch.randn((num_heads,), generator=gen) if with_sinks else None
+    q = torch.randn((t, num_heads, head_size), generator=gen).to(dtype).to(device)
+    meta = AttentionMetadata.build(
+        [q for _, q in seqs], [c + q for c, q in seqs], table, device=device
+    )
+    sinks = torch.randn((num_heads,), generator=gen).to(device) if with_sinks else None
     return PagedBatch(q, key_cache, value_cache, meta, opts, sinks)
 
 
 def dense_oracle(b: PagedBatch) -> torch.Tensor:
     """Gather pages back into contiguous K/V, build the full mask, softmax in fp64."""
+    b = PagedBatch(b.q.cpu(), b.key_cache.cpu(), b.value_cache.cpu(),
+                   AttentionMetadata.build(b.meta.query_lens_cpu, b.meta.seq_lens_cpu,
+                                           b.meta.block_table.cpu()),
+                   b.opts, None if b.sinks is None else b.sinks.cpu())  # fmt: skip
     bs = b.key_cache.shape[1]
     hq, hkv = b.q.shape[1], b.key_cache.shape[2]
     out = torch.empty(b.q.shape, dtype=torch.float64)
