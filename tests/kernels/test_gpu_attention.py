@@ -49,7 +49,7 @@ def test_bf16_realistic_shapes(kind, batch, head_size):
 @pytest.mark.parametrize("segments", [None, 1, 4])
 def test_fp32_against_the_oracle(softcap, sinks, segments):
     opts = AttentionOptions(scale=0.1, sliding_window=129, softcap=softcap)
-    b = make_paged_batch(DECODES[:6] + [(40, 33)], num_heads=16, num_kv_heads=2, head_size=128,
+    b = make_paged_batch([*DECODES[:6], (40, 33)], num_heads=16, num_kv_heads=2, head_size=128,
                          block_size=16, opts=opts, with_sinks=sinks, device=CUDA)  # fmt: skip
     got = _run(b, "triton", num_segments=segments)
     torch.testing.assert_close(got.cpu().double(), dense_oracle(b), rtol=1e-4, atol=1e-4)
