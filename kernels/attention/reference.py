@@ -2,9 +2,9 @@
 
 Vectorised, no per-token Python loop: prefill chunks run one attention call
 per sequence over exactly the keys their window or chunk can see; all decodes
-of a step run as one padded batch. Math is done in fp32 and cast back, with
-``scaled_dot_product_attention`` where no softcap or sinks are asked for and
-an explicit softmax (sinks as extra logits in the denominator) otherwise.
+of a step run as one padded batch. ``scaled_dot_product_attention`` runs
+where no softcap or sinks are asked for, an explicit fp32 softmax (sinks as extra logits in the denominator) otherwise;
+SDPA gets the cache dtype directly (it accumulates fp16/bf16 in fp32).
 Keys outside the visible range are never read into the softmax; gathered
 padding is zeroed so that garbage (even NaN) in null or stale blocks cannot
 leak into the output.
@@ -99,8 +99,9 @@ def _decode_batch(
     lo_t = torch.tensor(los, device=dev)[:, None]
     sl_t = torch.tensor(seq_lens, device=dev)[:, None]
     valid = (kpos >= lo_t) & (kpos < sl_t)
-    k = torch.where(valid[:, :, None, None], k, torch.zeros((), dtype=k.dtype, device=dev))
-    v = torch.where(valid[:, :, None, None], v, torch.zeros((), dtype=v.dtype, device=dev))
+    invalid = ~valid
+    k[invalid] = 0  # gathered copies: zero only the padding rows (may hold NaN garbage)
+    v[invalid] = 0
     starts = meta.query_start_loc[rows].long()
     o = _attend(q[starts][:, None], k, v, valid[:, None, :], opts, sinks)  # [n, 1, Hq, D]
     out[starts] = o[:, 0].to(out.dtype)
@@ -129,14 +130,16 @@ def _attend(
     -> ``[n, Lq, Hq, D]``.
     """
     hq, hkv = q.shape[2], k.shape[2]
+    if opts.softcap is None and sinks is None:
+        # SDPA accumulates in fp32 for fp16/bf16 inputs, so no upcast is needed.
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            attn_mask=mask[:, None], scale=opts.scale, enable_gqa=hq != hkv,
+        )  # fmt: skip
+        return o.transpose(1, 2)
     qf = q.float().transpose(1, 2)  # [n, Hq, Lq, D]
     kf = k.float().transpose(1, 2)  # [n, Hkv, L, D]
     vf = v.float().transpose(1, 2)
-    if opts.softcap is None and sinks is None:
-        o = F.scaled_dot_product_attention(
-            qf, kf, vf, attn_mask=mask[:, None], scale=opts.scale, enable_gqa=hq != hkv
-        )
-        return o.transpose(1, 2)
     g = hq // hkv
     kf = kf.repeat_interleave(g, dim=1)
     vf = vf.repeat_interleave(g, dim=1)
