@@ -2,12 +2,12 @@
 
 Vectorised, no per-token Python loop: prefill chunks run one attention call
 per sequence over exactly the keys their window or chunk can see; all decodes
-of a step run as one padded batch. ``scaled_dot_product_attention`` runs
-where no softcap or sinks are asked for, an explicit fp32 softmax (sinks as extra logits in the denominator) otherwise;
-SDPA gets the cache dtype directly (it accumulates fp16/bf16 in fp32).
-Keys outside the visible range are never read into the softmax; gathered
-padding is zeroed so that garbage (even NaN) in null or stale blocks cannot
-leak into the output.
+of a step run as one padded batch. ``scaled_dot_product_attention`` runs in
+the cache dtype (it accumulates fp16/bf16 in fp32) where no softcap or sinks
+are asked for; otherwise an explicit fp32 softmax, sinks entering as extra
+logits in the denominator. Keys outside the visible range never enter the
+softmax, and gathered padding rows are zeroed so that garbage (even NaN) in
+null or stale blocks cannot leak into the output.
 """
 
 from __future__ import annotations
