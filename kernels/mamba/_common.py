@@ -1,0 +1,174 @@
+"""Shared pieces of the Mamba ops: argument checks, backend choice, varlen bookkeeping.
+
+Conventions every op follows (see ``hybridkv/managers/mamba.py`` for which
+slot holds which checkpoint):
+
+- State lives in strided views of the shared KV buffer: ``[num_slots, ...]``
+  whose slot stride is the buffer's slot size, not the product of the other
+  dimensions. Only the last dimension must have stride 1; every op uses the
+  real strides.
+- Requests pick slots by index tensors (int32/int64). Slot 0 is the null block:
+  it is touched only where an index names it.
+- Decode ops: a negative index marks a padding row (output zero, no state read
+  or written).
+- Prefill ops: ``initial_state_indices[s] < 0`` starts sequence ``s`` from
+  zeros; ``save_state_indices[t] >= 0`` names the slot that receives the state
+  *after* token ``t``. All initial states are read before any save is written,
+  so a sequence may save into the slot it started from. A slot written in one
+  call must not be read or written by another sequence of the same call, and
+  no two tokens may save into the same slot.
+- Math runs in fp32; states are stored in their view's dtype, outputs in the
+  activations' dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hybridkv.kernels.backend import (
+    KernelBackendError,
+    interpreter_enabled,
+    resolve_backend,
+)
+from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_tensor
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACTIVATIONS = (None, "silu")
+
+
+def check_float(
+    name: str, t: torch.Tensor, shape: tuple[int | None, ...], device: torch.device
+) -> None:
+    """A float activation/parameter tensor with a unit last stride."""
+    check_tensor(name, t, shape=shape, dtypes=FLOAT_DTYPES, device=device, unit_last_stride=True)
+
+
+def check_optional_float(
+    name: str, t: torch.Tensor | None, shape: tuple[int | None, ...], device: torch.device
+) -> None:
+    if t is not None:
+        check_float(name, t, shape, device)
+
+
+def check_state(
+    name: str, state: torch.Tensor, tail: tuple[int, ...], device: torch.device
+) -> None:
+    """A state view ``[num_slots, *tail]`` (any slot stride, unit last stride)."""
+    check_tensor(
+        name, state, shape=(None, *tail), dtypes=CACHE_DTYPES, device=device, unit_last_stride=True
+    )
+    if state.shape[0] < 1:
+        raise ValueError(f"{name}: needs at least one slot, got shape {tuple(state.shape)}")
+
+
+def check_indices(name: str, idx: torch.Tensor, n: int, device: torch.device) -> None:
+    check_tensor(name, idx, shape=(n,), dtypes=INDEX_DTYPES, device=device, contiguous=True)
+
+
+def check_activation(activation: str | None) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: {activation!r} is not one of {ACTIVATIONS}")
+
+
+def check_query_start_loc(qsl: torch.Tensor, device: torch.device) -> int:
+    """Shape/dtype of ``query_start_loc [S+1]``; returns ``S``."""
+    check_tensor("query_start_loc", qsl, ndim=1, dtypes=INDEX_DTYPES, device=device)
+    if qsl.shape[0] < 2 or not qsl.is_contiguous():
+        raise ValueError(
+            f"query_start_loc: expected a contiguous [num_seqs + 1] tensor with at least 2 "
+            f"entries, got shape {tuple(qsl.shape)}"
+        )
+    return qsl.shape[0] - 1
+
+
+def pick_backend(backend: str | None, device: torch.device, *, mamba_ssm: bool = False) -> str:
+    """``resolve_backend`` for a Mamba op; ``mamba_ssm`` offers mamba-ssm's Triton kernel."""
+    allowed = ("triton", "torch", "mamba_ssm") if mamba_ssm else ("triton", "torch")
+    name = resolve_backend(backend, device, allowed=allowed)
+    if name == "mamba_ssm":
+        from hybridkv.kernels.mamba.mamba_ssm_compat import mamba_ssm_available
+
+        if not mamba_ssm_available():
+            raise KernelBackendError(
+                "backend='mamba_ssm': mamba-ssm (and einops, triton) is not installed"
+            )
+        if device.type != "cuda" and not interpreter_enabled():
+            raise KernelBackendError(
+                f"backend='mamba_ssm' runs mamba-ssm's Triton kernel, which needs CUDA tensors "
+                f"(got {device.type}); use backend='torch'"
+            )
+    return name
+
+
+def softplus_where(dt: torch.Tensor) -> torch.Tensor:
+    """Softplus with mamba-ssm's threshold (identity above 20)."""
+    return torch.nn.functional.softplus(dt, threshold=20.0)
+
+
+def gather_initial(state: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """fp32 copies of ``state[idx[s]]`` (zeros where ``idx[s] < 0``): ``[S, *tail]``."""
+    idx = idx.long()
+    out = torch.zeros((idx.shape[0], *state.shape[1:]), dtype=torch.float32, device=state.device)
+    valid = idx >= 0
+    if bool(valid.any()):
+        out[valid] = state[idx[valid]].float()
+    return out
+
+
+@dataclass(frozen=True)
+class Varlen:
+    """Token bookkeeping of a varlen batch (torch references only; syncs once)."""
+
+    seq: torch.Tensor  # [T] int64: the sequence of each token
+    pos: torch.Tensor  # [T] int64: position inside its sequence
+    num_seqs: int
+    max_len: int
+    save_tokens: torch.Tensor  # [n] int64: tokens whose state is saved
+    save_slots: torch.Tensor  # [n] int64: where
+
+
+def varlen(qsl: torch.Tensor, save_state_indices: torch.Tensor, num_tokens: int) -> Varlen:
+    """Map tokens to (sequence, position); raises ``ValueError`` on a bad ``query_start_loc``."""
+    qsl = qsl.long()
+    lengths = qsl[1:] - qsl[:-1]
+    if int(qsl[0]) != 0 or int(qsl[-1]) != num_tokens or bool((lengths < 0).any()):
+        raise ValueError(
+            f"query_start_loc: must rise from 0 to the token count {num_tokens}, got {qsl.tolist()}"
+        )
+    tok = torch.arange(num_tokens, device=qsl.device)
+    seq = torch.searchsorted(qsl[1:], tok, right=True)
+    pos = tok - qsl[seq]
+    save = save_state_indices.long()
+    save_tokens = torch.nonzero(save >= 0).flatten()
+    max_len = int(lengths.max()) if lengths.numel() else 0
+    return Varlen(seq, pos, qsl.shape[0] - 1, max_len, save_tokens, save[save_tokens])
+
+
+def pad(t: torch.Tensor, v: Varlen) -> torch.Tensor:
+    """``[T, ...]`` -> ``[S, max_len, ...]`` (fp32, zero padded)."""
+    out = t.new_zeros((v.num_seqs, v.max_len, *t.shape[1:]), dtype=torch.float32)
+    out[v.seq, v.pos] = t.float()
+    return out
+
+
+def save_steps(v: Varlen) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Per position ``l``: (sequences saving after their token ``l``, rows in the save list)."""
+    steps: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if v.save_tokens.numel() == 0:
+        return steps
+    pos = v.pos[v.save_tokens]
+    order = torch.argsort(pos, stable=True)
+    sorted_pos = pos[order]
+    uniq, counts = torch.unique_consecutive(sorted_pos, return_counts=True)
+    start = 0
+    for p, c in zip(uniq.tolist(), counts.tolist(), strict=True):
+        rows = order[start : start + c]
+        steps[p] = (v.seq[v.save_tokens[rows]], rows)
+        start += c
+    return steps
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())

@@ -1,0 +1,204 @@
+"""``causal_conv1d_update``: one decode step of Mamba's depthwise causal conv.
+
+For request ``b`` with slot ``s = conv_state_indices[b]`` (``W = weight.shape[1]``)::
+
+    window = [conv_state[s, 0], ..., conv_state[s, W - 2], x[b]]   # W inputs, oldest first
+    out[b, c] = act(sum_k window[k, c] * weight[c, k] + bias[c])
+    conv_state[s] <- window[1:]                                    # the last W - 1 inputs
+
+``s < 0`` marks a padding row: ``out[b] = 0`` and no state is touched.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridkv.kernels.mamba._common import (
+    check_activation,
+    check_float,
+    check_indices,
+    check_optional_float,
+    check_state,
+    next_pow2,
+    pick_backend,
+)
+from hybridkv.kernels.mamba._triton_math import silu
+
+# Channels per program: wide enough to coalesce, small enough to keep the
+# [W - 1, BLOCK_D] window in registers.
+_BLOCK_D = 128
+
+
+@triton.jit
+def _conv_update_kernel(
+    x_ptr, w_ptr, bias_ptr, state_ptr, idx_ptr, out_ptr,
+    dim,
+    stride_x_b, stride_w_c, stride_w_k, stride_s_slot, stride_s_row, stride_out_b,
+    W: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+):  # fmt: skip
+    # One program per (request, block of channels).
+    b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    cmask = cols < dim
+    slot = tl.load(idx_ptr + b).to(tl.int64)
+    valid = slot >= 0
+    rows = tl.arange(0, BLOCK_W)
+    rmask = rows < W - 1
+    # (The interpreter rejects masks broadcast from a scalar bool: fold `valid` into limits.)
+    m2 = (rows[:, None] < tl.where(valid, W - 1, 0)) & cmask[None, :]
+    s_ptrs = state_ptr + tl.maximum(slot, 0) * stride_s_slot + rows[:, None] * stride_s_row
+    s_ptrs += cols[None, :]
+    past = tl.load(s_ptrs, mask=m2, other=0.0).to(tl.float32)  # [BLOCK_W, BLOCK_D]
+    # Every thread has read the old window before anyone shifts it.
+    tl.debug_barrier()
+    w_past = tl.load(
+        w_ptr + cols[None, :] * stride_w_c + rows[:, None] * stride_w_k,
+        mask=rmask[:, None] & cmask[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    w_last = tl.load(w_ptr + cols * stride_w_c + (W - 1) * stride_w_k, mask=cmask, other=0.0)
+    x = tl.load(x_ptr + b * stride_x_b + cols, mask=cmask, other=0.0).to(tl.float32)
+    acc = tl.sum(past * w_past, axis=0) + x * w_last.to(tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    if SILU:
+        acc = silu(acc)
+    acc = tl.where(valid, acc, 0.0)
+    tl.store(out_ptr + b * stride_out_b + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
+    # Shift: old row r (r >= 1) becomes row r - 1; x becomes row W - 2.
+    sdt = state_ptr.dtype.element_ty
+    tl.store(s_ptrs - stride_s_row, past.to(sdt), mask=m2 & (rows[:, None] >= 1))
+    last = state_ptr + tl.maximum(slot, 0) * stride_s_slot + (W - 2) * stride_s_row + cols
+    tl.store(last, x.to(sdt), mask=cols < tl.where(valid, dim, 0))
+
+
+def _check(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    conv_state_indices: torch.Tensor,
+) -> None:
+    check_float("x", x, (None, None), x.device)
+    batch, dim = x.shape
+    check_float("weight", weight, (dim, None), x.device)
+    width = weight.shape[1]
+    if width < 2:
+        raise ValueError(f"weight: the conv width (dimension 1) must be >= 2, got {width}")
+    check_optional_float("bias", bias, (dim,), x.device)
+    check_state("conv_state", conv_state, (width - 1, dim), x.device)
+    check_activation(activation)
+    check_indices("conv_state_indices", conv_state_indices, batch, x.device)
+
+
+def _launch(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    conv_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    batch, dim = x.shape
+    width = weight.shape[1]
+    out = torch.empty((batch, dim), dtype=x.dtype, device=x.device)
+    if batch == 0:
+        return out
+    block_d = min(_BLOCK_D, next_pow2(dim))
+    grid = (batch, triton.cdiv(dim, block_d))
+    _conv_update_kernel[grid](
+        x, weight, bias if bias is not None else weight, conv_state, conv_state_indices, out,
+        dim,
+        x.stride(0), weight.stride(0), weight.stride(1),
+        conv_state.stride(0), conv_state.stride(1), out.stride(0),
+        W=width, BLOCK_W=next_pow2(width - 1), BLOCK_D=block_d,
+        HAS_BIAS=bias is not None, SILU=activation == "silu",
+    )  # fmt: skip
+    return out
+
+
+def _reference(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str | None,
+    conv_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+    idx = conv_state_indices.long()
+    valid = idx >= 0
+    if not bool(valid.any()):
+        return out
+    slots = idx[valid]
+    window = torch.cat([conv_state[slots].float(), x[valid].float()[:, None]], dim=1)  # [n, W, dim]
+    y = torch.einsum("nkc,ck->nc", window, weight.float())
+    if bias is not None:
+        y = y + bias.float()
+    if activation == "silu":
+        y = torch.nn.functional.silu(y)
+    out[valid] = y.to(x.dtype)
+    conv_state[slots] = window[:, 1:].to(conv_state.dtype)
+    return out
+
+
+def causal_conv1d_update_triton(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    conv_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The Triton kernel (checked); same contract as ``causal_conv1d_update``."""
+    _check(x, conv_state, weight, bias, activation, conv_state_indices)
+    return _launch(x, conv_state, weight, bias, activation, conv_state_indices)
+
+
+def causal_conv1d_update_ref(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    conv_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The torch reference (checked); same contract as ``causal_conv1d_update``."""
+    _check(x, conv_state, weight, bias, activation, conv_state_indices)
+    return _reference(x, conv_state, weight, bias, activation, conv_state_indices)
+
+
+def causal_conv1d_update(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    conv_state_indices: torch.Tensor,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """One decode step of the depthwise causal conv; updates ``conv_state`` in place.
+
+    Args (``W`` = conv width, ``dim`` = conv channels)::
+
+        x:                  [B, dim]              fp16/bf16/fp32, new input per request
+        conv_state:         [num_slots, W-1, dim] view, the last W-1 inputs, oldest first
+        weight:             [dim, W]
+        bias:               [dim] or None
+        activation:         None or "silu"
+        conv_state_indices: [B] int32/int64, slot per request (< 0: padding row)
+
+    Returns ``out [B, dim]`` in ``x.dtype``. Raises ``ValueError`` on bad
+    arguments and ``KernelBackendError`` if ``backend`` cannot run here.
+    """
+    _check(x, conv_state, weight, bias, activation, conv_state_indices)
+    if pick_backend(backend, x.device) == "triton":
+        return _launch(x, conv_state, weight, bias, activation, conv_state_indices)
+    return _reference(x, conv_state, weight, bias, activation, conv_state_indices)

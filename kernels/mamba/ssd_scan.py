@@ -1,0 +1,311 @@
+"""``ssd_scan_fn``: the Mamba2 (multi-head SSD) scan over a varlen prefill chunk.
+
+Our name for what vLLM calls ``mamba_chunk_scan_combined``; the contract is
+that of ``selective_scan_fn`` with Mamba2's shapes. Sequence ``s`` owns tokens
+``[query_start_loc[s], query_start_loc[s+1])``, starts from
+``ssm_state[initial_state_indices[s]]`` (zeros when ``< 0``) and, token by
+token, for head ``h`` of group ``g = h // (n_heads // n_groups)``::
+
+    dt_t    = softplus(dt[t, h] + dt_bias[h]) (or without softplus)   # scalar
+    st      = st * exp(dt_t * A[h]) + dt_t * x[t, h][:, None] * B[t, g][None, :]
+    y[t, h] = st @ C[t, g] + D[h] * x[t, h];  y[t, h] *= silu(z[t, h]) if z is given
+    save_state_indices[t] = slot >= 0  ->  ssm_state[slot] <- st (all heads)
+
+All initial states are read before any save is written (a save may target the
+sequence's own initial slot). The Triton kernel is a sequential scan (grid:
+sequence x head x head_dim block, the state in registers); the chunked SSD
+form (matmuls within chunks) for GPUs is future work. The torch reference
+loops over token positions, vectorised over every sequence and head.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridkv.kernels.mamba._common import (
+    check_float,
+    check_indices,
+    check_optional_float,
+    check_query_start_loc,
+    check_state,
+    gather_initial,
+    next_pow2,
+    pad,
+    pick_backend,
+    save_steps,
+    softplus_where,
+    varlen,
+)
+from hybridkv.kernels.mamba._triton_math import silu, softplus
+
+# The reference precomputes dt * B * x for this many elements at a time.
+_REF_SCRATCH_ELEMS = 1 << 24
+
+
+@triton.jit
+def _ssd_scan_kernel(
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
+    state_ptr, qsl_ptr, init_ptr, save_ptr, out_ptr,
+    head_dim, d_state, heads_per_group,
+    stride_x_t, stride_x_h, stride_dt_t, stride_B_t, stride_B_g, stride_C_t, stride_C_g,
+    stride_z_t, stride_z_h, stride_s_slot, stride_s_h, stride_s_p, stride_out_t, stride_out_h,
+    DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # One program per (sequence, head, block of head_dim), walking its tokens in order.
+    s = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n = tl.arange(0, BLOCK_N)
+    pmask = p < head_dim
+    nmask = n < d_state
+    g = h // heads_per_group
+    start = tl.load(qsl_ptr + s).to(tl.int64)
+    end = tl.load(qsl_ptr + s + 1).to(tl.int64)
+    init = tl.load(init_ptr + s).to(tl.int64)
+    m2i = (p[:, None] < tl.where(init >= 0, head_dim, 0)) & nmask[None, :]
+    offs = h * stride_s_h + p[:, None] * stride_s_p + n[None, :]
+    st = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + offs, mask=m2i, other=0.0)
+    st = st.to(tl.float32)
+    # All of the initial state is read before any save may overwrite it.
+    tl.debug_barrier()
+    A = tl.load(A_ptr + h).to(tl.float32)
+    if HAS_D:
+        D = tl.load(D_ptr + h).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt_bias = tl.load(dt_bias_ptr + h).to(tl.float32)
+    sdt = state_ptr.dtype.element_ty
+    for t in range(start, end):
+        x = tl.load(x_ptr + t * stride_x_t + h * stride_x_h + p, mask=pmask, other=0.0)
+        x = x.to(tl.float32)
+        dt = tl.load(dt_ptr + t * stride_dt_t + h).to(tl.float32)
+        if HAS_DT_BIAS:
+            dt += dt_bias
+        if DT_SOFTPLUS:
+            dt = softplus(dt)
+        B = tl.load(B_ptr + t * stride_B_t + g * stride_B_g + n, mask=nmask, other=0.0)
+        C = tl.load(C_ptr + t * stride_C_t + g * stride_C_g + n, mask=nmask, other=0.0)
+        st = st * tl.exp(dt * A) + (dt * x)[:, None] * B.to(tl.float32)[None, :]
+        y = tl.sum(st * C.to(tl.float32)[None, :], axis=1)
+        if HAS_D:
+            y += D * x
+        if HAS_Z:
+            z = tl.load(z_ptr + t * stride_z_t + h * stride_z_h + p, mask=pmask, other=0.0)
+            y *= silu(z.to(tl.float32))
+        o_ptrs = out_ptr + t * stride_out_t + h * stride_out_h + p
+        tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=pmask)
+        save = tl.load(save_ptr + t).to(tl.int64)
+        s_ptrs = state_ptr + tl.maximum(save, 0) * stride_s_slot + offs
+        tl.store(
+            s_ptrs,
+            st.to(sdt),
+            mask=(p[:, None] < tl.where(save >= 0, head_dim, 0)) & nmask[None, :],
+        )
+
+
+def _check(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> None:
+    check_float("x", x, (None, None, None), x.device)
+    num_tokens, n_heads, head_dim = x.shape
+    check_float("B", B, (num_tokens, None, None), x.device)
+    n_groups, d_state = B.shape[1], B.shape[2]
+    if n_groups == 0 or n_heads % n_groups:
+        raise ValueError(f"B: n_groups={n_groups} must divide n_heads={n_heads}")
+    check_float("dt", dt, (num_tokens, n_heads), x.device)
+    check_float("A", A, (n_heads,), x.device)
+    check_float("C", C, (num_tokens, n_groups, d_state), x.device)
+    check_optional_float("D", D, (n_heads,), x.device)
+    check_optional_float("z", z, (num_tokens, n_heads, head_dim), x.device)
+    check_optional_float("dt_bias", dt_bias, (n_heads,), x.device)
+    check_state("ssm_state", ssm_state, (n_heads, head_dim, d_state), x.device)
+    num_seqs = check_query_start_loc(query_start_loc, x.device)
+    check_indices("initial_state_indices", initial_state_indices, num_seqs, x.device)
+    check_indices("save_state_indices", save_state_indices, num_tokens, x.device)
+
+
+def _launch(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    qsl: torch.Tensor,
+    init: torch.Tensor,
+    save: torch.Tensor,
+) -> torch.Tensor:
+    num_tokens, n_heads, head_dim = x.shape
+    n_groups, d_state = B.shape[1], B.shape[2]
+    out = torch.empty((num_tokens, n_heads, head_dim), dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    block_n = next_pow2(d_state)
+    block_p = min(next_pow2(head_dim), max(4, 4096 // block_n))  # ~4k fp32 state registers
+    grid = (qsl.shape[0] - 1, n_heads, triton.cdiv(head_dim, block_p))
+    zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
+    _ssd_scan_kernel[grid](
+        x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
+        dt_bias if dt_bias is not None else A, ssm_state, qsl, init, save, out,
+        head_dim, d_state, n_heads // n_groups,
+        x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
+        zs[0], zs[1], ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2),
+        out.stride(0), out.stride(1),
+        DT_SOFTPLUS=bool(dt_softplus), HAS_D=D is not None, HAS_Z=z is not None,
+        HAS_DT_BIAS=dt_bias is not None, BLOCK_P=block_p, BLOCK_N=block_n,
+    )  # fmt: skip
+    return out
+
+
+def _reference(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    num_tokens, n_heads, head_dim = x.shape
+    rep = n_heads // B.shape[1]
+    v = varlen(query_start_loc, save_state_indices, num_tokens)
+    st = gather_initial(ssm_state, initial_state_indices)  # [S, H, P, N], before saves
+    dtf = dt.float()
+    if dt_bias is not None:
+        dtf = dtf + dt_bias.float()
+    if dt_softplus:
+        dtf = softplus_where(dtf)
+    xf = x.float()
+    dAp = torch.exp(pad(dtf * A.float(), v))  # [S, L, H]
+    dtxp = pad(dtf[:, :, None] * xf, v)  # [S, L, H, P]
+    Bp = pad(B, v).repeat_interleave(rep, dim=2)  # [S, L, H, N]
+    Cp = pad(C, v).repeat_interleave(rep, dim=2)
+    steps = save_steps(v)
+    saved = st.new_empty((v.save_tokens.numel(), *st.shape[1:]))
+    ys = st.new_empty((v.num_seqs, v.max_len, n_heads, head_dim))
+    span = max(1, _REF_SCRATCH_ELEMS // max(1, st.numel()))
+    for l0 in range(0, v.max_len, span):
+        l1 = min(l0 + span, v.max_len)
+        dBx = dtxp[:, l0:l1, :, :, None] * Bp[:, l0:l1, :, None, :]  # [S, Lc, H, P, N]
+        for i in range(l1 - l0):
+            st = torch.addcmul(dBx[:, i], st, dAp[:, l0 + i, :, None, None])
+            ys[:, l0 + i] = torch.matmul(st, Cp[:, l0 + i, :, :, None])[..., 0]
+            if l0 + i in steps:
+                seqs, rows = steps[l0 + i]
+                saved[rows] = st[seqs]
+    y = ys[v.seq, v.pos]  # [T, H, P]
+    if D is not None:
+        y = y + D.float()[:, None] * xf
+    if z is not None:
+        y = y * torch.nn.functional.silu(z.float())
+    if v.save_tokens.numel():
+        ssm_state[v.save_slots] = saved.to(ssm_state.dtype)
+    return y.to(x.dtype)
+
+
+def ssd_scan_fn_triton(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The Triton kernel (checked); same contract as ``ssd_scan_fn``."""
+    idx = (query_start_loc, initial_state_indices, save_state_indices)
+    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
+    return _launch(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+
+
+def ssd_scan_fn_ref(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The torch reference (checked); same contract as ``ssd_scan_fn``."""
+    idx = (query_start_loc, initial_state_indices, save_state_indices)
+    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
+    return _reference(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+
+
+def ssd_scan_fn(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Mamba2 SSD scan over a varlen chunk, from cached states, saving checkpoints.
+
+    Args (``S`` sequences, ``T`` tokens, back to back)::
+
+        x:                     [T, n_heads, head_dim]   fp16/bf16/fp32
+        dt:                    [T, n_heads]
+        A:                     [n_heads]                (one scalar per head)
+        B, C:                  [T, n_groups, d_state]   (n_groups divides n_heads)
+        D, dt_bias:            [n_heads] or None
+        z:                     [T, n_heads, head_dim] or None (gate: y *= silu(z))
+        dt_softplus:           apply softplus to dt + dt_bias
+        ssm_state:             [num_slots, n_heads, head_dim, d_state] view
+        query_start_loc:       [S+1] int32/int64, 0 = q[0] <= ... <= q[S] = T
+        initial_state_indices: [S] slot to start from (< 0: zeros)
+        save_state_indices:    [T] slot to receive the state after token t (< 0: none)
+
+    Returns ``y [T, n_heads, head_dim]`` in ``x.dtype``; writes the saves into ``ssm_state``.
+    """
+    idx = (query_start_loc, initial_state_indices, save_state_indices)
+    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
+    args = (x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+    if pick_backend(backend, x.device) == "triton":
+        return _launch(*args)
+    return _reference(*args)

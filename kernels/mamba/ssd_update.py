@@ -1,0 +1,294 @@
+"""``ssd_state_update``: one Mamba2 (multi-head SSD) decode step.
+
+For request ``b`` with slot ``s = state_indices[b]``, head ``h`` of group
+``g = h // (n_heads // n_groups)``::
+
+    dt  = softplus(dt[b, h] + dt_bias[h]) (or without softplus)   # scalar per head
+    st  = state[s, h] * exp(dt * A[h]) + dt * x[b, h][:, None] * B[b, g][None, :]
+    out[b, h] = st @ C[b, g] + D[h] * x[b, h];  out *= silu(z[b, h]) if z is given
+    state[s, h] <- st                                             # [head_dim, d_state]
+
+``s < 0`` marks a padding row: ``out[b] = 0`` and no state is touched.
+``backend="mamba_ssm"`` runs mamba-ssm's ``selective_state_update`` through
+its tied-head format (dt, A, D, dt_bias broadcast over head_dim with stride 0).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridkv.kernels.mamba._common import (
+    check_float,
+    check_indices,
+    check_optional_float,
+    check_state,
+    next_pow2,
+    pick_backend,
+    softplus_where,
+)
+from hybridkv.kernels.mamba._triton_math import silu, softplus
+
+
+@triton.jit
+def _ssd_update_kernel(
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, out_ptr,
+    head_dim, d_state, heads_per_group,
+    stride_s_slot, stride_s_h, stride_s_p,
+    stride_x_b, stride_x_h, stride_dt_b, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
+    stride_z_b, stride_z_h, stride_out_b, stride_out_h,
+    DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # One program per (request, head, block of head_dim).
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n = tl.arange(0, BLOCK_N)
+    pmask = p < head_dim
+    nmask = n < d_state
+    g = h // heads_per_group
+    slot = tl.load(idx_ptr + b).to(tl.int64)
+    valid = slot >= 0
+    m2v = (p[:, None] < tl.where(valid, head_dim, 0)) & nmask[None, :]
+    s_ptrs = state_ptr + tl.maximum(slot, 0) * stride_s_slot + h * stride_s_h
+    s_ptrs += p[:, None] * stride_s_p + n[None, :]
+    st = tl.load(s_ptrs, mask=m2v, other=0.0).to(tl.float32)
+    dt = tl.load(dt_ptr + b * stride_dt_b + h).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt += tl.load(dt_bias_ptr + h).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt = softplus(dt)
+    dA = tl.exp(dt * tl.load(A_ptr + h).to(tl.float32))
+    x = tl.load(x_ptr + b * stride_x_b + h * stride_x_h + p, mask=pmask, other=0.0)
+    x = x.to(tl.float32)
+    B = tl.load(B_ptr + b * stride_B_b + g * stride_B_g + n, mask=nmask, other=0.0)
+    C = tl.load(C_ptr + b * stride_C_b + g * stride_C_g + n, mask=nmask, other=0.0)
+    st = st * dA + (dt * x)[:, None] * B.to(tl.float32)[None, :]
+    tl.store(s_ptrs, st.to(state_ptr.dtype.element_ty), mask=m2v)
+    y = tl.sum(st * C.to(tl.float32)[None, :], axis=1)
+    if HAS_D:
+        y += x * tl.load(D_ptr + h).to(tl.float32)
+    if HAS_Z:
+        z = tl.load(z_ptr + b * stride_z_b + h * stride_z_h + p, mask=pmask, other=0.0)
+        y *= silu(z.to(tl.float32))
+    y = tl.where(valid, y, 0.0)
+    o_ptrs = out_ptr + b * stride_out_b + h * stride_out_h + p
+    tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=pmask)
+
+
+def _check(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    state_indices: torch.Tensor,
+) -> None:
+    check_float("x", x, (None, None, None), x.device)
+    batch, n_heads, head_dim = x.shape
+    check_float("B", B, (batch, None, None), x.device)
+    n_groups, d_state = B.shape[1], B.shape[2]
+    if n_groups == 0 or n_heads % n_groups:
+        raise ValueError(f"B: n_groups={n_groups} must divide n_heads={n_heads}")
+    check_state("state", state, (n_heads, head_dim, d_state), x.device)
+    check_float("dt", dt, (batch, n_heads), x.device)
+    check_float("A", A, (n_heads,), x.device)
+    check_float("C", C, (batch, n_groups, d_state), x.device)
+    check_optional_float("D", D, (n_heads,), x.device)
+    check_optional_float("z", z, (batch, n_heads, head_dim), x.device)
+    check_optional_float("dt_bias", dt_bias, (n_heads,), x.device)
+    check_indices("state_indices", state_indices, batch, x.device)
+
+
+def _launch(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    batch, n_heads, head_dim = x.shape
+    n_groups, d_state = B.shape[1], B.shape[2]
+    out = torch.empty((batch, n_heads, head_dim), dtype=x.dtype, device=x.device)
+    if batch == 0:
+        return out
+    block_n = next_pow2(d_state)
+    # Keep the [BLOCK_P, BLOCK_N] state tile near 4k fp32 registers per program.
+    block_p = min(next_pow2(head_dim), max(4, 4096 // block_n))
+    grid = (batch, n_heads, triton.cdiv(head_dim, block_p))
+    zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
+    _ssd_update_kernel[grid](
+        state, x, dt, A, B, C,
+        D if D is not None else A, z if z is not None else x,
+        dt_bias if dt_bias is not None else A, state_indices, out,
+        head_dim, d_state, n_heads // n_groups,
+        state.stride(0), state.stride(1), state.stride(2),
+        x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
+        zs[0], zs[1], out.stride(0), out.stride(1),
+        DT_SOFTPLUS=dt_softplus, HAS_D=D is not None, HAS_Z=z is not None,
+        HAS_DT_BIAS=dt_bias is not None, BLOCK_P=block_p, BLOCK_N=block_n,
+    )  # fmt: skip
+    return out
+
+
+def _reference(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+    idx = state_indices.long()
+    valid = idx >= 0
+    if not bool(valid.any()):
+        return out
+    slots = idx[valid]
+    rep = x.shape[1] // B.shape[1]
+    xv, dtv = x[valid].float(), dt[valid].float()  # [n, H, P], [n, H]
+    Bh = B[valid].float().repeat_interleave(rep, dim=1)  # [n, H, N]
+    Ch = C[valid].float().repeat_interleave(rep, dim=1)
+    if dt_bias is not None:
+        dtv = dtv + dt_bias.float()
+    if dt_softplus:
+        dtv = softplus_where(dtv)
+    dA = torch.exp(dtv * A.float())  # [n, H]
+    st = state[slots].float()  # [n, H, P, N]
+    st = st * dA[:, :, None, None] + (dtv[:, :, None] * xv)[..., None] * Bh[:, :, None, :]
+    state[slots] = st.to(state.dtype)
+    y = torch.einsum("nhpk,nhk->nhp", st, Ch)
+    if D is not None:
+        y = y + D.float()[:, None] * xv
+    if z is not None:
+        y = y * torch.nn.functional.silu(z[valid].float())
+    out[valid] = y.to(x.dtype)
+    return out
+
+
+def _mamba_ssm(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm
+
+    batch, n_heads, head_dim = x.shape
+    d_state = B.shape[2]
+    # Tied-head format: per-head scalars broadcast over head_dim (and d_state for A)
+    # with stride 0; mamba-ssm needs dt_bias and D present to read their strides.
+    dt_bias = dt_bias if dt_bias is not None else A.new_zeros(n_heads)
+    D = D if D is not None else A.new_zeros(n_heads)
+    out: torch.Tensor = load_mamba_ssm().selective_state_update(
+        state, x, dt[:, :, None].expand(batch, n_heads, head_dim),
+        A[:, None, None].expand(n_heads, head_dim, d_state), B, C,
+        D=D[:, None].expand(n_heads, head_dim), z=z,
+        dt_bias=dt_bias[:, None].expand(n_heads, head_dim), dt_softplus=dt_softplus,
+        state_batch_indices=state_indices,
+    )  # fmt: skip
+    return out
+
+
+def ssd_state_update_triton(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    *,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The Triton kernel (checked); same contract as ``ssd_state_update``."""
+    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
+    return _launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+
+
+def ssd_state_update_ref(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    *,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The torch reference (checked); same contract as ``ssd_state_update``."""
+    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
+    return _reference(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+
+
+def ssd_state_update(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    *,
+    state_indices: torch.Tensor,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """One Mamba2 decode step; updates ``state`` in place.
+
+    Args::
+
+        state:         [num_slots, n_heads, head_dim, d_state] view (fp16/bf16/fp32)
+        x:             [B, n_heads, head_dim]   fp16/bf16/fp32
+        dt:            [B, n_heads]
+        A:             [n_heads]                (one scalar per head)
+        B, C:          [B, n_groups, d_state]   (n_groups divides n_heads)
+        D, dt_bias:    [n_heads] or None
+        z:             [B, n_heads, head_dim] or None (gate: out *= silu(z))
+        dt_softplus:   apply softplus to dt + dt_bias
+        state_indices: [B] int32/int64, slot per request (< 0: padding row)
+        backend:       None, "triton", "torch" or "mamba_ssm" (CUDA only)
+
+    Returns ``out [B, n_heads, head_dim]`` in ``x.dtype``.
+    """
+    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
+    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+    name = pick_backend(backend, x.device, mamba_ssm=True)
+    if name == "triton":
+        return _launch(*args)
+    if name == "mamba_ssm":
+        return _mamba_ssm(*args)
+    return _reference(*args)

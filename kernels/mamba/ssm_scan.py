@@ -1,0 +1,300 @@
+"""``selective_scan_fn``: the Mamba1 selective scan over a varlen prefill chunk.
+
+Sequence ``s`` owns tokens ``[query_start_loc[s], query_start_loc[s+1])``. It
+starts from ``ssm_state[initial_state_indices[s]]`` (zeros when ``< 0``) and,
+token by token (the math of ``selective_state_update``)::
+
+    dt_t = softplus(dt[t] + dt_bias) (or without softplus)          # [d_inner]
+    h    = h * exp(dt_t[:, None] * A) + (dt_t * x[t])[:, None] * B[t][None, :]
+    y[t] = h @ C[t] + D * x[t];  y[t] *= silu(z[t]) if z is given
+    save_state_indices[t] = slot >= 0  ->  ssm_state[slot] <- h
+
+All initial states are read before any save is written (a save may target the
+sequence's own initial slot). The Triton kernel is a sequential scan (grid:
+sequence x channel block, the state in registers); a chunked-parallel GPU
+scan is future work. The torch reference loops over token positions,
+vectorised over every sequence and channel.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridkv.kernels.mamba._common import (
+    check_float,
+    check_indices,
+    check_optional_float,
+    check_query_start_loc,
+    check_state,
+    gather_initial,
+    next_pow2,
+    pad,
+    pick_backend,
+    save_steps,
+    softplus_where,
+    varlen,
+)
+from hybridkv.kernels.mamba._triton_math import silu, softplus
+
+# The reference precomputes exp(dt * A) and dt * B * x for this many elements
+# at a time (a slice of token positions), bounding its scratch memory.
+_REF_SCRATCH_ELEMS = 1 << 24
+
+
+@triton.jit
+def _ssm_scan_kernel(
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
+    state_ptr, qsl_ptr, init_ptr, save_ptr, out_ptr,
+    d_inner, d_state,
+    stride_x_t, stride_dt_t, stride_A_m, stride_B_t, stride_C_t, stride_z_t,
+    stride_s_slot, stride_s_m, stride_out_t,
+    DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # One program per (sequence, block of channels), walking its tokens in order.
+    s = tl.program_id(0).to(tl.int64)
+    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    n = tl.arange(0, BLOCK_N)
+    mmask = m < d_inner
+    nmask = n < d_state
+    m2 = mmask[:, None] & nmask[None, :]
+    start = tl.load(qsl_ptr + s).to(tl.int64)
+    end = tl.load(qsl_ptr + s + 1).to(tl.int64)
+    init = tl.load(init_ptr + s).to(tl.int64)
+    m2i = (m[:, None] < tl.where(init >= 0, d_inner, 0)) & nmask[None, :]
+    offs = m[:, None] * stride_s_m + n[None, :]
+    h = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + offs, mask=m2i, other=0.0)
+    h = h.to(tl.float32)
+    # All of the initial state is read before any save may overwrite it.
+    tl.debug_barrier()
+    A = tl.load(A_ptr + m[:, None] * stride_A_m + n[None, :], mask=m2, other=0.0).to(tl.float32)
+    if HAS_D:
+        D = tl.load(D_ptr + m, mask=mmask, other=0.0).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt_bias = tl.load(dt_bias_ptr + m, mask=mmask, other=0.0).to(tl.float32)
+    sdt = state_ptr.dtype.element_ty
+    for t in range(start, end):
+        x = tl.load(x_ptr + t * stride_x_t + m, mask=mmask, other=0.0).to(tl.float32)
+        dt = tl.load(dt_ptr + t * stride_dt_t + m, mask=mmask, other=0.0).to(tl.float32)
+        if HAS_DT_BIAS:
+            dt += dt_bias
+        if DT_SOFTPLUS:
+            dt = softplus(dt)
+        B = tl.load(B_ptr + t * stride_B_t + n, mask=nmask, other=0.0).to(tl.float32)
+        C = tl.load(C_ptr + t * stride_C_t + n, mask=nmask, other=0.0).to(tl.float32)
+        h = h * tl.exp(dt[:, None] * A) + (dt * x)[:, None] * B[None, :]
+        y = tl.sum(h * C[None, :], axis=1)
+        if HAS_D:
+            y += D * x
+        if HAS_Z:
+            y *= silu(tl.load(z_ptr + t * stride_z_t + m, mask=mmask, other=0.0).to(tl.float32))
+        tl.store(out_ptr + t * stride_out_t + m, y.to(out_ptr.dtype.element_ty), mask=mmask)
+        save = tl.load(save_ptr + t).to(tl.int64)
+        s_ptrs = state_ptr + tl.maximum(save, 0) * stride_s_slot + offs
+        tl.store(
+            s_ptrs, h.to(sdt), mask=(m[:, None] < tl.where(save >= 0, d_inner, 0)) & nmask[None, :]
+        )
+
+
+def _check(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> None:
+    check_float("x", x, (None, None), x.device)
+    num_tokens, d_inner = x.shape
+    check_float("A", A, (d_inner, None), x.device)
+    d_state = A.shape[1]
+    check_float("dt", dt, (num_tokens, d_inner), x.device)
+    check_float("B", B, (num_tokens, d_state), x.device)
+    check_float("C", C, (num_tokens, d_state), x.device)
+    check_optional_float("D", D, (d_inner,), x.device)
+    check_optional_float("z", z, (num_tokens, d_inner), x.device)
+    check_optional_float("dt_bias", dt_bias, (d_inner,), x.device)
+    check_state("ssm_state", ssm_state, (d_inner, d_state), x.device)
+    num_seqs = check_query_start_loc(query_start_loc, x.device)
+    check_indices("initial_state_indices", initial_state_indices, num_seqs, x.device)
+    check_indices("save_state_indices", save_state_indices, num_tokens, x.device)
+
+
+def _launch(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    qsl: torch.Tensor,
+    init: torch.Tensor,
+    save: torch.Tensor,
+) -> torch.Tensor:
+    num_tokens, d_inner = x.shape
+    d_state = A.shape[1]
+    out = torch.empty((num_tokens, d_inner), dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    block_n = next_pow2(d_state)
+    block_m = min(next_pow2(d_inner), max(4, 2048 // block_n))  # ~2k fp32 state registers
+    grid = (qsl.shape[0] - 1, triton.cdiv(d_inner, block_m))
+    _ssm_scan_kernel[grid](
+        x, dt, A, B, C, D if D is not None else x, z if z is not None else x,
+        dt_bias if dt_bias is not None else x, ssm_state, qsl, init, save, out,
+        d_inner, d_state,
+        x.stride(0), dt.stride(0), A.stride(0), B.stride(0), C.stride(0),
+        z.stride(0) if z is not None else 0,
+        ssm_state.stride(0), ssm_state.stride(1), out.stride(0),
+        DT_SOFTPLUS=bool(dt_softplus), HAS_D=D is not None, HAS_Z=z is not None,
+        HAS_DT_BIAS=dt_bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+    )  # fmt: skip
+    return out
+
+
+def _reference(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    num_tokens, d_inner = x.shape
+    d_state = A.shape[1]
+    v = varlen(query_start_loc, save_state_indices, num_tokens)
+    h = gather_initial(ssm_state, initial_state_indices)  # [S, d_inner, d_state], before saves
+    dtf = dt.float()
+    if dt_bias is not None:
+        dtf = dtf + dt_bias.float()
+    if dt_softplus:
+        dtf = softplus_where(dtf)
+    xf = x.float()
+    dtp, dtxp = pad(dtf, v), pad(dtf * xf, v)  # [S, L, d_inner]
+    Bp, Cp = pad(B, v), pad(C, v)  # [S, L, d_state]
+    Af = A.float()
+    steps = save_steps(v)
+    saved = h.new_empty((v.save_tokens.numel(), d_inner, d_state))
+    ys = h.new_empty((v.num_seqs, v.max_len, d_inner))
+    span = max(1, _REF_SCRATCH_ELEMS // max(1, h.numel()))
+    for l0 in range(0, v.max_len, span):
+        l1 = min(l0 + span, v.max_len)
+        dA = torch.exp(dtp[:, l0:l1, :, None] * Af)  # [S, Lc, d_inner, d_state]
+        dBx = dtxp[:, l0:l1, :, None] * Bp[:, l0:l1, None, :]
+        for i in range(l1 - l0):
+            h = torch.addcmul(dBx[:, i], h, dA[:, i])
+            ys[:, l0 + i] = torch.bmm(h, Cp[:, l0 + i, :, None])[..., 0]
+            if l0 + i in steps:
+                seqs, rows = steps[l0 + i]
+                saved[rows] = h[seqs]
+    y = ys[v.seq, v.pos]  # [T, d_inner]
+    if D is not None:
+        y = y + D.float() * xf
+    if z is not None:
+        y = y * torch.nn.functional.silu(z.float())
+    if v.save_tokens.numel():
+        ssm_state[v.save_slots] = saved.to(ssm_state.dtype)
+    return y.to(x.dtype)
+
+
+def selective_scan_fn_triton(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The Triton kernel (checked); same contract as ``selective_scan_fn``."""
+    idx = (query_start_loc, initial_state_indices, save_state_indices)
+    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
+    return _launch(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+
+
+def selective_scan_fn_ref(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The torch reference (checked); same contract as ``selective_scan_fn``."""
+    idx = (query_start_loc, initial_state_indices, save_state_indices)
+    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
+    return _reference(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+
+
+def selective_scan_fn(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    ssm_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    save_state_indices: torch.Tensor,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Mamba1 selective scan over a varlen chunk, from cached states, saving checkpoints.
+
+    Args (``S`` sequences, ``T`` tokens, back to back)::
+
+        x, dt:                 [T, d_inner]   fp16/bf16/fp32
+        A:                     [d_inner, d_state]
+        B, C:                  [T, d_state]
+        D, dt_bias:            [d_inner] or None
+        z:                     [T, d_inner] or None (gate: y *= silu(z))
+        dt_softplus:           apply softplus to dt + dt_bias
+        ssm_state:             [num_slots, d_inner, d_state] view
+        query_start_loc:       [S+1] int32/int64, 0 = q[0] <= ... <= q[S] = T
+        initial_state_indices: [S] slot to start from (< 0: zeros)
+        save_state_indices:    [T] slot to receive the state after token t (< 0: none)
+
+    Returns ``y [T, d_inner]`` in ``x.dtype``; writes the saves into ``ssm_state``.
+    """
+    idx = (query_start_loc, initial_state_indices, save_state_indices)
+    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
+    args = (x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+    if pick_backend(backend, x.device) == "triton":
+        return _launch(*args)
+    return _reference(*args)

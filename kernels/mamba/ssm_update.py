@@ -1,0 +1,275 @@
+"""``selective_state_update``: one Mamba1 decode step on per-request SSM states.
+
+For request ``b`` with slot ``s = state_indices[b]`` (math as mamba-ssm's
+``selective_state_update_ref``)::
+
+    dt  = softplus(dt[b] + dt_bias) if dt_softplus else dt[b] + dt_bias   # [d_inner]
+    h   = state[s] * exp(dt[:, None] * A) + (dt * x[b])[:, None] * B[b][None, :]
+    out = h @ C[b] + D * x[b];  out *= silu(z[b]) if z is given
+    state[s] <- h
+
+``s < 0`` marks a padding row: ``out[b] = 0`` and no state is touched.
+mamba-ssm's Triton kernel runs with ``backend="mamba_ssm"`` (CUDA only).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridkv.kernels.mamba._common import (
+    check_float,
+    check_indices,
+    check_optional_float,
+    check_state,
+    next_pow2,
+    pick_backend,
+    softplus_where,
+)
+from hybridkv.kernels.mamba._triton_math import silu, softplus
+
+
+@triton.jit
+def _ssm_update_kernel(
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, out_ptr,
+    d_inner, d_state,
+    stride_s_slot, stride_s_m, stride_x_b, stride_dt_b, stride_A_m,
+    stride_B_b, stride_C_b, stride_z_b, stride_out_b,
+    DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # One program per (request, block of channels); the whole d_state in registers.
+    b = tl.program_id(0).to(tl.int64)
+    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    n = tl.arange(0, BLOCK_N)
+    mmask = m < d_inner
+    m2 = mmask[:, None] & (n[None, :] < d_state)
+    slot = tl.load(idx_ptr + b).to(tl.int64)
+    valid = slot >= 0
+    m2v = (m[:, None] < tl.where(valid, d_inner, 0)) & (n[None, :] < d_state)
+    s_ptrs = state_ptr + tl.maximum(slot, 0) * stride_s_slot + m[:, None] * stride_s_m + n[None, :]
+    h = tl.load(s_ptrs, mask=m2v, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + b * stride_x_b + m, mask=mmask, other=0.0).to(tl.float32)
+    dt = tl.load(dt_ptr + b * stride_dt_b + m, mask=mmask, other=0.0).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt += tl.load(dt_bias_ptr + m, mask=mmask, other=0.0).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt = softplus(dt)
+    A = tl.load(A_ptr + m[:, None] * stride_A_m + n[None, :], mask=m2, other=0.0).to(tl.float32)
+    B = tl.load(B_ptr + b * stride_B_b + n, mask=n < d_state, other=0.0).to(tl.float32)
+    C = tl.load(C_ptr + b * stride_C_b + n, mask=n < d_state, other=0.0).to(tl.float32)
+    h = h * tl.exp(dt[:, None] * A) + (dt * x)[:, None] * B[None, :]
+    tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=m2v)
+    y = tl.sum(h * C[None, :], axis=1)
+    if HAS_D:
+        y += x * tl.load(D_ptr + m, mask=mmask, other=0.0).to(tl.float32)
+    if HAS_Z:
+        y *= silu(tl.load(z_ptr + b * stride_z_b + m, mask=mmask, other=0.0).to(tl.float32))
+    y = tl.where(valid, y, 0.0)
+    tl.store(out_ptr + b * stride_out_b + m, y.to(out_ptr.dtype.element_ty), mask=mmask)
+
+
+def _check(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    state_indices: torch.Tensor,
+) -> None:
+    check_float("x", x, (None, None), x.device)
+    batch, d_inner = x.shape
+    check_float("A", A, (d_inner, None), x.device)
+    d_state = A.shape[1]
+    check_state("state", state, (d_inner, d_state), x.device)
+    check_float("dt", dt, (batch, d_inner), x.device)
+    check_float("B", B, (batch, d_state), x.device)
+    check_float("C", C, (batch, d_state), x.device)
+    check_optional_float("D", D, (d_inner,), x.device)
+    check_optional_float("z", z, (batch, d_inner), x.device)
+    check_optional_float("dt_bias", dt_bias, (d_inner,), x.device)
+    check_indices("state_indices", state_indices, batch, x.device)
+
+
+def _launch(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    batch, d_inner = x.shape
+    d_state = A.shape[1]
+    out = torch.empty((batch, d_inner), dtype=x.dtype, device=x.device)
+    if batch == 0:
+        return out
+    block_n = next_pow2(d_state)
+    # Keep the [BLOCK_M, BLOCK_N] state tile near 2k fp32 registers per program.
+    block_m = min(next_pow2(d_inner), max(4, 2048 // block_n))
+    grid = (batch, triton.cdiv(d_inner, block_m))
+    _ssm_update_kernel[grid](
+        state, x, dt, A, B, C,
+        D if D is not None else x, z if z is not None else x,
+        dt_bias if dt_bias is not None else x, state_indices, out,
+        d_inner, d_state,
+        state.stride(0), state.stride(1), x.stride(0), dt.stride(0), A.stride(0),
+        B.stride(0), C.stride(0), z.stride(0) if z is not None else 0, out.stride(0),
+        DT_SOFTPLUS=dt_softplus, HAS_D=D is not None, HAS_Z=z is not None,
+        HAS_DT_BIAS=dt_bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+    )  # fmt: skip
+    return out
+
+
+def _reference(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+    idx = state_indices.long()
+    valid = idx >= 0
+    if not bool(valid.any()):
+        return out
+    slots = idx[valid]
+    xv, dtv = x[valid].float(), dt[valid].float()  # [n, d_inner]
+    if dt_bias is not None:
+        dtv = dtv + dt_bias.float()
+    if dt_softplus:
+        dtv = softplus_where(dtv)
+    h = state[slots].float()  # [n, d_inner, d_state]
+    h = (
+        h * torch.exp(dtv[:, :, None] * A.float())
+        + (dtv * xv)[:, :, None] * B[valid].float()[:, None, :]
+    )
+    state[slots] = h.to(state.dtype)
+    y = torch.einsum("nmk,nk->nm", h, C[valid].float())
+    if D is not None:
+        y = y + D.float() * xv
+    if z is not None:
+        y = y * torch.nn.functional.silu(z[valid].float())
+    out[valid] = y.to(x.dtype)
+    return out
+
+
+def _mamba_ssm(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm
+
+    d_inner = x.shape[1]
+    # mamba-ssm's launcher unpacks D's and dt_bias's strides even when they are None.
+    D = D if D is not None else x.new_zeros(d_inner)
+    dt_bias = dt_bias if dt_bias is not None else x.new_zeros(d_inner)
+    out: torch.Tensor = load_mamba_ssm().selective_state_update(
+        state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+        state_batch_indices=state_indices,
+    )  # fmt: skip
+    return out
+
+
+def selective_state_update_triton(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    *,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The Triton kernel (checked); same contract as ``selective_state_update``."""
+    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
+    return _launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+
+
+def selective_state_update_ref(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    *,
+    state_indices: torch.Tensor,
+) -> torch.Tensor:
+    """The torch reference (checked); same contract as ``selective_state_update``."""
+    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
+    return _reference(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+
+
+def selective_state_update(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    *,
+    state_indices: torch.Tensor,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """One Mamba1 decode step; updates ``state`` in place.
+
+    Args::
+
+        state:         [num_slots, d_inner, d_state] view (fp16/bf16/fp32)
+        x, dt:         [B, d_inner]   fp16/bf16/fp32
+        A:             [d_inner, d_state]
+        B, C:          [B, d_state]
+        D, dt_bias:    [d_inner] or None
+        z:             [B, d_inner] or None (gate: out *= silu(z))
+        dt_softplus:   apply softplus to dt + dt_bias
+        state_indices: [B] int32/int64, slot per request (< 0: padding row)
+        backend:       None, "triton", "torch" or "mamba_ssm" (CUDA only)
+
+    Returns ``out [B, d_inner]`` in ``x.dtype``.
+    """
+    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
+    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+    name = pick_backend(backend, x.device, mamba_ssm=True)
+    if name == "triton":
+        return _launch(*args)
+    if name == "mamba_ssm":
+        return _mamba_ssm(*args)
+    return _reference(*args)
