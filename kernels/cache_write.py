@@ -20,7 +20,7 @@ from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_same_dtype
 
 
 @triton.jit
-def _reshape_and_cache_kernel(
+def _reshape_and_cache_kernel(  # type: ignore[no-untyped-def]
     key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcb, stride_kct, stride_kch,

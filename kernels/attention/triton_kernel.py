@@ -28,7 +28,7 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _find_seq(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
+def _find_seq(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):  # type: ignore[no-untyped-def]
     # The largest s with query_start_loc[s] // BLOCK_Q + s <= q_block.
     lo: tl.int32 = 0
     hi = num_seqs
@@ -43,7 +43,7 @@ def _find_seq(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def unified_attention_kernel(
+def unified_attention_kernel(  # type: ignore[no-untyped-def]
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, sinks_ptr,
     part_acc_ptr, part_max_ptr, part_sum_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
@@ -156,7 +156,7 @@ def unified_attention_kernel(
 
 
 @triton.jit
-def reduce_segments_kernel(
+def reduce_segments_kernel(  # type: ignore[no-untyped-def]
     out_ptr, sinks_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr,
     num_heads, head_size, stride_ot, stride_oh,
     NUM_SEGMENTS: tl.constexpr, SEG_PAD: tl.constexpr, HEAD_PAD: tl.constexpr,
