@@ -258,12 +258,13 @@ class Scenario:
 # 8 slots; slot 0 is the null block and is never named. Token ids are global.
 SCENARIOS = [
     Scenario("one_seq_from_zeros", (5,), (-1,), ((4, 3),)),
-    # seq 0 starts mid-block from slot 2 and checkpoints into slot 2 at token 2
-    # (the initial == save case), then its final state into 3; seq 2 saves its
+    # seq 0 starts mid-block from slot 2 and checkpoints into slot 2 after its
+    # first token (the initial == save case: later tokens still need the conv
+    # history read from slot 2), then its final state into 3; seq 2 saves its
     # final state into its own initial slot 5 after an early save into 6.
-    Scenario("mixed", (7, 1, 4), (2, -1, 5), ((2, 2), (6, 3), (7, 4), (8, 6), (11, 5))),
+    Scenario("mixed", (7, 1, 4), (2, -1, 5), ((0, 2), (6, 3), (7, 4), (8, 6), (11, 5))),
     # two sequences read the same cached slot; shorter than the conv window.
     Scenario("shared_init_short", (1, 2, 3), (1, 1, -1), ((0, 3), (1, 6), (2, 2), (5, 7))),
     # an empty sequence in the middle, odd lengths, saves at every other token.
-    Scenario("empty_seq", (9, 0, 3), (4, 7, 6), ((1, 1), (3, 2), (8, 4), (10, 3), (11, 6))),
+    Scenario("empty_seq", (9, 0, 3), (4, 7, 6), ((1, 4), (3, 2), (8, 1), (10, 3), (11, 6))),
 ]
