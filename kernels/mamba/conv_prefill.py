@@ -186,7 +186,7 @@ def _reference(
     if v.save_tokens.numel():
         rows = tok_pos[v.save_tokens][:, None] - wm1 + 1 + torch.arange(wm1, device=dev)
         conv_state[v.save_slots] = ext[rows].to(conv_state.dtype)
-    return y.to(x.dtype)
+    return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout
 
 
 def causal_conv1d_fn_triton(

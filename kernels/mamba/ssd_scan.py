@@ -223,7 +223,7 @@ def _reference(
         y = y * torch.nn.functional.silu(z.float())
     if v.save_tokens.numel():
         ssm_state[v.save_slots] = saved.to(ssm_state.dtype)
-    return y.to(x.dtype)
+    return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout
 
 
 def ssd_scan_fn_triton(

@@ -24,6 +24,7 @@ from mamba_oracle import (
 )
 
 from hybridkv.kernels.mamba import (
+    mamba_ssm_available,
     selective_scan_fn,
     selective_state_update,
     ssd_scan_fn,
@@ -33,6 +34,7 @@ from hybridkv.kernels.mamba import (
 NUM_SLOTS = 8
 BACKENDS = ["torch", "triton"]
 TOKEN_KEYS = ("x", "dt", "B", "C", "z")
+# bf16: about one ulp (2^-7); Triton's interpreter also truncates fp32 -> bf16 instead of rounding.
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
@@ -233,17 +235,15 @@ def test_gpu_triton_matches_torch_bf16(name):
     p = v.params(sum(lengths), torch.bfloat16, True, True, seed=9)
     p = {k: t.to(dev) if t is not None else None for k, t in p.items()}
     pd = {k: (t[:4] if k in TOKEN_KEYS and t is not None else t) for k, t in p.items()}
-    backends = ["torch", "triton", "mamba_ssm"]
+    backends = ["torch", "triton"] + (["mamba_ssm"] if mamba_ssm_available() else [])
     res = {}
     for backend in backends:
         g = torch.Generator(device=dev).manual_seed(0)
         big = torch.randn((16, *v.state_tail[:-1], v.state_tail[-1] + 8), generator=g, device=dev)
         state = big[..., : v.state_tail[-1]]  # slot stride != prod(tail)
-        if backend != "mamba_ssm":
-            out = _scan(v, backend, p, True, state, qsl, init, save)
-        else:
-            pytest.importorskip("einops")
-            out = res["torch"][0]
+        # mamba-ssm offers only the decode step: its run prefills with the torch scan.
+        scan_backend = "torch" if backend == "mamba_ssm" else backend
+        out = _scan(v, scan_backend, p, True, state, qsl, init, save)
         dec = _update(v, backend, pd, True, state, torch.tensor([13, -1, 11, 5], device=dev))
         res[backend] = (out, dec, state)
     for backend in backends[1:]:
