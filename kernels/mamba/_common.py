@@ -17,6 +17,9 @@ slot holds which checkpoint):
   so a sequence may save into the slot it started from. A slot written in one
   call must not be read or written by another sequence of the same call, and
   no two tokens may save into the same slot.
+- Slot values are not range-checked (that would cost a device sync): the torch
+  path raises ``IndexError`` on an out-of-range slot, a Triton kernel would
+  read or write out of bounds. Two decode rows must not name the same slot.
 - Math runs in fp32; states are stored in their view's dtype, outputs in the
   activations' dtype.
 """
