@@ -7,7 +7,7 @@ import triton.language as tl
 
 
 @triton.jit
-def softplus(x):
+def softplus(x):  # type: ignore[no-untyped-def]
     # log1p(exp(x)) without log1p (not portable to the interpreter): Goldberg's
     # trick log(u) * e / (u - 1) with u = 1 + e is accurate for tiny e.
     # Identity above 20 like torch's softplus and mamba-ssm.
@@ -18,5 +18,5 @@ def softplus(x):
 
 
 @triton.jit
-def silu(x):
+def silu(x):  # type: ignore[no-untyped-def]
     return x * tl.sigmoid(x)

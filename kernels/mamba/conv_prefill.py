@@ -42,7 +42,7 @@ _BLOCK_D = 128  # channels per program (the ring buffer is [W - 1, BLOCK_D] regi
 
 
 @triton.jit
-def _conv_prefill_kernel(
+def _conv_prefill_kernel(  # type: ignore[no-untyped-def]
     x_ptr, w_ptr, bias_ptr, state_ptr, qsl_ptr, init_ptr, save_ptr, out_ptr,
     dim,
     stride_x_t, stride_w_c, stride_w_k, stride_s_slot, stride_s_row, stride_out_t,

@@ -32,7 +32,7 @@ _BLOCK_D = 128
 
 
 @triton.jit
-def _conv_update_kernel(
+def _conv_update_kernel(  # type: ignore[no-untyped-def]
     x_ptr, w_ptr, bias_ptr, state_ptr, idx_ptr, out_ptr,
     dim,
     stride_x_b, stride_w_c, stride_w_k, stride_s_slot, stride_s_row, stride_out_b,

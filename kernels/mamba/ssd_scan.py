@@ -45,7 +45,7 @@ _REF_SCRATCH_ELEMS = 1 << 24
 
 
 @triton.jit
-def _ssd_scan_kernel(
+def _ssd_scan_kernel(  # type: ignore[no-untyped-def]
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
     state_ptr, qsl_ptr, init_ptr, save_ptr, out_ptr,
     head_dim, d_state, heads_per_group,

@@ -32,7 +32,7 @@ from hybridkv.kernels.mamba._triton_math import silu, softplus
 
 
 @triton.jit
-def _ssd_update_kernel(
+def _ssd_update_kernel(  # type: ignore[no-untyped-def]
     state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, out_ptr,
     head_dim, d_state, heads_per_group,
     stride_s_slot, stride_s_h, stride_s_p,

@@ -31,7 +31,7 @@ from hybridkv.kernels.mamba._triton_math import silu, softplus
 
 
 @triton.jit
-def _ssm_update_kernel(
+def _ssm_update_kernel(  # type: ignore[no-untyped-def]
     state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, out_ptr,
     d_inner, d_state,
     stride_s_slot, stride_s_m, stride_x_b, stride_dt_b, stride_A_m,
