@@ -8,21 +8,58 @@ backend that cannot run raises instead of falling back (see ``backend.py``).
 - ``reshape_and_cache``: write new K/V tokens at their slots;
 - ``unified_attention`` with ``AttentionMetadata`` (built once per step and
   group) and ``AttentionOptions`` (per layer: window, chunk, softcap);
-- Mamba state ops, in ``hybridkv.kernels.mamba``.
+- Mamba state ops on state slots (``hybridkv.kernels.mamba``): decode steps
+  ``causal_conv1d_update``, ``selective_state_update`` (Mamba1),
+  ``ssd_state_update`` (Mamba2); varlen prefill chunks that start from a cached
+  state and save block-boundary checkpoints: ``causal_conv1d_fn``,
+  ``selective_scan_fn``, ``ssd_scan_fn``.
+
+Every op ``X`` also has ``X_ref`` (torch) and ``X_triton`` with the same
+checked signature minus ``backend``.
 
 Importable only as ``hybridkv.kernels``: a top-level ``kernels`` package would
 shadow Hugging Face's hub-kernels package.
 """
 
-from hybridkv.kernels.attention import AttentionMetadata, AttentionOptions, unified_attention
+from hybridkv.kernels.attention import (
+    AttentionMetadata,
+    AttentionOptions,
+    unified_attention,
+    unified_attention_ref,
+    unified_attention_triton,
+)
 from hybridkv.kernels.backend import KernelBackendError, resolve_backend
-from hybridkv.kernels.cache_write import reshape_and_cache
+from hybridkv.kernels.cache_write import (
+    reshape_and_cache,
+    reshape_and_cache_ref,
+    reshape_and_cache_triton,
+)
+from hybridkv.kernels.mamba import (
+    causal_conv1d_fn,
+    causal_conv1d_update,
+    mamba_ssm_available,
+    selective_scan_fn,
+    selective_state_update,
+    ssd_scan_fn,
+    ssd_state_update,
+)
 
 __all__ = [
     "AttentionMetadata",
     "AttentionOptions",
     "KernelBackendError",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+    "mamba_ssm_available",
     "reshape_and_cache",
+    "reshape_and_cache_ref",
+    "reshape_and_cache_triton",
     "resolve_backend",
+    "selective_scan_fn",
+    "selective_state_update",
+    "ssd_scan_fn",
+    "ssd_state_update",
     "unified_attention",
+    "unified_attention_ref",
+    "unified_attention_triton",
 ]

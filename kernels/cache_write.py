@@ -69,14 +69,14 @@ def _check(
     check_tensor("slot_mapping", slot_mapping, shape=(t,), dtypes=INDEX_DTYPES, device=dev)
 
 
-def reshape_and_cache_triton(
+def _launch(
     key: torch.Tensor,
     value: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """The Triton launcher (arguments already checked)."""
+    """The Triton launch (arguments already checked)."""
     num_tokens, num_heads, head_size = key.shape
     if num_tokens == 0:
         return
@@ -92,7 +92,7 @@ def reshape_and_cache_triton(
     )  # fmt: skip
 
 
-def reshape_and_cache_torch(
+def _write_torch(
     key: torch.Tensor,
     value: torch.Tensor,
     key_cache: torch.Tensor,
@@ -125,5 +125,27 @@ def reshape_and_cache(
     """
     _check(key, value, key_cache, value_cache, slot_mapping)
     impl = resolve_backend(backend, key.device)
-    fn = reshape_and_cache_triton if impl == "triton" else reshape_and_cache_torch
+    fn = _launch if impl == "triton" else _write_torch
     fn(key, value, key_cache, value_cache, slot_mapping)
+
+
+def reshape_and_cache_ref(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """``reshape_and_cache`` on the torch reference (checked)."""
+    reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend="torch")
+
+
+def reshape_and_cache_triton(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """``reshape_and_cache`` on the Triton kernel (checked)."""
+    reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend="triton")

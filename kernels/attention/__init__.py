@@ -14,11 +14,17 @@ from __future__ import annotations
 import torch
 
 from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
-from hybridkv.kernels.attention.reference import unified_attention_torch
+from hybridkv.kernels.attention.reference import run_reference
 from hybridkv.kernels.backend import resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
 
-__all__ = ["AttentionMetadata", "AttentionOptions", "unified_attention"]
+__all__ = [
+    "AttentionMetadata",
+    "AttentionOptions",
+    "unified_attention",
+    "unified_attention_ref",
+    "unified_attention_triton",
+]
 
 
 def unified_attention(
@@ -49,12 +55,43 @@ def unified_attention(
     if num_segments is not None and num_segments < 1:
         raise ValueError(f"num_segments: must be >= 1, got {num_segments}")
     if impl == "triton":
-        from hybridkv.kernels.attention.launcher import unified_attention_triton
+        from hybridkv.kernels.attention.launcher import launch_unified_attention
 
-        unified_attention_triton(q, key_cache, value_cache, out, meta, opts, sinks, num_segments)
+        launch_unified_attention(q, key_cache, value_cache, out, meta, opts, sinks, num_segments)
     else:
-        unified_attention_torch(q, key_cache, value_cache, out, meta, opts, sinks)
+        run_reference(q, key_cache, value_cache, out, meta, opts, sinks)
     return out
+
+
+def unified_attention_ref(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    *,
+    sinks: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``unified_attention`` on the torch reference (checked)."""
+    return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks, out=out,
+                             backend="torch")  # fmt: skip
+
+
+def unified_attention_triton(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    *,
+    sinks: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    num_segments: int | None = None,
+) -> torch.Tensor:
+    """``unified_attention`` on the Triton kernel (checked)."""
+    return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks, out=out,
+                             backend="triton", num_segments=num_segments)  # fmt: skip
 
 
 def _check(

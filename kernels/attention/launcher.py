@@ -56,7 +56,7 @@ def auto_segments(
     return max(1, min(MAX_SEGMENTS, want, tiles // MIN_TILES_PER_SEGMENT))
 
 
-def unified_attention_triton(
+def launch_unified_attention(
     q: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,

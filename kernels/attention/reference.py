@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
 
 
-def unified_attention_torch(
+def run_reference(
     q: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
