@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -99,17 +100,15 @@ def decode_rows(device: torch.device, bw: float, quick: bool) -> list[str]:
         for batch in (16, 64):
             for ctx in (1024, 4096) if quick else (1024, 4096, 16384):
                 q, k, v, meta = paged_decode(batch, ctx, hq, hkv, d, bs, torch.bfloat16, device)
-                t = timed(lambda: unified_attention(q, k, v, meta, opts), device)  # noqa: B023
+                t = timed(partial(unified_attention, q, k, v, meta, opts), device)
                 n = visible_keys(ctx, kind)
                 nbytes = batch * n * hkv * d * 2 * 2
                 # Baseline: SDPA over contiguous K/V holding exactly the visible keys.
                 kc = torch.randn(batch, hkv, n, d, device=device, dtype=torch.bfloat16)
                 vc = torch.randn_like(kc)
                 qc = q.view(batch, hq, 1, d)
-                ts = timed(
-                    lambda: F.scaled_dot_product_attention(qc, kc, vc, enable_gqa=True),  # noqa: B023
-                    device,
-                )
+                sdpa = partial(F.scaled_dot_product_attention, qc, kc, vc, enable_gqa=True)
+                ts = timed(sdpa, device)
                 rows.append(
                     f"| {name} | {batch} | {ctx:,} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
                     f"{nbytes / t / bw:.0%} | {ts * 1e6:.1f} | {nbytes / ts / bw:.0%} |"
@@ -135,10 +134,10 @@ def prefill_rows(device: torch.device, quick: bool) -> list[str]:
         ks = torch.randn(batch, hq, length, d, device=device, dtype=torch.bfloat16)
         vs = torch.randn_like(ks)
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            ts = timed(lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True), device)  # noqa: B023
+            ts = timed(partial(F.scaled_dot_product_attention, qs, ks, vs, is_causal=True), device)
         for name, kind in KINDS.items():
             opts = AttentionOptions(scale=d**-0.5, **kind)
-            t = timed(lambda: unified_attention(q, kc, vc, meta, opts), device)  # noqa: B023
+            t = timed(partial(unified_attention, q, kc, vc, meta, opts), device)
             rows.append(
                 f"| {name} | {batch} x {length:,} | {t * 1e3:.3f} | {ts * 1e3:.3f} | "
                 f"{t / ts:.2f}x |"
@@ -159,12 +158,12 @@ def cpu_rows() -> list[str]:
         ):
             opts = AttentionOptions(scale=d**-0.5, **kind)
             q, k, v, meta = paged_decode(batch, ctx, hq, hkv, d, bs, dtype, dev)
-            t = timed(lambda: unified_attention(q, k, v, meta, opts), dev)  # noqa: B023
+            t = timed(partial(unified_attention, q, k, v, meta, opts), dev)
             n = visible_keys(ctx, kind)
             kc = torch.randn(batch, hq, n, d, dtype=dtype)
             vc = torch.randn_like(kc)
             qc = q.view(batch, hq, 1, d)
-            ts = timed(lambda: F.scaled_dot_product_attention(qc, kc, vc), dev)  # noqa: B023
+            ts = timed(partial(F.scaled_dot_product_attention, qc, kc, vc), dev)
             rows.append(
                 f"| {name} | {str(dtype)[6:]} | {batch} x {ctx:,} | {t * 1e3:.2f} | "
                 f"{ts * 1e3:.2f} | {t / ts:.2f}x |"
@@ -178,14 +177,71 @@ def cpu_rows() -> list[str]:
         meta = AttentionMetadata.build([length], [length], table)
         q = torch.randn(length, hq, d, dtype=dtype)
         opts = AttentionOptions(scale=d**-0.5)
-        t = timed(lambda: unified_attention(q, k, v, meta, opts), dev)  # noqa: B023
+        t = timed(partial(unified_attention, q, k, v, meta, opts), dev)
         qs = torch.randn(1, hq, length, d, dtype=dtype)
         ks = torch.randn_like(qs)
-        ts = timed(lambda: F.scaled_dot_product_attention(qs, ks, ks, is_causal=True), dev)  # noqa: B023
+        ts = timed(partial(F.scaled_dot_product_attention, qs, ks, ks, is_causal=True), dev)
         rows.append(
             f"| prefill, full | {str(dtype)[6:]} | 1 x {length} | {t * 1e3:.2f} | "
             f"{ts * 1e3:.2f} | {t / ts:.2f}x |"
         )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def mamba_inputs(batch: int, d_inner: int, d_state: int, device: torch.device, dtype):
+    """Mamba1 decode inputs (Jamba shapes) with ``batch`` state slots after a null slot."""
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*shape: int, dt=dtype) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, device=device, dtype=dt)
+
+    state = r(batch + 1, d_inner, d_state, dt=torch.float32)
+    a = -torch.rand(d_inner, d_state, generator=g, device=device)
+    idx = torch.randperm(batch, device=device).int() + 1
+    return (state, r(batch, d_inner), r(batch, d_inner), a, r(batch, d_state),
+            r(batch, d_state), r(d_inner, dt=torch.float32), r(batch, d_inner),
+            r(d_inner, dt=torch.float32), idx)  # fmt: skip
+
+
+def _ours_mamba(args: tuple, backend: str) -> None:
+    from hybridkv.kernels.mamba import selective_state_update
+
+    st, x, dt, a, b, c, d, z, dtb, idx = args
+    selective_state_update(st, x, dt, a, b, c, d, z, dtb, True, state_indices=idx,
+                           backend=backend)  # fmt: skip
+
+
+def _their_mamba_ref(ops, args: tuple) -> None:
+    # mamba-ssm's reference updates a dense [batch, ...] state: gather and scatter the slots.
+    st, x, dt, a, b, c, d, z, dtb, idx = args
+    s = st[idx.long()]
+    ops.selective_state_update_ref(s, x, dt, a, b, c, d, z, dtb, dt_softplus=True)
+    st[idx.long()] = s
+
+
+def mamba_rows(device: torch.device) -> list[str]:
+    """Mamba1 decode step: ours vs mamba-ssm (its Triton kernel on GPU, its ref on CPU)."""
+    from hybridkv.kernels.mamba import load_mamba_ssm, mamba_ssm_available
+
+    if not mamba_ssm_available():
+        return ["| (mamba-ssm not installed: `make mamba`) | | | | |"]
+    ops = load_mamba_ssm()
+    rows = []
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    for batch, d_inner in ((16, 8192), (64, 8192)) if cuda else ((8, 512), (64, 2048)):
+        args = mamba_inputs(batch, d_inner, 16, device, dtype)
+        ours = "triton" if cuda else "torch"
+        t = timed(partial(_ours_mamba, args, ours), device)
+        if cuda:
+            base = "mamba-ssm Triton"
+            tb = timed(partial(_ours_mamba, args, "mamba_ssm"), device)
+        else:
+            base = "mamba-ssm torch ref"
+            tb = timed(partial(_their_mamba_ref, ops, args), device)
+        rows.append(f"| {ours} vs {base} | {batch} x {d_inner} | {t * 1e6:.1f} | "
+                    f"{tb * 1e6:.1f} | {t / tb:.2f}x |")  # fmt: skip
         print(rows[-1], flush=True)
     return rows
 
@@ -208,8 +264,8 @@ def skip_rows() -> list[str]:
         times = []
         for ctx in (256, 4096):
             q, k, v, meta = paged_decode(2, ctx, 4, 2, 16, 16, torch.float32, dev)
-            times.append(timed(lambda: unified_attention(q, k, v, meta, opts, backend="triton"),  # noqa: B023
-                               dev, reps=3))  # fmt: skip
+            run = partial(unified_attention, q, k, v, meta, opts, backend="triton")
+            times.append(timed(run, dev, reps=3))
         rows.append(f"| {name} | {times[0] * 1e3:.1f} | {times[1] * 1e3:.1f} | "
                     f"{times[1] / times[0]:.2f}x |")  # fmt: skip
         print(rows[-1], flush=True)
@@ -240,8 +296,13 @@ def main() -> int:
                   "| kind | batch x length | ours ms | SDPA flash (full causal) ms | ratio |",
                   "| --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += prefill_rows(dev, args.quick)
+        lines += ["", "## Mamba1 decode step (selective_state_update, d_state 16, bf16)", "",
+                  "| backends | batch x d_inner | ours us | baseline us | ratio |",
+                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += mamba_rows(dev)
         out = ROOT / "benchmarks" / "results" / f"kernels-{name.replace(' ', '-').lower()}.md"
     else:
+        dev = torch.device("cpu")
         print("No CUDA device: GPU figures (decode bandwidth, prefill vs flash SDPA, Mamba vs "
               "mamba-ssm) are pending. Running the torch reference (the CPU backend).")  # fmt: skip
         cpu = platform.processor() or platform.machine()
@@ -253,6 +314,10 @@ def main() -> int:
                   "| case | dtype | batch x context | paged reference ms | SDPA contiguous ms | "
                   "ratio |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += cpu_rows()
+        lines += ["", "## Mamba1 decode step on the CPU (fp32, d_state 16, state slots)", "",
+                  "| backends | batch x d_inner | ours us | baseline us | ratio |",
+                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += mamba_rows(dev)
         lines += ["", "## Tile skipping (Triton interpreter, decode of 2 sequences)", "",
                   "Time with 16x more context at a fixed window or chunk; ~1x means the "
                   "kernel skips out-of-window tiles rather than masking them.", "",
