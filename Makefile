@@ -50,6 +50,7 @@ test: lint
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_manager.py
 	$(PY) benchmarks/bench_plan.py
+	$(PY) benchmarks/bench_kernels.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
