@@ -139,3 +139,14 @@ def test_triton_fp16_and_odd_block_size():
     got = _run(b, "triton")
     assert got.dtype == torch.float16
     _assert_close(got.float(), dense_oracle(b), torch.float16)
+
+
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_head_sizes(head_size, dtype):
+    opts = AttentionOptions(scale=head_size**-0.5, sliding_window=9, softcap=20.0)
+    b = make_paged_batch(
+        [(10, 5), (21, 1)], num_heads=4, num_kv_heads=2, head_size=head_size, block_size=4,
+        opts=opts, dtype=dtype, with_sinks=True, seed=head_size,
+    )  # fmt: skip
+    _assert_close(_run(b, "triton").float(), dense_oracle(b), dtype)
