@@ -12,8 +12,11 @@ imported, or Triton not installed) raises ``KernelBackendError`` saying why.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -66,3 +69,17 @@ def resolve_backend(
                 "TRITON_INTERPRET=1 before hybridkv.kernels is imported, or use backend='torch'"
             )
     return name
+
+
+def pinned(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
+    """``fn`` with ``backend`` fixed: ``X_ref = pinned(X, "torch")``, ``X_triton = ...``.
+
+    Same arguments and checks as ``fn``; the variant exists so that tests and
+    benchmarks can name one implementation without a keyword.
+    """
+    variant = functools.partial(fn, backend=backend)
+    functools.update_wrapper(variant, fn)
+    suffix = "ref" if backend == "torch" else backend
+    variant.__name__ = variant.__qualname__ = f"{fn.__name__}_{suffix}"  # type: ignore[attr-defined]
+    variant.__doc__ = f"``{fn.__name__}`` on backend {backend!r} (same arguments and checks)."
+    return variant

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridkv.kernels.backend import resolve_backend
+from hybridkv.kernels.backend import pinned, resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_same_dtype, check_tensor
 
 
@@ -129,23 +129,5 @@ def reshape_and_cache(
     fn(key, value, key_cache, value_cache, slot_mapping)
 
 
-def reshape_and_cache_ref(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> None:
-    """``reshape_and_cache`` on the torch reference (checked)."""
-    reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend="torch")
-
-
-def reshape_and_cache_triton(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> None:
-    """``reshape_and_cache`` on the Triton kernel (checked)."""
-    reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend="triton")
+reshape_and_cache_ref = pinned(reshape_and_cache, "torch")
+reshape_and_cache_triton = pinned(reshape_and_cache, "triton")

@@ -15,7 +15,7 @@ import torch
 
 from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
 from hybridkv.kernels.attention.reference import run_reference
-from hybridkv.kernels.backend import resolve_backend
+from hybridkv.kernels.backend import pinned, resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
 
 __all__ = [
@@ -63,37 +63,6 @@ def unified_attention(
     return out
 
 
-def unified_attention_ref(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    *,
-    sinks: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``unified_attention`` on the torch reference (checked)."""
-    return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks, out=out,
-                             backend="torch")  # fmt: skip
-
-
-def unified_attention_triton(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    *,
-    sinks: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-    num_segments: int | None = None,
-) -> torch.Tensor:
-    """``unified_attention`` on the Triton kernel (checked)."""
-    return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks, out=out,
-                             backend="triton", num_segments=num_segments)  # fmt: skip
-
-
 def _check(
     q: torch.Tensor,
     key_cache: torch.Tensor,
@@ -124,3 +93,7 @@ def _check(
     if out is not None:
         check_tensor("out", out, shape=(t, hq, d), dtypes=(q.dtype,), device=dev,
                      unit_last_stride=True)  # fmt: skip
+
+
+unified_attention_ref = pinned(unified_attention, "torch")
+unified_attention_triton = pinned(unified_attention, "triton")

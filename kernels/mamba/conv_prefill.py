@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_activation,
     check_float,
@@ -189,38 +190,6 @@ def _reference(
     return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout
 
 
-def causal_conv1d_fn_triton(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The Triton kernel (checked); same contract as ``causal_conv1d_fn``."""
-    args = (x, weight, bias, activation, conv_state, query_start_loc)
-    _check(*args, initial_state_indices, save_state_indices)
-    return _launch(*args, initial_state_indices, save_state_indices)
-
-
-def causal_conv1d_fn_ref(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The torch reference (checked); same contract as ``causal_conv1d_fn``."""
-    args = (x, weight, bias, activation, conv_state, query_start_loc)
-    _check(*args, initial_state_indices, save_state_indices)
-    return _reference(*args, initial_state_indices, save_state_indices)
-
-
 def causal_conv1d_fn(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -253,3 +222,7 @@ def causal_conv1d_fn(
     if pick_backend(backend, x.device) == "triton":
         return _launch(*args, initial_state_indices, save_state_indices)
     return _reference(*args, initial_state_indices, save_state_indices)
+
+
+causal_conv1d_fn_ref = pinned(causal_conv1d_fn, "torch")
+causal_conv1d_fn_triton = pinned(causal_conv1d_fn, "triton")

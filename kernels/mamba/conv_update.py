@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_activation,
     check_float,
@@ -146,34 +147,6 @@ def _reference(
     return out
 
 
-def causal_conv1d_update_triton(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    activation: str | None = None,
-    *,
-    conv_state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The Triton kernel (checked); same contract as ``causal_conv1d_update``."""
-    _check(x, conv_state, weight, bias, activation, conv_state_indices)
-    return _launch(x, conv_state, weight, bias, activation, conv_state_indices)
-
-
-def causal_conv1d_update_ref(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    activation: str | None = None,
-    *,
-    conv_state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The torch reference (checked); same contract as ``causal_conv1d_update``."""
-    _check(x, conv_state, weight, bias, activation, conv_state_indices)
-    return _reference(x, conv_state, weight, bias, activation, conv_state_indices)
-
-
 def causal_conv1d_update(
     x: torch.Tensor,
     conv_state: torch.Tensor,
@@ -202,3 +175,7 @@ def causal_conv1d_update(
     if pick_backend(backend, x.device) == "triton":
         return _launch(x, conv_state, weight, bias, activation, conv_state_indices)
     return _reference(x, conv_state, weight, bias, activation, conv_state_indices)
+
+
+causal_conv1d_update_ref = pinned(causal_conv1d_update, "torch")
+causal_conv1d_update_triton = pinned(causal_conv1d_update, "triton")

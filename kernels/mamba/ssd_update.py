@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_float,
     check_indices,
@@ -214,44 +215,6 @@ def _mamba_ssm(
     return out
 
 
-def ssd_state_update_triton(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    dt_bias: torch.Tensor | None = None,
-    dt_softplus: bool = False,
-    *,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The Triton kernel (checked); same contract as ``ssd_state_update``."""
-    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
-    return _launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
-
-
-def ssd_state_update_ref(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None = None,
-    z: torch.Tensor | None = None,
-    dt_bias: torch.Tensor | None = None,
-    dt_softplus: bool = False,
-    *,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The torch reference (checked); same contract as ``ssd_state_update``."""
-    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
-    return _reference(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
-
-
 def ssd_state_update(
     state: torch.Tensor,
     x: torch.Tensor,
@@ -292,3 +255,7 @@ def ssd_state_update(
     if name == "mamba_ssm":
         return _mamba_ssm(*args)
     return _reference(*args)
+
+
+ssd_state_update_ref = pinned(ssd_state_update, "torch")
+ssd_state_update_triton = pinned(ssd_state_update, "triton")

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_float,
     check_indices,
@@ -216,48 +217,6 @@ def _reference(
     return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout
 
 
-def selective_scan_fn_triton(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    ssm_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The Triton kernel (checked); same contract as ``selective_scan_fn``."""
-    idx = (query_start_loc, initial_state_indices, save_state_indices)
-    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
-    return _launch(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
-
-
-def selective_scan_fn_ref(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    ssm_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
-    """The torch reference (checked); same contract as ``selective_scan_fn``."""
-    idx = (query_start_loc, initial_state_indices, save_state_indices)
-    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
-    return _reference(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
-
-
 def selective_scan_fn(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -298,3 +257,7 @@ def selective_scan_fn(
     if pick_backend(backend, x.device) == "triton":
         return _launch(*args)
     return _reference(*args)
+
+
+selective_scan_fn_ref = pinned(selective_scan_fn, "torch")
+selective_scan_fn_triton = pinned(selective_scan_fn, "triton")
