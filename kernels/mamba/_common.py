@@ -36,6 +36,7 @@ from hybridkv.kernels.backend import (
     resolve_backend,
 )
 from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_tensor
+from hybridkv.kernels.mamba.args import ConvArgs, SSMInputs, SSMStepArgs
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = (None, "silu")
@@ -86,6 +87,51 @@ def check_query_start_loc(qsl: torch.Tensor, device: torch.device) -> int:
     return qsl.shape[0] - 1
 
 
+def check_ssm_optionals(
+    a: SSMInputs, per_channel: tuple[int, ...], z_shape: tuple[int, ...]
+) -> None:
+    """``D`` and ``dt_bias`` (``per_channel``) and the gate ``z`` (``z_shape``), where given."""
+    check_optional_float("D", a.D, per_channel, a.x.device)
+    check_optional_float("z", a.z, z_shape, a.x.device)
+    check_optional_float("dt_bias", a.dt_bias, per_channel, a.x.device)
+
+
+def check_groups(B: torch.Tensor, lead: int, n_heads: int, device: torch.device) -> tuple[int, int]:
+    """Mamba2's ``B [lead, n_groups, d_state]`` with ``n_groups | n_heads``; returns both sizes."""
+    check_float("B", B, (lead, None, None), device)
+    n_groups, d_state = B.shape[1], B.shape[2]
+    if n_groups == 0 or n_heads % n_groups:
+        raise ValueError(f"B: n_groups={n_groups} must divide n_heads={n_heads}")
+    return n_groups, d_state
+
+
+def check_varlen(
+    qsl: torch.Tensor, init: torch.Tensor, save: torch.Tensor, num_tokens: int, device: torch.device
+) -> None:
+    """A prefill op's ``query_start_loc``, ``initial_state_indices`` and ``save_state_indices``."""
+    num_seqs = check_query_start_loc(qsl, device)
+    check_indices("initial_state_indices", init, num_seqs, device)
+    check_indices("save_state_indices", save, num_tokens, device)
+
+
+def check_conv(a: ConvArgs) -> int:
+    """``x [n, dim]``, ``weight [dim, W]`` (W >= 2), ``bias``, ``activation``, ``conv_state``.
+
+    Returns ``n`` (requests or tokens).
+    """
+    dev = a.x.device
+    check_float("x", a.x, (None, None), dev)
+    n, dim = a.x.shape
+    check_float("weight", a.weight, (dim, None), dev)
+    width = a.weight.shape[1]
+    if width < 2:
+        raise ValueError(f"weight: the conv width (dimension 1) must be >= 2, got {width}")
+    check_optional_float("bias", a.bias, (dim,), dev)
+    check_activation(a.activation)
+    check_state("conv_state", a.conv_state, (width - 1, dim), dev)
+    return n
+
+
 def pick_backend(backend: str | None, device: torch.device, *, mamba_ssm: bool = False) -> str:
     """``resolve_backend`` for a Mamba op; ``mamba_ssm`` offers mamba-ssm's Triton kernel."""
     allowed = ("triton", "torch", "mamba_ssm") if mamba_ssm else ("triton", "torch")
@@ -105,9 +151,40 @@ def pick_backend(backend: str | None, device: torch.device, *, mamba_ssm: bool =
     return name
 
 
+def mamba_ssm_step(
+    a: SSMStepArgs,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    D: torch.Tensor,
+    dt_bias: torch.Tensor,
+) -> torch.Tensor:
+    """mamba-ssm's ``selective_state_update`` on ``a`` with ``dt, A, D, dt_bias`` in its layout.
+
+    mamba-ssm's launcher unpacks D's and dt_bias's strides even when they are
+    None, so callers pass zeros for absent ones.
+    """
+    from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm
+
+    out: torch.Tensor = load_mamba_ssm().selective_state_update(
+        a.state, a.x, dt, A, a.B, a.C, D=D, z=a.z, dt_bias=dt_bias, dt_softplus=a.dt_softplus,
+        state_batch_indices=a.state_indices,
+    )  # fmt: skip
+    return out
+
+
 def softplus_where(dt: torch.Tensor) -> torch.Tensor:
     """Softplus with mamba-ssm's threshold (identity above 20)."""
     return torch.nn.functional.softplus(dt, threshold=20.0)
+
+
+def effective_dt(dt: torch.Tensor, dt_bias: torch.Tensor | None, dt_softplus: bool) -> torch.Tensor:
+    """fp32 ``softplus(dt + dt_bias)`` (each part where given), as the kernels compute it."""
+    out = dt.float()
+    if dt_bias is not None:
+        out = out + dt_bias.float()
+    if dt_softplus:
+        out = softplus_where(out)
+    return out
 
 
 def gather_initial(state: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -22,14 +22,17 @@ import triton.language as tl
 from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_float,
+    check_groups,
     check_indices,
-    check_optional_float,
+    check_ssm_optionals,
     check_state,
+    effective_dt,
+    mamba_ssm_step,
     next_pow2,
     pick_backend,
-    softplus_where,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba.args import SSMStepArgs
 
 
 @triton.jit
@@ -79,47 +82,21 @@ def _ssd_update_kernel(  # type: ignore[no-untyped-def]
     tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=pmask)
 
 
-def _check(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    state_indices: torch.Tensor,
-) -> None:
-    check_float("x", x, (None, None, None), x.device)
-    batch, n_heads, head_dim = x.shape
-    check_float("B", B, (batch, None, None), x.device)
-    n_groups, d_state = B.shape[1], B.shape[2]
-    if n_groups == 0 or n_heads % n_groups:
-        raise ValueError(f"B: n_groups={n_groups} must divide n_heads={n_heads}")
-    check_state("state", state, (n_heads, head_dim, d_state), x.device)
-    check_float("dt", dt, (batch, n_heads), x.device)
-    check_float("A", A, (n_heads,), x.device)
-    check_float("C", C, (batch, n_groups, d_state), x.device)
-    check_optional_float("D", D, (n_heads,), x.device)
-    check_optional_float("z", z, (batch, n_heads, head_dim), x.device)
-    check_optional_float("dt_bias", dt_bias, (n_heads,), x.device)
-    check_indices("state_indices", state_indices, batch, x.device)
+def _check(a: SSMStepArgs) -> None:
+    dev = a.x.device
+    check_float("x", a.x, (None, None, None), dev)
+    batch, n_heads, head_dim = a.x.shape
+    n_groups, d_state = check_groups(a.B, batch, n_heads, dev)
+    check_state("state", a.state, (n_heads, head_dim, d_state), dev)
+    check_float("dt", a.dt, (batch, n_heads), dev)
+    check_float("A", a.A, (n_heads,), dev)
+    check_float("C", a.C, (batch, n_groups, d_state), dev)
+    check_ssm_optionals(a, (n_heads,), (batch, n_heads, head_dim))
+    check_indices("state_indices", a.state_indices, batch, dev)
 
 
-def _launch(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _launch(a: SSMStepArgs) -> torch.Tensor:
+    x, dt, state, B, C, z = a.x, a.dt, a.state, a.B, a.C, a.z
     batch, n_heads, head_dim = x.shape
     n_groups, d_state = B.shape[1], B.shape[2]
     out = torch.empty((batch, n_heads, head_dim), dtype=x.dtype, device=x.device)
@@ -131,88 +108,57 @@ def _launch(
     grid = (batch, n_heads, triton.cdiv(head_dim, block_p))
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     _ssd_update_kernel[grid](
-        state, x, dt, A, B, C,
-        D if D is not None else A, z if z is not None else x,
-        dt_bias if dt_bias is not None else A, state_indices, out,
+        state, x, dt, a.A, B, C, *a.optional_ptrs(a.A), a.state_indices, out,
         head_dim, d_state, n_heads // n_groups,
         state.stride(0), state.stride(1), state.stride(2),
         x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
         zs[0], zs[1], out.stride(0), out.stride(1),
-        DT_SOFTPLUS=dt_softplus, HAS_D=D is not None, HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None, BLOCK_P=block_p, BLOCK_N=block_n,
+        **a.kernel_flags(), BLOCK_P=block_p, BLOCK_N=block_n,
     )  # fmt: skip
     return out
 
 
-def _reference(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _reference(a: SSMStepArgs) -> torch.Tensor:
+    x, state = a.x, a.state
     out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    idx = state_indices.long()
+    idx = a.state_indices.long()
     valid = idx >= 0
     if not bool(valid.any()):
         return out
     slots = idx[valid]
-    rep = x.shape[1] // B.shape[1]
-    xv, dtv = x[valid].float(), dt[valid].float()  # [n, H, P], [n, H]
-    Bh = B[valid].float().repeat_interleave(rep, dim=1)  # [n, H, N]
-    Ch = C[valid].float().repeat_interleave(rep, dim=1)
-    if dt_bias is not None:
-        dtv = dtv + dt_bias.float()
-    if dt_softplus:
-        dtv = softplus_where(dtv)
-    dA = torch.exp(dtv * A.float())  # [n, H]
+    rep = x.shape[1] // a.B.shape[1]
+    xv = x[valid].float()  # [n, H, P]
+    dtv = effective_dt(a.dt[valid], a.dt_bias, a.dt_softplus)  # [n, H]
+    Bh = a.B[valid].float().repeat_interleave(rep, dim=1)  # [n, H, N]
+    Ch = a.C[valid].float().repeat_interleave(rep, dim=1)
+    dA = torch.exp(dtv * a.A.float())  # [n, H]
     st = state[slots].float()  # [n, H, P, N]
     st = st * dA[:, :, None, None] + (dtv[:, :, None] * xv)[..., None] * Bh[:, :, None, :]
     state[slots] = st.to(state.dtype)
     y = torch.einsum("nhpk,nhk->nhp", st, Ch)
-    if D is not None:
-        y = y + D.float()[:, None] * xv
-    if z is not None:
-        y = y * torch.nn.functional.silu(z[valid].float())
+    if a.D is not None:
+        y = y + a.D.float()[:, None] * xv
+    if a.z is not None:
+        y = y * torch.nn.functional.silu(a.z[valid].float())
     out[valid] = y.to(x.dtype)
     return out
 
 
-def _mamba_ssm(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
-    from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm
-
-    batch, n_heads, head_dim = x.shape
-    d_state = B.shape[2]
+def _mamba_ssm(a: SSMStepArgs) -> torch.Tensor:
+    batch, n_heads, head_dim = a.x.shape
+    d_state = a.B.shape[2]
     # Tied-head format: per-head scalars broadcast over head_dim (and d_state for A)
-    # with stride 0; mamba-ssm needs dt_bias and D present to read their strides.
-    dt_bias = dt_bias if dt_bias is not None else A.new_zeros(n_heads)
-    D = D if D is not None else A.new_zeros(n_heads)
-    out: torch.Tensor = load_mamba_ssm().selective_state_update(
-        state, x, dt[:, :, None].expand(batch, n_heads, head_dim),
-        A[:, None, None].expand(n_heads, head_dim, d_state), B, C,
-        D=D[:, None].expand(n_heads, head_dim), z=z,
-        dt_bias=dt_bias[:, None].expand(n_heads, head_dim), dt_softplus=dt_softplus,
-        state_batch_indices=state_indices,
-    )  # fmt: skip
-    return out
+    # with stride 0.
+    zeros = a.A.new_zeros(n_heads)
+    D = a.D if a.D is not None else zeros
+    dt_bias = a.dt_bias if a.dt_bias is not None else zeros
+    return mamba_ssm_step(
+        a,
+        a.dt[:, :, None].expand(batch, n_heads, head_dim),
+        a.A[:, None, None].expand(n_heads, head_dim, d_state),
+        D[:, None].expand(n_heads, head_dim),
+        dt_bias[:, None].expand(n_heads, head_dim),
+    )
 
 
 def ssd_state_update(
@@ -247,14 +193,14 @@ def ssd_state_update(
 
     Returns ``out [B, n_heads, head_dim]`` in ``x.dtype``.
     """
-    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
-    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+    a = SSMStepArgs(x, dt, A, B, C, D, z, dt_bias, dt_softplus, state, state_indices)
+    _check(a)
     name = pick_backend(backend, x.device, mamba_ssm=True)
     if name == "triton":
-        return _launch(*args)
+        return _launch(a)
     if name == "mamba_ssm":
-        return _mamba_ssm(*args)
-    return _reference(*args)
+        return _mamba_ssm(a)
+    return _reference(a)
 
 
 ssd_state_update_ref = pinned(ssd_state_update, "torch")

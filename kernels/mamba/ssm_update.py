@@ -22,13 +22,15 @@ from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_float,
     check_indices,
-    check_optional_float,
+    check_ssm_optionals,
     check_state,
+    effective_dt,
+    mamba_ssm_step,
     next_pow2,
     pick_backend,
-    softplus_where,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba.args import SSMStepArgs
 
 
 @triton.jit
@@ -71,47 +73,24 @@ def _ssm_update_kernel(  # type: ignore[no-untyped-def]
     tl.store(out_ptr + b * stride_out_b + m, y.to(out_ptr.dtype.element_ty), mask=mmask)
 
 
-def _check(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    state_indices: torch.Tensor,
-) -> None:
-    check_float("x", x, (None, None), x.device)
-    batch, d_inner = x.shape
-    check_float("A", A, (d_inner, None), x.device)
-    d_state = A.shape[1]
-    check_state("state", state, (d_inner, d_state), x.device)
-    check_float("dt", dt, (batch, d_inner), x.device)
-    check_float("B", B, (batch, d_state), x.device)
-    check_float("C", C, (batch, d_state), x.device)
-    check_optional_float("D", D, (d_inner,), x.device)
-    check_optional_float("z", z, (batch, d_inner), x.device)
-    check_optional_float("dt_bias", dt_bias, (d_inner,), x.device)
-    check_indices("state_indices", state_indices, batch, x.device)
+def _check(a: SSMStepArgs) -> None:
+    dev = a.x.device
+    check_float("x", a.x, (None, None), dev)
+    batch, d_inner = a.x.shape
+    check_float("A", a.A, (d_inner, None), dev)
+    d_state = a.A.shape[1]
+    check_state("state", a.state, (d_inner, d_state), dev)
+    check_float("dt", a.dt, (batch, d_inner), dev)
+    check_float("B", a.B, (batch, d_state), dev)
+    check_float("C", a.C, (batch, d_state), dev)
+    check_ssm_optionals(a, (d_inner,), (batch, d_inner))
+    check_indices("state_indices", a.state_indices, batch, dev)
 
 
-def _launch(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _launch(a: SSMStepArgs) -> torch.Tensor:
+    x, state, z = a.x, a.state, a.z
     batch, d_inner = x.shape
-    d_state = A.shape[1]
+    d_state = a.A.shape[1]
     out = torch.empty((batch, d_inner), dtype=x.dtype, device=x.device)
     if batch == 0:
         return out
@@ -120,81 +99,45 @@ def _launch(
     block_m = min(next_pow2(d_inner), max(4, 2048 // block_n))
     grid = (batch, triton.cdiv(d_inner, block_m))
     _ssm_update_kernel[grid](
-        state, x, dt, A, B, C,
-        D if D is not None else x, z if z is not None else x,
-        dt_bias if dt_bias is not None else x, state_indices, out,
+        state, x, a.dt, a.A, a.B, a.C, *a.optional_ptrs(x), a.state_indices, out,
         d_inner, d_state,
-        state.stride(0), state.stride(1), x.stride(0), dt.stride(0), A.stride(0),
-        B.stride(0), C.stride(0), z.stride(0) if z is not None else 0, out.stride(0),
-        DT_SOFTPLUS=dt_softplus, HAS_D=D is not None, HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+        state.stride(0), state.stride(1), x.stride(0), a.dt.stride(0), a.A.stride(0),
+        a.B.stride(0), a.C.stride(0), z.stride(0) if z is not None else 0, out.stride(0),
+        **a.kernel_flags(), BLOCK_M=block_m, BLOCK_N=block_n,
     )  # fmt: skip
     return out
 
 
-def _reference(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _reference(a: SSMStepArgs) -> torch.Tensor:
+    x, state = a.x, a.state
     out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    idx = state_indices.long()
+    idx = a.state_indices.long()
     valid = idx >= 0
     if not bool(valid.any()):
         return out
     slots = idx[valid]
-    xv, dtv = x[valid].float(), dt[valid].float()  # [n, d_inner]
-    if dt_bias is not None:
-        dtv = dtv + dt_bias.float()
-    if dt_softplus:
-        dtv = softplus_where(dtv)
+    xv = x[valid].float()  # [n, d_inner]
+    dtv = effective_dt(a.dt[valid], a.dt_bias, a.dt_softplus)
     h = state[slots].float()  # [n, d_inner, d_state]
     h = (
-        h * torch.exp(dtv[:, :, None] * A.float())
-        + (dtv * xv)[:, :, None] * B[valid].float()[:, None, :]
+        h * torch.exp(dtv[:, :, None] * a.A.float())
+        + (dtv * xv)[:, :, None] * a.B[valid].float()[:, None, :]
     )
     state[slots] = h.to(state.dtype)
-    y = torch.einsum("nmk,nk->nm", h, C[valid].float())
-    if D is not None:
-        y = y + D.float() * xv
-    if z is not None:
-        y = y * torch.nn.functional.silu(z[valid].float())
+    y = torch.einsum("nmk,nk->nm", h, a.C[valid].float())
+    if a.D is not None:
+        y = y + a.D.float() * xv
+    if a.z is not None:
+        y = y * torch.nn.functional.silu(a.z[valid].float())
     out[valid] = y.to(x.dtype)
     return out
 
 
-def _mamba_ssm(
-    state: torch.Tensor,
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    state_indices: torch.Tensor,
-) -> torch.Tensor:
-    from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm
-
-    d_inner = x.shape[1]
-    # mamba-ssm's launcher unpacks D's and dt_bias's strides even when they are None.
-    D = D if D is not None else x.new_zeros(d_inner)
-    dt_bias = dt_bias if dt_bias is not None else x.new_zeros(d_inner)
-    out: torch.Tensor = load_mamba_ssm().selective_state_update(
-        state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-        state_batch_indices=state_indices,
-    )  # fmt: skip
-    return out
+def _mamba_ssm(a: SSMStepArgs) -> torch.Tensor:
+    zeros = a.x.new_zeros(a.x.shape[1])
+    D = a.D if a.D is not None else zeros
+    dt_bias = a.dt_bias if a.dt_bias is not None else zeros
+    return mamba_ssm_step(a, a.dt, a.A, D, dt_bias)
 
 
 def selective_state_update(
@@ -228,14 +171,14 @@ def selective_state_update(
 
     Returns ``out [B, d_inner]`` in ``x.dtype``.
     """
-    _check(state, x, dt, A, B, C, D, z, dt_bias, state_indices)
-    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_indices)
+    a = SSMStepArgs(x, dt, A, B, C, D, z, dt_bias, dt_softplus, state, state_indices)
+    _check(a)
     name = pick_backend(backend, x.device, mamba_ssm=True)
     if name == "triton":
-        return _launch(*args)
+        return _launch(a)
     if name == "mamba_ssm":
-        return _mamba_ssm(*args)
-    return _reference(*args)
+        return _mamba_ssm(a)
+    return _reference(a)
 
 
 selective_state_update_ref = pinned(selective_state_update, "torch")
