@@ -27,19 +27,20 @@ import triton.language as tl
 from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_float,
-    check_indices,
-    check_optional_float,
-    check_query_start_loc,
+    check_groups,
+    check_ssm_optionals,
     check_state,
+    check_varlen,
+    effective_dt,
     gather_initial,
     next_pow2,
     pad,
     pick_backend,
     save_steps,
-    softplus_where,
     varlen,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba.args import ScanArgs
 
 # The reference precomputes dt * B * x for this many elements at a time.
 _REF_SCRATCH_ELEMS = 1 << 24
@@ -106,53 +107,21 @@ def _ssd_scan_kernel(  # type: ignore[no-untyped-def]
         )
 
 
-def _check(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    ssm_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> None:
-    check_float("x", x, (None, None, None), x.device)
-    num_tokens, n_heads, head_dim = x.shape
-    check_float("B", B, (num_tokens, None, None), x.device)
-    n_groups, d_state = B.shape[1], B.shape[2]
-    if n_groups == 0 or n_heads % n_groups:
-        raise ValueError(f"B: n_groups={n_groups} must divide n_heads={n_heads}")
-    check_float("dt", dt, (num_tokens, n_heads), x.device)
-    check_float("A", A, (n_heads,), x.device)
-    check_float("C", C, (num_tokens, n_groups, d_state), x.device)
-    check_optional_float("D", D, (n_heads,), x.device)
-    check_optional_float("z", z, (num_tokens, n_heads, head_dim), x.device)
-    check_optional_float("dt_bias", dt_bias, (n_heads,), x.device)
-    check_state("ssm_state", ssm_state, (n_heads, head_dim, d_state), x.device)
-    num_seqs = check_query_start_loc(query_start_loc, x.device)
-    check_indices("initial_state_indices", initial_state_indices, num_seqs, x.device)
-    check_indices("save_state_indices", save_state_indices, num_tokens, x.device)
+def _check(a: ScanArgs) -> None:
+    dev = a.x.device
+    check_float("x", a.x, (None, None, None), dev)
+    num_tokens, n_heads, head_dim = a.x.shape
+    n_groups, d_state = check_groups(a.B, num_tokens, n_heads, dev)
+    check_float("dt", a.dt, (num_tokens, n_heads), dev)
+    check_float("A", a.A, (n_heads,), dev)
+    check_float("C", a.C, (num_tokens, n_groups, d_state), dev)
+    check_ssm_optionals(a, (n_heads,), (num_tokens, n_heads, head_dim))
+    check_state("ssm_state", a.ssm_state, (n_heads, head_dim, d_state), dev)
+    check_varlen(a.query_start_loc, a.initial_state_indices, a.save_state_indices, num_tokens, dev)
 
 
-def _launch(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    ssm_state: torch.Tensor,
-    qsl: torch.Tensor,
-    init: torch.Tensor,
-    save: torch.Tensor,
-) -> torch.Tensor:
+def _launch(a: ScanArgs) -> torch.Tensor:
+    x, dt, A, B, C, z, ssm_state = a.x, a.dt, a.A, a.B, a.C, a.z, a.ssm_state
     num_tokens, n_heads, head_dim = x.shape
     n_groups, d_state = B.shape[1], B.shape[2]
     out = torch.empty((num_tokens, n_heads, head_dim), dtype=x.dtype, device=x.device)
@@ -160,50 +129,32 @@ def _launch(
         return out
     block_n = next_pow2(d_state)
     block_p = min(next_pow2(head_dim), max(4, 4096 // block_n))  # ~4k fp32 state registers
-    grid = (qsl.shape[0] - 1, n_heads, triton.cdiv(head_dim, block_p))
+    grid = (a.query_start_loc.shape[0] - 1, n_heads, triton.cdiv(head_dim, block_p))
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     _ssd_scan_kernel[grid](
-        x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
-        dt_bias if dt_bias is not None else A, ssm_state, qsl, init, save, out,
+        x, dt, A, B, C, *a.optional_ptrs(A),
+        ssm_state, a.query_start_loc, a.initial_state_indices, a.save_state_indices, out,
         head_dim, d_state, n_heads // n_groups,
         x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
         zs[0], zs[1], ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2),
         out.stride(0), out.stride(1),
-        DT_SOFTPLUS=bool(dt_softplus), HAS_D=D is not None, HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None, BLOCK_P=block_p, BLOCK_N=block_n,
+        **a.kernel_flags(), BLOCK_P=block_p, BLOCK_N=block_n,
     )  # fmt: skip
     return out
 
 
-def _reference(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    ssm_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _reference(a: ScanArgs) -> torch.Tensor:
+    x, ssm_state = a.x, a.ssm_state
     num_tokens, n_heads, head_dim = x.shape
-    rep = n_heads // B.shape[1]
-    v = varlen(query_start_loc, save_state_indices, num_tokens)
-    st = gather_initial(ssm_state, initial_state_indices)  # [S, H, P, N], before saves
-    dtf = dt.float()
-    if dt_bias is not None:
-        dtf = dtf + dt_bias.float()
-    if dt_softplus:
-        dtf = softplus_where(dtf)
+    rep = n_heads // a.B.shape[1]
+    v = varlen(a.query_start_loc, a.save_state_indices, num_tokens)
+    st = gather_initial(ssm_state, a.initial_state_indices)  # [S, H, P, N], before saves
+    dtf = effective_dt(a.dt, a.dt_bias, a.dt_softplus)
     xf = x.float()
-    dAp = torch.exp(pad(dtf * A.float(), v))  # [S, L, H]
+    dAp = torch.exp(pad(dtf * a.A.float(), v))  # [S, L, H]
     dtxp = pad(dtf[:, :, None] * xf, v)  # [S, L, H, P]
-    Bp = pad(B, v).repeat_interleave(rep, dim=2)  # [S, L, H, N]
-    Cp = pad(C, v).repeat_interleave(rep, dim=2)
+    Bp = pad(a.B, v).repeat_interleave(rep, dim=2)  # [S, L, H, N]
+    Cp = pad(a.C, v).repeat_interleave(rep, dim=2)
     steps = save_steps(v)
     saved = st.new_empty((v.save_tokens.numel(), *st.shape[1:]))
     ys = st.new_empty((v.num_seqs, v.max_len, n_heads, head_dim))
@@ -218,10 +169,10 @@ def _reference(
                 seqs, rows = steps[l0 + i]
                 saved[rows] = st[seqs]
     y = ys[v.seq, v.pos]  # [T, H, P]
-    if D is not None:
-        y = y + D.float()[:, None] * xf
-    if z is not None:
-        y = y * torch.nn.functional.silu(z.float())
+    if a.D is not None:
+        y = y + a.D.float()[:, None] * xf
+    if a.z is not None:
+        y = y * torch.nn.functional.silu(a.z.float())
     if v.save_tokens.numel():
         ssm_state[v.save_slots] = saved.to(ssm_state.dtype)
     return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout
@@ -262,12 +213,14 @@ def ssd_scan_fn(
 
     Returns ``y [T, n_heads, head_dim]`` in ``x.dtype``; writes the saves into ``ssm_state``.
     """
-    idx = (query_start_loc, initial_state_indices, save_state_indices)
-    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
-    args = (x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+    a = ScanArgs(
+        x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+        ssm_state, query_start_loc, initial_state_indices, save_state_indices,
+    )  # fmt: skip
+    _check(a)
     if pick_backend(backend, x.device) == "triton":
-        return _launch(*args)
-    return _reference(*args)
+        return _launch(a)
+    return _reference(a)
 
 
 ssd_scan_fn_ref = pinned(ssd_scan_fn, "torch")

@@ -25,19 +25,19 @@ import triton.language as tl
 from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
     check_float,
-    check_indices,
-    check_optional_float,
-    check_query_start_loc,
+    check_ssm_optionals,
     check_state,
+    check_varlen,
+    effective_dt,
     gather_initial,
     next_pow2,
     pad,
     pick_backend,
     save_steps,
-    softplus_where,
     varlen,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba.args import ScanArgs
 
 # The reference precomputes exp(dt * A) and dt * B * x for this many elements
 # at a time (a slice of token positions), bounding its scratch memory.
@@ -99,51 +99,22 @@ def _ssm_scan_kernel(  # type: ignore[no-untyped-def]
         )
 
 
-def _check(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    ssm_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> None:
-    check_float("x", x, (None, None), x.device)
-    num_tokens, d_inner = x.shape
-    check_float("A", A, (d_inner, None), x.device)
-    d_state = A.shape[1]
-    check_float("dt", dt, (num_tokens, d_inner), x.device)
-    check_float("B", B, (num_tokens, d_state), x.device)
-    check_float("C", C, (num_tokens, d_state), x.device)
-    check_optional_float("D", D, (d_inner,), x.device)
-    check_optional_float("z", z, (num_tokens, d_inner), x.device)
-    check_optional_float("dt_bias", dt_bias, (d_inner,), x.device)
-    check_state("ssm_state", ssm_state, (d_inner, d_state), x.device)
-    num_seqs = check_query_start_loc(query_start_loc, x.device)
-    check_indices("initial_state_indices", initial_state_indices, num_seqs, x.device)
-    check_indices("save_state_indices", save_state_indices, num_tokens, x.device)
+def _check(a: ScanArgs) -> None:
+    dev = a.x.device
+    check_float("x", a.x, (None, None), dev)
+    num_tokens, d_inner = a.x.shape
+    check_float("A", a.A, (d_inner, None), dev)
+    d_state = a.A.shape[1]
+    check_float("dt", a.dt, (num_tokens, d_inner), dev)
+    check_float("B", a.B, (num_tokens, d_state), dev)
+    check_float("C", a.C, (num_tokens, d_state), dev)
+    check_ssm_optionals(a, (d_inner,), (num_tokens, d_inner))
+    check_state("ssm_state", a.ssm_state, (d_inner, d_state), dev)
+    check_varlen(a.query_start_loc, a.initial_state_indices, a.save_state_indices, num_tokens, dev)
 
 
-def _launch(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    ssm_state: torch.Tensor,
-    qsl: torch.Tensor,
-    init: torch.Tensor,
-    save: torch.Tensor,
-) -> torch.Tensor:
+def _launch(a: ScanArgs) -> torch.Tensor:
+    x, dt, A, B, C, z, ssm_state = a.x, a.dt, a.A, a.B, a.C, a.z, a.ssm_state
     num_tokens, d_inner = x.shape
     d_state = A.shape[1]
     out = torch.empty((num_tokens, d_inner), dtype=x.dtype, device=x.device)
@@ -151,48 +122,30 @@ def _launch(
         return out
     block_n = next_pow2(d_state)
     block_m = min(next_pow2(d_inner), max(4, 2048 // block_n))  # ~2k fp32 state registers
-    grid = (qsl.shape[0] - 1, triton.cdiv(d_inner, block_m))
+    grid = (a.query_start_loc.shape[0] - 1, triton.cdiv(d_inner, block_m))
     _ssm_scan_kernel[grid](
-        x, dt, A, B, C, D if D is not None else x, z if z is not None else x,
-        dt_bias if dt_bias is not None else x, ssm_state, qsl, init, save, out,
+        x, dt, A, B, C, *a.optional_ptrs(x),
+        ssm_state, a.query_start_loc, a.initial_state_indices, a.save_state_indices, out,
         d_inner, d_state,
         x.stride(0), dt.stride(0), A.stride(0), B.stride(0), C.stride(0),
         z.stride(0) if z is not None else 0,
         ssm_state.stride(0), ssm_state.stride(1), out.stride(0),
-        DT_SOFTPLUS=bool(dt_softplus), HAS_D=D is not None, HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+        **a.kernel_flags(), BLOCK_M=block_m, BLOCK_N=block_n,
     )  # fmt: skip
     return out
 
 
-def _reference(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    ssm_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _reference(a: ScanArgs) -> torch.Tensor:
+    x, ssm_state = a.x, a.ssm_state
     num_tokens, d_inner = x.shape
-    d_state = A.shape[1]
-    v = varlen(query_start_loc, save_state_indices, num_tokens)
-    h = gather_initial(ssm_state, initial_state_indices)  # [S, d_inner, d_state], before saves
-    dtf = dt.float()
-    if dt_bias is not None:
-        dtf = dtf + dt_bias.float()
-    if dt_softplus:
-        dtf = softplus_where(dtf)
+    d_state = a.A.shape[1]
+    v = varlen(a.query_start_loc, a.save_state_indices, num_tokens)
+    h = gather_initial(ssm_state, a.initial_state_indices)  # [S, d_inner, d_state], before saves
+    dtf = effective_dt(a.dt, a.dt_bias, a.dt_softplus)
     xf = x.float()
     dtp, dtxp = pad(dtf, v), pad(dtf * xf, v)  # [S, L, d_inner]
-    Bp, Cp = pad(B, v), pad(C, v)  # [S, L, d_state]
-    Af = A.float()
+    Bp, Cp = pad(a.B, v), pad(a.C, v)  # [S, L, d_state]
+    Af = a.A.float()
     steps = save_steps(v)
     saved = h.new_empty((v.save_tokens.numel(), d_inner, d_state))
     ys = h.new_empty((v.num_seqs, v.max_len, d_inner))
@@ -208,10 +161,10 @@ def _reference(
                 seqs, rows = steps[l0 + i]
                 saved[rows] = h[seqs]
     y = ys[v.seq, v.pos]  # [T, d_inner]
-    if D is not None:
-        y = y + D.float() * xf
-    if z is not None:
-        y = y * torch.nn.functional.silu(z.float())
+    if a.D is not None:
+        y = y + a.D.float() * xf
+    if a.z is not None:
+        y = y * torch.nn.functional.silu(a.z.float())
     if v.save_tokens.numel():
         ssm_state[v.save_slots] = saved.to(ssm_state.dtype)
     return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout
@@ -251,12 +204,14 @@ def selective_scan_fn(
 
     Returns ``y [T, d_inner]`` in ``x.dtype``; writes the saves into ``ssm_state``.
     """
-    idx = (query_start_loc, initial_state_indices, save_state_indices)
-    _check(x, dt, A, B, C, D, z, dt_bias, ssm_state, *idx)
-    args = (x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state, *idx)
+    a = ScanArgs(
+        x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+        ssm_state, query_start_loc, initial_state_indices, save_state_indices,
+    )  # fmt: skip
+    _check(a)
     if pick_backend(backend, x.device) == "triton":
-        return _launch(*args)
-    return _reference(*args)
+        return _launch(a)
+    return _reference(a)
 
 
 selective_scan_fn_ref = pinned(selective_scan_fn, "torch")
