@@ -132,6 +132,18 @@ def check_conv(a: ConvArgs) -> int:
     return n
 
 
+def conv_kernel_flags(a: ConvArgs, block_d: int) -> dict[str, int | bool]:
+    """The conv kernels' ``W``/``BLOCK_W``/``BLOCK_D``/``HAS_BIAS``/``SILU`` constexprs."""
+    width = a.weight.shape[1]
+    return {
+        "W": width,
+        "BLOCK_W": next_pow2(width - 1),
+        "BLOCK_D": block_d,
+        "HAS_BIAS": a.bias is not None,
+        "SILU": a.activation == "silu",
+    }
+
+
 def pick_backend(backend: str | None, device: torch.device, *, mamba_ssm: bool = False) -> str:
     """``resolve_backend`` for a Mamba op; ``mamba_ssm`` offers mamba-ssm's Triton kernel."""
     allowed = ("triton", "torch", "mamba_ssm") if mamba_ssm else ("triton", "torch")

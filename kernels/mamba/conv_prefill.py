@@ -27,17 +27,15 @@ import triton.language as tl
 
 from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
-    check_activation,
-    check_float,
-    check_indices,
-    check_optional_float,
-    check_query_start_loc,
-    check_state,
+    check_conv,
+    check_varlen,
+    conv_kernel_flags,
     next_pow2,
     pick_backend,
     varlen,
 )
 from hybridkv.kernels.mamba._triton_math import silu
+from hybridkv.kernels.mamba.args import ConvPrefillArgs
 
 _BLOCK_D = 128  # channels per program (the ring buffer is [W - 1, BLOCK_D] registers)
 
@@ -100,89 +98,54 @@ def _conv_prefill_kernel(  # type: ignore[no-untyped-def]
         )
 
 
-def _check(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> None:
-    check_float("x", x, (None, None), x.device)
-    num_tokens, dim = x.shape
-    check_float("weight", weight, (dim, None), x.device)
-    width = weight.shape[1]
-    if width < 2:
-        raise ValueError(f"weight: the conv width (dimension 1) must be >= 2, got {width}")
-    check_optional_float("bias", bias, (dim,), x.device)
-    check_activation(activation)
-    check_state("conv_state", conv_state, (width - 1, dim), x.device)
-    num_seqs = check_query_start_loc(query_start_loc, x.device)
-    check_indices("initial_state_indices", initial_state_indices, num_seqs, x.device)
-    check_indices("save_state_indices", save_state_indices, num_tokens, x.device)
+def _check(a: ConvPrefillArgs) -> None:
+    num_tokens = check_conv(a)
+    check_varlen(
+        a.query_start_loc, a.initial_state_indices, a.save_state_indices, num_tokens, a.x.device
+    )
 
 
-def _launch(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _launch(a: ConvPrefillArgs) -> torch.Tensor:
+    x, weight, conv_state = a.x, a.weight, a.conv_state
     num_tokens, dim = x.shape
-    width = weight.shape[1]
     out = torch.empty((num_tokens, dim), dtype=x.dtype, device=x.device)
-    num_seqs = query_start_loc.shape[0] - 1
+    num_seqs = a.query_start_loc.shape[0] - 1
     if num_tokens == 0:
         return out
     block_d = min(_BLOCK_D, next_pow2(dim))
     grid = (num_seqs, triton.cdiv(dim, block_d))
     _conv_prefill_kernel[grid](
-        x, weight, bias if bias is not None else weight, conv_state,
-        query_start_loc, initial_state_indices, save_state_indices, out,
+        x, weight, a.bias if a.bias is not None else weight, conv_state,
+        a.query_start_loc, a.initial_state_indices, a.save_state_indices, out,
         dim,
         x.stride(0), weight.stride(0), weight.stride(1),
         conv_state.stride(0), conv_state.stride(1), out.stride(0),
-        W=width, BLOCK_W=next_pow2(width - 1), BLOCK_D=block_d,
-        HAS_BIAS=bias is not None, SILU=activation == "silu",
+        **conv_kernel_flags(a, block_d),
     )  # fmt: skip
     return out
 
 
-def _reference(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    initial_state_indices: torch.Tensor,
-    save_state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _reference(a: ConvPrefillArgs) -> torch.Tensor:
+    x, conv_state = a.x, a.conv_state
     num_tokens, dim = x.shape
-    wm1 = weight.shape[1] - 1
-    v = varlen(query_start_loc, save_state_indices, num_tokens)
+    wm1 = a.weight.shape[1] - 1
+    v = varlen(a.query_start_loc, a.save_state_indices, num_tokens)
     dev = x.device
     # ext: every sequence's W - 1 history rows, then its tokens, back to back.
     tok_pos = torch.arange(num_tokens, device=dev) + (v.seq + 1) * wm1  # [T]
     ext = torch.zeros((num_tokens + v.num_seqs * wm1, dim), dtype=torch.float32, device=dev)
     ext[tok_pos] = x.float()
-    init = initial_state_indices.long()
+    init = a.initial_state_indices.long()
     has = torch.nonzero(init >= 0).flatten()
     if has.numel():
-        first = query_start_loc.long()[has] + has * wm1  # [n] first history row
+        first = a.query_start_loc.long()[has] + has * wm1  # [n] first history row
         rows = first[:, None] + torch.arange(wm1, device=dev)  # [n, W-1]
         ext[rows] = conv_state[init[has]].float()  # read before any save below
     taps = tok_pos[:, None] - wm1 + torch.arange(wm1 + 1, device=dev)  # [T, W]
-    y = torch.einsum("tkc,ck->tc", ext[taps], weight.float())
-    if bias is not None:
-        y = y + bias.float()
-    if activation == "silu":
+    y = torch.einsum("tkc,ck->tc", ext[taps], a.weight.float())
+    if a.bias is not None:
+        y = y + a.bias.float()
+    if a.activation == "silu":
         y = torch.nn.functional.silu(y)
     if v.save_tokens.numel():
         rows = tok_pos[v.save_tokens][:, None] - wm1 + 1 + torch.arange(wm1, device=dev)
@@ -217,11 +180,14 @@ def causal_conv1d_fn(
 
     Returns ``out [T, dim]`` in ``x.dtype``; writes the saves into ``conv_state``.
     """
-    args = (x, weight, bias, activation, conv_state, query_start_loc)
-    _check(*args, initial_state_indices, save_state_indices)
+    a = ConvPrefillArgs(
+        x, conv_state, weight, bias, activation,
+        query_start_loc, initial_state_indices, save_state_indices,
+    )  # fmt: skip
+    _check(a)
     if pick_backend(backend, x.device) == "triton":
-        return _launch(*args, initial_state_indices, save_state_indices)
-    return _reference(*args, initial_state_indices, save_state_indices)
+        return _launch(a)
+    return _reference(a)
 
 
 causal_conv1d_fn_ref = pinned(causal_conv1d_fn, "torch")

@@ -17,15 +17,14 @@ import triton.language as tl
 
 from hybridkv.kernels.backend import pinned
 from hybridkv.kernels.mamba._common import (
-    check_activation,
-    check_float,
+    check_conv,
     check_indices,
-    check_optional_float,
-    check_state,
+    conv_kernel_flags,
     next_pow2,
     pick_backend,
 )
 from hybridkv.kernels.mamba._triton_math import silu
+from hybridkv.kernels.mamba.args import ConvStepArgs
 
 # Channels per program: wide enough to coalesce, small enough to keep the
 # [W - 1, BLOCK_D] window in registers.
@@ -76,71 +75,42 @@ def _conv_update_kernel(  # type: ignore[no-untyped-def]
     tl.store(last, x.to(sdt), mask=cols < tl.where(valid, dim, 0))
 
 
-def _check(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state_indices: torch.Tensor,
-) -> None:
-    check_float("x", x, (None, None), x.device)
-    batch, dim = x.shape
-    check_float("weight", weight, (dim, None), x.device)
-    width = weight.shape[1]
-    if width < 2:
-        raise ValueError(f"weight: the conv width (dimension 1) must be >= 2, got {width}")
-    check_optional_float("bias", bias, (dim,), x.device)
-    check_state("conv_state", conv_state, (width - 1, dim), x.device)
-    check_activation(activation)
-    check_indices("conv_state_indices", conv_state_indices, batch, x.device)
+def _check(a: ConvStepArgs) -> None:
+    batch = check_conv(a)
+    check_indices("conv_state_indices", a.conv_state_indices, batch, a.x.device)
 
 
-def _launch(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _launch(a: ConvStepArgs) -> torch.Tensor:
+    x, weight, conv_state = a.x, a.weight, a.conv_state
     batch, dim = x.shape
-    width = weight.shape[1]
     out = torch.empty((batch, dim), dtype=x.dtype, device=x.device)
     if batch == 0:
         return out
     block_d = min(_BLOCK_D, next_pow2(dim))
     grid = (batch, triton.cdiv(dim, block_d))
     _conv_update_kernel[grid](
-        x, weight, bias if bias is not None else weight, conv_state, conv_state_indices, out,
+        x, weight, a.bias if a.bias is not None else weight, conv_state, a.conv_state_indices, out,
         dim,
         x.stride(0), weight.stride(0), weight.stride(1),
         conv_state.stride(0), conv_state.stride(1), out.stride(0),
-        W=width, BLOCK_W=next_pow2(width - 1), BLOCK_D=block_d,
-        HAS_BIAS=bias is not None, SILU=activation == "silu",
+        **conv_kernel_flags(a, block_d),
     )  # fmt: skip
     return out
 
 
-def _reference(
-    x: torch.Tensor,
-    conv_state: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    conv_state_indices: torch.Tensor,
-) -> torch.Tensor:
+def _reference(a: ConvStepArgs) -> torch.Tensor:
+    x, conv_state = a.x, a.conv_state
     out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    idx = conv_state_indices.long()
+    idx = a.conv_state_indices.long()
     valid = idx >= 0
     if not bool(valid.any()):
         return out
     slots = idx[valid]
     window = torch.cat([conv_state[slots].float(), x[valid].float()[:, None]], dim=1)  # [n, W, dim]
-    y = torch.einsum("nkc,ck->nc", window, weight.float())
-    if bias is not None:
-        y = y + bias.float()
-    if activation == "silu":
+    y = torch.einsum("nkc,ck->nc", window, a.weight.float())
+    if a.bias is not None:
+        y = y + a.bias.float()
+    if a.activation == "silu":
         y = torch.nn.functional.silu(y)
     out[valid] = y.to(x.dtype)
     conv_state[slots] = window[:, 1:].to(conv_state.dtype)
@@ -171,10 +141,11 @@ def causal_conv1d_update(
     Returns ``out [B, dim]`` in ``x.dtype``. Raises ``ValueError`` on bad
     arguments and ``KernelBackendError`` if ``backend`` cannot run here.
     """
-    _check(x, conv_state, weight, bias, activation, conv_state_indices)
+    a = ConvStepArgs(x, conv_state, weight, bias, activation, conv_state_indices)
+    _check(a)
     if pick_backend(backend, x.device) == "triton":
-        return _launch(x, conv_state, weight, bias, activation, conv_state_indices)
-    return _reference(x, conv_state, weight, bias, activation, conv_state_indices)
+        return _launch(a)
+    return _reference(a)
 
 
 causal_conv1d_update_ref = pinned(causal_conv1d_update, "torch")
