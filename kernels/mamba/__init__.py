@@ -15,7 +15,8 @@ Varlen prefill chunks (start from cached states, save block checkpoints)::
 Each op takes ``backend=None | "triton" | "torch"`` (the decode SSM steps also
 ``"mamba_ssm"``, CUDA only); ``*_ref`` and ``*_triton`` are the checked torch
 reference and Triton launcher with the same signature. See ``_common`` for
-the slot/index conventions and ``mamba_ssm_compat`` for optional mamba-ssm.
+the slot/index conventions, ``args`` for the frozen argument bundles each op
+builds once for its helpers, and ``mamba_ssm_compat`` for optional mamba-ssm.
 """
 
 from hybridkv.kernels.mamba.conv_prefill import (

@@ -1,4 +1,5 @@
-"""Shared pieces of the Mamba ops: argument checks, backend choice, varlen bookkeeping.
+"""Shared pieces of the Mamba ops: argument checks, backend choice, varlen bookkeeping,
+the fp32 ``dt`` of the references and the call into mamba-ssm.
 
 Conventions every op follows (see ``hybridkv/managers/mamba.py`` for which
 slot holds which checkpoint):
