@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
+from hybridkv.kernels.attention.metadata import (
+    AttentionInputs,
+    AttentionMetadata,
+    AttentionOptions,
+)
 from hybridkv.kernels.attention.reference import run_reference
 from hybridkv.kernels.backend import pinned, resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
@@ -49,18 +53,18 @@ def unified_attention(
       torch reference has no split and ignores it.
     """
     _check(q, key_cache, value_cache, meta, sinks, out)
-    if out is None:
-        out = torch.empty_like(q)
-    impl = resolve_backend(backend, q.device)
     if num_segments is not None and num_segments < 1:
         raise ValueError(f"num_segments: must be >= 1, got {num_segments}")
+    impl = resolve_backend(backend, q.device)
+    a = AttentionInputs(q, key_cache, value_cache, out if out is not None else torch.empty_like(q),
+                        meta, opts, sinks)  # fmt: skip
     if impl == "triton":
         from hybridkv.kernels.attention.launcher import launch_unified_attention
 
-        launch_unified_attention(q, key_cache, value_cache, out, meta, opts, sinks, num_segments)
+        launch_unified_attention(a, num_segments)
     else:
-        run_reference(q, key_cache, value_cache, out, meta, opts, sinks)
-    return out
+        run_reference(a)
+    return a.out
 
 
 def _check(

@@ -17,7 +17,11 @@ from __future__ import annotations
 import torch
 import triton
 
-from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
+from hybridkv.kernels.attention.metadata import (
+    AttentionInputs,
+    AttentionMetadata,
+    AttentionOptions,
+)
 from hybridkv.kernels.attention.triton_kernel import (
     reduce_segments_kernel,
     unified_attention_kernel,
@@ -56,17 +60,10 @@ def auto_segments(
     return max(1, min(MAX_SEGMENTS, want, tiles // MIN_TILES_PER_SEGMENT))
 
 
-def launch_unified_attention(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    out: torch.Tensor,
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    sinks: torch.Tensor | None,
-    num_segments: int | None = None,
-) -> None:
-    """Launch the kernel(s) for checked arguments; writes ``out``."""
+def launch_unified_attention(a: AttentionInputs, num_segments: int | None = None) -> None:
+    """Launch the kernel(s) for checked arguments; writes ``a.out``."""
+    q, key_cache, value_cache, out = a.q, a.key_cache, a.value_cache, a.out
+    meta, opts, sinks = a.meta, a.opts, a.sinks
     num_tokens, num_heads, head_size = q.shape
     num_kv_heads = key_cache.shape[2]
     if head_size > MAX_HEAD_SIZE:

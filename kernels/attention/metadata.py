@@ -66,8 +66,9 @@ class AttentionMetadata:
     """One step's varlen batch for one KV cache group (see the module docstring).
 
     Device tensors: ``query_start_loc`` ``[S + 1]``, ``seq_lens`` ``[S]``,
-    ``block_table`` ``[S, max_blocks]`` (int32 or int64). Host copies:
-    ``query_lens_cpu`` and ``seq_lens_cpu`` (Python ints).
+    ``block_table`` ``[S, max_blocks]`` (int32 or int64). Host copies
+    (Python ints): ``query_lens_cpu``, ``seq_lens_cpu`` and
+    ``query_starts_cpu`` (``query_start_loc``'s values).
     """
 
     query_start_loc: torch.Tensor
@@ -75,6 +76,7 @@ class AttentionMetadata:
     block_table: torch.Tensor
     query_lens_cpu: tuple[int, ...]
     seq_lens_cpu: tuple[int, ...]
+    query_starts_cpu: tuple[int, ...]
 
     @property
     def num_seqs(self) -> int:
@@ -82,7 +84,7 @@ class AttentionMetadata:
 
     @property
     def num_tokens(self) -> int:
-        return sum(self.query_lens_cpu)
+        return self.query_starts_cpu[-1]
 
     @property
     def max_query_len(self) -> int:
@@ -127,6 +129,7 @@ class AttentionMetadata:
             block_table=block_table.to(dev),
             query_lens_cpu=q,
             seq_lens_cpu=s,
+            query_starts_cpu=tuple(starts),
         )
 
     def check(self, block_size: int) -> None:
@@ -137,3 +140,16 @@ class AttentionMetadata:
                 f"block_table has {self.block_table.shape[1]} columns but a sequence of "
                 f"{self.max_seq_len} tokens needs {need} blocks of {block_size}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionInputs:
+    """One checked ``unified_attention`` call, as the launcher and the reference take it."""
+
+    q: torch.Tensor  # [T, Hq, D]
+    key_cache: torch.Tensor  # [num_blocks, block_size, Hkv, D]
+    value_cache: torch.Tensor
+    out: torch.Tensor  # [T, Hq, D], written
+    meta: AttentionMetadata
+    opts: AttentionOptions
+    sinks: torch.Tensor | None  # [Hq]

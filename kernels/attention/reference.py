@@ -15,74 +15,41 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
+from hybridkv.kernels.attention.metadata import AttentionInputs, AttentionOptions
 
 
-def run_reference(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    out: torch.Tensor,
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    sinks: torch.Tensor | None,
-) -> None:
-    """Write attention of ``q`` over the paged caches into ``out`` (arguments checked)."""
-    decodes = [s for s, ql in enumerate(meta.query_lens_cpu) if ql == 1]
+def run_reference(a: AttentionInputs) -> None:
+    """Write attention of ``a.q`` over the paged caches into ``a.out`` (arguments checked)."""
+    decodes = [s for s, ql in enumerate(a.meta.query_lens_cpu) if ql == 1]
     if decodes:
-        _decode_batch(q, key_cache, value_cache, out, meta, opts, sinks, decodes)
-    starts = _host_starts(meta)
-    for s, ql in enumerate(meta.query_lens_cpu):
+        _decode_batch(a, decodes)
+    for s, ql in enumerate(a.meta.query_lens_cpu):
         if ql > 1:
-            _prefill_one(q, key_cache, value_cache, out, meta, opts, sinks, s, starts[s])
+            _prefill_one(a, s)
 
 
-def _host_starts(meta: AttentionMetadata) -> list[int]:
-    starts = [0]
-    for ql in meta.query_lens_cpu:
-        starts.append(starts[-1] + ql)
-    return starts
-
-
-def _prefill_one(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    out: torch.Tensor,
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    sinks: torch.Tensor | None,
-    s: int,
-    start: int,
-) -> None:
-    ql, sl = meta.query_lens_cpu[s], meta.seq_lens_cpu[s]
-    bs = key_cache.shape[1]
+def _prefill_one(a: AttentionInputs, s: int) -> None:
+    meta, opts = a.meta, a.opts
+    ql, sl, start = meta.query_lens_cpu[s], meta.seq_lens_cpu[s], meta.query_starts_cpu[s]
+    bs = a.key_cache.shape[1]
     first_q = sl - ql
     lo, hi = opts.first_visible_key(first_q), sl
     b_lo, b_hi = lo // bs, -(-hi // bs)
     ids = meta.block_table[s, b_lo:b_hi].long()
     cut = slice(lo - b_lo * bs, hi - b_lo * bs)
-    k = key_cache[ids].flatten(0, 1)[cut]  # [L, Hkv, D]
-    v = value_cache[ids].flatten(0, 1)[cut]
-    qpos = torch.arange(first_q, sl, device=q.device)
-    kpos = torch.arange(lo, hi, device=q.device)
+    k = a.key_cache[ids].flatten(0, 1)[cut]  # [L, Hkv, D]
+    v = a.value_cache[ids].flatten(0, 1)[cut]
+    qpos = torch.arange(first_q, sl, device=a.q.device)
+    kpos = torch.arange(lo, hi, device=a.q.device)
     mask = _visible(qpos[:, None], kpos[None, :], opts)  # [ql, L]
-    o = _attend(q[start : start + ql][None], k[None], v[None], mask[None], opts, sinks)
-    out[start : start + ql] = o[0].to(out.dtype)
+    o = _attend(a.q[start : start + ql][None], k[None], v[None], mask[None], opts, a.sinks)
+    a.out[start : start + ql] = o[0].to(a.out.dtype)
 
 
-def _decode_batch(
-    q: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    out: torch.Tensor,
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    sinks: torch.Tensor | None,
-    decodes: list[int],
-) -> None:
-    dev = q.device
-    bs = key_cache.shape[1]
+def _decode_batch(a: AttentionInputs, decodes: list[int]) -> None:
+    meta, opts = a.meta, a.opts
+    dev = a.q.device
+    bs = a.key_cache.shape[1]
     seq_lens = [meta.seq_lens_cpu[s] for s in decodes]
     los = [opts.first_visible_key(sl - 1) for sl in seq_lens]
     b_los = [lo // bs for lo in los]
@@ -93,8 +60,8 @@ def _decode_batch(
         max=meta.block_table.shape[1] - 1
     )
     ids = meta.block_table[rows[:, None], cols].long()  # [n, nb]
-    k = key_cache[ids].flatten(1, 2)  # [n, nb * bs, Hkv, D]
-    v = value_cache[ids].flatten(1, 2)
+    k = a.key_cache[ids].flatten(1, 2)  # [n, nb * bs, Hkv, D]
+    v = a.value_cache[ids].flatten(1, 2)
     kpos = b_lo_t[:, None] * bs + torch.arange(nb * bs, device=dev)  # [n, L]
     lo_t = torch.tensor(los, device=dev)[:, None]
     sl_t = torch.tensor(seq_lens, device=dev)[:, None]
@@ -102,9 +69,9 @@ def _decode_batch(
     invalid = ~valid
     k[invalid] = 0  # gathered copies: zero only the padding rows (may hold NaN garbage)
     v[invalid] = 0
-    starts = meta.query_start_loc[rows].long()
-    o = _attend(q[starts][:, None], k, v, valid[:, None, :], opts, sinks)  # [n, 1, Hq, D]
-    out[starts] = o[:, 0].to(out.dtype)
+    starts = torch.tensor([meta.query_starts_cpu[s] for s in decodes], device=dev)
+    o = _attend(a.q[starts][:, None], k, v, valid[:, None, :], opts, a.sinks)  # [n, 1, Hq, D]
+    a.out[starts] = o[:, 0].to(a.out.dtype)
 
 
 def _visible(qpos: torch.Tensor, kpos: torch.Tensor, opts: AttentionOptions) -> torch.Tensor:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from hybridkv.kernels.backend import (
     KernelBackendError,
@@ -138,7 +139,7 @@ def conv_kernel_flags(a: ConvArgs, block_d: int) -> dict[str, int | bool]:
     width = a.weight.shape[1]
     return {
         "W": width,
-        "BLOCK_W": next_pow2(width - 1),
+        "BLOCK_W": triton.next_power_of_2(width - 1),
         "BLOCK_D": block_d,
         "HAS_BIAS": a.bias is not None,
         "SILU": a.activation == "silu",
@@ -261,7 +262,3 @@ def save_steps(v: Varlen) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         steps[p] = (v.seq[v.save_tokens[rows]], rows)
         start += c
     return steps
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())

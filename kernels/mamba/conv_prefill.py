@@ -30,7 +30,6 @@ from hybridkv.kernels.mamba._common import (
     check_conv,
     check_varlen,
     conv_kernel_flags,
-    next_pow2,
     pick_backend,
     varlen,
 )
@@ -112,7 +111,7 @@ def _launch(a: ConvPrefillArgs) -> torch.Tensor:
     num_seqs = a.query_start_loc.shape[0] - 1
     if num_tokens == 0:
         return out
-    block_d = min(_BLOCK_D, next_pow2(dim))
+    block_d = min(_BLOCK_D, triton.next_power_of_2(dim))
     grid = (num_seqs, triton.cdiv(dim, block_d))
     _conv_prefill_kernel[grid](
         x, weight, a.bias if a.bias is not None else weight, conv_state,

@@ -20,7 +20,6 @@ from hybridkv.kernels.mamba._common import (
     check_conv,
     check_indices,
     conv_kernel_flags,
-    next_pow2,
     pick_backend,
 )
 from hybridkv.kernels.mamba._triton_math import silu
@@ -86,7 +85,7 @@ def _launch(a: ConvStepArgs) -> torch.Tensor:
     out = torch.empty((batch, dim), dtype=x.dtype, device=x.device)
     if batch == 0:
         return out
-    block_d = min(_BLOCK_D, next_pow2(dim))
+    block_d = min(_BLOCK_D, triton.next_power_of_2(dim))
     grid = (batch, triton.cdiv(dim, block_d))
     _conv_update_kernel[grid](
         x, weight, a.bias if a.bias is not None else weight, conv_state, a.conv_state_indices, out,

@@ -33,7 +33,6 @@ from hybridkv.kernels.mamba._common import (
     check_varlen,
     effective_dt,
     gather_initial,
-    next_pow2,
     pad,
     pick_backend,
     save_steps,
@@ -127,8 +126,10 @@ def _launch(a: ScanArgs) -> torch.Tensor:
     out = torch.empty((num_tokens, n_heads, head_dim), dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    block_n = next_pow2(d_state)
-    block_p = min(next_pow2(head_dim), max(4, 4096 // block_n))  # ~4k fp32 state registers
+    block_n = triton.next_power_of_2(d_state)
+    block_p = min(
+        triton.next_power_of_2(head_dim), max(4, 4096 // block_n)
+    )  # ~4k fp32 state registers
     grid = (a.query_start_loc.shape[0] - 1, n_heads, triton.cdiv(head_dim, block_p))
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     _ssd_scan_kernel[grid](

@@ -28,7 +28,6 @@ from hybridkv.kernels.mamba._common import (
     check_state,
     effective_dt,
     mamba_ssm_step,
-    next_pow2,
     pick_backend,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
@@ -102,9 +101,9 @@ def _launch(a: SSMStepArgs) -> torch.Tensor:
     out = torch.empty((batch, n_heads, head_dim), dtype=x.dtype, device=x.device)
     if batch == 0:
         return out
-    block_n = next_pow2(d_state)
+    block_n = triton.next_power_of_2(d_state)
     # Keep the [BLOCK_P, BLOCK_N] state tile near 4k fp32 registers per program.
-    block_p = min(next_pow2(head_dim), max(4, 4096 // block_n))
+    block_p = min(triton.next_power_of_2(head_dim), max(4, 4096 // block_n))
     grid = (batch, n_heads, triton.cdiv(head_dim, block_p))
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     _ssd_update_kernel[grid](

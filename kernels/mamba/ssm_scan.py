@@ -30,7 +30,6 @@ from hybridkv.kernels.mamba._common import (
     check_varlen,
     effective_dt,
     gather_initial,
-    next_pow2,
     pad,
     pick_backend,
     save_steps,
@@ -120,8 +119,10 @@ def _launch(a: ScanArgs) -> torch.Tensor:
     out = torch.empty((num_tokens, d_inner), dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    block_n = next_pow2(d_state)
-    block_m = min(next_pow2(d_inner), max(4, 2048 // block_n))  # ~2k fp32 state registers
+    block_n = triton.next_power_of_2(d_state)
+    block_m = min(
+        triton.next_power_of_2(d_inner), max(4, 2048 // block_n)
+    )  # ~2k fp32 state registers
     grid = (a.query_start_loc.shape[0] - 1, triton.cdiv(d_inner, block_m))
     _ssm_scan_kernel[grid](
         x, dt, A, B, C, *a.optional_ptrs(x),

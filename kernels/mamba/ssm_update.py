@@ -26,7 +26,6 @@ from hybridkv.kernels.mamba._common import (
     check_state,
     effective_dt,
     mamba_ssm_step,
-    next_pow2,
     pick_backend,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
@@ -94,9 +93,9 @@ def _launch(a: SSMStepArgs) -> torch.Tensor:
     out = torch.empty((batch, d_inner), dtype=x.dtype, device=x.device)
     if batch == 0:
         return out
-    block_n = next_pow2(d_state)
+    block_n = triton.next_power_of_2(d_state)
     # Keep the [BLOCK_M, BLOCK_N] state tile near 2k fp32 registers per program.
-    block_m = min(next_pow2(d_inner), max(4, 2048 // block_n))
+    block_m = min(triton.next_power_of_2(d_inner), max(4, 2048 // block_n))
     grid = (batch, triton.cdiv(d_inner, block_m))
     _ssm_update_kernel[grid](
         state, x, a.dt, a.A, a.B, a.C, *a.optional_ptrs(x), a.state_indices, out,
