@@ -1,0 +1,90 @@
+"""``EngineRequest``: a request's life in the engine (tokens, sampling, status, times).
+
+The token ids, computed count and block hashes live in the manager-facing
+``hybridkv.Request`` (``.core``); this adds what the scheduler and the sampler
+need. ``num_cached_tokens`` is the prefix hit at first admission (a resumed
+request's re-admission hits do not change it).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import torch
+
+from hybridkv.engine.outputs import RequestMetrics
+from hybridkv.engine.sampling_params import SamplingParams
+from hybridkv.request import Request
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_LENGTH = "finished_length"
+    FINISHED_STOP = "finished_stop"
+    FINISHED_ABORTED = "finished_aborted"
+
+    @property
+    def finished(self) -> bool:
+        return self.name.startswith("FINISHED")
+
+
+class EngineRequest:
+    """One request as the engine tracks it (see the module docstring)."""
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        prompt: str | None = None,
+        eos_token_ids: frozenset[int] = frozenset(),
+        arrival_time: float | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        self.core = Request(request_id, prompt_token_ids)
+        self.request_id = request_id
+        self.prompt = prompt
+        self.params = params
+        self.status = RequestStatus.WAITING
+        stop = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stop |= eos_token_ids
+        self.stop_token_ids = frozenset(stop)
+        self.stop_reason: int | None = None
+        self.num_cached_tokens: int | None = None
+        self.max_model_len = max_model_len
+        self.metrics = RequestMetrics(arrival_time or time.monotonic())
+        self.generator: torch.Generator | None = None
+        if params.seed is not None:
+            self.generator = torch.Generator().manual_seed(params.seed)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.core.num_tokens
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return self.core.num_computed_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.core.num_tokens - self.core.num_prompt_tokens
+
+    def append_token(self, token: int, now: float) -> None:
+        """Record a sampled token and finish the request if it stops here."""
+        self.core.append_output_token_ids(token)
+        if self.metrics.first_token_time is None:
+            self.metrics.first_token_time = now
+        if token in self.stop_token_ids:
+            self.status, self.stop_reason = RequestStatus.FINISHED_STOP, token
+        elif self.num_output_tokens >= self.params.max_tokens or (
+            self.max_model_len is not None and self.num_tokens >= self.max_model_len
+        ):
+            self.status = RequestStatus.FINISHED_LENGTH
+
+    def __repr__(self) -> str:
+        return f"EngineRequest({self.request_id!r}, {self.status.value}, {self.core!r})"

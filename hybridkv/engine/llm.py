@@ -1,0 +1,305 @@
+"""``LLM``: the offline API (vLLM's names): load a checkpoint, ``generate``, ``chat``.
+
+``model`` is a local checkpoint directory (config.json + safetensors, with or
+without a tokenizer) or a ``.gguf`` file (converted once to a cached
+safetensors checkpoint, ``hybridkv.models.gguf``). The KV cache is planned by
+``plan_kv_cache`` from the model's layout (every layer kind gets its own
+group and manager) and allocated once; ``kv_cache_memory_bytes`` defaults to
+room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
+``DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
+
+Every input is checked before any request is queued, so a bad call leaves no
+state behind; if a step fails, the call's requests are aborted and their
+blocks freed before the error propagates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.model_source import resolve_model_dir
+from hybridkv.engine.outputs import CompletionOutput, RequestOutput
+from hybridkv.engine.runner import ModelRunner
+from hybridkv.engine.sampler import sample
+from hybridkv.engine.sampling_params import SamplingParams
+from hybridkv.engine.scheduler import Scheduler
+from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
+from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.layouts import layout_from_hf_config
+from hybridkv.models.build import load_model
+from hybridkv.planning import allocate_kv_cache, plan_kv_cache
+
+DEFAULT_KV_CAP_BYTES = 2 << 30
+PromptType = str | Mapping[str, Any]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _resolve_dtype(dtype: str | torch.dtype, text_config: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not supported (float32, bfloat16, float16)")
+        return dtype
+    if dtype == "auto":
+        cfg = getattr(text_config, "dtype", None) or getattr(text_config, "torch_dtype", None)
+        name = str(cfg).removeprefix("torch.") if cfg is not None else "float32"
+        return _DTYPES.get(name, torch.float32)
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: 'auto' or one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for, but CUDA is not available")
+    return dev
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+class LLM:
+    """A loaded model with its KV cache manager, scheduler and runner."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        dtype: str | torch.dtype = "auto",
+        device: str | torch.device = "auto",
+        block_size: int = 16,
+        max_model_len: int | None = None,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 2048,
+        enable_prefix_caching: bool = True,
+        kv_cache_memory_bytes: int | None = None,
+        hash_algo: str = "sha256",
+        kernel_backend: str | None = None,
+        progress: bool = False,
+    ) -> None:
+        _positive(block_size, "block_size")
+        _positive(max_num_seqs, "max_num_seqs")
+        _positive(max_num_batched_tokens, "max_num_batched_tokens")
+        if max_model_len is not None:
+            _positive(max_model_len, "max_model_len")
+        if kv_cache_memory_bytes is not None:
+            _positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
+        from transformers import AutoConfig, GenerationConfig
+
+        self.model_dir = resolve_model_dir(model, progress=progress)
+        hf_config = AutoConfig.from_pretrained(str(self.model_dir), local_files_only=True)
+        from hybridkv.models.registry import resolve_architecture
+
+        _, text_config = resolve_architecture(hf_config)
+        self.dtype = _resolve_dtype(dtype, text_config)
+        self.device = _resolve_device(device)
+        dtype_name = str(self.dtype).removeprefix("torch.")
+        layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name,
+                                       max_model_len=max_model_len)  # fmt: skip
+        if layout.mamba_ssm_dtype is None and self.dtype == torch.float32:
+            layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
+        self.max_model_len = layout.max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.hf_config, self.text_config = hf_config, text_config
+        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.eos_token_ids = self._eos_ids(GenerationConfig, text_config)
+        memory = kv_cache_memory_bytes or self._default_kv_bytes(layout, block_size, max_num_seqs)
+        self.plan = plan_kv_cache(layout, memory, block_size=block_size,
+                                  max_model_len=self.max_model_len,
+                                  max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+        config = self.plan.kv_cache_config
+        self.kv_cache_config = config
+        self.kv_buffers = allocate_kv_cache(config, self.device)
+        self.manager = KVCacheManager(config, self.max_model_len,
+                                      enable_caching=enable_prefix_caching, hash_algo=hash_algo,
+                                      log_stats=True)  # fmt: skip
+        self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+        self.runner = ModelRunner(self.model, config, self.kv_buffers, self.manager, self.device,
+                                  kernel_backend)  # fmt: skip
+        self._ids = itertools.count()
+        self.num_steps = 0
+
+    # -- set-up helpers --------------------------------------------------------
+    def _eos_ids(self, generation_config_cls: Any, text_config: Any) -> frozenset[int]:
+        eos: Any = None
+        if (self.model_dir / "generation_config.json").is_file():
+            gen = generation_config_cls.from_pretrained(str(self.model_dir), local_files_only=True)
+            eos = gen.eos_token_id
+        elif getattr(text_config, "eos_token_id", None) is not None:
+            eos = text_config.eos_token_id
+        if eos is None:
+            return frozenset()
+        return frozenset([eos] if isinstance(eos, int) else eos)
+
+    def _default_kv_bytes(self, layout: Any, block_size: int, max_num_seqs: int) -> int:
+        probe = plan_kv_cache(layout, 1 << 50, block_size=block_size,
+                              max_model_len=self.max_model_len,
+                              max_num_batched_tokens=self.max_num_batched_tokens)  # fmt: skip
+        per_request = probe.hybrid.bytes_per_request
+        page = probe.page_bytes
+        floor = per_request + page * (2 + self.max_num_batched_tokens // block_size)
+        return max(min(per_request * max_num_seqs, DEFAULT_KV_CAP_BYTES), floor)
+
+    # -- requests ----------------------------------------------------------------
+    def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(
+                    f"prompts[{k}] is text but the checkpoint has no tokenizer; pass "
+                    "{'prompt_token_ids': [...]} instead"
+                )
+            ids = self.tokenizer(prompt)["input_ids"]
+            text: str | None = prompt
+        elif isinstance(prompt, Mapping) and "prompt_token_ids" in prompt:
+            ids, text = list(prompt["prompt_token_ids"]), prompt.get("prompt")
+        else:
+            raise ValueError(
+                f"prompts[{k}] must be a str or a dict with 'prompt_token_ids', got {prompt!r}"
+            )
+        if not ids:
+            raise ValueError(f"prompts[{k}] is empty")
+        vocab = self.text_config.vocab_size
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompts[{k}]: token ids must be ints in [0, {vocab}), got {bad[:5]}")
+        if len(ids) > self.max_model_len:
+            raise ValueError(
+                f"prompts[{k}] has {len(ids)} tokens, more than max_model_len={self.max_model_len}"
+            )
+        return ids, text
+
+    def _make_requests(
+        self,
+        prompts: Sequence[tuple[list[int], str | None]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None,
+    ) -> list[EngineRequest]:
+        if sampling_params is None:
+            params: list[SamplingParams] = [SamplingParams()] * len(prompts)
+        elif isinstance(sampling_params, SamplingParams):
+            params = [sampling_params] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(
+                    f"got {len(params)} sampling_params for {len(prompts)} prompts"
+                )
+        for k, p in enumerate(params):
+            if not isinstance(p, SamplingParams):
+                raise ValueError(f"sampling_params[{k}] must be a SamplingParams, got {p!r}")
+        now = time.monotonic()
+        return [
+            EngineRequest(str(next(self._ids)), ids, p, prompt=text,
+                          eos_token_ids=self.eos_token_ids, arrival_time=now,
+                          max_model_len=self.max_model_len)  # fmt: skip
+            for (ids, text), p in zip(prompts, params, strict=True)
+        ]
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Complete every prompt; outputs in prompt order."""
+        if isinstance(prompts, str | Mapping):
+            prompts = [prompts]
+        if not isinstance(prompts, Sequence) or len(prompts) == 0:
+            raise ValueError("prompts must be a non-empty str, dict or list of them")
+        encoded = [self._prompt_ids(p, k) for k, p in enumerate(prompts)]
+        return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Reply to one conversation or a list of them (the chat template renders each)."""
+        if not isinstance(messages, Sequence) or len(messages) == 0:
+            raise ValueError("messages must be a non-empty list of messages or of conversations")
+        single = isinstance(messages[0], Mapping)
+        conversations = [messages] if single else list(messages)
+        encoded = []
+        for k, conv in enumerate(conversations):
+            if not isinstance(conv, Sequence) or len(conv) == 0:
+                raise ValueError(f"conversation {k} must be a non-empty list of messages")
+            ids = encode_chat(self.tokenizer, conv)  # type: ignore[arg-type]
+            encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
+        return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
+
+    # -- the engine loop -----------------------------------------------------------
+    def step(self) -> None:
+        """Schedule, run and sample one step."""
+        out = self.scheduler.schedule()
+        if not out.scheduled:
+            stuck = [r.request_id for r in self.scheduler.waiting]
+            raise RuntimeError(
+                f"no request can be scheduled (waiting: {stuck[:5]}): the KV cache "
+                f"({self.kv_cache_config.num_blocks} blocks) is too small"
+            )
+        now = time.monotonic()
+        for s in out.scheduled:
+            if s.request.metrics.first_scheduled_time is None:
+                s.request.metrics.first_scheduled_time = now
+        logits = self.runner.execute(out.scheduled)
+        samplers = [s.request for s in out.scheduled if s.samples]
+        tokens = sample(logits, samplers) if samplers else []
+        sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
+        self.scheduler.update(out, sampled, time.monotonic())
+        self.num_steps += 1
+
+    def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:
+        for req in requests:
+            self.scheduler.add_request(req)
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(requests), desc="generating", unit="req", dynamic_ncols=True)
+        try:
+            done = 0
+            while any(not r.status.finished for r in requests):
+                self.step()
+                if bar is not None:
+                    now_done = sum(r.status.finished for r in requests)
+                    bar.update(now_done - done)
+                    done = now_done
+        except BaseException:
+            for req in requests:
+                self.scheduler.abort(req.request_id)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return [self._output(r) for r in requests]
+
+    def _output(self, req: EngineRequest) -> RequestOutput:
+        ids = list(req.core.output_token_ids)
+        text = "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+        finish = "stop" if req.stop_reason is not None else "length"
+        return RequestOutput(
+            request_id=req.request_id,
+            prompt=req.prompt,
+            prompt_token_ids=req.core.prompt_token_ids,
+            outputs=[CompletionOutput(0, text, ids, finish, req.stop_reason)],
+            num_cached_tokens=req.num_cached_tokens or 0,
+            metrics=req.metrics,
+            num_preemptions=req.core.num_preemptions,
+        )

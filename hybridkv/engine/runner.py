@@ -1,0 +1,121 @@
+"""``ModelRunner``: turns a scheduled step into a ``ForwardBatch``, runs it, samples.
+
+Per step and KV cache group it builds the block table once (from the
+manager's per-group block ids) and derives what every layer of the group
+reads: for attention groups one ``AttentionMetadata`` and a slot mapping
+(``block_ids[p // bs] * bs + p % bs`` for each new token position ``p``); for
+Mamba groups the state slot each sequence starts from (entry
+``(start - 1) // bs``, -1 for a fresh sequence) and, per token, the slot
+receiving the state after it (the entry of every block boundary crossed and
+of the last token; -1 where that entry is the null block, i.e. not kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from hybridkv.engine.forward_batch import (
+    AttentionLayerInputs,
+    ForwardBatch,
+    MambaLayerInputs,
+)
+from hybridkv.engine.scheduler import ScheduledRequest
+from hybridkv.kernels import AttentionMetadata
+from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.models.base import CausalLM
+from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
+from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
+
+
+def _table(rows: list[list[int]]) -> torch.Tensor:
+    width = max(1, max(len(r) for r in rows))
+    table = torch.zeros(len(rows), width, dtype=torch.int64)
+    for i, row in enumerate(rows):
+        if row:
+            table[i, : len(row)] = torch.tensor(row, dtype=torch.int64)
+    return table
+
+
+class ModelRunner:
+    """Runs a model over the planned KV buffers (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: CausalLM,
+        config: KVCacheConfig,
+        buffers: KVCacheBuffers,
+        manager: KVCacheManager,
+        device: torch.device,
+        kernel_backend: str | None = None,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.buffers = buffers
+        self.manager = manager
+        self.device = device
+        self.kernel_backend = kernel_backend
+
+    def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
+        """The step's ``ForwardBatch`` (block tables built once per group)."""
+        qlens = [s.num_tokens for s in work]
+        starts = [s.start for s in work]
+        seq_lens = [s.start + s.num_tokens for s in work]
+        qstarts = [0]
+        for n in qlens:
+            qstarts.append(qstarts[-1] + n)
+        tokens: list[int] = []
+        for s in work:
+            tokens.extend(s.request.core.all_token_ids[s.start : s.start + s.num_tokens])
+        seq_of = torch.repeat_interleave(torch.arange(len(work)), torch.tensor(qlens))
+        first = torch.tensor(starts, dtype=torch.int64)
+        offsets = torch.arange(len(tokens), dtype=torch.int64) - torch.tensor(qstarts[:-1])[seq_of]
+        positions = first[seq_of] + offsets
+        sampling = [i for i, s in enumerate(work) if s.samples]
+        dev = self.device
+        batch_attn: dict[str, AttentionLayerInputs] = {}
+        batch_mamba: dict[str, MambaLayerInputs] = {}
+        ids = [self.manager.get_block_ids(s.request.request_id) for s in work]
+        qsl = torch.tensor(qstarts, dtype=torch.int32, device=dev)
+        for g, group in enumerate(self.config.kv_cache_groups):
+            spec = group.kv_cache_spec
+            bs = spec.block_size
+            table = _table([row[g] for row in ids])
+            slots = table[seq_of, positions // bs]
+            if isinstance(spec, AttentionSpec):
+                meta = AttentionMetadata.build(qlens, seq_lens, table.to(torch.int32), dev)
+                slot_mapping = (slots * bs + positions % bs).to(dev)
+                for name in group.layer_names:
+                    cache = self.buffers.layers[name]
+                    assert isinstance(cache, AttentionCache)
+                    batch_attn[name] = AttentionLayerInputs(meta, slot_mapping, cache)
+            elif isinstance(spec, MambaSpec):
+                init = [row[g][(s0 - 1) // bs] if s0 > 0 else -1 for row, s0 in zip(ids, starts)]
+                last = torch.zeros(len(tokens), dtype=torch.bool)
+                last[torch.tensor(qstarts[1:]) - 1] = True
+                keep = ((positions + 1) % bs == 0) | last
+                save = torch.where(keep & (slots != 0), slots, -1).to(torch.int32).to(dev)
+                init_t = torch.tensor(init, dtype=torch.int32, device=dev)
+                for name in group.layer_names:
+                    cache = self.buffers.layers[name]
+                    assert isinstance(cache, MambaCache)
+                    batch_mamba[name] = MambaLayerInputs(qsl, init_t, save, cache)
+            else:
+                raise ValueError(f"group {g}: no runner support for spec {type(spec).__name__}")
+        return ForwardBatch(
+            input_ids=torch.tensor(tokens, dtype=torch.int64, device=dev),
+            positions=positions.to(dev),
+            query_starts_cpu=tuple(qstarts),
+            logits_indices=torch.tensor([qstarts[i + 1] - 1 for i in sampling], device=dev),
+            attention=batch_attn,
+            mamba=batch_mamba,
+            kernel_backend=self.kernel_backend,
+        )
+
+    @torch.inference_mode()
+    def execute(self, work: Sequence[ScheduledRequest]) -> torch.Tensor:
+        """Logits ``[N, vocab]`` (fp32) of the sequences that sample, in batch order."""
+        batch = self.build_batch(work)
+        hidden = self.model(batch)
+        return self.model.compute_logits(hidden[batch.logits_indices])

@@ -1,0 +1,44 @@
+"""Token sampling from a step's logits (greedy, temperature, top-k, top-p).
+
+Greedy rows take the argmax (ties: the lowest id, as ``torch.argmax``). Other
+rows are sampled from ``softmax(logits / temperature)`` restricted to the
+``top_k`` largest logits and then to the smallest set whose probability
+reaches ``top_p``; a request with a seed draws from its own generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from hybridkv.engine.engine_request import EngineRequest
+
+
+def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = torch.softmax(sorted_logits, -1)
+        # Drop a token when the mass before it already reaches top_p (keep >= 1).
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        logits = logits.clone()
+        logits[order[drop]] = float("-inf")
+    return logits
+
+
+def sample(logits: torch.Tensor, requests: Sequence[EngineRequest]) -> list[int]:
+    """One token per row of ``logits`` ``[N, V]`` (row ``i`` for ``requests[i]``)."""
+    greedy = logits.argmax(-1).tolist()
+    out = []
+    for i, req in enumerate(requests):
+        p = req.params
+        if p.greedy:
+            out.append(int(greedy[i]))
+            continue
+        row = _filter(logits[i].float() / p.temperature, p.top_k, p.top_p)
+        probs = torch.softmax(row, -1)
+        out.append(int(torch.multinomial(probs, 1, generator=req.generator).item()))
+    return out

@@ -1,0 +1,49 @@
+"""``SamplingParams``: how one request samples and when it stops (vLLM names).
+
+``temperature=0`` is greedy. ``top_k=0``/``-1`` and ``top_p=1`` disable those
+filters. ``seed`` makes a sampled request reproducible on its own (its
+generator is private to it, so batching and preemption do not change its
+tokens). ``stop_token_ids`` end a request, as does the tokenizer's end of
+sequence unless ``ignore_eos``. Invalid values raise ``ValueError`` naming the
+field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling and stopping settings of a request (see the module docstring)."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
+            raise ValueError(f"max_tokens must be an int >= 1, got {self.max_tokens!r}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an int >= 1, got {self.max_tokens}")
+        if not isinstance(self.temperature, int | float) or not self.temperature >= 0:
+            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not isinstance(self.top_p, int | float) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < -1:
+            raise ValueError(f"top_k must be an int >= -1 (0 or -1: off), got {self.top_k!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        ids = tuple(self.stop_token_ids)
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
+            raise ValueError(f"stop_token_ids must be ints >= 0, got {self.stop_token_ids!r}")
+        object.__setattr__(self, "stop_token_ids", ids)
+
+    @property
+    def greedy(self) -> bool:
+        """True when sampling is argmax (``temperature == 0``)."""
+        return self.temperature == 0

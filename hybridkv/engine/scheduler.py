@@ -1,0 +1,153 @@
+"""Token-budget scheduling with chunked prefill, prefix hits and preemption.
+
+Each ``schedule()`` builds one step of at most ``max_num_batched_tokens``
+tokens over at most ``max_num_seqs`` running requests (vLLM v1's policy):
+
+1. Running requests first, in admission order: each gets
+   ``min(remaining, budget)`` tokens (a decode is one token, a long prompt is
+   prefilled in chunks across steps). When ``allocate_slots`` returns None the
+   most recently admitted running request is preempted (its blocks freed, its
+   computed count reset, back at the head of the waiting queue) until the
+   allocation fits or the request preempts itself.
+2. Then waiting requests, oldest first, while budget and seats remain: the
+   prefix-cache hit is looked up (``get_computed_blocks``), the rest is
+   scheduled like a running request. A request that does not fit waits
+   (nothing partial is kept). Nothing new is admitted in a step that preempted.
+
+A request resumed after preemption recomputes its prompt and outputs so far
+(the prefix cache usually gives most of it back) and continues exactly where
+it stopped. ``update`` applies a step's results: computed counts advance and
+sampled tokens are appended; finished requests release their blocks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from hybridkv.engine.engine_request import EngineRequest, RequestStatus
+from hybridkv.kv_cache_manager import KVCacheManager
+
+
+@dataclass(frozen=True)
+class ScheduledRequest:
+    """One request's share of a step: tokens ``[start, start + num_tokens)``."""
+
+    request: EngineRequest
+    start: int
+    num_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """True when the step reaches the request's last known token (it samples)."""
+        return self.start + self.num_tokens == self.request.num_tokens
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """A step: the scheduled requests in batch order, and who was preempted."""
+
+    scheduled: tuple[ScheduledRequest, ...]
+    preempted: tuple[str, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    """Waiting and running queues over one ``KVCacheManager`` (module docstring)."""
+
+    def __init__(
+        self, manager: KVCacheManager, *, max_num_seqs: int, max_num_batched_tokens: int
+    ) -> None:
+        self.manager = manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: list[EngineRequest] = []
+        self.num_preemptions = 0
+
+    def add_request(self, request: EngineRequest) -> None:
+        self.waiting.append(request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        scheduled: list[ScheduledRequest] = []
+        preempted: list[str] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            while self.manager.allocate_slots(req.core, n) is None:
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is req:
+                    break
+            else:
+                scheduled.append(ScheduledRequest(req, req.num_computed_tokens, n))
+                budget -= n
+                i += 1
+                continue
+            break  # the request preempted itself
+        if not preempted:
+            budget = self._admit(scheduled, budget)
+        return SchedulerOutput(tuple(scheduled), tuple(preempted))
+
+    def _admit(self, scheduled: list[ScheduledRequest], budget: int) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            blocks, hit = self.manager.get_computed_blocks(req.core)
+            n = min(req.num_tokens - hit, budget)
+            if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
+                break
+            self.waiting.popleft()
+            if req.num_cached_tokens is None:
+                req.num_cached_tokens = hit
+            req.core.num_computed_tokens = hit
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            scheduled.append(ScheduledRequest(req, hit, n))
+            budget -= n
+        return budget
+
+    def _preempt(self, req: EngineRequest) -> None:
+        self.manager.free(req.core)
+        req.core.num_computed_tokens = 0
+        req.core.num_preemptions += 1
+        req.status = RequestStatus.PREEMPTED
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[EngineRequest]:
+        """Advance computed counts, append ``sampled`` tokens; return newly finished."""
+        finished = []
+        for s in out.scheduled:
+            req = s.request
+            req.core.num_computed_tokens = s.start + s.num_tokens
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.append_token(token, now)
+            if req.status.finished:
+                finished.append(req)
+        for req in finished:
+            self.running.remove(req)
+            self.manager.free(req.core)
+            req.metrics.finished_time = now
+        return finished
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a waiting or running request and free its blocks; False if unknown."""
+        for queue in (self.running, self.waiting):
+            for req in queue:
+                if req.request_id == request_id:
+                    queue.remove(req)
+                    self.manager.free(req.core)
+                    req.status = RequestStatus.FINISHED_ABORTED
+                    return True
+        return False

@@ -1,0 +1,52 @@
+"""The contract every model family implements (``CausalLM``).
+
+A model is built from its Hugging Face text config (``from_config``), gets its
+weights from the strict loader (``hybridkv.models.loader``) and runs one
+engine step at a time:
+
+- ``forward(batch) -> hidden [T, hidden_size]`` over the flattened varlen
+  batch (``ForwardBatch``); attention layers are named ``layers.{i}`` like the
+  planner's layer names, so the runner's per-group metadata reaches them;
+- ``compute_logits(hidden [N, hidden_size]) -> [N, vocab]`` in fp32;
+- ``checkpoint_tensors(name, tensor)``: where a checkpoint tensor goes, as
+  ``(parameter_name, tensor)`` pairs (several for fused or stacked weights), or
+  ``IGNORED`` for a tensor the family deliberately does not use (for example
+  the vision tower of a multimodal checkpoint). The default keeps the name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from hybridkv.engine.forward_batch import ForwardBatch
+
+IGNORED: list[tuple[str, torch.Tensor]] = []
+
+
+class CausalLM(nn.Module):
+    """Base class of the model families (see the module docstring)."""
+
+    #: ``model_type`` values of the text configs this family reads.
+    model_types: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def tie_weights(self) -> None:
+        """Re-share tied parameters (building on ``meta`` and materialising unties them)."""
+
+    def checkpoint_tensors(
+        self, name: str, tensor: torch.Tensor
+    ) -> list[tuple[str, torch.Tensor]]:
+        """Parameter names (and tensors) for checkpoint tensor ``name``."""
+        return [(name, tensor)]

@@ -1,0 +1,169 @@
+"""Gemma 3 text (``Gemma3ForCausalLM``; the text part of ``Gemma3ForConditionalGeneration``).
+
+Sliding-window and full-attention layers (``config.layer_types``), each with
+its own RoPE base (local / global ``rope_parameters``); q/k RMS norms before
+RoPE; scale ``query_pre_attn_scalar ** -0.5``; optional attention and final
+logit softcaps; embeddings scaled by ``sqrt(hidden_size)``; four norms per
+layer (Gemma's ``1 + weight``); GeGLU MLP (tanh GELU). Parameter names are the
+checkpoint's (``model.layers.{i}.self_attn.q_proj.weight`` ...); the
+multimodal wrapper's ``model.language_model.*`` names map onto them and its
+vision tower and projector are ignored on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hybridkv.engine.forward_batch import ForwardBatch
+from hybridkv.kernels import AttentionOptions
+from hybridkv.layouts import layer_name
+from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.layers import GemmaRMSNorm, PagedAttention, RotaryEmbedding
+
+_VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.",
+                    "vision_tower.", "multi_modal_projector.")  # fmt: skip
+_TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
+                  ("language_model.lm_head.", "lm_head."))  # fmt: skip
+
+
+def rope_parameters(config: Any, layer_type: str) -> dict[str, Any]:
+    """The rope dict of ``layer_type`` (transformers 5 nested form, or the older fields)."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and layer_type in params:
+        return dict(params[layer_type])
+    if layer_type == "sliding_attention":
+        return {"rope_theta": config.rope_local_base_freq, "rope_type": "default"}
+    if isinstance(params, dict) and "rope_theta" in params:
+        return dict(params)
+    scaling = dict(getattr(config, "rope_scaling", None) or {})
+    return {"rope_theta": config.rope_theta, "rope_type": "default", **scaling}
+
+
+class Gemma3Attention(nn.Module):
+    def __init__(self, config: Any, index: int) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        layer_type = config.layer_types[index]
+        bias = config.attention_bias
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
+        self.q_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(self.head_dim, rope_parameters(config, layer_type))
+        sliding = layer_type == "sliding_attention"
+        options = AttentionOptions(
+            scale=config.query_pre_attn_scalar**-0.5,
+            sliding_window=config.sliding_window if sliding else None,
+            softcap=config.attn_logit_softcapping,
+        )
+        self.attn = PagedAttention(layer_name(index), options)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_norm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        cos, sin = self.rotary.cos_sin(batch.positions, q.dtype)
+        q, k = RotaryEmbedding.apply(q, cos, sin), RotaryEmbedding.apply(k, cos, sin)
+        out = self.attn(q, k, v, batch)
+        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
+
+
+class Gemma3MLP(nn.Module):
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        if config.hidden_activation != "gelu_pytorch_tanh":
+            raise ValueError(
+                f"Gemma 3: hidden_activation {config.hidden_activation!r} is not supported "
+                "(only gelu_pytorch_tanh)"
+            )
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class Gemma3DecoderLayer(nn.Module):
+    def __init__(self, config: Any, index: int) -> None:
+        super().__init__()
+        eps = config.rms_norm_eps
+        self.self_attn = Gemma3Attention(config, index)
+        self.mlp = Gemma3MLP(config)
+        self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps)
+        self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        h = self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), batch))
+        x = x + h
+        h = self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+        return x + h
+
+
+class Gemma3Model(nn.Module):
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            Gemma3DecoderLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.embed_scale = config.hidden_size**0.5
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        x = self.embed_tokens(batch.input_ids)
+        x = x * torch.tensor(self.embed_scale, dtype=torch.float32).to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, batch)
+        return self.norm(x)
+
+
+class Gemma3ForCausalLM(CausalLM):
+    """Gemma 3 text model on paged KV (see the module docstring)."""
+
+    model_types = ("gemma3_text",)
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.model = Gemma3Model(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.final_softcap = config.final_logit_softcapping
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.model(batch)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden)
+        if self.final_softcap is not None:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits.float()
+
+    def checkpoint_tensors(
+        self, name: str, tensor: torch.Tensor
+    ) -> list[tuple[str, torch.Tensor]]:
+        if name.startswith(_VISION_PREFIXES):
+            return IGNORED
+        for old, new in _TEXT_PREFIXES:
+            if name.startswith(old):
+                name = new + name[len(old) :]
+                break
+        if name == "lm_head.weight" and self.config.tie_word_embeddings:
+            return IGNORED  # tied to the embeddings, which the checkpoint also holds
+        return [(name, tensor)]

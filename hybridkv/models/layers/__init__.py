@@ -1,0 +1,7 @@
+"""Building blocks shared by the model families (norms, RoPE, paged attention)."""
+
+from hybridkv.models.layers.attention import PagedAttention
+from hybridkv.models.layers.norms import GemmaRMSNorm, RMSNorm
+from hybridkv.models.layers.rotary import RotaryEmbedding, rope_inv_freq
+
+__all__ = ["GemmaRMSNorm", "PagedAttention", "RMSNorm", "RotaryEmbedding", "rope_inv_freq"]

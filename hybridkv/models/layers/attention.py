@@ -1,0 +1,41 @@
+"""``PagedAttention``: write a layer's new K/V into its pages, then attend.
+
+The layer finds its inputs in the step's ``ForwardBatch`` by name, writes
+``k``/``v`` at the slots the manager gave out (``reshape_and_cache``) and runs
+``unified_attention`` over the group's block tables. Its window, chunk,
+softcap and scale are fixed per layer (``AttentionOptions``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hybridkv.engine.forward_batch import ForwardBatch
+from hybridkv.kernels import AttentionOptions, reshape_and_cache, unified_attention
+
+
+class PagedAttention(nn.Module):
+    """Attention of one layer over its paged KV cache."""
+
+    def __init__(self, layer_name: str, options: AttentionOptions) -> None:
+        super().__init__()
+        self.layer_name = layer_name
+        self.options = options
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: ForwardBatch,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` -> ``[T, Hq, D]``."""
+        inputs = batch.attention[self.layer_name]
+        cache = inputs.cache
+        backend = batch.kernel_backend
+        reshape_and_cache(k, v, cache.key, cache.value, inputs.slot_mapping, backend=backend)
+        return unified_attention(
+            q, cache.key, cache.value, inputs.metadata, self.options, sinks=sinks, backend=backend
+        )

@@ -1,0 +1,40 @@
+"""RMS norms, computed in fp32 and cast back (the Hugging Face numerics).
+
+``RMSNorm`` (Llama, Jamba): ``weight * x / rms(x)``, the weight applied after
+casting back to the input dtype. ``GemmaRMSNorm``: ``(1 + weight) * x / rms(x)``
+with the weight applied in fp32 before the cast.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class RMSNorm(nn.Module):
+    """Llama-style RMSNorm over the last dimension."""
+
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * _normalize(x, self.eps).to(x.dtype)
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma-style RMSNorm: ``(1 + weight)`` scaling, in fp32."""
+
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_normalize(x, self.eps) * (1.0 + self.weight.float())).type_as(x)

@@ -1,0 +1,79 @@
+"""Rotary position embeddings (``rotate_half`` form) with HF's scaling rules.
+
+``rope_inv_freq(head_dim, params)`` reads one Hugging Face rope parameter dict
+(``rope_theta``, ``rope_type`` in ``default | linear | llama3`` and that type's
+fields) and returns the inverse frequencies; any other type raises
+``ValueError``. ``RotaryEmbedding.forward(x, positions)`` rotates ``x``
+``[T, H, D]`` at integer ``positions`` ``[T]``: cos/sin are computed in fp32
+and cast to ``x``'s dtype, as Hugging Face does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+def rope_inv_freq(head_dim: int, params: Mapping[str, Any]) -> torch.Tensor:
+    """Inverse frequencies ``[head_dim // 2]`` (fp32) for one rope parameter dict."""
+    base = float(params["rope_theta"])
+    kind = params.get("rope_type", params.get("type", "default")) or "default"
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    if kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / float(params["factor"])
+    if kind == "llama3":
+        return _llama3(inv, params)
+    raise ValueError(f"rope_type {kind!r} is not supported (supported: {SUPPORTED_ROPE_TYPES})")
+
+
+def _llama3(inv: torch.Tensor, p: Mapping[str, Any]) -> torch.Tensor:
+    factor = float(p["factor"])
+    low, high = float(p["low_freq_factor"]), float(p["high_freq_factor"])
+    old_len = float(p["original_max_position_embeddings"])
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[-x2, x1]`` for ``x = [x1, x2]`` along the last dimension."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE over the whole head (``rotate_half`` layout)."""
+
+    def __init__(self, head_dim: int, params: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.params = dict(params)
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, params), persistent=False)
+        self.inv_freq: torch.Tensor
+
+    def init_buffers(self) -> None:
+        """Recompute the inverse frequencies (after building on the meta device)."""
+        self.inv_freq = rope_inv_freq(self.head_dim, self.params).to(self.inv_freq.device)
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """cos and sin ``[T, 1, D]`` in ``dtype`` (compute once, apply to q and k)."""
+        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x`` ``[T, H, D]`` with precomputed cos/sin."""
+        return x * cos + rotate_half(x) * sin
