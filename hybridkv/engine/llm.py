@@ -174,7 +174,9 @@ class LLM:
         if not ids:
             raise ValueError(f"prompts[{k}] is empty")
         vocab = self.text_config.vocab_size
-        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
+        bad = [
+            t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
+        ]
         if bad:
             raise ValueError(f"prompts[{k}]: token ids must be ints in [0, {vocab}), got {bad[:5]}")
         if len(ids) > self.max_model_len:
@@ -195,17 +197,21 @@ class LLM:
         else:
             params = list(sampling_params)
             if len(params) != len(prompts):
-                raise ValueError(
-                    f"got {len(params)} sampling_params for {len(prompts)} prompts"
-                )
+                raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
         for k, p in enumerate(params):
             if not isinstance(p, SamplingParams):
                 raise ValueError(f"sampling_params[{k}] must be a SamplingParams, got {p!r}")
         now = time.monotonic()
         return [
-            EngineRequest(str(next(self._ids)), ids, p, prompt=text,
-                          eos_token_ids=self.eos_token_ids, arrival_time=now,
-                          max_model_len=self.max_model_len)  # fmt: skip
+            EngineRequest(
+                str(next(self._ids)),
+                ids,
+                p,
+                prompt=text,
+                eos_token_ids=self.eos_token_ids,
+                arrival_time=now,
+                max_model_len=self.max_model_len,
+            )
             for (ids, text), p in zip(prompts, params, strict=True)
         ]
 
@@ -292,7 +298,9 @@ class LLM:
 
     def _output(self, req: EngineRequest) -> RequestOutput:
         ids = list(req.core.output_token_ids)
-        text = "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+        text = (
+            "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+        )
         finish = "stop" if req.stop_reason is not None else "length"
         return RequestOutput(
             request_id=req.request_id,

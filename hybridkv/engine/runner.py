@@ -91,7 +91,8 @@ class ModelRunner:
                     assert isinstance(cache, AttentionCache)
                     batch_attn[name] = AttentionLayerInputs(meta, slot_mapping, cache)
             elif isinstance(spec, MambaSpec):
-                init = [row[g][(s0 - 1) // bs] if s0 > 0 else -1 for row, s0 in zip(ids, starts)]
+                init = [row[g][(s0 - 1) // bs] if s0 > 0 else -1
+                        for row, s0 in zip(ids, starts, strict=True)]  # fmt: skip
                 last = torch.zeros(len(tokens), dtype=torch.bool)
                 last[torch.tensor(qstarts[1:]) - 1] = True
                 keep = ((positions + 1) % bs == 0) | last
@@ -107,7 +108,9 @@ class ModelRunner:
             input_ids=torch.tensor(tokens, dtype=torch.int64, device=dev),
             positions=positions.to(dev),
             query_starts_cpu=tuple(qstarts),
-            logits_indices=torch.tensor([qstarts[i + 1] - 1 for i in sampling], device=dev),
+            logits_indices=torch.tensor(
+                [qstarts[i + 1] - 1 for i in sampling], dtype=torch.int64, device=dev
+            ),
             attention=batch_attn,
             mamba=batch_mamba,
             kernel_backend=self.kernel_backend,

@@ -123,7 +123,9 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(req)
 
-    def update(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[EngineRequest]:
+    def update(
+        self, out: SchedulerOutput, sampled: dict[str, int], now: float
+    ) -> list[EngineRequest]:
         """Advance computed counts, append ``sampled`` tokens; return newly finished."""
         finished = []
         for s in out.scheduled:

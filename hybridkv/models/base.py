@@ -45,8 +45,6 @@ class CausalLM(nn.Module):
     def tie_weights(self) -> None:
         """Re-share tied parameters (building on ``meta`` and materialising unties them)."""
 
-    def checkpoint_tensors(
-        self, name: str, tensor: torch.Tensor
-    ) -> list[tuple[str, torch.Tensor]]:
+    def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         """Parameter names (and tensors) for checkpoint tensor ``name``."""
         return [(name, tensor)]

@@ -73,7 +73,7 @@ class Gemma3Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         cos, sin = self.rotary.cos_sin(batch.positions, q.dtype)
-        q, k = RotaryEmbedding.apply(q, cos, sin), RotaryEmbedding.apply(k, cos, sin)
+        q, k = RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
@@ -155,9 +155,7 @@ class Gemma3ForCausalLM(CausalLM):
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits.float()
 
-    def checkpoint_tensors(
-        self, name: str, tensor: torch.Tensor
-    ) -> list[tuple[str, torch.Tensor]]:
+    def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         if name.startswith(_VISION_PREFIXES):
             return IGNORED
         for old, new in _TEXT_PREFIXES:

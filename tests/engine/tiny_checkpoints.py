@@ -26,7 +26,7 @@ def gemma3_config(**overrides: Any) -> Any:
 
     kw = dict(COMMON, head_dim=16, num_hidden_layers=4, sliding_window=WINDOW,
               layer_types=["sliding_attention"] * 3 + ["full_attention"],
-              query_pre_attn_scalar=16)  # fmt: skip
+              query_pre_attn_scalar=16, initializer_range=0.02)  # fmt: skip
     kw.update(overrides)
     return Gemma3TextConfig(**kw)
 

@@ -3,7 +3,7 @@
 ``rope_inv_freq(head_dim, params)`` reads one Hugging Face rope parameter dict
 (``rope_theta``, ``rope_type`` in ``default | linear | llama3`` and that type's
 fields) and returns the inverse frequencies; any other type raises
-``ValueError``. ``RotaryEmbedding.forward(x, positions)`` rotates ``x``
+``ValueError``. ``RotaryEmbedding.cos_sin(positions)`` then ``rotate(x, cos, sin)`` rotate ``x``
 ``[T, H, D]`` at integer ``positions`` ``[T]``: cos/sin are computed in fp32
 and cast to ``x``'s dtype, as Hugging Face does.
 """
@@ -74,6 +74,6 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
     @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` ``[T, H, D]`` with precomputed cos/sin."""
         return x * cos + rotate_half(x) * sin

@@ -1,0 +1,61 @@
+"""The engine-vs-transformers oracle shared by the per-family tests.
+
+``run_engine`` generates greedily with our ``LLM`` while recording, per
+request, the logits of every step that sampled (wrapping the runner).
+``check_against_hf`` compares tokens exactly and logits at rtol/atol 1e-4
+with transformers' greedy ``generate`` on the same checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from tiny_checkpoints import hf_greedy
+
+from hybridkv.engine import LLM, SamplingParams
+
+_HF_CACHE: dict[tuple[str, tuple[int, ...], int], tuple[list[int], torch.Tensor]] = {}
+
+
+def cached_hf_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
+    key = (str(path), tuple(prompt), n)
+    if key not in _HF_CACHE:
+        _HF_CACHE[key] = hf_greedy(path, prompt, n)
+    return _HF_CACHE[key]
+
+
+def record_logits(llm: LLM) -> dict[str, list[torch.Tensor]]:
+    """Wrap ``llm.runner.execute``; returns request id -> logits rows, step by step."""
+    seen: dict[str, list[torch.Tensor]] = defaultdict(list)
+    execute = llm.runner.execute
+
+    def wrapped(work: Any) -> torch.Tensor:
+        logits = execute(work)
+        for row, s in zip(logits, [s for s in work if s.samples], strict=True):
+            seen[s.request.request_id].append(row.clone())
+        return logits
+
+    llm.runner.execute = wrapped  # type: ignore[method-assign]
+    return seen
+
+
+def run_engine(llm: LLM, prompts: list[list[int]], n: int) -> tuple[list[Any], list[torch.Tensor]]:
+    """Greedy outputs of ``prompts`` in one ``generate`` call, and their logits ``[n, V]``."""
+    seen = record_logits(llm)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                        SamplingParams(max_tokens=n), use_tqdm=False)  # fmt: skip
+    return outs, [torch.stack(seen[o.request_id]) for o in outs]
+
+
+def check_against_hf(path: Path, llm: LLM, prompts: list[list[int]], n: int) -> list[Any]:
+    """Token-identical and logits within 1e-4 of transformers for every prompt."""
+    outs, logits = run_engine(llm, prompts, n)
+    for prompt, out, ours in zip(prompts, outs, logits, strict=True):
+        tokens, ref = cached_hf_greedy(path, prompt, n)
+        assert out.outputs[0].token_ids == tokens, (len(prompt), out.outputs[0].token_ids, tokens)
+        torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+    llm.manager.check_integrity()
+    return outs
