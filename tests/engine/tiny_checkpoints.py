@@ -55,3 +55,61 @@ def hf_greedy(path: Path, prompt: list[int], max_new_tokens: int) -> tuple[list[
         )  # fmt: skip
     tokens = out.sequences[0, len(prompt) :].tolist()
     return tokens, torch.cat(out.logits).float()
+
+
+def jamba_config(**overrides: Any) -> Any:
+    """Jamba: Mamba1 on layers 0 and 2, full attention on 1 and 3, MoE (2 experts) on 1 and 3."""
+    from transformers import JambaConfig
+
+    kw = dict(COMMON, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
+              expert_layer_period=2, expert_layer_offset=1, num_experts=2,
+              num_experts_per_tok=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+              mamba_dt_rank=8)  # fmt: skip
+    kw.update(overrides)
+    return JambaConfig(**kw)
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
+    "{% if add_generation_prompt %}assistant{% endif %}"
+)
+
+
+def save_word_tokenizer(path: Path, vocab_size: int = 512) -> Path:
+    """A whitespace word-level tokenizer (``w5`` ... ``w{V-1}``) with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "user": 3, "assistant": 4}
+    vocab.update({f"w{i}": i for i in range(5, vocab_size)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>")  # fmt: skip
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(path)
+    return path
+
+
+CHUNK = 6
+
+
+def llama4_config(**overrides: Any) -> Any:
+    """Llama 4 text: chunk 6 on three RoPE layers, one NoPE full layer, MoE every 2nd layer.
+
+    ``floor_scale=4`` makes the NoPE layer's query temperature change every 4
+    positions (the real default, 8192, would never trigger at test lengths).
+    Llama 3 rope scaling with ``original_max_position_embeddings=32`` leaves
+    one frequency as is, smooths one and divides the others by the factor.
+    """
+    from transformers import Llama4TextConfig
+
+    rope = dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0,
+                high_freq_factor=4.0, original_max_position_embeddings=32)  # fmt: skip
+    kw = dict(COMMON, head_dim=16, num_hidden_layers=4, intermediate_size_mlp=128,
+              attention_chunk_size=CHUNK, num_local_experts=2, num_experts_per_tok=1,
+              interleave_moe_layer_step=2, no_rope_layers=[1, 1, 1, 0],
+              attn_temperature_tuning=True, floor_scale=4, attn_scale=0.5,
+              rope_parameters=rope)  # fmt: skip
+    kw.update(overrides)
+    return Llama4TextConfig(**kw)
