@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hybridkv.engine.cli_generate import add_generate_parser, run_generate
 from hybridkv.report.command import add_plan_parser, run_plan
 
 
@@ -14,16 +15,24 @@ def main(argv: list[str] | None = None) -> int:
         prog="hybridkv", description="Hybrid-attention KV cache manager."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the worked prefix-caching example")
+    sub.add_parser("demo", help="chat and shared-document questions on Gemma 3 270M (offline)")
+    sub.add_parser("walkthrough", help="print the worked prefix-caching example (manager only)")
     add_plan_parser(sub)
+    add_generate_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from hybridkv.demo import main as demo
+        from hybridkv.engine.demo import main as demo
 
-        demo()
+        return demo()
+    if args.command == "walkthrough":
+        from hybridkv.walkthrough import main as walkthrough
+
+        walkthrough()
         return 0
     if args.command == "plan":
         return run_plan(args)
+    if args.command == "generate":
+        return run_generate(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -114,7 +114,8 @@ class LLM:
         self.max_model_len = layout.max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.hf_config, self.text_config = hf_config, text_config
-        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device)
+        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
+                                progress=progress)  # fmt: skip
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = self._eos_ids(GenerationConfig, text_config)
         memory = kv_cache_memory_bytes or self._default_kv_bytes(layout, block_size, max_num_seqs)

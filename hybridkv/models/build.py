@@ -33,9 +33,14 @@ def build_model(hf_config: Any, dtype: torch.dtype, device: torch.device) -> Cau
 
 
 def load_model(
-    model_dir: Path, hf_config: Any, dtype: torch.dtype, device: torch.device
+    model_dir: Path,
+    hf_config: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    progress: bool = False,
 ) -> CausalLM:
     """The model of ``model_dir`` with its weights loaded strictly."""
     model = build_model(hf_config, dtype, device)
-    load_checkpoint(model, model_dir, dtype)
+    load_checkpoint(model, model_dir, dtype, progress=progress)
     return model

@@ -40,12 +40,24 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     raise CheckpointError(f"{model_dir}: no *.safetensors weights found")
 
 
-def iter_checkpoint(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_checkpoint(model_dir: Path, progress: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` for every tensor of the checkpoint, file by file."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="loading weights", unit="tensor", dynamic_ncols=True)
     for path in checkpoint_files(model_dir):
         with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+            names = list(f.keys())
+            if bar is not None:
+                bar.total = (bar.total or 0) + len(names)
+            for name in names:
                 yield name, f.get_tensor(name)
+                if bar is not None:
+                    bar.update()
+    if bar is not None:
+        bar.close()
 
 
 def _short(names: list[str], limit: int = 8) -> str:
@@ -53,7 +65,9 @@ def _short(names: list[str], limit: int = 8) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def load_checkpoint(model: CausalLM, model_dir: Path, dtype: torch.dtype) -> int:
+def load_checkpoint(
+    model: CausalLM, model_dir: Path, dtype: torch.dtype, *, progress: bool = False
+) -> int:
     """Fill ``model``'s parameters from ``model_dir`` (see the module docstring)."""
     params = dict(model.named_parameters())
     filled: set[str] = set()
@@ -62,7 +76,7 @@ def load_checkpoint(model: CausalLM, model_dir: Path, dtype: torch.dtype) -> int
     twice: list[str] = []
     ignored = 0
     with torch.no_grad():
-        for name, tensor in iter_checkpoint(model_dir):
+        for name, tensor in iter_checkpoint(model_dir, progress):
             targets = model.checkpoint_tensors(name, tensor)
             if not targets:
                 ignored += 1

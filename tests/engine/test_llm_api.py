@@ -91,8 +91,11 @@ def test_stop_tokens_and_max_model_len(llm):
     )
     toks = ref[0].outputs[0].token_ids
     stop = toks[2]
-    out = llm.generate({"prompt_token_ids": [5, 6, 7]},
-                       SamplingParams(max_tokens=6, stop_token_ids=[stop]), use_tqdm=False)[0]  # fmt: skip
+    out = llm.generate(
+        {"prompt_token_ids": [5, 6, 7]},
+        SamplingParams(max_tokens=6, stop_token_ids=[stop]),
+        use_tqdm=False,
+    )[0]
     assert out.outputs[0].token_ids == toks[: toks.index(stop) + 1]
     assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop
     long = llm.generate({"prompt_token_ids": list(range(5, 65))},
@@ -171,7 +174,7 @@ def test_abort_frees_blocks(llm):
 def test_missing_path_and_unsupported_architecture(tmp_path, no_tok):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         LLM(tmp_path / "nope")
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match=r"config\.json"):
         LLM(tmp_path)
     (tmp_path / "model.gguf.txt").write_text("not a model")
     with pytest.raises(ValueError, match="not a GGUF"):
@@ -182,7 +185,7 @@ def test_missing_path_and_unsupported_architecture(tmp_path, no_tok):
     cfg["architectures"] = ["MistralForCausalLM"]
     cfg["model_type"] = "mistral"
     (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(UnsupportedModelError, match="Gemma3ForCausalLM.*JambaForCausalLM"):
+    with pytest.raises(UnsupportedModelError, match=r"Gemma3ForCausalLM.*JambaForCausalLM"):
         LLM(bad)
 
 
@@ -209,8 +212,9 @@ def test_strict_loader(tmp_path, no_tok, change):
 
 
 def test_bad_engine_arguments(no_tok):
-    for kwargs, match in [({"block_size": 0}, "block_size"), ({"max_num_seqs": 0}, "max_num_seqs"),
-                          ({"dtype": "int8"}, "dtype"), ({"kv_cache_memory_bytes": 1000}, "cannot hold"),
-                          ({"hash_algo": "md5"}, "md5")]:  # fmt: skip
+    cases = [({"block_size": 0}, "block_size"), ({"max_num_seqs": 0}, "max_num_seqs"),
+             ({"dtype": "int8"}, "dtype"), ({"kv_cache_memory_bytes": 1000}, "cannot hold"),
+             ({"hash_algo": "md5"}, "md5")]  # fmt: skip
+    for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             LLM(no_tok, **kwargs)

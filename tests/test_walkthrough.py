@@ -1,4 +1,4 @@
-"""`hybridkv demo` prints a worked example whose numbers are the manager's."""
+"""`hybridkv walkthrough` prints a worked example whose numbers are the manager's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hybridkv.cli import main
 
 
 def test_demo_prints_the_worked_example(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+    assert main(["walkthrough"]) == 0
     out = capsys.readouterr().out
     # A: nothing cached; 15 tokens in blocks of 4 -> 4 blocks per group.
     assert "lookup: 0 of 15 prompt tokens cached" in out

@@ -1,6 +1,6 @@
-"""``hybridkv demo``: a worked prefix-caching example on a hybrid model.
+"""``hybridkv walkthrough``: a worked prefix-caching example on a hybrid model.
 
-Until the engine lands (a later issue), the demo drives the manager the way a
+The walkthrough drives the manager the way a
 scheduler would, on a toy hybrid layout (one full-attention group and one
 sliding-window group), and prints every decision: block tables with null
 blocks, prefix hits, the free queue, eviction.
@@ -76,7 +76,7 @@ def main(say: Callable[[str], None] = print) -> None:
     kv = KVCacheManager(
         _config(num_blocks=16), max_model_len=64, log_stats=True, enable_kv_cache_events=True
     )
-    say("hybridkv demo: prefix caching on a hybrid layout")
+    say("hybridkv walkthrough: prefix caching on a hybrid layout")
     say(
         f"  groups: full attention + sliding window W={WINDOW}; block_size={BLOCK}; "
         f"15 usable blocks (block 0 is the null block)"
