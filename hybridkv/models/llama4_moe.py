@@ -1,0 +1,98 @@
+"""Llama 4 feed-forward blocks: the dense SwiGLU MLP and the mixture of experts.
+
+``Llama4MLP``: ``down(silu(gate(x)) * up(x))``; dense layers use
+``intermediate_size_mlp``, the MoE's shared expert ``intermediate_size``.
+
+``Llama4MoE`` (layers listed in ``config.moe_layers``): a router picks the
+top-``num_experts_per_tok`` experts per token from its logits and scores each
+pick with ``sigmoid(logit)`` (no softmax, no renormalisation). The score scales
+the expert's *input*, not its output: ``expert_e(score * x)``; with SwiGLU
+experts the two differ. The output is ``shared_expert(x) + sum of the picks``.
+
+Expert weights are stacked over experts exactly as transformers saves them:
+``experts.gate_up_proj`` ``[E, H, 2I]`` (gate columns first, then up) and
+``experts.down_proj`` ``[E, I, H]``, applied as ``x @ W`` (not ``nn.Linear``'s
+``x @ W.T``). Tokens are grouped per expert with index tensors: the only
+Python loop is over the experts; each pick's output lands in its own row, and
+the picks of a token are summed in pick order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def _check_activation(config: Any) -> None:
+    if config.hidden_act != "silu":
+        raise ValueError(f"Llama 4: hidden_act {config.hidden_act!r} is not supported (only silu)")
+
+
+class Llama4MLP(nn.Module):
+    """SwiGLU MLP of width ``intermediate_size``."""
+
+    def __init__(self, config: Any, intermediate_size: int) -> None:
+        super().__init__()
+        _check_activation(config)
+        hidden = config.hidden_size
+        self.gate_proj = nn.Linear(hidden, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Llama4Experts(nn.Module):
+    """The routed experts' stacked weights (checkpoint layout, see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        e, h, i = config.num_local_experts, config.hidden_size, config.intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.empty(e, h, 2 * i))
+        self.down_proj = nn.Parameter(torch.empty(e, i, h))
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on already-scaled inputs ``x`` ``[n, H]`` -> ``[n, H]``."""
+        gate, up = (x @ self.gate_up_proj[e]).chunk(2, dim=-1)  # [n, I] each
+        return (up * F.silu(gate)) @ self.down_proj[e]
+
+
+class Llama4MoE(nn.Module):
+    """Sigmoid top-k routed experts plus a shared expert (see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        _check_activation(config)
+        self.num_experts = config.num_local_experts
+        self.top_k = config.num_experts_per_tok
+        if not 1 <= self.top_k <= self.num_experts:
+            raise ValueError(
+                f"Llama 4: num_experts_per_tok={self.top_k} must be in "
+                f"[1, num_local_experts={self.num_experts}]"
+            )
+        self.router = nn.Linear(config.hidden_size, self.num_experts, bias=False)
+        self.experts = Llama4Experts(config)
+        self.shared_expert = Llama4MLP(config, config.intermediate_size)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Picked experts ``[T, k]`` (int64) and their scores ``[T, k]`` in ``x``'s dtype."""
+        logits = self.router(x)  # [T, E]
+        top, picked = torch.topk(logits, self.top_k, dim=-1)
+        return picked, torch.sigmoid(top.float()).to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[T, H]`` -> ``[T, H]``."""
+        picked, scores = self.route(x)
+        flat_expert = picked.reshape(-1)  # [T * k], row t * k + j is token t's j-th pick
+        flat_token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)
+        flat_score = scores.reshape(-1, 1)
+        picks = x.new_empty(flat_expert.shape[0], x.shape[1])  # every row is written once
+        for e in range(self.num_experts):
+            rows = (flat_expert == e).nonzero().squeeze(1)
+            picks[rows] = self.experts.expert(e, x[flat_token[rows]] * flat_score[rows])
+        routed = picks.view(x.shape[0], self.top_k, x.shape[1]).sum(dim=1)
+        return self.shared_expert(x) + routed
