@@ -17,7 +17,8 @@ the launcher and the torch reference never read device memory back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -65,6 +66,10 @@ class AttentionOptions:
 class AttentionMetadata:
     """One step's varlen batch for one KV cache group (see the module docstring).
 
+    ``derived`` caches what the torch reference derives from the tables (the
+    decode gather plan per window/chunk), so the layers of a group that share
+    this object compute it once per step.
+
     Device tensors: ``query_start_loc`` ``[S + 1]``, ``seq_lens`` ``[S]``,
     ``block_table`` ``[S, max_blocks]`` (int32 or int64). Host copies
     (Python ints): ``query_lens_cpu``, ``seq_lens_cpu`` and
@@ -77,6 +82,8 @@ class AttentionMetadata:
     query_lens_cpu: tuple[int, ...]
     seq_lens_cpu: tuple[int, ...]
     query_starts_cpu: tuple[int, ...]
+    #: Per-step derived index plans (torch reference), shared by the group's layers.
+    derived: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
     def num_seqs(self) -> int:

@@ -6,8 +6,10 @@ of a step run as one padded batch. ``scaled_dot_product_attention`` runs in
 the cache dtype (it accumulates fp16/bf16 in fp32) where no softcap or sinks
 are asked for; otherwise an explicit fp32 softmax, sinks entering as extra
 logits in the denominator. Keys outside the visible range never enter the
-softmax, and gathered padding rows are zeroed so that garbage (even NaN) in
-null or stale blocks cannot leak into the output.
+softmax. Prefill chunks gather exactly their visible range; decodes gather
+exactly their visible keys (a plan built once per step and window, cached on
+the metadata), padding with a real key; either way garbage (even NaN) in null
+or stale blocks is never read into the output.
 """
 
 from __future__ import annotations
@@ -46,31 +48,43 @@ def _prefill_one(a: AttentionInputs, s: int) -> None:
     a.out[start : start + ql] = o[0].to(a.out.dtype)
 
 
-def _decode_batch(a: AttentionInputs, decodes: list[int]) -> None:
+def _decode_plan(
+    a: AttentionInputs, decodes: list[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token-level gather plan of a step's decodes, cached on the metadata.
+
+    Returns ``(blocks, offsets, valid, starts)``: key ``j`` of decode ``i`` is
+    ``cache[blocks[i, j], offsets[i, j]]``; padding entries repeat the last
+    (just written) key so every gathered row is real data, and ``valid`` masks
+    them out of the softmax.
+    """
     meta, opts = a.meta, a.opts
-    dev = a.q.device
     bs = a.key_cache.shape[1]
+    key = ("decode", bs, opts.sliding_window, opts.chunk_size)
+    plan = meta.derived.get(key)
+    if plan is not None:
+        return plan  # type: ignore[no-any-return]
+    dev = a.q.device
     seq_lens = [meta.seq_lens_cpu[s] for s in decodes]
     los = [opts.first_visible_key(sl - 1) for sl in seq_lens]
-    b_los = [lo // bs for lo in los]
-    nb = max(-(-sl // bs) - b for sl, b in zip(seq_lens, b_los, strict=True))
-    rows = torch.tensor(decodes, device=dev)
-    b_lo_t = torch.tensor(b_los, device=dev)
-    cols = (b_lo_t[:, None] + torch.arange(nb, device=dev)).clamp_(
-        max=meta.block_table.shape[1] - 1
-    )
-    ids = meta.block_table[rows[:, None], cols].long()  # [n, nb]
-    k = a.key_cache[ids].flatten(1, 2)  # [n, nb * bs, Hkv, D]
-    v = a.value_cache[ids].flatten(1, 2)
-    kpos = b_lo_t[:, None] * bs + torch.arange(nb * bs, device=dev)  # [n, L]
-    lo_t = torch.tensor(los, device=dev)[:, None]
+    width = max(sl - lo for sl, lo in zip(seq_lens, los, strict=True))
     sl_t = torch.tensor(seq_lens, device=dev)[:, None]
-    valid = (kpos >= lo_t) & (kpos < sl_t)
-    invalid = ~valid
-    k[invalid] = 0  # gathered copies: zero only the padding rows (may hold NaN garbage)
-    v[invalid] = 0
+    pos = torch.tensor(los, device=dev)[:, None] + torch.arange(width, device=dev)
+    valid = pos < sl_t
+    pos = torch.where(valid, pos, sl_t - 1)
+    rows = torch.tensor(decodes, device=dev)[:, None]
+    blocks = meta.block_table[rows, pos // bs].long()
     starts = torch.tensor([meta.query_starts_cpu[s] for s in decodes], device=dev)
-    o = _attend(a.q[starts][:, None], k, v, valid[:, None, :], opts, a.sinks)  # [n, 1, Hq, D]
+    plan = (blocks, pos % bs, valid, starts)
+    meta.derived[key] = plan
+    return plan
+
+
+def _decode_batch(a: AttentionInputs, decodes: list[int]) -> None:
+    blocks, offsets, valid, starts = _decode_plan(a, decodes)
+    k = a.key_cache[blocks, offsets]  # [n, L, Hkv, D]
+    v = a.value_cache[blocks, offsets]
+    o = _attend(a.q[starts][:, None], k, v, valid[:, None, :], a.opts, a.sinks)  # [n, 1, Hq, D]
     a.out[starts] = o[:, 0].to(a.out.dtype)
 
 
