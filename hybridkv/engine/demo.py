@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import time
 
-from hybridkv.engine.demo_text import CHAT_TURNS, QUESTIONS, document_prompt
+from hybridkv.engine.demo_text import (
+    CHAT_TURNS,
+    QUESTIONS,
+    TRANSCRIPT_TEMPLATE,
+    document_prompt,
+)
 from hybridkv.engine.llm import LLM
 from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.sampling_params import SamplingParams
@@ -55,9 +60,26 @@ def _report(label: str, out: RequestOutput) -> None:
     print(f"  > {out.outputs[0].text.strip()}\n")
 
 
+def _chat_setup(llm: LLM) -> tuple[SamplingParams, str | None]:
+    """Sampling (greedy, stop at a line end when templating) and the template to use."""
+    tok = llm.tokenizer
+    if tok is None:
+        raise ValueError("the demo needs a checkpoint with a tokenizer")
+    if getattr(tok, "chat_template", None):
+        return SamplingParams(max_tokens=MAX_TOKENS), None
+    print("note: the tokenizer has no chat template (a base model): using a plain "
+          "'User: / Assistant:' transcript, each reply ending at its line end")  # fmt: skip
+    stops = {
+        ids[0] for s in ("\n", "\n\n") if len(ids := tok.encode(s, add_special_tokens=False)) == 1
+    }
+    return SamplingParams(
+        max_tokens=MAX_TOKENS, stop_token_ids=tuple(sorted(stops))
+    ), TRANSCRIPT_TEMPLATE
+
+
 def run(llm: LLM) -> dict[str, float]:
     """The chat and the document questions; returns the figures it printed."""
-    params = SamplingParams(max_tokens=MAX_TOKENS)
+    params, template = _chat_setup(llm)
     start = time.monotonic()
     generated = 0
     print("\n== 1. A multi-turn chat (each turn re-sends the conversation) ==")
@@ -65,17 +87,17 @@ def run(llm: LLM) -> dict[str, float]:
     for k, turn in enumerate(CHAT_TURNS):
         conv.append({"role": "user", "content": turn})
         print(f"user: {turn}")
-        out = llm.chat(conv, params, use_tqdm=False)[0]
+        out = llm.chat(conv, params, use_tqdm=False, chat_template=template)[0]
         _report(f"turn {k + 1}", out)
         conv.append({"role": "assistant", "content": out.outputs[0].text.strip()})
         generated += len(out.outputs[0].token_ids)
     print("== 2. Questions about one shared document ==")
     print(f"Q: {QUESTIONS[0]}")
-    cold = llm.chat([{"role": "user", "content": document_prompt(QUESTIONS[0])}], params,
-                    use_tqdm=False)[0]  # fmt: skip
+    first = [{"role": "user", "content": document_prompt(QUESTIONS[0])}]
+    cold = llm.chat(first, params, use_tqdm=False, chat_template=template)[0]
     _report("cold, alone", cold)
     convs = [[{"role": "user", "content": document_prompt(q)}] for q in QUESTIONS[1:]]
-    outs = llm.chat(convs, params, use_tqdm=True)
+    outs = llm.chat(convs, params, use_tqdm=True, chat_template=template)
     for q, out in zip(QUESTIONS[1:], outs, strict=True):
         print(f"Q: {q}")
         _report("batch, document cached", out)

@@ -1,9 +1,17 @@
 """The demo's inputs: a chat and a document with questions (plain data)."""
 
 CHAT_TURNS = (
-    "In two sentences: what is the KV cache of a language model?",
-    "Why does a sliding-window attention layer need less of it?",
-    "Summarise both answers in one short sentence.",
+    "What is a cache in a computer?",
+    "Why is it faster than main memory?",
+    "What is the capital of France?",
+)
+
+#: A plain transcript template for base models whose tokenizer has no chat template
+#: (the Gemma 3 270M GGUF is the pretrained model): replies stop at the line end.
+TRANSCRIPT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}User: {{ m['content'] }}\n"
+    "{% else %}Assistant: {{ m['content'] }}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 
 DOCUMENT = """\

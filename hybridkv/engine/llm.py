@@ -237,8 +237,12 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         use_tqdm: bool = True,
+        chat_template: str | None = None,
     ) -> list[RequestOutput]:
-        """Reply to one conversation or a list of them (the chat template renders each)."""
+        """Reply to one conversation or a list of them (the chat template renders each).
+
+        ``chat_template`` (Jinja) replaces the tokenizer's, e.g. for a base model.
+        """
         if not isinstance(messages, Sequence) or len(messages) == 0:
             raise ValueError("messages must be a non-empty list of messages or of conversations")
         single = isinstance(messages[0], Mapping)
@@ -247,7 +251,7 @@ class LLM:
         for k, conv in enumerate(conversations):
             if not isinstance(conv, Sequence) or len(conv) == 0:
                 raise ValueError(f"conversation {k} must be a non-empty list of messages")
-            ids = encode_chat(self.tokenizer, conv)  # type: ignore[arg-type]
+            ids = encode_chat(self.tokenizer, conv, chat_template)  # type: ignore[arg-type]
             encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 

@@ -23,17 +23,29 @@ def load_tokenizer(model_dir: Path) -> Any | None:
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
 
 
-def encode_chat(tokenizer: Any, conversation: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Token ids of ``conversation`` rendered by the chat template, ready for the reply."""
+def encode_chat(
+    tokenizer: Any, conversation: Sequence[Mapping[str, Any]], chat_template: str | None = None
+) -> list[int]:
+    """Token ids of ``conversation`` rendered by the chat template, ready for the reply.
+
+    ``chat_template`` (Jinja) overrides the tokenizer's; without either,
+    ``ValueError`` says so.
+    """
     if tokenizer is None:
         raise ValueError("chat needs a tokenizer, and this checkpoint has none")
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("chat needs a chat template, and this checkpoint's tokenizer has none")
+    if chat_template is None and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "chat needs a chat template, and this checkpoint's tokenizer has none; "
+            "pass chat_template=..."
+        )
     for k, msg in enumerate(conversation):
         if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
             raise ValueError(f"messages[{k}] must be a dict with 'role' and 'content', got {msg!r}")
     ids = tokenizer.apply_chat_template(
-        [dict(m) for m in conversation], add_generation_prompt=True, tokenize=True
+        [dict(m) for m in conversation],
+        chat_template=chat_template,
+        add_generation_prompt=True,
+        tokenize=True,
     )
     if isinstance(ids, Mapping) or hasattr(ids, "keys"):
         ids = ids["input_ids"]

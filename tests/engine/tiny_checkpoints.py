@@ -16,7 +16,7 @@ import torch
 
 COMMON: dict[str, Any] = dict(
     vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2,
+    num_key_value_heads=2, max_position_embeddings=1024, initializer_range=0.2,
 )  # fmt: skip
 WINDOW = 7
 
