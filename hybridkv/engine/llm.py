@@ -35,6 +35,7 @@ from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
+from hybridkv.specs import MambaSpec
 
 DEFAULT_KV_CAP_BYTES = 2 << 30
 PromptType = str | Mapping[str, Any]
@@ -128,8 +129,10 @@ class LLM:
         self.manager = KVCacheManager(config, self.max_model_len,
                                       enable_caching=enable_prefix_caching, hash_algo=hash_algo,
                                       log_stats=True)  # fmt: skip
+        has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
-                                   max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+                                   max_num_batched_tokens=max_num_batched_tokens,
+                                   defer_pending_hits=has_mamba)  # fmt: skip
         self.runner = ModelRunner(self.model, config, self.kv_buffers, self.manager, self.device,
                                   kernel_backend)  # fmt: skip
         self._ids = itertools.count()

@@ -14,6 +14,13 @@ tokens over at most ``max_num_seqs`` running requests (vLLM v1's policy):
    scheduled like a running request. A request that does not fit waits
    (nothing partial is kept). Nothing new is admitted in a step that preempted.
 
+Blocks are cached when they are allocated, before the step computes them. An
+attention layer writes every token's K/V before any sequence attends, so a
+request may hit blocks another one fills in the same step. A Mamba state is
+not: with ``defer_pending_hits`` (set for models with Mamba groups) a request
+whose hit includes a block being computed in this step waits one step, and
+then adopts the finished checkpoint.
+
 A request resumed after preemption recomputes its prompt and outputs so far
 (the prefix cache usually gives most of it back) and continues exactly where
 it stopped. ``update`` applies a step's results: computed counts advance and
@@ -26,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
+from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.kv_cache_manager import KVCacheManager
 
 
@@ -59,9 +67,18 @@ class Scheduler:
     """Waiting and running queues over one ``KVCacheManager`` (module docstring)."""
 
     def __init__(
-        self, manager: KVCacheManager, *, max_num_seqs: int, max_num_batched_tokens: int
+        self,
+        manager: KVCacheManager,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        defer_pending_hits: bool = False,
     ) -> None:
         self.manager = manager
+        self.defer_pending_hits = defer_pending_hits
+        self._block_sizes = [
+            g.kv_cache_spec.block_size for g in manager.kv_cache_config.kv_cache_groups
+        ]
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[EngineRequest] = deque()
@@ -102,6 +119,8 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             blocks, hit = self.manager.get_computed_blocks(req.core)
+            if hit and self.defer_pending_hits and self._hits_pending(blocks, scheduled):
+                break
             n = min(req.num_tokens - hit, budget)
             if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
                 break
@@ -114,6 +133,16 @@ class Scheduler:
             scheduled.append(ScheduledRequest(req, hit, n))
             budget -= n
         return budget
+
+    def _hits_pending(self, hit: KVCacheBlocks, scheduled: list[ScheduledRequest]) -> bool:
+        """True if a hit block is one that this step computes (filled, not finished)."""
+        pending: set[tuple[int, int]] = set()
+        for s in scheduled:
+            ids = self.manager.get_block_ids(s.request.request_id)
+            for g, bs in enumerate(self._block_sizes):
+                last = -(-(s.start + s.num_tokens) // bs)
+                pending.update((g, b) for b in ids[g][s.start // bs : last] if b)
+        return any((g, b.block_id) in pending for g, group in enumerate(hit.blocks) for b in group)
 
     def _preempt(self, req: EngineRequest) -> None:
         self.manager.free(req.core)

@@ -71,3 +71,12 @@ def test_bfloat16_runs_close_to_fp32(ckpt):
     assert ours[0].dtype == torch.float32
     # First step only: later steps may (rightly) pick other tokens in bf16.
     assert (ours[0][0] - want[0][0]).abs().max() < 0.05 * want[0][0].abs().max()
+
+
+def test_shared_prefix_in_one_batch(ckpt):
+    # The second and third requests hit blocks that the first fills in the same
+    # step: every layer writes all K/V before any sequence attends, so it is safe.
+    llm = LLM(ckpt, block_size=4)
+    doc = _prompt(26, 12)
+    outs = check_against_hf(ckpt, llm, [doc, [*doc[:24], 3, 4], [*doc[:24], 5]], N)
+    assert [o.num_cached_tokens for o in outs] == [0, 24, 24]

@@ -134,3 +134,15 @@ def test_bfloat16_runs_close_to_fp32(ckpt: Path) -> None:
     _, want = run_engine(ref, prompt, 4)
     assert ours[0].dtype == torch.float32
     assert (ours[0] - want[0]).abs().max() < 0.1 * want[0].abs().max()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_shared_prefix_in_one_batch(ckpt: Path, backend: str) -> None:
+    # Requests sharing a prefix arrive together: the second must not adopt Mamba
+    # checkpoints that the first is computing in the same step.
+    llm = LLM(ckpt, block_size=4, kernel_backend=backend)
+    bs = _block_size(llm)
+    doc = _prompt(2 * bs + 6, 77)
+    prompts = [doc, [*doc[: 2 * bs], 9, 8, 7], [*doc[: 2 * bs], 5]]
+    outs = check_against_hf(ckpt, llm, prompts, 4)
+    assert [o.num_cached_tokens for o in outs] == [0, 2 * bs, 2 * bs]

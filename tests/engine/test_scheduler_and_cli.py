@@ -1,4 +1,4 @@
-"""Scheduler policy (budget, victims) and the ``generate`` / ``demo`` entry points on a tiny model."""
+"""Scheduler policy (budget, victims) and the `generate` / `demo` entry points, tiny model."""
 
 from __future__ import annotations
 
