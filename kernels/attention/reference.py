@@ -63,7 +63,7 @@ def _decode_plan(
     key = ("decode", bs, opts.sliding_window, opts.chunk_size)
     plan = meta.derived.get(key)
     if plan is not None:
-        return plan  # type: ignore[no-any-return]
+        return plan
     dev = a.q.device
     seq_lens = [meta.seq_lens_cpu[s] for s in decodes]
     los = [opts.first_visible_key(sl - 1) for sl in seq_lens]
