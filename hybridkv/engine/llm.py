@@ -6,7 +6,7 @@ safetensors checkpoint, ``hybridkv.models.gguf``). The KV cache is planned by
 ``plan_kv_cache`` from the model's layout (every layer kind gets its own
 group and manager) and allocated once; ``kv_cache_memory_bytes`` defaults to
 room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
-``DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
+``engine_setup.DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
 
 Every input is checked before any request is queued, so a bad call leaves no
 state behind; if a step fails, the call's requests are aborted and their
@@ -24,6 +24,14 @@ from typing import Any
 import torch
 
 from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.engine_setup import (
+    default_kv_bytes,
+    eos_token_ids,
+    positive,
+    resolve_device,
+    resolve_dtype,
+)
+from hybridkv.engine.inputs import PromptType, prompt_ids, sampling_list
 from hybridkv.engine.model_source import resolve_model_dir
 from hybridkv.engine.outputs import CompletionOutput, RequestOutput
 from hybridkv.engine.runner import ModelRunner
@@ -36,40 +44,6 @@ from hybridkv.layouts import layout_from_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 from hybridkv.specs import MambaSpec
-
-DEFAULT_KV_CAP_BYTES = 2 << 30
-PromptType = str | Mapping[str, Any]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _resolve_dtype(dtype: str | torch.dtype, text_config: Any) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _DTYPES.values():
-            raise ValueError(f"dtype {dtype} is not supported (float32, bfloat16, float16)")
-        return dtype
-    if dtype == "auto":
-        cfg = getattr(text_config, "dtype", None) or getattr(text_config, "torch_dtype", None)
-        name = str(cfg).removeprefix("torch.") if cfg is not None else "float32"
-        return _DTYPES.get(name, torch.float32)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not supported: 'auto' or one of {sorted(_DTYPES)}")
-    return _DTYPES[dtype]
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for, but CUDA is not available")
-    return dev
-
-
-def _positive(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
 
 
 class LLM:
@@ -91,22 +65,22 @@ class LLM:
         kernel_backend: str | None = None,
         progress: bool = False,
     ) -> None:
-        _positive(block_size, "block_size")
-        _positive(max_num_seqs, "max_num_seqs")
-        _positive(max_num_batched_tokens, "max_num_batched_tokens")
+        positive(block_size, "block_size")
+        positive(max_num_seqs, "max_num_seqs")
+        positive(max_num_batched_tokens, "max_num_batched_tokens")
         if max_model_len is not None:
-            _positive(max_model_len, "max_model_len")
+            positive(max_model_len, "max_model_len")
         if kv_cache_memory_bytes is not None:
-            _positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
-        from transformers import AutoConfig, GenerationConfig
+            positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
+        from transformers import AutoConfig
 
         self.model_dir = resolve_model_dir(model, progress=progress)
         hf_config = AutoConfig.from_pretrained(str(self.model_dir), local_files_only=True)
         from hybridkv.models.registry import resolve_architecture
 
         _, text_config = resolve_architecture(hf_config)
-        self.dtype = _resolve_dtype(dtype, text_config)
-        self.device = _resolve_device(device)
+        self.dtype = resolve_dtype(dtype, text_config)
+        self.device = resolve_device(device)
         dtype_name = str(self.dtype).removeprefix("torch.")
         layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name,
                                        max_model_len=max_model_len)  # fmt: skip
@@ -118,8 +92,10 @@ class LLM:
         self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
                                 progress=progress)  # fmt: skip
         self.tokenizer = load_tokenizer(self.model_dir)
-        self.eos_token_ids = self._eos_ids(GenerationConfig, text_config)
-        memory = kv_cache_memory_bytes or self._default_kv_bytes(layout, block_size, max_num_seqs)
+        self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
+        memory = kv_cache_memory_bytes or default_kv_bytes(
+            layout, block_size, max_num_seqs, self.max_model_len, max_num_batched_tokens
+        )
         self.plan = plan_kv_cache(layout, memory, block_size=block_size,
                                   max_model_len=self.max_model_len,
                                   max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
@@ -138,73 +114,17 @@ class LLM:
         self._ids = itertools.count()
         self.num_steps = 0
 
-    # -- set-up helpers --------------------------------------------------------
-    def _eos_ids(self, generation_config_cls: Any, text_config: Any) -> frozenset[int]:
-        eos: Any = None
-        if (self.model_dir / "generation_config.json").is_file():
-            gen = generation_config_cls.from_pretrained(str(self.model_dir), local_files_only=True)
-            eos = gen.eos_token_id
-        elif getattr(text_config, "eos_token_id", None) is not None:
-            eos = text_config.eos_token_id
-        if eos is None:
-            return frozenset()
-        return frozenset([eos] if isinstance(eos, int) else eos)
-
-    def _default_kv_bytes(self, layout: Any, block_size: int, max_num_seqs: int) -> int:
-        probe = plan_kv_cache(layout, 1 << 50, block_size=block_size,
-                              max_model_len=self.max_model_len,
-                              max_num_batched_tokens=self.max_num_batched_tokens)  # fmt: skip
-        per_request = probe.hybrid.bytes_per_request
-        page = probe.page_bytes
-        floor = per_request + page * (2 + self.max_num_batched_tokens // block_size)
-        return max(min(per_request * max_num_seqs, DEFAULT_KV_CAP_BYTES), floor)
-
     # -- requests ----------------------------------------------------------------
     def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError(
-                    f"prompts[{k}] is text but the checkpoint has no tokenizer; pass "
-                    "{'prompt_token_ids': [...]} instead"
-                )
-            ids = self.tokenizer(prompt)["input_ids"]
-            text: str | None = prompt
-        elif isinstance(prompt, Mapping) and "prompt_token_ids" in prompt:
-            ids, text = list(prompt["prompt_token_ids"]), prompt.get("prompt")
-        else:
-            raise ValueError(
-                f"prompts[{k}] must be a str or a dict with 'prompt_token_ids', got {prompt!r}"
-            )
-        if not ids:
-            raise ValueError(f"prompts[{k}] is empty")
-        vocab = self.text_config.vocab_size
-        bad = [
-            t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
-        ]
-        if bad:
-            raise ValueError(f"prompts[{k}]: token ids must be ints in [0, {vocab}), got {bad[:5]}")
-        if len(ids) > self.max_model_len:
-            raise ValueError(
-                f"prompts[{k}] has {len(ids)} tokens, more than max_model_len={self.max_model_len}"
-            )
-        return ids, text
+        return prompt_ids(prompt, k, self.tokenizer, self.text_config.vocab_size,
+                          self.max_model_len)  # fmt: skip
 
     def _make_requests(
         self,
         prompts: Sequence[tuple[list[int], str | None]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None,
     ) -> list[EngineRequest]:
-        if sampling_params is None:
-            params: list[SamplingParams] = [SamplingParams()] * len(prompts)
-        elif isinstance(sampling_params, SamplingParams):
-            params = [sampling_params] * len(prompts)
-        else:
-            params = list(sampling_params)
-            if len(params) != len(prompts):
-                raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
-        for k, p in enumerate(params):
-            if not isinstance(p, SamplingParams):
-                raise ValueError(f"sampling_params[{k}] must be a SamplingParams, got {p!r}")
+        params = sampling_list(sampling_params, len(prompts))
         now = time.monotonic()
         return [
             EngineRequest(

@@ -1,0 +1,71 @@
+"""Resolving the ``LLM`` constructor's arguments: dtype, device, EOS ids, KV memory.
+
+Each helper validates one argument and raises ``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridkv.planning import plan_kv_cache
+
+DEFAULT_KV_CAP_BYTES = 2 << 30
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype, text_config: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not supported (float32, bfloat16, float16)")
+        return dtype
+    if dtype == "auto":
+        cfg = getattr(text_config, "dtype", None) or getattr(text_config, "torch_dtype", None)
+        name = str(cfg).removeprefix("torch.") if cfg is not None else "float32"
+        return _DTYPES.get(name, torch.float32)
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: 'auto' or one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for, but CUDA is not available")
+    return dev
+
+
+def positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def eos_token_ids(model_dir: Path, text_config: Any) -> frozenset[int]:
+    """End-of-sequence ids: ``generation_config.json``'s, else the config's (may be none)."""
+    from transformers import GenerationConfig
+
+    eos: Any = None
+    if (model_dir / "generation_config.json").is_file():
+        eos = GenerationConfig.from_pretrained(str(model_dir), local_files_only=True).eos_token_id
+    elif getattr(text_config, "eos_token_id", None) is not None:
+        eos = text_config.eos_token_id
+    if eos is None:
+        return frozenset()
+    return frozenset([eos] if isinstance(eos, int) else eos)
+
+
+def default_kv_bytes(
+    layout: Any, block_size: int, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int
+) -> int:
+    """Room for ``max_num_seqs`` full-length requests, capped at ``DEFAULT_KV_CAP_BYTES``
+    but never below one full-length request plus a step's worth of blocks."""
+    probe = plan_kv_cache(layout, 1 << 50, block_size=block_size, max_model_len=max_model_len,
+                          max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+    per_request = probe.hybrid.bytes_per_request
+    floor = per_request + probe.page_bytes * (2 + max_num_batched_tokens // block_size)
+    return max(min(per_request * max_num_seqs, DEFAULT_KV_CAP_BYTES), floor)
