@@ -4,10 +4,13 @@ A model is built from its Hugging Face text config (``from_config``), gets its
 weights from the strict loader (``hybridkv.models.loader``) and runs one
 engine step at a time:
 
-- ``forward(batch) -> hidden [T, hidden_size]`` over the flattened varlen
-  batch (``ForwardBatch``); attention layers are named ``layers.{i}`` like the
-  planner's layer names, so the runner's per-group metadata reaches them;
-- ``compute_logits(hidden [N, hidden_size]) -> [N, vocab]`` in fp32;
+- ``forward(batch) -> hidden [T, hidden_size]`` (default: ``self.model(batch)``)
+  over the flattened varlen batch (``ForwardBatch``); attention layers are named
+  ``layers.{i}`` like the planner's layer names, so the runner's per-group
+  metadata reaches them;
+- ``compute_logits(hidden [N, hidden_size]) -> [N, vocab]`` in fp32 (default:
+  ``self.lm_head``; ``tie_weights`` shares it with ``model.embed_tokens`` when the
+  config ties them);
 - ``checkpoint_tensors(name, tensor)``: where a checkpoint tensor goes, as
   ``(parameter_name, tensor)`` pairs (several for fused or stacked weights), or
   ``IGNORED`` for a tensor the family deliberately does not use (for example
@@ -36,14 +39,23 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
 
-    def forward(self, batch: ForwardBatch) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    # Families build ``self.model`` (a decoder stack with ``embed_tokens``) and
+    # ``self.lm_head``; the defaults below rely on those two names.
+    model: nn.Module
+    lm_head: nn.Linear
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.model(batch)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
 
     def tie_weights(self) -> None:
         """Re-share tied parameters (building on ``meta`` and materialising unties them)."""
+        if getattr(self.config, "tie_word_embeddings", False):
+            embed = self.model.get_submodule("embed_tokens")
+            assert isinstance(embed, nn.Embedding)
+            self.lm_head.weight = embed.weight
 
     def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         """Parameter names (and tensors) for checkpoint tensor ``name``."""

@@ -142,13 +142,6 @@ class Gemma3ForCausalLM(CausalLM):
         self.final_softcap = config.final_logit_softcapping
         self.tie_weights()
 
-    def tie_weights(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return self.model(batch)
-
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(hidden)
         if self.final_softcap is not None:

@@ -38,7 +38,7 @@ from hybridkv.engine.forward_batch import ForwardBatch
 from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
-from hybridkv.models.layers import PagedAttention, RMSNorm, rope_inv_freq
+from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies
 from hybridkv.models.llama4_moe import Llama4MLP, Llama4MoE
 from hybridkv.models.loader import CheckpointError
 
@@ -89,19 +89,8 @@ def l2_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-class InterleavedRotary(nn.Module):
+class InterleavedRotary(RopeFrequencies):
     """RoPE on adjacent pairs ``(x[2j], x[2j+1])``, in fp32 (see the module docstring)."""
-
-    def __init__(self, head_dim: int, params: Mapping[str, Any]) -> None:
-        super().__init__()
-        self.head_dim = head_dim
-        self.params = dict(params)
-        self.register_buffer("inv_freq", rope_inv_freq(head_dim, params), persistent=False)
-        self.inv_freq: torch.Tensor
-
-    def init_buffers(self) -> None:
-        """Recompute the inverse frequencies (after building on the meta device)."""
-        self.inv_freq = rope_inv_freq(self.head_dim, self.params).to(self.inv_freq.device)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 cos and sin ``[T, 1, D / 2]`` (compute once, rotate q and k)."""
@@ -208,16 +197,6 @@ class Llama4ForCausalLM(CausalLM):
         self.model = Llama4Model(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
-
-    def tie_weights(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return self.model(batch)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
 
     def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         if name.startswith(_VISION_PREFIXES):

@@ -2,6 +2,13 @@
 
 from hybridkv.models.layers.attention import PagedAttention
 from hybridkv.models.layers.norms import GemmaRMSNorm, RMSNorm
-from hybridkv.models.layers.rotary import RotaryEmbedding, rope_inv_freq
+from hybridkv.models.layers.rotary import RopeFrequencies, RotaryEmbedding, rope_inv_freq
 
-__all__ = ["GemmaRMSNorm", "PagedAttention", "RMSNorm", "RotaryEmbedding", "rope_inv_freq"]
+__all__ = [
+    "GemmaRMSNorm",
+    "PagedAttention",
+    "RMSNorm",
+    "RopeFrequencies",
+    "RotaryEmbedding",
+    "rope_inv_freq",
+]

@@ -53,8 +53,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class RotaryEmbedding(nn.Module):
-    """RoPE over the whole head (``rotate_half`` layout)."""
+class RopeFrequencies(nn.Module):
+    """Holds ``inv_freq`` (fp32, not in checkpoints) for one head size and rope dict."""
 
     def __init__(self, head_dim: int, params: Mapping[str, Any]) -> None:
         super().__init__()
@@ -66,6 +66,10 @@ class RotaryEmbedding(nn.Module):
     def init_buffers(self) -> None:
         """Recompute the inverse frequencies (after building on the meta device)."""
         self.inv_freq = rope_inv_freq(self.head_dim, self.params).to(self.inv_freq.device)
+
+
+class RotaryEmbedding(RopeFrequencies):
+    """RoPE over the whole head (``rotate_half`` layout)."""
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """cos and sin ``[T, 1, D]`` in ``dtype`` (compute once, apply to q and k)."""
