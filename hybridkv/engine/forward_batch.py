@@ -19,6 +19,7 @@ flattened (varlen): sequence ``s`` owns tokens
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -56,6 +57,8 @@ class ForwardBatch:
     attention: dict[str, AttentionLayerInputs] = field(default_factory=dict)
     mamba: dict[str, MambaLayerInputs] = field(default_factory=dict)
     kernel_backend: str | None = None
+    #: Per-step values layers derive from the batch and share (RoPE cos/sin).
+    derived: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_tokens(self) -> int:

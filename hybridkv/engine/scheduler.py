@@ -33,7 +33,6 @@ from collections import deque
 from dataclasses import dataclass
 
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
-from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.kv_cache_manager import KVCacheManager
 
 
@@ -116,11 +115,19 @@ class Scheduler:
         return SchedulerOutput(tuple(scheduled), tuple(preempted))
 
     def _admit(self, scheduled: list[ScheduledRequest], budget: int) -> int:
+        pending: set[tuple[int, int]] | None = None  # built on first need, then extended
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             blocks, hit = self.manager.get_computed_blocks(req.core)
-            if hit and self.defer_pending_hits and self._hits_pending(blocks, scheduled):
-                break
+            if hit and self.defer_pending_hits:
+                if pending is None:
+                    pending = set()
+                    for s in scheduled:
+                        self._add_pending(pending, s)
+                if any(
+                    (g, b.block_id) in pending for g, grp in enumerate(blocks.blocks) for b in grp
+                ):
+                    break
             n = min(req.num_tokens - hit, budget)
             if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
                 break
@@ -131,18 +138,17 @@ class Scheduler:
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             scheduled.append(ScheduledRequest(req, hit, n))
+            if pending is not None:
+                self._add_pending(pending, scheduled[-1])
             budget -= n
         return budget
 
-    def _hits_pending(self, hit: KVCacheBlocks, scheduled: list[ScheduledRequest]) -> bool:
-        """True if a hit block is one that this step computes (filled, not finished)."""
-        pending: set[tuple[int, int]] = set()
-        for s in scheduled:
-            ids = self.manager.get_block_ids(s.request.request_id)
-            for g, bs in enumerate(self._block_sizes):
-                last = -(-(s.start + s.num_tokens) // bs)
-                pending.update((g, b) for b in ids[g][s.start // bs : last] if b)
-        return any((g, b.block_id) in pending for g, group in enumerate(hit.blocks) for b in group)
+    def _add_pending(self, pending: set[tuple[int, int]], s: ScheduledRequest) -> None:
+        """Add the ``(group, block)`` pairs that step ``s`` fills (block 0 is null)."""
+        ids = self.manager.get_block_ids(s.request.request_id)
+        for g, bs in enumerate(self._block_sizes):
+            last = -(-(s.start + s.num_tokens) // bs)
+            pending.update((g, b) for b in ids[g][s.start // bs : last] if b)
 
     def _preempt(self, req: EngineRequest) -> None:
         self.manager.free(req.core)

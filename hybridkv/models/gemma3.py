@@ -22,25 +22,17 @@ from hybridkv.engine.forward_batch import ForwardBatch
 from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
-from hybridkv.models.layers import GemmaRMSNorm, PagedAttention, RotaryEmbedding
+from hybridkv.models.layers import (
+    GemmaRMSNorm,
+    PagedAttention,
+    RotaryEmbedding,
+    rope_parameters,
+)
 
 _VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.",
                     "vision_tower.", "multi_modal_projector.")  # fmt: skip
 _TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
                   ("language_model.lm_head.", "lm_head."))  # fmt: skip
-
-
-def rope_parameters(config: Any, layer_type: str) -> dict[str, Any]:
-    """The rope dict of ``layer_type`` (transformers 5 nested form, or the older fields)."""
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, dict) and layer_type in params:
-        return dict(params[layer_type])
-    if layer_type == "sliding_attention":
-        return {"rope_theta": config.rope_local_base_freq, "rope_type": "default"}
-    if isinstance(params, dict) and "rope_theta" in params:
-        return dict(params)
-    scaling = dict(getattr(config, "rope_scaling", None) or {})
-    return {"rope_theta": config.rope_theta, "rope_type": "default", **scaling}
 
 
 class Gemma3Attention(nn.Module):
@@ -72,7 +64,7 @@ class Gemma3Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        cos, sin = self.rotary.cos_sin(batch.positions, q.dtype)
+        cos, sin = self.rotary.for_step(batch, q.dtype)
         q, k = RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))

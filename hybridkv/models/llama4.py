@@ -28,7 +28,6 @@ model and projector are ignored on purpose.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -38,7 +37,7 @@ from hybridkv.engine.forward_batch import ForwardBatch
 from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
-from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies
+from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies, rope_parameters
 from hybridkv.models.llama4_moe import Llama4MLP, Llama4MoE
 from hybridkv.models.loader import CheckpointError
 
@@ -47,15 +46,6 @@ _VISION_PREFIXES = ("vision_model.", "multi_modal_projector.",
 _TEXT_PREFIXES = (("language_model.model.", "model."), ("language_model.lm_head.", "lm_head."),
                   ("model.language_model.", "model."))  # fmt: skip
 _PER_EXPERT = re.compile(r"\.feed_forward\.experts\.\d+\.")
-
-
-def rope_parameters(config: Any) -> dict[str, Any]:
-    """The rope dict (transformers 5 ``rope_parameters``, or the older fields)."""
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, Mapping) and "rope_theta" in params:
-        return dict(params)
-    scaling = dict(getattr(config, "rope_scaling", None) or {})
-    return {"rope_theta": config.rope_theta, "rope_type": "default", **scaling}
 
 
 def layer_types(config: Any) -> list[str]:
@@ -137,7 +127,7 @@ class Llama4Attention(nn.Module):
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         if self.rotary is not None:
-            cos, sin = self.rotary.cos_sin(batch.positions)
+            cos, sin = self.rotary.for_step(batch)
             q, k = InterleavedRotary.rotate(q, cos, sin), InterleavedRotary.rotate(k, cos, sin)
         if self.qk_norm_eps is not None:
             q, k = l2_norm(q, self.qk_norm_eps), l2_norm(k, self.qk_norm_eps)

@@ -2,7 +2,12 @@
 
 from hybridkv.models.layers.attention import PagedAttention
 from hybridkv.models.layers.norms import GemmaRMSNorm, RMSNorm
-from hybridkv.models.layers.rotary import RopeFrequencies, RotaryEmbedding, rope_inv_freq
+from hybridkv.models.layers.rotary import (
+    RopeFrequencies,
+    RotaryEmbedding,
+    rope_inv_freq,
+    rope_parameters,
+)
 
 __all__ = [
     "GemmaRMSNorm",
@@ -11,4 +16,5 @@ __all__ = [
     "RopeFrequencies",
     "RotaryEmbedding",
     "rope_inv_freq",
+    "rope_parameters",
 ]

@@ -11,11 +11,14 @@ and cast to ``x``'s dtype, as Hugging Face does.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from hybridkv.engine.forward_batch import ForwardBatch
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -53,6 +56,25 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, Any]:
+    """The rope dict of a config (of ``layer_type`` where it is nested per layer type).
+
+    Reads transformers 5's ``rope_parameters`` (flat, or keyed by layer type as in
+    Gemma 3), else the older ``rope_theta`` / ``rope_scaling`` /
+    ``rope_local_base_freq`` fields.
+    """
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, Mapping):
+        if layer_type is not None and layer_type in params:
+            return dict(params[layer_type])
+        if "rope_theta" in params:
+            return dict(params)
+    if layer_type == "sliding_attention" and hasattr(config, "rope_local_base_freq"):
+        return {"rope_theta": config.rope_local_base_freq, "rope_type": "default"}
+    scaling = dict(getattr(config, "rope_scaling", None) or {})
+    return {"rope_theta": config.rope_theta, "rope_type": "default", **scaling}
+
+
 class RopeFrequencies(nn.Module):
     """Holds ``inv_freq`` (fp32, not in checkpoints) for one head size and rope dict."""
 
@@ -63,15 +85,29 @@ class RopeFrequencies(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, params), persistent=False)
         self.inv_freq: torch.Tensor
 
+    #: Each RoPE form defines ``cos_sin(positions, ...) -> (cos, sin)``.
+    cos_sin: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
     def init_buffers(self) -> None:
         """Recompute the inverse frequencies (after building on the meta device)."""
         self.inv_freq = rope_inv_freq(self.head_dim, self.params).to(self.inv_freq.device)
+
+    def for_step(self, batch: ForwardBatch, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos_sin(batch.positions, *args)``, computed once per step for all layers
+        with the same RoPE form and parameters (cached on ``batch.derived``)."""
+        key = (type(self).__name__, self.head_dim, repr(sorted(self.params.items())), *args)
+        found = batch.derived.get(key)
+        if found is None:
+            found = batch.derived[key] = self.cos_sin(batch.positions, *args)
+        return found
 
 
 class RotaryEmbedding(RopeFrequencies):
     """RoPE over the whole head (``rotate_half`` layout)."""
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin ``[T, 1, D]`` in ``dtype`` (compute once, apply to q and k)."""
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
