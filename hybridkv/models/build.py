@@ -4,6 +4,8 @@ The model is built on the ``meta`` device (no random init of weights that are
 about to be overwritten), materialised on ``device`` in ``dtype``, then filled
 by the strict loader. Modules holding derived, non-checkpoint buffers (RoPE
 inverse frequencies) expose ``init_buffers()``, called after materialising.
+Once loaded, CPU bf16 linear layers are re-laid out for oneDNN
+(``layers.packed_linear``; bit-identical results, weights held twice).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 
 from hybridkv.models.base import CausalLM
+from hybridkv.models.layers.packed_linear import pack_linears
 from hybridkv.models.loader import load_checkpoint
 from hybridkv.models.registry import resolve_architecture
 
@@ -43,4 +46,5 @@ def load_model(
     """The model of ``model_dir`` with its weights loaded strictly."""
     model = build_model(hf_config, dtype, device)
     load_checkpoint(model, model_dir, dtype, progress=progress)
+    pack_linears(model)
     return model

@@ -80,10 +80,37 @@ def _decode_plan(
     return plan
 
 
+def _token_rows(cache: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """``cache [NB, bs, H, D]`` as a view of token rows ``[R, H, D]`` and the rows
+    per block (token ``(b, o)`` is row ``b * rows_per_block + o``), or None where
+    the block stride is not a whole number of token strides. A view, never a
+    copy: the caches are strided views into buffers shared by several layers.
+    """
+    nb, bs = cache.shape[:2]
+    sb, so = cache.stride()[:2]
+    if so <= 0 or sb % so:
+        return None
+    per_block = sb // so
+    rows = (nb - 1) * per_block + bs
+    view = cache.as_strided((rows, *cache.shape[2:]), (so, *cache.stride()[2:]))
+    return view, per_block
+
+
+def _gather(cache: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``cache[blocks, offsets]``: one ``index_select`` of whole token rows where the
+    layout allows (~4x faster than indexing by block and offset)."""
+    found = _token_rows(cache)
+    if found is None:
+        return cache[blocks, offsets]
+    view, per_block = found
+    rows = (blocks * per_block + offsets).flatten()
+    return view.index_select(0, rows).unflatten(0, blocks.shape)
+
+
 def _decode_batch(a: AttentionInputs, decodes: list[int]) -> None:
     blocks, offsets, valid, starts = _decode_plan(a, decodes)
-    k = a.key_cache[blocks, offsets]  # [n, L, Hkv, D]
-    v = a.value_cache[blocks, offsets]
+    k = _gather(a.key_cache, blocks, offsets)  # [n, L, Hkv, D]
+    v = _gather(a.value_cache, blocks, offsets)
     o = _attend(a.q[starts][:, None], k, v, valid[:, None, :], a.opts, a.sinks)  # [n, 1, Hq, D]
     a.out[starts] = o[:, 0].to(a.out.dtype)
 
