@@ -1,7 +1,8 @@
 """``hybridkv demo``: a real hybrid model (Gemma 3 270M) chatting and answering from one document.
 
-Runs offline on the CPU: the checkpoint comes from the ``demo`` extra (the
-public Gemma 3 270M GGUF, converted once to cached safetensors). It prints the
+Runs offline on the CPU, in bf16 where the CPU has oneDNN bf16 support (else
+float32): the checkpoint comes from the ``demo`` extra (the public Gemma 3 270M
+GGUF, converted once to cached safetensors). It prints the
 KV layout the planner chose (15 sliding-window layers and 3 full-attention
 layers in separate groups), then
 
@@ -122,12 +123,18 @@ def run(llm: LLM) -> dict[str, float]:
 
 def main() -> int:
     """Entry point of ``hybridkv demo``."""
+    import torch
+
     from hybridkv.models.demo_checkpoint import demo_checkpoint
+    from hybridkv.models.layers.packed_linear import packing_supported
 
     print("hybridkv demo: Gemma 3 270M (18 layers: 15 sliding-window + 3 full attention), CPU")
     path = demo_checkpoint(progress=True)
+    # bf16 where the CPU has oneDNN bf16 (AMX / AVX512-BF16): ~2x faster here, same answers.
+    dtype = "bfloat16" if packing_supported(torch.device("cpu"), torch.bfloat16) else "float32"
     t = time.monotonic()
-    llm = LLM(path, max_model_len=4096, max_num_batched_tokens=1024, progress=True)
+    llm = LLM(path, dtype=dtype, device="cpu", max_model_len=4096, max_num_batched_tokens=1024,
+              progress=True)  # fmt: skip
     print(f"loaded {path.name} in {time.monotonic() - t:.1f} s ({llm.dtype}, {llm.device})")
     _layout(llm)
     run(llm)
