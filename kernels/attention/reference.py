@@ -1,8 +1,10 @@
 """Torch reference of unified paged attention (the CPU backend).
 
-Vectorised, no per-token Python loop: prefill chunks run one attention call
-per sequence over exactly the keys their window or chunk can see; all decodes
-of a step run as one padded batch. ``scaled_dot_product_attention`` runs in
+Vectorised, no per-token Python loop: all decodes of a step run as one
+padded batch, and so do its prefill chunks when padding them to one shape
+costs little (at most ``PREFILL_PAD_LIMIT`` times the real query x key area;
+otherwise one call per chunk over exactly the keys its window or chunk can
+see). ``scaled_dot_product_attention`` runs in
 the cache dtype (it accumulates fp16/bf16 in fp32) where no softcap or sinks
 are asked for; otherwise an explicit fp32 softmax, sinks entering as extra
 logits in the denominator. Keys outside the visible range never enter the
@@ -19,15 +21,22 @@ import torch.nn.functional as F
 
 from hybridkv.kernels.attention.metadata import AttentionInputs, AttentionOptions
 
+#: Prefill chunks of a step share one padded attention call while the padded
+#: ``n x max_query x max_keys`` area is at most this many times the real one.
+PREFILL_PAD_LIMIT = 1.5
+
 
 def run_reference(a: AttentionInputs) -> None:
     """Write attention of ``a.q`` over the paged caches into ``a.out`` (arguments checked)."""
     decodes = [s for s, ql in enumerate(a.meta.query_lens_cpu) if ql == 1]
     if decodes:
         _decode_batch(a, decodes)
-    for s, ql in enumerate(a.meta.query_lens_cpu):
-        if ql > 1:
-            _prefill_one(a, s)
+    prefills = [s for s, ql in enumerate(a.meta.query_lens_cpu) if ql > 1]
+    if len(prefills) > 1 and _prefill_plan(a, prefills) is not None:
+        _prefill_batch(a, prefills)
+        return
+    for s in prefills:
+        _prefill_one(a, s)
 
 
 def _prefill_one(a: AttentionInputs, s: int) -> None:
@@ -46,6 +55,61 @@ def _prefill_one(a: AttentionInputs, s: int) -> None:
     mask = _visible(qpos[:, None], kpos[None, :], opts)  # [ql, L]
     o = _attend(a.q[start : start + ql][None], k[None], v[None], mask[None], opts, a.sinks)
     a.out[start : start + ql] = o[0].to(a.out.dtype)
+
+
+_PrefillPlan = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _prefill_plan(a: AttentionInputs, prefills: list[int]) -> _PrefillPlan | None:
+    """Padded gather plan of a step's prefill chunks (cached on the metadata), or
+    None when padding would exceed ``PREFILL_PAD_LIMIT``.
+
+    Returns ``(blocks, offsets, mask, q_rows, q_valid)``: key ``j`` of chunk
+    ``i`` is ``cache[blocks[i, j], offsets[i, j]]`` (padding repeats the chunk's
+    last key: real data, masked out); its queries are rows ``q_rows[i]`` of
+    ``q`` (padding repeats the last query, whose output is dropped:
+    ``q_valid``); ``mask [n, Q, L]`` is what each query sees.
+    """
+    meta, opts = a.meta, a.opts
+    bs = a.key_cache.shape[1]
+    key = ("prefill", bs, opts.sliding_window, opts.chunk_size)
+    if key in meta.derived:
+        return meta.derived[key]  # type: ignore[no-any-return]
+    qls = [meta.query_lens_cpu[s] for s in prefills]
+    sls = [meta.seq_lens_cpu[s] for s in prefills]
+    los = [opts.first_visible_key(sl - ql) for sl, ql in zip(sls, qls, strict=True)]
+    width = max(sl - lo for sl, lo in zip(sls, los, strict=True))
+    qmax = max(qls)
+    real = sum(ql * (sl - lo) for ql, sl, lo in zip(qls, sls, los, strict=True))
+    plan: _PrefillPlan | None = None
+    if len(prefills) * qmax * width <= PREFILL_PAD_LIMIT * real:
+        dev = a.q.device
+        sl_t = torch.tensor(sls, device=dev)[:, None]
+        ql_t = torch.tensor(qls, device=dev)[:, None]
+        kpos = torch.tensor(los, device=dev)[:, None] + torch.arange(width, device=dev)
+        k_valid = kpos < sl_t
+        kpos = torch.where(k_valid, kpos, sl_t - 1)
+        j = torch.arange(qmax, device=dev)[None, :]
+        q_valid = j < ql_t
+        j = torch.minimum(j, ql_t - 1)
+        qpos = sl_t - ql_t + j  # [n, Q]
+        starts = torch.tensor([meta.query_starts_cpu[s] for s in prefills], device=dev)[:, None]
+        mask = _visible(qpos[:, :, None], kpos[:, None, :], opts) & k_valid[:, None, :]
+        rows = torch.tensor(prefills, device=dev)[:, None]
+        blocks = meta.block_table[rows, kpos // bs].long()
+        plan = (blocks, kpos % bs, mask, starts + j, q_valid)
+    meta.derived[key] = plan
+    return plan
+
+
+def _prefill_batch(a: AttentionInputs, prefills: list[int]) -> None:
+    plan = _prefill_plan(a, prefills)
+    assert plan is not None
+    blocks, offsets, mask, q_rows, q_valid = plan
+    k = _gather(a.key_cache, blocks, offsets)  # [n, L, Hkv, D]
+    v = _gather(a.value_cache, blocks, offsets)
+    o = _attend(a.q[q_rows], k, v, mask, a.opts, a.sinks)  # [n, Q, Hq, D]
+    a.out[q_rows[q_valid]] = o[q_valid].to(a.out.dtype)
 
 
 def _decode_plan(

@@ -6,7 +6,8 @@ import pytest
 import torch
 from paged_factory import dense_oracle, make_paged_batch
 
-from hybridkv.kernels.attention import AttentionOptions, unified_attention
+from hybridkv.kernels.attention import AttentionOptions, reference, unified_attention
+from hybridkv.kernels.attention.metadata import AttentionInputs
 
 # (context_len, query_len) per sequence; block_size 4 in most cases, so prefill
 # chunks start mid-block, windows and chunks end mid-block, and chunk
@@ -16,6 +17,8 @@ BATCHES = {
     "cached_prefix_mid_block": [(5, 9)],
     "decodes": [(17, 1), (2, 1), (30, 1)],
     "mixed": [(0, 7), (11, 1), (6, 10), (25, 1), (0, 1)],
+    # Prefill chunks close enough in shape to share one padded call (reference).
+    "prefills_together": [(0, 9), (3, 8), (6, 7), (12, 1)],
 }
 KINDS = {
     "full": {},
@@ -84,6 +87,29 @@ def test_a_sequence_never_reads_another_ones_blocks():
     want = dense_oracle(both)
     _assert_close(out, want, torch.float32)
     assert not torch.equal(out[:5], out[5:6].expand(5, -1, -1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("softcap", [None, 3.0])
+def test_batched_prefills_equal_one_call_per_chunk(kind, softcap, monkeypatch):
+    opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
+    seqs = BATCHES["prefills_together"]
+    b = make_paged_batch(seqs, num_heads=4, num_kv_heads=2, head_size=16, block_size=4,
+                         opts=opts, seed=7)  # fmt: skip
+    prefills = [i for i, (_, ql) in enumerate(seqs) if ql > 1]
+    together = _run(b, "torch")
+    assert reference._prefill_plan(_inputs(b), prefills) is not None  # the padded path ran
+    monkeypatch.setattr(reference, "PREFILL_PAD_LIMIT", 0.0)  # force one call per chunk
+    b.meta.derived.clear()
+    alone = _run(b, "torch")
+    assert reference._prefill_plan(_inputs(b), prefills) is None
+    torch.testing.assert_close(together, alone, rtol=1e-6, atol=1e-6)
+    _assert_close(together, dense_oracle(b), torch.float32)
+
+
+def _inputs(b):
+    out = torch.empty_like(b.q)
+    return AttentionInputs(b.q, b.key_cache, b.value_cache, out, b.meta, b.opts, b.sinks)
 
 
 # --- Triton under TRITON_INTERPRET=1 (tiny shapes) or on a GPU -----------------------
