@@ -74,7 +74,7 @@ def _prefill_plan(a: AttentionInputs, prefills: list[int]) -> _PrefillPlan | Non
     bs = a.key_cache.shape[1]
     key = ("prefill", bs, opts.sliding_window, opts.chunk_size)
     if key in meta.derived:
-        return meta.derived[key]  # type: ignore[no-any-return]
+        return meta.derived[key]
     qls = [meta.query_lens_cpu[s] for s in prefills]
     sls = [meta.seq_lens_cpu[s] for s in prefills]
     los = [opts.first_visible_key(sl - ql) for sl, ql in zip(sls, qls, strict=True)]
