@@ -83,6 +83,36 @@ def cache_bytes(cache: Any) -> int:
     return total
 
 
+def arguments(doc: str | None, dtype: str, results: str) -> argparse.ArgumentParser:
+    """The options the engine benchmarks share: ``--model``, ``--dtype``, ``--write``."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    ap.add_argument("--dtype", default=dtype, help="float32 | bfloat16 (both engines)")
+    ap.add_argument("--write", action="store_true", help=f"write benchmarks/results/{results}")
+    return ap
+
+
+def engine(args: argparse.Namespace, device: str) -> tuple[torch.dtype, LLM]:
+    """``args.model`` (default: the demo checkpoint) loaded in ``args.dtype`` on ``device``."""
+    if args.model is None:
+        from hybridkv.models.demo_checkpoint import demo_checkpoint
+
+        args.model = demo_checkpoint()
+    dtype = getattr(torch, args.dtype)
+    llm = LLM(args.model, dtype=dtype, device=device, max_model_len=4096,
+              max_num_batched_tokens=2048)  # fmt: skip
+    return dtype, llm
+
+
+def emit(lines: list[str], name: str, write: bool) -> None:
+    """Print a results table; with ``write``, also save it as ``benchmarks/results/<name>``."""
+    print("\n".join(lines))
+    if write:
+        out = ROOT / "benchmarks" / "results" / name
+        out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {out.relative_to(ROOT)}")
+
+
 def throughput(llm: LLM, hf: Any, tok: Any, n_prompts: int, length: int, new: int) -> list[str]:
     text = corpus(tok, length + 16 * n_prompts)
     prompts = [text[i * 13 : i * 13 + length] for i in range(n_prompts)]
@@ -164,20 +194,11 @@ def shared_memory(llm: LLM, hf: Any, tok: Any, doc_len: int, n_req: int, new: in
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
-    ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 (both engines)")
+    ap = arguments(__doc__, "float32", "engine-*.md")
     ap.add_argument("--quick", action="store_true", help="smaller cases (a smoke run)")
-    ap.add_argument("--write", action="store_true", help="write benchmarks/results/engine-*.md")
     args = ap.parse_args()
-    if args.model is None:
-        from hybridkv.models.demo_checkpoint import demo_checkpoint
-
-        args.model = demo_checkpoint()
-    dtype = getattr(torch, args.dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    llm = LLM(args.model, dtype=dtype, device=device, max_model_len=4096,
-              max_num_batched_tokens=2048)  # fmt: skip
+    dtype, llm = engine(args, device)
     hf = hf_model(args.model, dtype).to(device)
     tok = llm.tokenizer
     if args.quick:
@@ -211,11 +232,7 @@ def main() -> int:
              "| requests | hybridkv held | hybridkv peak | transformers cache | held ratio | "
              "peak ratio |",
              "| --- | --- | --- | --- | --- | --- |", *rows_m]  # fmt: skip
-    print("\n".join(lines))
-    if args.write:
-        out = ROOT / "benchmarks" / "results" / f"engine-{device}-{args.dtype}.md"
-        out.write_text("\n".join(lines) + "\n")
-        print(f"wrote {out.relative_to(ROOT)}")
+    emit(lines, f"engine-{device}-{args.dtype}.md", args.write)
     return 0
 
 

@@ -21,7 +21,6 @@ transformers here is ``transformers' time / bound``.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import time
@@ -34,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_engine import corpus, hf_generate, hf_model  # noqa: E402
+from bench_engine import arguments, corpus, emit, engine, hf_generate, hf_model  # noqa: E402
 
-from hybridkv.engine import LLM, SamplingParams  # noqa: E402
+from hybridkv.engine import SamplingParams  # noqa: E402
 
 N_PROMPTS, LENGTH, NEW = 16, 256, 64
 
@@ -68,18 +67,8 @@ def linear_weights(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
-    ap.add_argument("--dtype", default="bfloat16", help="bfloat16 | float32 (both engines)")
-    ap.add_argument("--write", action="store_true", help="write benchmarks/results/roofline-*.md")
-    args = ap.parse_args()
-    if args.model is None:
-        from hybridkv.models.demo_checkpoint import demo_checkpoint
-
-        args.model = demo_checkpoint()
-    dtype = getattr(torch, args.dtype)
-    llm = LLM(args.model, dtype=dtype, device="cpu", max_model_len=4096,
-              max_num_batched_tokens=2048)  # fmt: skip
+    args = arguments(__doc__, "bfloat16", "roofline-*.md").parse_args()
+    dtype, llm = engine(args, "cpu")
     cfg = llm.model.config
     size = torch.finfo(dtype).bits // 8
 
@@ -142,11 +131,7 @@ def main() -> int:
         f"| most any engine can be ahead of transformers here | {theirs / bound:.2f}x |",
         f"| share of the bound a 2x engine must reach | {2 * bound / theirs:.0%} |",
     ]  # fmt: skip
-    print("\n".join(lines))
-    if args.write:
-        out = ROOT / "benchmarks" / "results" / f"roofline-cpu-{args.dtype}.md"
-        out.write_text("\n".join(lines) + "\n")
-        print(f"wrote {out.relative_to(ROOT)}")
+    emit(lines, f"roofline-cpu-{args.dtype}.md", args.write)
     return 0
 
 
