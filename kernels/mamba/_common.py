@@ -201,6 +201,19 @@ def effective_dt(dt: torch.Tensor, dt_bias: torch.Tensor | None, dt_softplus: bo
     return out
 
 
+def skip_and_gate(
+    y: torch.Tensor, x: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None
+) -> torch.Tensor:
+    """The references' output epilogue in fp32: ``y + D * x`` (``D`` over the
+    leading feature dimension of ``x``'s rows: ``[H]`` for ``[.., H, P]``, ``[d]``
+    for ``[.., d]``), then ``* silu(z)``; either step skipped where it is None."""
+    if D is not None:
+        y = y + D.float().reshape(*D.shape, *([1] * (x.dim() - 1 - D.dim()))) * x
+    if z is not None:
+        y = y * torch.nn.functional.silu(z.float())
+    return y
+
+
 def gather_initial(state: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """fp32 copies of ``state[idx[s]]`` (zeros where ``idx[s] < 0``): ``[S, *tail]``."""
     idx = idx.long()

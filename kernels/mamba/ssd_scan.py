@@ -36,6 +36,7 @@ from hybridkv.kernels.mamba._common import (
     pad,
     pick_backend,
     save_steps,
+    skip_and_gate,
     varlen,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
@@ -170,10 +171,7 @@ def _reference(a: ScanArgs) -> torch.Tensor:
                 seqs, rows = steps[l0 + i]
                 saved[rows] = st[seqs]
     y = ys[v.seq, v.pos]  # [T, H, P]
-    if a.D is not None:
-        y = y + a.D.float()[:, None] * xf
-    if a.z is not None:
-        y = y * torch.nn.functional.silu(a.z.float())
+    y = skip_and_gate(y, xf, a.D, a.z)
     if v.save_tokens.numel():
         ssm_state[v.save_slots] = saved.to(ssm_state.dtype)
     return y.to(x.dtype).contiguous()  # einsum may hand back a transposed layout

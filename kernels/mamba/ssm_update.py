@@ -27,6 +27,7 @@ from hybridkv.kernels.mamba._common import (
     effective_dt,
     mamba_ssm_step,
     pick_backend,
+    skip_and_gate,
 )
 from hybridkv.kernels.mamba._triton_math import silu, softplus
 from hybridkv.kernels.mamba.args import SSMStepArgs
@@ -124,10 +125,7 @@ def _reference(a: SSMStepArgs) -> torch.Tensor:
     )
     state[slots] = h.to(state.dtype)
     y = torch.einsum("nmk,nk->nm", h, a.C[valid].float())
-    if a.D is not None:
-        y = y + a.D.float() * xv
-    if a.z is not None:
-        y = y * torch.nn.functional.silu(a.z[valid].float())
+    y = skip_and_gate(y, xv, a.D, None if a.z is None else a.z[valid])
     out[valid] = y.to(x.dtype)
     return out
 
