@@ -1,9 +1,11 @@
 """hybridkv.kernels: ops on the shared paged KV layout.
 
 Each op validates its arguments once, then runs Triton on CUDA tensors or its
-pure-torch reference on CPU tensors; ``backend="triton" | "torch"`` (or the
-``HYBRIDKV_KERNEL_BACKEND`` environment variable) overrides the choice, and a
-backend that cannot run raises instead of falling back (see ``backend.py``).
+pure-torch reference on CPU tensors; ``backend="triton" | "torch" | "native"``
+(or the ``HYBRIDKV_KERNEL_BACKEND`` environment variable) overrides the choice,
+and a backend that cannot run raises instead of falling back (see
+``backend.py``). ``"native"`` is the C kernels of ``hybridkv.kernels.cpu``
+(built at first use; also fused Gemma layer ops the engine calls directly).
 
 - ``reshape_and_cache``: write new K/V tokens at their slots;
 - ``unified_attention`` with ``AttentionMetadata`` (built once per step and
@@ -15,7 +17,8 @@ backend that cannot run raises instead of falling back (see ``backend.py``).
   ``selective_scan_fn``, ``ssd_scan_fn``.
 
 Every op ``X`` also has ``X_ref`` (torch) and ``X_triton`` with the same
-checked signature minus ``backend``.
+checked signature minus ``backend``; the attention and cache-write ops also
+``X_native``.
 
 Importable only as ``hybridkv.kernels``: a top-level ``kernels`` package would
 shadow Hugging Face's hub-kernels package.
@@ -25,12 +28,14 @@ from hybridkv.kernels.attention import (
     AttentionMetadata,
     AttentionOptions,
     unified_attention,
+    unified_attention_native,
     unified_attention_ref,
     unified_attention_triton,
 )
 from hybridkv.kernels.backend import KernelBackendError, resolve_backend
 from hybridkv.kernels.cache_write import (
     reshape_and_cache,
+    reshape_and_cache_native,
     reshape_and_cache_ref,
     reshape_and_cache_triton,
 )
@@ -52,6 +57,7 @@ __all__ = [
     "causal_conv1d_update",
     "mamba_ssm_available",
     "reshape_and_cache",
+    "reshape_and_cache_native",
     "reshape_and_cache_ref",
     "reshape_and_cache_triton",
     "resolve_backend",
@@ -60,6 +66,7 @@ __all__ = [
     "ssd_scan_fn",
     "ssd_state_update",
     "unified_attention",
+    "unified_attention_native",
     "unified_attention_ref",
     "unified_attention_triton",
 ]

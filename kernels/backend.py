@@ -1,7 +1,11 @@
-"""Which implementation runs an op: Triton, the torch reference, or mamba-ssm.
+"""Which implementation runs an op: Triton, the torch reference, native C, or mamba-ssm.
 
 Every public op in ``hybridkv.kernels`` takes ``backend=None | "triton" |
-"torch"`` (Mamba decode updates also accept ``"mamba_ssm"``). ``None`` means:
+"torch" | "native"`` (Mamba decode updates also accept ``"mamba_ssm"``).
+``"native"`` (CPU tensors only) runs the compiled C kernels of
+``hybridkv.kernels.cpu`` where the op has one (unified attention's decode
+rows, ``reshape_and_cache``) and the op's torch reference where it has none
+(the Mamba ops, attention's prefill chunks). ``None`` means:
 the ``HYBRIDKV_KERNEL_BACKEND`` environment variable if it is set, else
 Triton for CUDA tensors and the torch reference for CPU tensors.
 
@@ -21,7 +25,7 @@ from typing import Any
 import torch
 
 ENV_VAR = "HYBRIDKV_KERNEL_BACKEND"
-BACKENDS = ("triton", "torch", "mamba_ssm")
+BACKENDS = ("triton", "torch", "native", "mamba_ssm")
 
 
 class KernelBackendError(RuntimeError):
@@ -58,6 +62,9 @@ def resolve_backend(
     source = "backend=" if requested is not None else f"{ENV_VAR}="
     if name not in BACKENDS:
         raise KernelBackendError(f"{source}{name!r}: unknown backend; choose one of {BACKENDS}")
+    if name == "native":
+        _check_native(source, device)
+        return name if name in allowed else "torch"
     if name not in allowed:
         raise KernelBackendError(f"{source}{name!r}: this op offers only {allowed}")
     if name == "triton":
@@ -69,6 +76,16 @@ def resolve_backend(
                 "TRITON_INTERPRET=1 before hybridkv.kernels is imported, or use backend='torch'"
             )
     return name
+
+
+def _check_native(source: str, device: torch.device) -> None:
+    if device.type != "cpu":
+        raise KernelBackendError(f"{source}'native' runs on CPU tensors only, not {device.type}")
+    from hybridkv.kernels.cpu import native_status
+
+    why = native_status()
+    if why is not None:
+        raise KernelBackendError(f"{source}'native': {why}")
 
 
 def pinned(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:

@@ -124,10 +124,14 @@ def reshape_and_cache(
     ``[Hkv, D]`` rows of the caches changes.
     """
     _check(key, value, key_cache, value_cache, slot_mapping)
-    impl = resolve_backend(backend, key.device)
-    fn = _launch if impl == "triton" else _write_torch
+    impl = resolve_backend(backend, key.device, allowed=("triton", "torch", "native"))
+    if impl == "native":
+        from hybridkv.kernels.cpu import cache_write as fn
+    else:
+        fn = _launch if impl == "triton" else _write_torch
     fn(key, value, key_cache, value_cache, slot_mapping)
 
 
 reshape_and_cache_ref = pinned(reshape_and_cache, "torch")
+reshape_and_cache_native = pinned(reshape_and_cache, "native")
 reshape_and_cache_triton = pinned(reshape_and_cache, "triton")

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from hybridkv.engine.forward_batch import ForwardBatch
 from hybridkv.kernels import AttentionOptions
+from hybridkv.kernels.cpu import add_norm_, geglu, norm_rope_
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.layers import (
@@ -61,11 +62,25 @@ class Gemma3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]
+        if batch.kernel_backend == "native":
+            return self._forward_native(x, batch)
         q = self.q_norm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         cos, sin = self.rotary.for_step(batch, q.dtype)
         q, k = RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
+        out = self.attn(q, k, v, batch)
+        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
+
+    def _forward_native(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """``forward`` with the q/k norms and RoPE fused in place (native CPU kernels)."""
+        t, eps = x.shape[0], self.q_norm.eps
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        cos, sin = self.rotary.for_step(batch, q.dtype)
+        norm_rope_(q, self.q_norm.scale_fp32(), cos, sin, eps)
+        norm_rope_(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
@@ -82,7 +97,9 @@ class Gemma3MLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, native: bool = False) -> torch.Tensor:
+        if native:
+            return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x)))
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
 
@@ -103,6 +120,23 @@ class Gemma3DecoderLayer(nn.Module):
         h = self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         return x + h
 
+    def forward_native(
+        self, x: torch.Tensor, y: torch.Tensor, batch: ForwardBatch, next_norm: GemmaRMSNorm
+    ) -> torch.Tensor:
+        """Native CPU path: ``y`` is ``input_layernorm(x)``; updates the residual ``x``
+        in place and returns ``next_norm(x)`` (the next layer's input norm, or the
+        final norm), each residual add fused with the norms around it."""
+        h = self.self_attn(y, batch)
+        eps = self.post_attention_layernorm.eps
+        y = add_norm_(x, h, self.post_attention_layernorm.scale_fp32(),
+                      self.pre_feedforward_layernorm.scale_fp32(), eps)  # fmt: skip
+        assert y is not None
+        h = self.mlp(y, native=True)
+        y = add_norm_(x, h, self.post_feedforward_layernorm.scale_fp32(),
+                      next_norm.scale_fp32(), eps)  # fmt: skip
+        assert y is not None
+        return y
+
 
 class Gemma3Model(nn.Module):
     def __init__(self, config: Any) -> None:
@@ -117,9 +151,20 @@ class Gemma3Model(nn.Module):
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         x = self.embed_tokens(batch.input_ids)
         x = x * torch.tensor(self.embed_scale, dtype=torch.float32).to(x.dtype)
+        if batch.kernel_backend == "native":
+            return self._forward_native(x, batch)
         for layer in self.layers:
             x = layer(x, batch)
         return self.norm(x)
+
+    def _forward_native(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        first = self.layers[0].input_layernorm
+        y = add_norm_(x, None, None, first.scale_fp32(), first.eps)
+        assert y is not None
+        for i, layer in enumerate(self.layers):
+            nxt = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+            y = layer.forward_native(x, y, batch, nxt)
+        return y
 
 
 class Gemma3ForCausalLM(CausalLM):

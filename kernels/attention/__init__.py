@@ -5,8 +5,8 @@ attention of the new tokens ``q [T, Hq, D]`` over each sequence's cached and
 new keys, read through the group's block table (``meta``, built once per step
 and shared by every layer of the group). Per layer, ``opts`` adds a sliding
 window, chunked local attention, a logit softcap, and ``sinks`` adds per-head
-attention sinks. Triton on CUDA, the torch reference on CPU (``backend=``
-overrides, see ``hybridkv.kernels.backend``).
+attention sinks. Triton on CUDA, the torch reference on CPU, or
+``backend="native"`` for the C decode kernel on CPU (see ``hybridkv.kernels.backend``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ __all__ = [
     "AttentionMetadata",
     "AttentionOptions",
     "unified_attention",
+    "unified_attention_native",
     "unified_attention_ref",
     "unified_attention_triton",
 ]
@@ -55,13 +56,17 @@ def unified_attention(
     _check(q, key_cache, value_cache, meta, sinks, out)
     if num_segments is not None and num_segments < 1:
         raise ValueError(f"num_segments: must be >= 1, got {num_segments}")
-    impl = resolve_backend(backend, q.device)
+    impl = resolve_backend(backend, q.device, allowed=("triton", "torch", "native"))
     a = AttentionInputs(q, key_cache, value_cache, out if out is not None else torch.empty_like(q),
                         meta, opts, sinks)  # fmt: skip
     if impl == "triton":
         from hybridkv.kernels.attention.launcher import launch_unified_attention
 
         launch_unified_attention(a, num_segments)
+    elif impl == "native":
+        from hybridkv.kernels.attention.native import run_native
+
+        run_native(a)
     else:
         run_reference(a)
     return a.out
@@ -101,3 +106,4 @@ def _check(
 
 unified_attention_ref = pinned(unified_attention, "torch")
 unified_attention_triton = pinned(unified_attention, "triton")
+unified_attention_native = pinned(unified_attention, "native")

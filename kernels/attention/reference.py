@@ -31,6 +31,11 @@ def run_reference(a: AttentionInputs) -> None:
     decodes = [s for s, ql in enumerate(a.meta.query_lens_cpu) if ql == 1]
     if decodes:
         _decode_batch(a, decodes)
+    run_prefills(a)
+
+
+def run_prefills(a: AttentionInputs) -> None:
+    """Write the prefill chunks' rows (query_len > 1) of ``a.out``; decode rows untouched."""
     prefills = [s for s, ql in enumerate(a.meta.query_lens_cpu) if ql > 1]
     if len(prefills) > 1 and _prefill_plan(a, prefills) is not None:
         _prefill_batch(a, prefills)

@@ -38,3 +38,15 @@ class GemmaRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (_normalize(x, self.eps) * (1.0 + self.weight.float())).type_as(x)
+
+    def scale_fp32(self) -> torch.Tensor:
+        """``1 + weight`` in fp32, contiguous: what the native fused norms take.
+
+        Cached, and recomputed when the weight is replaced or changed in place.
+        """
+        w = self.weight
+        key = (w.data_ptr(), w._version, w.device)
+        if getattr(self, "_scale_key", None) != key:
+            self._scale = (1.0 + w.detach().float()).contiguous()
+            self._scale_key = key
+        return self._scale

@@ -1,0 +1,101 @@
+"""Build and load the native CPU kernels (``csrc/hybridkv_cpu.c``) once per machine.
+
+``library()`` compiles the C source with the system C compiler
+(``$CC``, else ``cc``) as ``-O3 -march=native -fopenmp -shared`` into
+``~/.cache/hybridkv/kernels/`` (``$HYBRIDKV_CACHE`` overrides the root),
+keyed by a hash of the source, the flags, the compiler's version and this
+CPU's feature flags, so an edit or another machine rebuilds instead of loading
+a stale or illegal binary. The build takes about a second; later processes
+load the cached file. The library links the same ``libgomp.so.1`` that torch
+loads, so its OpenMP threads are torch's.
+
+A missing compiler or a failed build raises ``NativeBuildError`` with the
+compiler's output; ``native_status()`` reports the same without raising.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("csrc") / "hybridkv_cpu.c"
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+
+
+class NativeBuildError(RuntimeError):
+    """The native CPU kernels cannot be built or loaded here."""
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC") or "cc"
+    path = shutil.which(cc)
+    if path is None:
+        raise NativeBuildError(
+            f"the native CPU kernels need a C compiler with OpenMP; {cc!r} was not found "
+            "(install gcc, or set CC)"
+        )
+    return path
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("HYBRIDKV_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "hybridkv"
+    return base / "kernels"
+
+
+def _build(cc: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        cmd = [cc, *FLAGS, "-o", str(out), str(SOURCE), "-lm"]
+        run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            raise NativeBuildError(
+                f"building the native CPU kernels failed ({' '.join(cmd)}):\n{run.stderr}"
+            )
+        os.replace(out, target)  # atomic: concurrent builders never load a partial file
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The loaded native kernel library (built on first use; see the module docstring)."""
+    if platform.system() != "Linux":
+        raise NativeBuildError(f"the native CPU kernels are built for Linux only, not {platform.system()}")
+    cc = _compiler()
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(
+        "\0".join((SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags())).encode()
+    ).hexdigest()[:16]
+    target = _cache_dir() / f"hybridkv_cpu-{key}.so"
+    if not target.exists():
+        _build(cc, target)
+    try:
+        return ctypes.CDLL(str(target))
+    except OSError as exc:
+        raise NativeBuildError(f"loading {target} failed: {exc}") from exc
+
+
+def native_status() -> str | None:
+    """None when the native kernels load here, else why not (one line)."""
+    try:
+        library()
+    except NativeBuildError as exc:
+        return str(exc).splitlines()[0]
+    return None
