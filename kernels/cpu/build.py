@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("csrc") / "hybridkv_cpu.c"
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 
 
 class NativeBuildError(RuntimeError):

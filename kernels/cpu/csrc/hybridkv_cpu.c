@@ -23,6 +23,8 @@ typedef int64_t i64;
 
 #define MAX_ROW 16384 /* longest row the norms take (ops.py checks) */
 #define TILE 64       /* keys per online-softmax step in decode attention */
+#define LANES 16      /* partial sums per dot product (one AVX-512 register) */
+#define PREFETCH 8    /* keys ahead that decode attention prefetches */
 
 typedef union {
     float f;
@@ -208,13 +210,78 @@ void hkv_cache_write(i64 tokens, i64 row_bytes, const char *k, i64 kst, const ch
     }
 }
 
-/* One (decode, KV head) of decode attention: the G = hq / hkv query heads that
- * share KV head h, over keys [lo, len) read in place through `table`. */
-static void decode_one(int bf16, i64 g, i64 dim, const float *qf, const void *kc, i64 ksb,
-                       i64 kso, const void *vc, i64 vsb, i64 vso, const int32_t *table, i64 bs,
-                       i64 lo, i64 len, float scale, float softcap, const float *sinks,
-                       float *acc) {
-    float m[g], l[g], sc[g][TILE], row[dim];
+/* Ask for a K/V row ahead of its use: the blocks of a sequence are scattered,
+ * so the hardware prefetcher loses the stream at every block boundary. */
+static inline void prefetch_row(const char *row, i64 bytes) {
+    for (i64 o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
+}
+
+/* Scores of one key row against the g query rows (fp32, qf [g, dim]) into
+ * sc[a * TILE + j]: LANES-wide partial sums, so the g dot products are g * LANES
+ * independent FMA chains; the key is converted LANES elements at a time. */
+static inline __attribute__((always_inline)) void key_scores(int bf16, const i64 g, i64 dim,
+                                                             const float *qf, const char *kr,
+                                                             float *sc, i64 j) {
+    float part[g][LANES];
+    for (i64 a = 0; a < g; ++a)
+        for (i64 l = 0; l < LANES; ++l) part[a][l] = 0.0f;
+    i64 body = dim / LANES * LANES;
+    for (i64 c = 0; c < body; c += LANES) {
+        float kv[LANES];
+        load_row(kr + c * (bf16 ? 2 : 4), bf16, LANES, kv);
+        for (i64 a = 0; a < g; ++a)
+            for (i64 l = 0; l < LANES; ++l)
+                part[a][l] = fmaf(qf[a * dim + c + l], kv[l], part[a][l]);
+    }
+    for (i64 a = 0; a < g; ++a) {
+        float s = 0.0f;
+        for (i64 l = 0; l < LANES; ++l) s += part[a][l];
+        for (i64 d = body; d < dim; ++d) {
+            float kd = bf16 ? bf16_to_f32(((const uint16_t *)kr)[d]) : ((const float *)kr)[d];
+            s = fmaf(qf[a * dim + d], kd, s);
+        }
+        sc[a * TILE + j] = s;
+    }
+}
+
+/* acc [g, dim] += p [g, TILE] @ V rows of the tile: per LANES-wide column
+ * block, the g accumulators stay in registers across the tile's keys and
+ * each value block is converted once. */
+static inline __attribute__((always_inline)) void add_values(int bf16, const i64 g, i64 dim,
+                                                             const char *const *rows, i64 cnt,
+                                                             const float *p, float *acc) {
+    i64 body = dim / LANES * LANES, size = bf16 ? 2 : 4;
+    for (i64 c = 0; c < body; c += LANES) {
+        float t[g][LANES];
+        for (i64 a = 0; a < g; ++a)
+            for (i64 l = 0; l < LANES; ++l) t[a][l] = acc[a * dim + c + l];
+        for (i64 j = 0; j < cnt; ++j) {
+            float vv[LANES];
+            load_row(rows[j] + c * size, bf16, LANES, vv);
+            for (i64 a = 0; a < g; ++a)
+                for (i64 l = 0; l < LANES; ++l) t[a][l] = fmaf(p[a * TILE + j], vv[l], t[a][l]);
+        }
+        for (i64 a = 0; a < g; ++a)
+            for (i64 l = 0; l < LANES; ++l) acc[a * dim + c + l] = t[a][l];
+    }
+    for (i64 d = body; d < dim; ++d)
+        for (i64 j = 0; j < cnt; ++j) {
+            const char *vr = rows[j];
+            float vd = bf16 ? bf16_to_f32(((const uint16_t *)vr)[d]) : ((const float *)vr)[d];
+            for (i64 a = 0; a < g; ++a) acc[a * dim + d] = fmaf(p[a * TILE + j], vd, acc[a * dim + d]);
+        }
+}
+
+/* One (decode, KV head) of decode attention: the g = hq / hkv query heads that
+ * share KV head h, over keys [lo, len) read in place through `table`; `acc`
+ * [g, dim] receives the normalized output. Byte strides for the caches. */
+static inline __attribute__((always_inline)) void decode_one(
+    int bf16, const i64 g, i64 dim, const float *qf, const char *kc, i64 ksb, i64 kso,
+    const char *vc, i64 vsb, i64 vso, const int32_t *table, i64 bs, i64 lo, i64 len, float scale,
+    float softcap, const float *sinks, float *acc) {
+    float m[g], l[g], sc[g * TILE];
+    const char *rows[TILE];
+    i64 row_bytes = dim * (bf16 ? 2 : 4);
     for (i64 a = 0; a < g; ++a) {
         m[a] = -INFINITY;
         l[a] = 0.0f;
@@ -224,25 +291,25 @@ static void decode_one(int bf16, i64 g, i64 dim, const float *qf, const void *kc
         i64 cnt = len - j0 < TILE ? len - j0 : TILE;
         for (i64 j = 0; j < cnt; ++j) {
             i64 p = j0 + j;
-            load_row(at(kc, (i64)table[p / bs] * ksb + (p % bs) * kso, bf16), bf16, dim, row);
-            for (i64 a = 0; a < g; ++a) {
-                const float *qa = qf + a * dim;
-                float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                for (i64 d = 0; d < dim; ++d) s = fmaf(qa[d], row[d], s);
-                s *= scale;
-                if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-                sc[a][j] = s;
+            if (p + PREFETCH < len) {
+                i64 f = p + PREFETCH;
+                prefetch_row(kc + (i64)table[f / bs] * ksb + (f % bs) * kso, row_bytes);
             }
+            prefetch_row(vc + (i64)table[p / bs] * vsb + (p % bs) * vso, row_bytes);
+            key_scores(bf16, g, dim, qf, kc + (i64)table[p / bs] * ksb + (p % bs) * kso, sc, j);
         }
         for (i64 a = 0; a < g; ++a) {
-            float mt = m[a];
-            for (i64 j = 0; j < cnt; ++j) mt = sc[a][j] > mt ? sc[a][j] : mt;
+            float *sa = sc + a * TILE, mt = m[a];
+            for (i64 j = 0; j < cnt; ++j) {
+                float v = sa[j] * scale;
+                sa[j] = softcap > 0.0f ? softcap * tanhf(v / softcap) : v;
+                mt = sa[j] > mt ? sa[j] : mt;
+            }
             float alpha = m[a] == -INFINITY ? 0.0f : exp_nonpos(m[a] - mt);
             float sum = 0.0f;
             for (i64 j = 0; j < cnt; ++j) {
-                sc[a][j] = exp_nonpos(sc[a][j] - mt);
-                sum += sc[a][j];
+                sa[j] = exp_nonpos(sa[j] - mt);
+                sum += sa[j];
             }
             l[a] = l[a] * alpha + sum;
             m[a] = mt;
@@ -251,12 +318,9 @@ static void decode_one(int bf16, i64 g, i64 dim, const float *qf, const void *kc
         }
         for (i64 j = 0; j < cnt; ++j) {
             i64 p = j0 + j;
-            load_row(at(vc, (i64)table[p / bs] * vsb + (p % bs) * vso, bf16), bf16, dim, row);
-            for (i64 a = 0; a < g; ++a) {
-                float pj = sc[a][j], *o = acc + a * dim;
-                for (i64 d = 0; d < dim; ++d) o[d] = fmaf(pj, row[d], o[d]);
-            }
+            rows[j] = vc + (i64)table[p / bs] * vsb + (p % bs) * vso;
         }
+        add_values(bf16, g, dim, rows, cnt, sc, acc);
     }
     for (i64 a = 0; a < g; ++a) {
         float denom = l[a], alpha = 1.0f;
@@ -268,6 +332,24 @@ static void decode_one(int bf16, i64 g, i64 dim, const float *qf, const void *kc
         float f = alpha / denom;
         for (i64 d = 0; d < dim; ++d) acc[a * dim + d] *= f;
     }
+}
+
+/* decode_one with the group size a compile-time constant for the common
+ * sizes (the per-head partial sums then live in registers). */
+static void decode_dispatch(int bf16, i64 g, i64 dim, const float *qf, const char *kc, i64 ksb,
+                            i64 kso, const char *vc, i64 vsb, i64 vso, const int32_t *table,
+                            i64 bs, i64 lo, i64 len, float scale, float softcap,
+                            const float *sinks, float *acc) {
+#define DECODE_G(G) decode_one(bf16, G, dim, qf, kc, ksb, kso, vc, vsb, vso, table, bs, lo, len, \
+                               scale, softcap, sinks, acc)
+    switch (g) {
+    case 1: DECODE_G(1); break;
+    case 2: DECODE_G(2); break;
+    case 4: DECODE_G(4); break;
+    case 8: DECODE_G(8); break;
+    default: DECODE_G(g); break;
+    }
+#undef DECODE_G
 }
 
 /* Decode attention over the paged cache, read in place (no gather).
@@ -293,9 +375,10 @@ void hkv_decode_attention(int bf16, i64 n, i64 hq, i64 hkv, i64 dim, const void 
         float qf[g * dim], acc[g * dim];
         for (i64 a = 0; a < g; ++a)
             load_row(at(q, q_rows[i] * qst + (h * g + a) * qsh, bf16), bf16, dim, qf + a * dim);
-        decode_one(bf16, g, dim, qf, at(kc, h * ksh, bf16), ksb, kso, at(vc, h * vsh, bf16), vsb,
-                   vso, tables + i * table_stride, bs, lo, len, scale, softcap,
-                   sinks ? sinks + h * g : NULL, acc);
+        i64 size = bf16 ? 2 : 4;
+        decode_dispatch(bf16, g, dim, qf, at(kc, h * ksh, bf16), ksb * size, kso * size,
+                        at(vc, h * vsh, bf16), vsb * size, vso * size, tables + i * table_stride,
+                        bs, lo, len, scale, softcap, sinks ? sinks + h * g : NULL, acc);
         for (i64 a = 0; a < g; ++a)
             store_row(acc + a * dim, bf16, dim, (void *)at(out, q_rows[i] * ost + (h * g + a) * osh, bf16));
     }
