@@ -89,6 +89,11 @@ def arguments(doc: str | None, dtype: str, results: str) -> argparse.ArgumentPar
     ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
     ap.add_argument("--dtype", default=dtype, help="float32 | bfloat16 (both engines)")
     ap.add_argument("--write", action="store_true", help=f"write benchmarks/results/{results}")
+    ap.add_argument(
+        "--kernel-backend",
+        default=None,
+        help="hybridkv's kernels: native | torch | triton (default: the engine's)",
+    )
     return ap
 
 
@@ -100,7 +105,7 @@ def engine(args: argparse.Namespace, device: str) -> tuple[torch.dtype, LLM]:
         args.model = demo_checkpoint()
     dtype = getattr(torch, args.dtype)
     llm = LLM(args.model, dtype=dtype, device=device, max_model_len=4096,
-              max_num_batched_tokens=2048)  # fmt: skip
+              max_num_batched_tokens=2048, kernel_backend=args.kernel_backend)  # fmt: skip
     return dtype, llm
 
 
@@ -213,7 +218,8 @@ def main() -> int:
     else:
         where = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     lines = [f"# Engine benchmark: {args.model.name}, {args.dtype}, {device}", "",
-             f"{where}; torch {torch.__version__}; hybridkv vs transformers `generate` in the "
+             f"{where}; torch {torch.__version__}; hybridkv (kernel backend "
+             f"`{llm.kernel_backend}`) vs transformers `generate` in the "
              "same process, same checkpoint and dtype, greedy.", "",
              "## 1. Batch throughput (output tokens/s)", "",
              "| prompts | hybridkv | transformers | speed-up | identical outputs |",

@@ -1,15 +1,20 @@
-"""Resolving the ``LLM`` constructor's arguments: dtype, device, EOS ids, KV memory.
+"""Resolving the ``LLM`` constructor's arguments: dtype, device, kernels, EOS ids, KV memory.
 
 Each helper validates one argument and raises ``ValueError`` naming it.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hybridkv.kernels import resolve_backend
+from hybridkv.kernels.backend import ENV_VAR
+from hybridkv.kernels.cpu import native_status
 from hybridkv.planning import plan_kv_cache
 
 DEFAULT_KV_CAP_BYTES = 2 << 30
@@ -37,6 +42,33 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} was asked for, but CUDA is not available")
     return dev
+
+
+def resolve_kernel_backend(requested: str | None, device: torch.device) -> str:
+    """The kernel backend every op of the engine's steps runs on.
+
+    ``requested`` (or ``$HYBRIDKV_KERNEL_BACKEND``) is checked here, so that a
+    backend that cannot run fails at construction (``KernelBackendError``), not
+    mid-generation. Without either: Triton on CUDA; on the CPU the native C
+    kernels (``hybridkv.kernels.cpu``: fused Gemma 3 layers, paged decode
+    attention), or, where they cannot be built, the torch reference with a
+    ``RuntimeWarning`` that says why and what it costs.
+    """
+    name = requested if requested is not None else os.environ.get(ENV_VAR) or None
+    if name is not None:
+        return resolve_backend(name, device, allowed=("triton", "torch", "native"))
+    if device.type != "cpu":
+        return resolve_backend(None, device)
+    why = native_status()
+    if why is None:
+        return "native"
+    warnings.warn(
+        f"the native CPU kernels are unavailable ({why}); running the torch reference "
+        "kernels instead, which are slower (kernel_backend='torch' silences this)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return "torch"
 
 
 def positive(value: Any, name: str) -> int:

@@ -7,6 +7,8 @@ safetensors checkpoint, ``hybridkv.models.gguf``). The KV cache is planned by
 group and manager) and allocated once; ``kv_cache_memory_bytes`` defaults to
 room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 ``engine_setup.DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
+``kernel_backend`` (default: Triton on CUDA, the native C kernels on the CPU,
+see ``engine_setup.resolve_kernel_backend``) is fixed for the engine's life.
 
 Every input is checked before any request is queued, so a bad call leaves no
 state behind; if a step fails, the call's requests are aborted and their
@@ -30,6 +32,7 @@ from hybridkv.engine.engine_setup import (
     positive,
     resolve_device,
     resolve_dtype,
+    resolve_kernel_backend,
 )
 from hybridkv.engine.inputs import PromptType, prompt_ids, sampling_list
 from hybridkv.engine.model_source import resolve_model_dir
@@ -109,8 +112,9 @@ class LLM:
         self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=max_num_batched_tokens,
                                    defer_pending_hits=has_mamba)  # fmt: skip
+        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
         self.runner = ModelRunner(self.model, config, self.kv_buffers, self.manager, self.device,
-                                  kernel_backend)  # fmt: skip
+                                  self.kernel_backend)  # fmt: skip
         self._ids = itertools.count()
         self.num_steps = 0
 

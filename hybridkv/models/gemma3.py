@@ -158,11 +158,12 @@ class Gemma3Model(nn.Module):
         return self.norm(x)
 
     def _forward_native(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        first = self.layers[0].input_layernorm
+        layers: list[Gemma3DecoderLayer] = list(self.layers)  # type: ignore[arg-type]
+        first = layers[0].input_layernorm
         y = add_norm_(x, None, None, first.scale_fp32(), first.eps)
         assert y is not None
-        for i, layer in enumerate(self.layers):
-            nxt = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+        for i, layer in enumerate(layers):
+            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
             y = layer.forward_native(x, y, batch, nxt)
         return y
 

@@ -21,7 +21,7 @@ def _decode_plan(a: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.
     built once per step (cached on the metadata), or None without decodes."""
     meta = a.meta
     if "native_decode" in meta.derived:
-        return meta.derived["native_decode"]  # type: ignore[no-any-return]
+        return meta.derived["native_decode"]
     decodes = [s for s, ql in enumerate(meta.query_lens_cpu) if ql == 1]
     plan = None
     if decodes:

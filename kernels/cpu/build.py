@@ -26,7 +26,18 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("csrc") / "hybridkv_cpu.c"
-FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-mprefer-vector-width=512",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+    "-std=gnu11",
+)
 
 
 class NativeBuildError(RuntimeError):
@@ -73,17 +84,24 @@ def _build(cc: str, target: Path) -> None:
         os.replace(out, target)  # atomic: concurrent builders never load a partial file
 
 
-@functools.cache
-def library() -> ctypes.CDLL:
-    """The loaded native kernel library (built on first use; see the module docstring)."""
-    if platform.system() != "Linux":
-        raise NativeBuildError(f"the native CPU kernels are built for Linux only, not {platform.system()}")
-    cc = _compiler()
+def _library_path(cc: str) -> Path:
+    """Where the build for this source, these flags, compiler and CPU lives."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
     key = hashlib.sha256(
         "\0".join((SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags())).encode()
     ).hexdigest()[:16]
-    target = _cache_dir() / f"hybridkv_cpu-{key}.so"
+    return _cache_dir() / f"hybridkv_cpu-{key}.so"
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The loaded native kernel library (built on first use; see the module docstring)."""
+    if platform.system() != "Linux":
+        raise NativeBuildError(
+            f"the native CPU kernels are built for Linux only, not {platform.system()}"
+        )
+    cc = _compiler()
+    target = _library_path(cc)
     if not target.exists():
         _build(cc, target)
     try:

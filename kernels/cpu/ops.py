@@ -26,14 +26,14 @@ import torch
 
 from hybridkv.kernels.cpu.build import library
 
-_I, _P, _F, _B = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
-_SIGNATURES: dict[str, list[Any]] = {
-    "hkv_add_norm": [_B, _I, _I, _P, _I, _P, _P, _I, _P, _P, _I, _F],
-    "hkv_norm_rope": [_B, _I, _I, _I, _P, _I, _I, _P, _P, _P, _I, _F],
-    "hkv_geglu": [_B, _I, _I, _P, _I, _P, _I, _P, _I],
-    "hkv_cache_write": [_I, _I, _P, _I, _P, _I, _P, _P, _P, _I, _I, _I, _I, _I],
-    "hkv_decode_attention": [_B, _I, _I, _I, _I, _P, _I, _I, _P, _I, _I, _I, _P, _I, _I, _I,
-                             _P, _I, _I, _P, _P, _F, _F, _I, _I, _P, _P, _I, _I],  # fmt: skip
+_CTYPES = {"B": ctypes.c_int, "I": ctypes.c_int64, "P": ctypes.c_void_p, "F": ctypes.c_float}
+#: C argument types per function, one letter each: B int flag, I int64, P pointer, F float.
+_SIGNATURES = {
+    "hkv_add_norm": "BIIPIPPIPPIF",
+    "hkv_norm_rope": "BIIIPIIPPPIF",
+    "hkv_geglu": "BIIPIPIPI",
+    "hkv_cache_write": "IIPIPIPPPIIIII",
+    "hkv_decode_attention": "BIIIIPIIPIIIPIIIPIIPPFFIIPPII",
 }
 #: Element types the kernels take (the C ``bf16`` flag: 1 for bfloat16, 0 for fp32).
 DTYPES = (torch.bfloat16, torch.float32)
@@ -45,9 +45,9 @@ MAX_NORM_DIM, MAX_HEAD_DIM = 16384, 4096
 @functools.cache
 def _fn(name: str) -> Callable[..., Any]:
     fn = getattr(library(), name)
-    fn.argtypes = _SIGNATURES[name]
+    fn.argtypes = [_CTYPES[c] for c in _SIGNATURES[name]]
     fn.restype = None
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _check(name: str, t: torch.Tensor, dtype: torch.dtype, ndim: int) -> None:
@@ -106,8 +106,9 @@ def add_norm_(
             raise ValueError(f"out: shape {tuple(out.shape)} differs from x's {tuple(x.shape)}")
         wo_ptr, o_ptr, os = out_weight.data_ptr(), out.data_ptr(), out.stride(0)
     if rows:
-        _fn("hkv_add_norm")(dtype == torch.bfloat16, rows, dim, h_ptr, hs, wh_ptr, x.data_ptr(), x.stride(0),
-                                   wo_ptr, o_ptr, os, eps)  # fmt: skip
+        bf16 = dtype == torch.bfloat16
+        _fn("hkv_add_norm")(bf16, rows, dim, h_ptr, hs, wh_ptr, x.data_ptr(), x.stride(0),
+                            wo_ptr, o_ptr, os, eps)  # fmt: skip
     return out if out_weight is not None else None
 
 
@@ -134,9 +135,10 @@ def norm_rope_(
     if weight is not None:
         _check_weight("weight", weight, dim)
     if t:
-        _fn("hkv_norm_rope")(dtype == torch.bfloat16, t, heads, dim, x.data_ptr(), x.stride(0), x.stride(1),
-                                    weight.data_ptr() if weight is not None else 0,
-                                    cos.data_ptr(), sin.data_ptr(), cos.stride(0), eps)  # fmt: skip
+        w_ptr = weight.data_ptr() if weight is not None else 0
+        _fn("hkv_norm_rope")(dtype == torch.bfloat16, t, heads, dim, x.data_ptr(), x.stride(0),
+                             x.stride(1), w_ptr, cos.data_ptr(), sin.data_ptr(), cos.stride(0),
+                             eps)  # fmt: skip
     return x
 
 
@@ -150,8 +152,8 @@ def geglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(gate.shape, dtype=dtype)
     rows, cols = gate.shape
     if rows:
-        _fn("hkv_geglu")(dtype == torch.bfloat16, rows, cols, gate.data_ptr(), gate.stride(0), up.data_ptr(),
-                                up.stride(0), out.data_ptr(), out.stride(0))  # fmt: skip
+        _fn("hkv_geglu")(dtype == torch.bfloat16, rows, cols, gate.data_ptr(), gate.stride(0),
+                         up.data_ptr(), up.stride(0), out.data_ptr(), out.stride(0))  # fmt: skip
     return out
 
 

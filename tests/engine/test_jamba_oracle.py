@@ -136,7 +136,7 @@ def test_bfloat16_runs_close_to_fp32(ckpt: Path) -> None:
     assert (ours[0] - want[0]).abs().max() < 0.1 * want[0].abs().max()
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", ["torch", "native", "triton"])
 def test_shared_prefix_in_one_batch(ckpt: Path, backend: str) -> None:
     # Requests sharing a prefix arrive together: the second must not adopt Mamba
     # checkpoints that the first is computing in the same step.
