@@ -135,7 +135,10 @@ def main() -> int:
     t = time.monotonic()
     llm = LLM(path, dtype=dtype, device="cpu", max_model_len=4096, max_num_batched_tokens=1024,
               progress=True)  # fmt: skip
-    print(f"loaded {path.name} in {time.monotonic() - t:.1f} s ({llm.dtype}, {llm.device})")
+    print(
+        f"loaded {path.name} in {time.monotonic() - t:.1f} s ({llm.dtype}, {llm.device}, "
+        f"kernels: {llm.kernel_backend})"
+    )
     _layout(llm)
     run(llm)
     return 0
