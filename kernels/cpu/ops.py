@@ -40,6 +40,8 @@ DTYPES = (torch.bfloat16, torch.float32)
 #: Longest row the norm kernels take (their fp32 row buffers live on the stack),
 #: and the longest head (norm_rope keeps four head-sized buffers, attention two).
 MAX_NORM_DIM, MAX_HEAD_DIM = 16384, 4096
+#: Query heads per KV head x head size that decode attention takes (2 fp32 buffers of it).
+MAX_GROUP_FLOATS = 32768
 
 
 @functools.cache
@@ -207,8 +209,12 @@ def decode_attention(
     n = q_rows.shape[0]
     hq, d = q.shape[1:]
     hkv = key_cache.shape[2]
-    if d > MAX_HEAD_DIM:
-        raise ValueError(f"head size {d} exceeds the native kernel's {MAX_HEAD_DIM}")
+    if d > MAX_HEAD_DIM or (hq // hkv) * d > MAX_GROUP_FLOATS:
+        raise ValueError(
+            f"{hq // hkv} query heads per KV head of size {d}: the native decode kernel takes "
+            f"heads up to {MAX_HEAD_DIM} and groups up to {MAX_GROUP_FLOATS} values "
+            "(its per-thread buffers live on the stack); use backend='torch'"
+        )
     ks, vs = key_cache.stride(), value_cache.stride()
     _fn("hkv_decode_attention")(
         dtype == torch.bfloat16, n, hq, hkv, d, q.data_ptr(), q.stride(0), q.stride(1),

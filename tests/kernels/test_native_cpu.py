@@ -178,6 +178,11 @@ def test_bad_inputs_raise():
                          opts=AttentionOptions(scale=1.0), dtype=torch.float16)  # fmt: skip
     with pytest.raises(ValueError, match="bf16 or fp32"):
         unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="native")
+    big = make_paged_batch([(4, 1)], num_heads=256, num_kv_heads=1, head_size=256, block_size=4,
+                           opts=AttentionOptions(scale=1.0))  # fmt: skip
+    with pytest.raises(ValueError, match="backend='torch'"):
+        unified_attention(big.q, big.key_cache, big.value_cache, big.meta, big.opts,
+                          backend="native")  # fmt: skip
 
 
 def test_backend_resolution():
