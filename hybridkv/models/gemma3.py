@@ -62,25 +62,16 @@ class Gemma3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]
-        if batch.kernel_backend == "native":
-            return self._forward_native(x, batch)
-        q = self.q_norm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        cos, sin = self.rotary.for_step(batch, q.dtype)
-        q, k = RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
-        out = self.attn(q, k, v, batch)
-        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
-
-    def _forward_native(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        """``forward`` with the q/k norms and RoPE fused in place (native CPU kernels)."""
-        t, eps = x.shape[0], self.q_norm.eps
         q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         cos, sin = self.rotary.for_step(batch, q.dtype)
-        norm_rope_(q, self.q_norm.scale_fp32(), cos, sin, eps)
-        norm_rope_(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
+        if batch.kernel_backend == "native":  # q/k norm + RoPE fused, in place
+            norm_rope_(q, self.q_norm.scale_fp32(), cos, sin, self.q_norm.eps)
+            norm_rope_(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
+        else:
+            q = RotaryEmbedding.rotate(self.q_norm(q), cos, sin)
+            k = RotaryEmbedding.rotate(self.k_norm(k), cos, sin)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
