@@ -92,8 +92,9 @@ class LLM:
         self.max_model_len = layout.max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.hf_config, self.text_config = hf_config, text_config
+        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
         self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
-                                progress=progress)  # fmt: skip
+                                progress=progress, amx=self.kernel_backend == "native")  # fmt: skip
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
         memory = kv_cache_memory_bytes or default_kv_bytes(
@@ -112,7 +113,6 @@ class LLM:
         self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=max_num_batched_tokens,
                                    defer_pending_hits=has_mamba)  # fmt: skip
-        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
         self.runner = ModelRunner(self.model, config, self.kv_buffers, self.manager, self.device,
                                   self.kernel_backend)  # fmt: skip
         self._ids = itertools.count()
@@ -198,7 +198,8 @@ class LLM:
                 s.request.metrics.first_scheduled_time = now
         logits = self.runner.execute(out.scheduled)
         samplers = [s.request for s in out.scheduled if s.samples]
-        tokens = sample(logits, samplers) if samplers else []
+        native = self.kernel_backend == "native"
+        tokens = sample(logits, samplers, native) if samplers else []
         sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1

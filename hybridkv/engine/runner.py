@@ -118,7 +118,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, work: Sequence[ScheduledRequest]) -> torch.Tensor:
-        """Logits ``[N, vocab]`` (fp32) of the sequences that sample, in batch order."""
+        """Logits ``[N, vocab]`` (model dtype) of the sequences that sample, in batch order."""
         batch = self.build_batch(work)
         hidden = self.model(batch)
         return self.model.compute_logits(hidden[batch.logits_indices])

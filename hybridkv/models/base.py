@@ -8,7 +8,9 @@ engine step at a time:
   over the flattened varlen batch (``ForwardBatch``); attention layers are named
   ``layers.{i}`` like the planner's layer names, so the runner's per-group
   metadata reaches them;
-- ``compute_logits(hidden [N, hidden_size]) -> [N, vocab]`` in fp32 (default:
+- ``compute_logits(hidden [N, hidden_size]) -> [N, vocab]`` in the model's dtype
+  (no fp32 copy of a 262k vocabulary per step: the sampler compares bf16
+  values exactly and upcasts only the rows it draws from; default:
   ``self.lm_head``; ``tie_weights`` shares it with ``model.embed_tokens`` when the
   config ties them);
 - ``checkpoint_tensors(name, tensor)``: where a checkpoint tensor goes, as
@@ -48,7 +50,7 @@ class CausalLM(nn.Module):
         return self.model(batch)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        return self.lm_head(hidden)
 
     def tie_weights(self) -> None:
         """Re-share tied parameters (building on ``meta`` and materialising unties them)."""

@@ -5,7 +5,8 @@ about to be overwritten), materialised on ``device`` in ``dtype``, then filled
 by the strict loader. Modules holding derived, non-checkpoint buffers (RoPE
 inverse frequencies) expose ``init_buffers()``, called after materialising.
 Once loaded, CPU bf16 linear layers are re-laid out for oneDNN
-(``layers.packed_linear``; bit-identical results, weights held twice).
+(``layers.packed_linear``; bit-identical results, weights held twice), and with
+``amx=True`` also for the AMX decode kernel where the CPU has one.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def load_model(
     device: torch.device,
     *,
     progress: bool = False,
+    amx: bool = False,
 ) -> CausalLM:
     """The model of ``model_dir`` with its weights loaded strictly."""
     model = build_model(hf_config, dtype, device)
     load_checkpoint(model, model_dir, dtype, progress=progress)
-    pack_linears(model)
+    pack_linears(model, amx=amx)
     return model

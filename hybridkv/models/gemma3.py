@@ -175,7 +175,7 @@ class Gemma3ForCausalLM(CausalLM):
         logits = self.lm_head(hidden)
         if self.final_softcap is not None:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
-        return logits.float()
+        return logits
 
     def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         if name.startswith(_VISION_PREFIXES):

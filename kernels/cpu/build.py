@@ -1,9 +1,9 @@
-"""Build and load the native CPU kernels (``csrc/hybridkv_cpu.c``) once per machine.
+"""Build and load the native CPU kernels (``csrc/*.c``) once per machine.
 
-``library()`` compiles the C source with the system C compiler
+``library()`` compiles the C sources into one library with the system C compiler
 (``$CC``, else ``cc``) as ``-O3 -march=native -fopenmp -shared`` into
 ``~/.cache/hybridkv/kernels/`` (``$HYBRIDKV_CACHE`` overrides the root),
-keyed by a hash of the source, the flags, the compiler's version and this
+keyed by a hash of the sources, the flags, the compiler's version and this
 CPU's feature flags, so an edit or another machine rebuilds instead of loading
 a stale or illegal binary. The build takes about a second; later processes
 load the cached file. The library links the same ``libgomp.so.1`` that torch
@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("csrc") / "hybridkv_cpu.c"
+SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 FLAGS = (
     "-O3",
     "-march=native",
@@ -75,7 +75,7 @@ def _build(cc: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        cmd = [cc, *FLAGS, "-o", str(out), str(SOURCE), "-lm"]
+        cmd = [cc, *FLAGS, "-o", str(out), *map(str, SOURCES), "-lm"]
         run = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if run.returncode != 0:
             raise NativeBuildError(
@@ -87,9 +87,8 @@ def _build(cc: str, target: Path) -> None:
 def _library_path(cc: str) -> Path:
     """Where the build for this source, these flags, compiler and CPU lives."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256(
-        "\0".join((SOURCE.read_text(), " ".join(FLAGS), version, _cpu_flags())).encode()
-    ).hexdigest()[:16]
+    parts = (*(s.read_text() for s in SOURCES), " ".join(FLAGS), version, _cpu_flags())
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     return _cache_dir() / f"hybridkv_cpu-{key}.so"
 
 

@@ -13,6 +13,10 @@ header (fp32 math, rounded where the eager torch ops round).
 - ``cache_write(k, v, key_cache, value_cache, slot_mapping)``: ``reshape_and_cache``.
 - ``decode_attention(...)``: decode rows of ``unified_attention`` read in place
   from the paged caches (``kernels/attention/native.py`` calls it).
+- ``argmax_rows(logits)``: greedy sampling, ``logits.max(-1).indices`` without
+  an fp32 copy of bf16 logits (``csrc/greedy.c``).
+
+The AMX linear layers have their own module, ``amx.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ _SIGNATURES = {
     "hkv_geglu": "BIIPIPIPI",
     "hkv_cache_write": "IIPIPIPPPIIIII",
     "hkv_decode_attention": "BIIIIPIIPIIIPIIIPIIPPFFIIPPII",
+    "hkv_argmax_rows": "BIIPIP",
+    "hkv_amx_pack": "IIPP",
+    "hkv_amx_linear": "IIIPIPPPI",
 }
 #: Element types the kernels take (the C ``bf16`` flag: 1 for bfloat16, 0 for fp32).
 DTYPES = (torch.bfloat16, torch.float32)
@@ -46,6 +53,7 @@ MAX_GROUP_FLOATS = 32768
 
 @functools.cache
 def _fn(name: str) -> Callable[..., Any]:
+    """The C function ``name`` with its ctypes signature (internal to this package)."""
     fn = getattr(library(), name)
     fn.argtypes = [_CTYPES[c] for c in _SIGNATURES[name]]
     fn.restype = None
@@ -224,3 +232,18 @@ def decode_attention(
         window or 0, chunk or 0, sinks.data_ptr() if sinks is not None else 0,
         out.data_ptr(), out.stride(0), out.stride(1),
     )  # fmt: skip
+
+
+def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
+    """``logits [N, V]`` (bf16 or fp32) -> int64 ``[N]``: each row's first maximal index,
+    as ``logits.max(-1).indices`` (a row with NaN: its first NaN)."""
+    dtype = _check_dtype("logits", logits)
+    _check("logits", logits, dtype, 2)
+    rows, cols = logits.shape
+    if cols == 0:
+        raise ValueError("logits: rows are empty")
+    out = torch.empty(rows, dtype=torch.int64)
+    if rows:
+        _fn("hkv_argmax_rows")(dtype == torch.bfloat16, rows, cols, logits.data_ptr(),
+                               logits.stride(0), out.data_ptr())  # fmt: skip
+    return out

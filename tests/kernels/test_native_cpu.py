@@ -206,6 +206,13 @@ def test_build_errors_are_clear(tmp_path, monkeypatch):
 def test_cache_key_follows_the_source(tmp_path, monkeypatch):
     monkeypatch.setenv("HYBRIDKV_CACHE", str(tmp_path))
     first = build._library_path(build._compiler())
-    (tmp_path / "edited.c").write_text(build.SOURCE.read_text() + "\n/* edit */\n")
-    monkeypatch.setattr(build, "SOURCE", tmp_path / "edited.c")
-    assert build._library_path(build._compiler()) != first
+    assert len(build.SOURCES) >= 3  # every csrc/*.c is part of the library and of its key
+    for i, source in enumerate(build.SOURCES):
+        edited = tmp_path / f"edited{i}.c"
+        edited.write_text(source.read_text() + "\n/* edit */\n")
+        sources = list(build.SOURCES)
+        sources[i] = edited
+        with monkeypatch.context() as m:
+            m.setattr(build, "SOURCES", tuple(sources))
+            assert build._library_path(build._compiler()) != first
+    assert build._library_path(build._compiler()) == first
