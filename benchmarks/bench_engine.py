@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from hybridkv.engine import LLM, SamplingParams  # noqa: E402
 from hybridkv.engine.demo_text import DOCUMENT  # noqa: E402
+from hybridkv.models.layers.packed_linear import describe_linears  # noqa: E402
 
 QUESTIONS = [f"\nQuestion {i + 1}: {q}\nAnswer:" for i, q in enumerate([
     "When was the town founded?", "Who founded it?", "What came in 1871?",
@@ -219,7 +220,8 @@ def main() -> int:
         where = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     lines = [f"# Engine benchmark: {args.model.name}, {args.dtype}, {device}", "",
              f"{where}; torch {torch.__version__}; hybridkv (kernel backend "
-             f"`{llm.kernel_backend}`) vs transformers `generate` in the "
+             f"`{llm.kernel_backend}`; linear layers: {describe_linears(llm.model)}) vs "
+             "transformers `generate` in the "
              "same process, same checkpoint and dtype, greedy.", "",
              "## 1. Batch throughput (output tokens/s)", "",
              "| prompts | hybridkv | transformers | speed-up | identical outputs |",

@@ -126,7 +126,7 @@ def main() -> int:
     import torch
 
     from hybridkv.models.demo_checkpoint import demo_checkpoint
-    from hybridkv.models.layers.packed_linear import packing_supported
+    from hybridkv.models.layers.packed_linear import describe_linears, packing_supported
 
     print("hybridkv demo: Gemma 3 270M (18 layers: 15 sliding-window + 3 full attention), CPU")
     path = demo_checkpoint(progress=True)
@@ -137,7 +137,7 @@ def main() -> int:
               progress=True)  # fmt: skip
     print(
         f"loaded {path.name} in {time.monotonic() - t:.1f} s ({llm.dtype}, {llm.device}, "
-        f"kernels: {llm.kernel_backend})"
+        f"kernels: {llm.kernel_backend}; linear layers: {describe_linears(llm.model)})"
     )
     _layout(llm)
     run(llm)
