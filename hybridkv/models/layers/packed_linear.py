@@ -17,7 +17,7 @@ The packed copy is a snapshot: call ``pack_linears`` after loading weights.
 packs each weight for the AMX kernel of ``hybridkv.kernels.cpu.amx`` where this
 CPU has AMX-BF16 and ``in_features`` is a multiple of 32: products of at most
 ``AMX_MAX_ROWS`` rows (decode steps) run there, larger ones on oneDNN. On the
-decode shapes of Gemma 3 270M that kernel is 1.2-1.4x faster than oneDNN's
+decode shapes of Gemma 3 270M that kernel is 1.1-1.4x faster than oneDNN's
 (``benchmarks/results/engine.md``) and gives the same bits up to 16 rows; past
 that oneDNN picks other kernels and the last bit of a few outputs can differ.
 Such weights are held three times. ``PackedLinear.kernel_for(rows)`` says which
