@@ -39,6 +39,8 @@ def amx_status() -> str | None:
         return None
     if code == 0:
         return "this CPU has no AMX-BF16 tiles"
+    if code == 2:
+        return "the native library was built without AMX code (not x86-64, or gcc < 11)"
     return f"Linux refused the AMX tile state (arch_prctl errno {-code})"
 
 

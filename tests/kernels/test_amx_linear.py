@@ -18,7 +18,12 @@ from torch.nn import functional as F
 
 from hybridkv.kernels.cpu import NativeBuildError, amx
 from hybridkv.models.layers import packed_linear
-from hybridkv.models.layers.packed_linear import AMX_MAX_ROWS, PackedLinear, describe_linears
+from hybridkv.models.layers.packed_linear import (
+    AMX_MAX_ROWS,
+    PackedLinear,
+    describe_linears,
+    packing_supported,
+)
 
 needs_amx = pytest.mark.skipif(
     not amx.amx_available(), reason=f"AMX kernel unavailable: {amx.amx_status()}"
@@ -104,7 +109,8 @@ def test_bad_inputs_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "why"), [(1, None), (0, "no AMX-BF16"), (-1, "refused the AMX tile state")]
+    ("code", "why"),
+    [(1, None), (0, "no AMX-BF16"), (2, "without AMX code"), (-1, "refused the AMX tile state")],
 )
 def test_status_says_why_amx_cannot_run(
     monkeypatch: pytest.MonkeyPatch, code: int, why: str | None
@@ -138,6 +144,10 @@ def test_packed_linear_runs_small_batches_on_amx() -> None:
     assert describe_linears(model).startswith("AMX up to 64 rows")
 
 
+@pytest.mark.skipif(
+    not packing_supported(torch.device("cpu"), torch.bfloat16),
+    reason="oneDNN bf16 not available on this CPU",
+)
 def test_packed_linear_without_amx_stays_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(packed_linear.amx_kernel, "amx_available", lambda: False)
     lin = nn.Linear(96, 130).to(torch.bfloat16)

@@ -19,8 +19,28 @@
  *
  * Callers check the CPU first: hkv_amx_init() returns 1 when AMX-BF16 runs here
  * (after asking Linux for the tile state: arch_prctl ARCH_REQ_XCOMP_PERM), 0 when
- * the CPU lacks it, -errno when the kernel refuses it.
+ * the CPU lacks it, 2 when this build has no AMX code (not x86-64, or a compiler
+ * without AMX intrinsics: gcc < 11, clang < 12), -errno when Linux refuses it.
+ * The rest of the library builds either way.
  */
+#if defined(__x86_64__) && defined(__linux__) && \
+    (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define HKV_HAVE_AMX 1
+#endif
+
+#include <stdint.h>
+typedef int64_t i64;
+
+#ifndef HKV_HAVE_AMX
+int hkv_amx_init(void) { return 2; }
+void hkv_amx_pack(i64 n, i64 k, const uint16_t *w, uint16_t *out) {
+    (void)n, (void)k, (void)w, (void)out;
+}
+void hkv_amx_linear(i64 m, i64 n, i64 k, const uint16_t *x, i64 xs, const uint16_t *wp,
+                    const float *bias, uint16_t *y, i64 ys) {
+    (void)m, (void)n, (void)k, (void)x, (void)xs, (void)wp, (void)bias, (void)y, (void)ys;
+}
+#else
 #include <errno.h>
 #include <immintrin.h>
 #include <stdint.h>
@@ -29,8 +49,6 @@
 #include <unistd.h>
 
 #include <cpuid.h>
-
-typedef int64_t i64;
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -147,3 +165,4 @@ __attribute__((target("amx-tile,amx-bf16"))) void hkv_amx_linear(i64 m, i64 n, i
         _tile_release();
     }
 }
+#endif /* HKV_HAVE_AMX */
