@@ -50,6 +50,17 @@ def run_engine(llm: LLM, prompts: list[list[int]], n: int) -> tuple[list[Any], l
     return outs, [torch.stack(seen[o.request_id]) for o in outs]
 
 
+def bf16_and_fp32_logits(
+    ckpt: Path, prompt: list[int], n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy logits ``[n, V]`` of ``prompt`` from a bf16 and an fp32 engine on ``ckpt``;
+    the bf16 ones must come in bf16 (``compute_logits`` keeps the model's dtype)."""
+    _, ours = run_engine(LLM(ckpt, block_size=4, dtype="bfloat16"), [prompt], n)
+    _, want = run_engine(LLM(ckpt, block_size=4, dtype="float32"), [prompt], n)
+    assert ours[0].dtype == torch.bfloat16
+    return ours[0].float(), want[0]
+
+
 def check_against_hf(path: Path, llm: LLM, prompts: list[list[int]], n: int) -> list[Any]:
     """Token-identical and logits within 1e-4 of transformers for every prompt."""
     outs, logits = run_engine(llm, prompts, n)

@@ -69,7 +69,7 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16 or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
-        if self.amx_packed is not None and x.dim() == 2 and x.shape[0] <= AMX_MAX_ROWS:
+        if self.amx_packed is not None and x.dim() == 2 and self.kernel_for(x.shape[0]) == "amx":
             if x.stride(-1) != 1:
                 x = x.contiguous()
             return amx_kernel.linear(x, self.amx_packed, self.out_features, self.amx_bias)
