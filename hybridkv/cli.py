@@ -7,6 +7,7 @@ import sys
 
 from hybridkv.engine.cli_generate import add_generate_parser, run_generate
 from hybridkv.report.command import add_plan_parser, run_plan
+from hybridkv.sim.command import add_simulate_parser, run_simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("walkthrough", help="print the worked prefix-caching example (manager only)")
     add_plan_parser(sub)
     add_generate_parser(sub)
+    add_simulate_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from hybridkv.engine.demo import main as demo
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_plan(args)
     if args.command == "generate":
         return run_generate(args)
+    if args.command == "simulate":
+        return run_simulate(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

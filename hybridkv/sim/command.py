@@ -1,0 +1,190 @@
+"""The ``hybridkv simulate`` subcommand: arguments, checks, runs, outputs.
+
+    hybridkv simulate gemma-3-27b --trace conv.jsonl --memory 40GB,80GB \\
+        --policy lru,hybrid --requests 1500 --json out.json --plot hit.png
+
+``--memory`` and ``--policy`` take comma lists: every (budget, policy) pair is
+replayed, in that order. ``run_simulate`` prints one table row per replay on
+stdout (a progress bar per replay on stderr) and returns 0. Every user error
+(a bad option value, a bad trace line, a budget that cannot hold the longest
+request, an unknown layout or active parameter count, ``--plot`` with fewer
+than two budgets) is found before the first replay where it can be, printed
+as one ``hybridkv simulate: error: ...`` line on stderr, and returns 2 with
+no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hybridkv.layouts import ModelLayout
+from hybridkv.report.resolve import resolve_layout
+from hybridkv.report.units import MEMORY_UNITS, parse_memory
+from hybridkv.sim.cost_model import CostModel
+from hybridkv.sim.devices import DEVICES, device_profile
+from hybridkv.sim.model_params import active_params_for
+from hybridkv.sim.options import ARRIVALS, SimOptions
+from hybridkv.sim.replay import plan_replay, replay, replay_max_model_len
+from hybridkv.sim.result import SimResult
+from hybridkv.sim.table import memory_label, render_results
+from hybridkv.sim.trace import TraceRequest, load_trace
+
+EXIT_USER_ERROR = 2
+
+
+def add_simulate_parser(sub: Any) -> None:
+    """Add ``simulate`` to the ``hybridkv`` subparsers ``sub``."""
+    p = sub.add_parser(
+        "simulate",
+        help="replay a request trace through the scheduler and KV cache manager",
+        description="Replay a request trace (Mooncake jsonl or token prompts) through the "
+        "engine's scheduler and KV cache manager, with step times from a cost model; "
+        "report prefix hit rate, cache contents by kind, preemptions, modeled TTFT and "
+        "throughput.",
+    )
+    p.add_argument(
+        "layout", help="a .yaml/.yml layout, a Hugging Face model folder, or a shipped name"
+    )
+    p.add_argument("--trace", required=True, help="the trace: one JSON object per line")
+    p.add_argument(
+        "--memory",
+        required=True,
+        help="KV cache memory, or a comma list of them (bytes or a number with a suffix: "
+        f"{', '.join(MEMORY_UNITS)})",
+    )
+    p.add_argument("--requests", help="replay only the first N requests")
+    p.add_argument("--policy", default="lru", help="cache policy, or a comma list (lru)")
+    p.add_argument(
+        "--arrivals", default="trace", help=f"{' | '.join(ARRIVALS)}: when requests arrive (trace)"
+    )
+    p.add_argument(
+        "--output-tokens",
+        default="trace",
+        help="trace (each request's output_length) or N for every request (trace)",
+    )
+    p.add_argument("--max-num-seqs", default="64", help="running requests at most (64)")
+    p.add_argument("--max-num-batched-tokens", default="8192", help="tokens per step (8192)")
+    p.add_argument("--block-size", default="16", help="tokens per block (16)")
+    p.add_argument(
+        "--max-model-len", help="default: the longest replayed request (prompt + output)"
+    )
+    p.add_argument("--device", default="h100", help=f"{' | '.join(DEVICES)} (h100)")
+    p.add_argument(
+        "--active-params",
+        help="parameters per token's forward pass (e.g. 12e9); default: the shipped table",
+    )
+    p.add_argument("--hash-algo", default="xxhash", help="xxhash | sha256 (xxhash)")
+    p.add_argument("--json", metavar="OUT", help="write the results as JSON")
+    p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _int(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{flag} must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+    return value
+
+
+def _items(text: str, flag: str) -> list[str]:
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise ValueError(f"{flag} has an empty entry in {text!r}")
+    return items
+
+
+def _active_params(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--active-params must be a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"--active-params must be a number > 0, got {text!r}")
+    return value
+
+
+def _output_tokens(text: str) -> int | None:
+    return None if text == "trace" else _int(text, "--output-tokens")
+
+
+def _prepare(
+    args: argparse.Namespace,
+) -> tuple[ModelLayout, list[TraceRequest], CostModel, list[SimOptions]]:
+    """Check everything and return (layout, requests, cost model, one options per run)."""
+    budgets = [parse_memory(m) for m in _items(args.memory, "--memory")]
+    policies = _items(args.policy, "--policy")
+    if args.plot and len(set(budgets)) < 2:
+        raise ValueError("--plot draws hit rate against memory: give --memory at least 2 budgets")
+    common = {
+        "max_num_seqs": _int(args.max_num_seqs, "--max-num-seqs"),
+        "max_num_batched_tokens": _int(args.max_num_batched_tokens, "--max-num-batched-tokens"),
+        "block_size": _int(args.block_size, "--block-size"),
+        "arrivals": args.arrivals,
+        "max_model_len": _int(args.max_model_len, "--max-model-len"),
+        "hash_algo": args.hash_algo,
+    }
+    runs = [SimOptions(memory_bytes=b, policy=p, **common) for b in budgets for p in policies]
+    output_tokens = _output_tokens(args.output_tokens)
+    limit = _int(args.requests, "--requests")
+    device = device_profile(args.device)
+    active = _active_params(args.active_params)
+    if args.plot:
+        from hybridkv.sim.plot import check_plot_available
+
+        check_plot_available()
+    layout = resolve_layout(args.layout)
+    cost = CostModel.from_layout(layout, device, active_params_for(layout.name, active))
+    requests = load_trace(args.trace, limit=limit, output_tokens=output_tokens)
+    max_model_len = replay_max_model_len(layout, requests, runs[0].max_model_len)
+    for options in runs[:: len(policies)]:  # one plan per budget
+        plan_replay(layout, options, max_model_len)
+    return layout, requests, cost, runs
+
+
+def _write_json(results: list[SimResult], path: str, trace: str) -> None:
+    rows = [{"trace": trace, **r.to_json()} for r in results]
+    payload: Any = rows[0] if len(rows) == 1 else rows
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        raise ValueError(f"cannot write --json {path}: {e.strerror or e}") from None
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """Run ``hybridkv simulate`` with parsed ``args``; 0 on success, 2 on user errors."""
+    try:
+        layout, requests, cost, runs = _prepare(args)
+        results = []
+        for options in runs:
+            desc = f"{layout.name} {memory_label(options.memory_bytes)} {options.policy}"
+            results.append(
+                replay(layout, requests, options, cost, progress=not args.no_progress, desc=desc)
+            )
+        if args.json:
+            _write_json(results, args.json, args.trace)
+        if args.plot:
+            from hybridkv.sim.plot import save_hit_rate_figure
+
+            title = f"{layout.name}: {len(requests):,} requests of {Path(args.trace).name}"
+            save_hit_rate_figure(results, args.plot, title)
+    except ValueError as e:
+        print(f"hybridkv simulate: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    sys.stdout.write(render_results(results, args.trace))
+    for flag, path in (("results", args.json), ("figure", args.plot)):
+        if path:
+            print(f"{flag} written to {path}")
+    return 0

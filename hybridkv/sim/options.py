@@ -1,0 +1,59 @@
+"""``SimOptions``: the settings of one replay (one layout, budget and policy).
+
+Defaults follow the engine's scheduler limits of vLLM's own defaults
+(64 sequences, 8192 batched tokens, 16-token blocks). ``arrivals="trace"``
+releases each request at its trace timestamp; ``"closed"`` releases every
+request at time 0, so only the scheduler's own limits (``max_num_seqs``,
+the token budget, the KV memory) pace the replay. ``hash_algo`` defaults to
+``xxhash``: the same hits as ``sha256`` (stored tokens are compared on every
+hit) at a fraction of the hashing time. Invalid values raise a one-line
+``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridkv.hashing import HASH_ALGOS
+from hybridkv.kv_cache_manager import CACHE_POLICIES
+
+ARRIVALS = ("trace", "closed")
+
+
+def _positive(value: object, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{field} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """One replay's settings (see the module docstring)."""
+
+    memory_bytes: int
+    policy: str = "lru"
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    arrivals: str = "trace"
+    max_model_len: int | None = None
+    hash_algo: str = "xxhash"
+
+    def __post_init__(self) -> None:
+        _positive(self.memory_bytes, "memory")
+        _positive(self.max_num_seqs, "max_num_seqs")
+        _positive(self.max_num_batched_tokens, "max_num_batched_tokens")
+        _positive(self.block_size, "block_size")
+        if self.max_model_len is not None:
+            _positive(self.max_model_len, "max_model_len")
+        if self.policy not in CACHE_POLICIES:
+            raise ValueError(
+                f"policy must be one of {', '.join(CACHE_POLICIES)}, got {self.policy!r}"
+            )
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(
+                f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}"
+            )
+        if self.hash_algo not in HASH_ALGOS:
+            raise ValueError(
+                f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
+            )

@@ -1,0 +1,71 @@
+"""The plain-text report of ``hybridkv simulate``: one row per replay.
+
+Columns: layout, memory budget (decimal GB, as typed in ``--memory 80GB``),
+policy, token hit rate, prefill tokens computed, preemptions, modeled TTFT
+p50/p99 and output throughput, cached blocks at the end per kind, and the
+wall time of the replay here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hybridkv.report.table import format_table
+from hybridkv.sim.result import SimResult
+
+KIND_SHORT = {"full": "full", "sliding_window": "swa", "chunked_local": "chunk", "mamba": "mamba"}
+
+
+def memory_label(n: int) -> str:
+    """``80000000000`` -> ``"80 GB"`` (decimal GB, up to 2 decimals)."""
+    return f"{round(n / 1e9, 2):g} GB"
+
+
+def blocks_label(by_kind: dict[str, int]) -> str:
+    """``{"full": 3, "sliding_window": 5}`` -> ``"full 3, swa 5"``."""
+    return ", ".join(f"{KIND_SHORT.get(k, k)} {n:,}" for k, n in by_kind.items())
+
+
+def render_results(results: Sequence[SimResult], trace: str) -> str:
+    """The report: a heading line, the table, and a note on the modeled figures."""
+    if not results:
+        raise ValueError("results must hold at least one replay")
+    first = results[0]
+    head = (
+        f"Replay of {trace}: {first.num_requests:,} requests, {first.prompt_tokens:,} prompt "
+        f"tokens, {first.output_tokens:,} output tokens; device {first.device}, arrivals "
+        f"{first.arrivals}, max_num_seqs {first.max_num_seqs}, max_num_batched_tokens "
+        f"{first.max_num_batched_tokens:,}, max_model_len {first.max_model_len:,}"
+    )
+    rows = [
+        [
+            r.layout,
+            memory_label(r.memory_bytes),
+            r.policy,
+            f"{100 * r.token_hit_rate:.2f}%",
+            f"{r.prefill_tokens:,}",
+            f"{r.preemptions:,}",
+            f"{r.ttft_p50_s:.2f}",
+            f"{r.ttft_p99_s:.2f}",
+            f"{r.output_tokens_per_s:,.0f}",
+            blocks_label(r.cached_blocks),
+            f"{r.replay_seconds:.1f}",
+        ]
+        for r in results
+    ]
+    headers = [
+        "layout",
+        "memory",
+        "policy",
+        "hit rate",
+        "prefill tokens",
+        "preempt",
+        "TTFT p50 s",
+        "TTFT p99 s",
+        "out tok/s",
+        "cached blocks",
+        "replay s",
+    ]
+    lines = [head, *format_table(headers, rows, left=("cached blocks",))]
+    lines.append("  (TTFT and throughput are modeled on the device; replay s is wall time here)")
+    return "\n".join(lines) + "\n"
