@@ -11,7 +11,7 @@ from hybridkv.sim.cost_model import CostModel, StepCost
 from hybridkv.sim.devices import DEVICES, DeviceProfile, device_profile
 from hybridkv.sim.model_params import ACTIVE_PARAMS, active_params_for
 from hybridkv.sim.options import ARRIVALS, SimOptions
-from hybridkv.sim.replay import replay
+from hybridkv.sim.replay import replay_trace
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.trace import TraceError, TraceRequest, load_trace
 
@@ -29,5 +29,5 @@ __all__ = [
     "active_params_for",
     "device_profile",
     "load_trace",
-    "replay",
+    "replay_trace",
 ]

@@ -28,7 +28,7 @@ from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.devices import DEVICES, device_profile
 from hybridkv.sim.model_params import active_params_for
 from hybridkv.sim.options import ARRIVALS, SimOptions
-from hybridkv.sim.replay import plan_replay, replay, replay_max_model_len
+from hybridkv.sim.replay import plan_replay, replay_max_model_len, replay_trace
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.table import memory_label, render_results
 from hybridkv.sim.trace import TraceRequest, load_trace
@@ -171,7 +171,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         for options in runs:
             desc = f"{layout.name} {memory_label(options.memory_bytes)} {options.policy}"
             results.append(
-                replay(layout, requests, options, cost, progress=not args.no_progress, desc=desc)
+                replay_trace(
+                    layout, requests, options, cost, progress=not args.no_progress, desc=desc
+                )
             )
         if args.json:
             _write_json(results, args.json, args.trace)

@@ -96,7 +96,7 @@ class _Live:
         self.out_base = out_base
 
 
-def replay(
+def replay_trace(
     layout: ModelLayout,
     requests: Sequence[TraceRequest],
     options: SimOptions,

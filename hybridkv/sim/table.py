@@ -1,6 +1,6 @@
 """The plain-text report of ``hybridkv simulate``: one row per replay.
 
-Columns: layout, memory budget (decimal GB, as typed in ``--memory 80GB``),
+Columns: layout, memory budget (decimal units, as typed in ``--memory 80GB``),
 policy, token hit rate, prefill tokens computed, preemptions, modeled TTFT
 p50/p99 and output throughput, cached blocks at the end per kind, and the
 wall time of the replay here.
@@ -16,9 +16,15 @@ from hybridkv.sim.result import SimResult
 KIND_SHORT = {"full": "full", "sliding_window": "swa", "chunked_local": "chunk", "mamba": "mamba"}
 
 
+DECIMAL_UNITS = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
+
+
 def memory_label(n: int) -> str:
-    """``80000000000`` -> ``"80 GB"`` (decimal GB, up to 2 decimals)."""
-    return f"{round(n / 1e9, 2):g} GB"
+    """``80_000_000_000`` -> ``"80 GB"``, ``42_496`` -> ``"42.5 KB"`` (decimal units)."""
+    for unit, scale in DECIMAL_UNITS:
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
 
 
 def blocks_label(by_kind: dict[str, int]) -> str:
