@@ -77,7 +77,7 @@ def add_simulate_parser(sub: Any) -> None:
         "--active-params",
         help="parameters per token's forward pass (e.g. 12e9); default: the shipped table",
     )
-    p.add_argument("--hash-algo", default="xxhash", help="xxhash | sha256 (xxhash)")
+    p.add_argument("--hash-algo", default="sha256", help="sha256 | xxhash (sha256)")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

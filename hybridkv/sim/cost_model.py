@@ -186,19 +186,28 @@ class CostModel:
         """The cost of computing ``[start, end)`` for each ``(start, end)`` in ``chunks``."""
         if not chunks:
             return StepCost(0.0, 0.0, 0.0)
-        new_tokens = 0
+        # Decodes (one token at position end - 1) attend to as many keys as they
+        # read, in a form cheap enough for the hot loop; prefills use the sums.
+        decode_ends = [e for s, e in chunks if e - s == 1]
+        prefills = (
+            [(s, e) for s, e in chunks if e - s != 1] if len(decode_ends) < len(chunks) else []
+        )
         flops = 0.0
         read = 0.0
         for kind, span, f_coef, b_coef in self._terms:
-            pairs = 0
-            tokens = 0
-            for start, end in chunks:
+            if kind == KIND_FULL:
+                decoded = sum(decode_ends)
+            elif kind == KIND_SLIDING:
+                decoded = sum(e if e < span else span for e in decode_ends)
+            else:
+                decoded = sum((e - 1) % span + 1 for e in decode_ends)
+            pairs = tokens = decoded
+            for start, end in prefills:
                 pairs += attended_pairs(kind, span, start, end)
                 tokens += tokens_read(kind, span, start, end)
             flops += f_coef * pairs
             read += b_coef * tokens
-        for start, end in chunks:
-            new_tokens += end - start
+        new_tokens = len(decode_ends) + sum(e - s for s, e in prefills)
         flops += self._flops_per_token * new_tokens
         read += WEIGHT_BYTES_PER_PARAM * self.active_params
         read += self._state_bytes * len(chunks)

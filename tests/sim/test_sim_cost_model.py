@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from hybridkv.layouts import ModelLayout, shipped_layout
@@ -131,3 +133,35 @@ def test_active_params_table_covers_the_real_shipped_layouts():
         ValueError, match=r"no active parameter count for layout 'toy.*--active-params"
     ):
         active_params_for("toy-1full-3sliding")
+
+
+def test_step_equals_the_per_chunk_definition_on_mixed_batches():
+    chunked = layout(
+        """
+name: mixed
+cache_dtype: bfloat16
+max_model_len: 4096
+layer_kinds:
+  full: {kind: full, num_kv_heads: 2, head_dim: 64}
+  swa: {kind: sliding_window, sliding_window: 32, num_kv_heads: 1, head_dim: 64}
+  chunk: {kind: chunked_local, attention_chunk_size: 48, num_kv_heads: 4, head_dim: 32}
+layers: [full, swa, swa, chunk]
+"""
+    )
+    model = CostModel.from_layout(chunked, PLAIN, active_params=1e6)
+    rng = random.Random(0)
+    for _ in range(50):
+        chunks = []
+        for _ in range(rng.randint(1, 8)):
+            start = rng.randint(0, 300)
+            chunks.append((start, start + rng.choice([1, 1, 1, rng.randint(1, 200)])))
+        flops = 2e6 * sum(e - s for s, e in chunks)
+        read = 2e6
+        for kind, span, width, n in [
+            ("full", 0, 128, 1), ("sliding_window", 32, 64, 2), ("chunked_local", 48, 128, 1)
+        ]:  # fmt: skip
+            for s, e in chunks:
+                flops += 4 * width * n * sum(naive_keys(kind, span, p) for p in range(s, e))
+                read += 2 * width * 2 * n * tokens_read(kind, span, s, e)
+        step = model.step(chunks)
+        assert (step.flops, step.bytes) == (flops, read), chunks
