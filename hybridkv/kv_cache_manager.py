@@ -35,6 +35,11 @@ from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import check_positive_int
 
 
+#: ``lru``: every computed block is cached and evicted least recently used first.
+#: ``hybrid``: only what a later hit can use is kept (see ``hybridkv.retention``).
+CACHE_POLICIES = ("lru", "hybrid")
+
+
 def _as_int(value: object, field: str) -> int:
     """An integer argument (numpy ints accepted); ``ValueError`` otherwise."""
     if isinstance(value, bool):
@@ -59,10 +64,14 @@ class KVCacheManager:
         log_stats: bool = False,
         hash_seed: int = 0,
         eviction_policy: type[EvictionPolicy] | None = None,
+        cache_policy: str = "lru",
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
         check_positive_int(max_model_len, "max_model_len")
+        if cache_policy not in CACHE_POLICIES:
+            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        self.cache_policy = cache_policy
         groups = kv_cache_config.kv_cache_groups
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
