@@ -14,7 +14,8 @@ and a backend that cannot run raises instead of falling back (see
   ``causal_conv1d_update``, ``selective_state_update`` (Mamba1),
   ``ssd_state_update`` (Mamba2); varlen prefill chunks that start from a cached
   state and save block-boundary checkpoints: ``causal_conv1d_fn``,
-  ``selective_scan_fn``, ``ssd_scan_fn``.
+  ``selective_scan_fn``, ``ssd_scan_fn`` (and ``ssd_chunk_scan_fn``, the same
+  Mamba2 scan in chunked SSD form).
 
 Every op ``X`` also has ``X_ref`` (torch) and ``X_triton`` with the same
 checked signature minus ``backend``; the attention and cache-write ops also
@@ -45,6 +46,7 @@ from hybridkv.kernels.mamba import (
     mamba_ssm_available,
     selective_scan_fn,
     selective_state_update,
+    ssd_chunk_scan_fn,
     ssd_scan_fn,
     ssd_state_update,
 )
@@ -63,6 +65,7 @@ __all__ = [
     "resolve_backend",
     "selective_scan_fn",
     "selective_state_update",
+    "ssd_chunk_scan_fn",
     "ssd_scan_fn",
     "ssd_state_update",
     "unified_attention",

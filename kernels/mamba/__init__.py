@@ -10,7 +10,8 @@ Varlen prefill chunks (start from cached states, save block checkpoints)::
 
     causal_conv1d_fn       conv over the chunk
     selective_scan_fn      Mamba1 scan
-    ssd_scan_fn            Mamba2 scan (vLLM: mamba_chunk_scan_combined)
+    ssd_scan_fn            Mamba2 scan, sequential over tokens
+    ssd_chunk_scan_fn      the same scan in chunked SSD form (vLLM: mamba_chunk_scan_combined)
 
 Each op takes ``backend=None | "triton" | "torch"`` (the decode SSM steps also
 ``"mamba_ssm"``, CUDA only); ``*_ref`` and ``*_triton`` are the checked torch
@@ -30,6 +31,11 @@ from hybridkv.kernels.mamba.conv_update import (
     causal_conv1d_update_triton,
 )
 from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm, mamba_ssm_available
+from hybridkv.kernels.mamba.ssd_chunk_scan import (
+    ssd_chunk_scan_fn,
+    ssd_chunk_scan_fn_ref,
+    ssd_chunk_scan_fn_triton,
+)
 from hybridkv.kernels.mamba.ssd_scan import ssd_scan_fn, ssd_scan_fn_ref, ssd_scan_fn_triton
 from hybridkv.kernels.mamba.ssd_update import (
     ssd_state_update,
@@ -62,6 +68,9 @@ __all__ = [
     "selective_state_update",
     "selective_state_update_ref",
     "selective_state_update_triton",
+    "ssd_chunk_scan_fn",
+    "ssd_chunk_scan_fn_ref",
+    "ssd_chunk_scan_fn_triton",
     "ssd_scan_fn",
     "ssd_scan_fn_ref",
     "ssd_scan_fn_triton",
