@@ -104,9 +104,7 @@ def _chunk_state_kernel(  # type: ignore[no-untyped-def]
     ).to(tl.float32)  # fmt: skip
     contrib = tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)  # [BLOCK_P, BLOCK_N]
     offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
-    tl.store(
-        states_ptr + offs, contrib, mask=(p[:, None] < head_dim) & (n[None, :] < d_state)
-    )
+    tl.store(states_ptr + offs, contrib, mask=(p[:, None] < head_dim) & (n[None, :] < d_state))
     tl.store(decay_ptr + c * n_heads + h, total)
 
 
@@ -297,11 +295,7 @@ def _launch(a: ScanArgs, q: int) -> torch.Tensor:
 
 
 def _check_chunk_size(chunk_size: int) -> None:
-    if (
-        not isinstance(chunk_size, int)
-        or chunk_size < _MIN_TILE
-        or chunk_size & (chunk_size - 1)
-    ):
+    if not isinstance(chunk_size, int) or chunk_size < _MIN_TILE or chunk_size & (chunk_size - 1):
         raise ValueError(
             f"chunk_size: must be a power of two >= {_MIN_TILE} (tl.dot's smallest tile), "
             f"got {chunk_size!r}"

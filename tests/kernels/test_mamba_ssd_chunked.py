@@ -36,13 +36,18 @@ CHUNK_SCENARIOS = [
         (3, -1, 5, -1, 2),
         (
             (0, 3),  # a 1-token sequence saves into its own initial slot
-            (5, 6), (15, 7),  # inside the chunk; the last token of a Q-1 chunk
-            (31, 5),  # end of an exact chunk, into its own initial slot
-            (47, 8), (48, 9),  # end of chunk 0; a 1-token second chunk
-            (49, 10), (52, 11), (58, 12),  # first token; two more in the same chunk
-            (80, 13), (88, 2),  # end of chunk 1; the final state into the initial slot
+            (5, 6),  # inside a chunk
+            (15, 7),  # the last token of a Q-1 chunk
+            (31, 5),  # the end of an exact chunk, into its own initial slot
+            (47, 8),  # the end of chunk 0 of a Q+1 sequence
+            (48, 9),  # its 1-token second chunk
+            (49, 10),  # a sequence's first token
+            (52, 11),  # two more in the same chunk
+            (58, 12),
+            (80, 13),  # the end of chunk 1
+            (88, 2),  # the final state into the initial slot
         ),
-    ),  # fmt: skip
+    ),
     # A sequence resuming at absolute position 5 with blocks of 8 saves at local
     # 2, 10, 18 and its end (chunks do not align with blocks); a second one from zeros.
     Scenario(
@@ -62,10 +67,8 @@ def _params(
     def r(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=g)
 
-    if softplus:
-        dt = r(n, heads) * 0.5 - 1.0
-    else:
-        dt = torch.rand((n, heads), generator=g) * 0.5 + 0.05
+    rand = torch.rand((n, heads), generator=g) * 0.5 + 0.05
+    dt = r(n, heads) * 0.5 - 1.0 if softplus else rand
     p = {
         "x": r(n, heads, head_dim),
         "dt": dt,
@@ -182,7 +185,7 @@ def test_bad_input_checked_like_ssd_scan():
     p = _params(5, 4, 6, 2, 5, torch.float32, True, True, seed=9)
     p["C"] = p["C"][:, :1]  # n_groups of C != B's
     sv = state_views(8, (3, 8), (4, 6, 5))
-    with pytest.raises(ValueError, match="^C: "):
+    with pytest.raises(ValueError, match=r"^C: "):
         ssd_chunk_scan_fn(*[p[k] for k in KEYS], True, sv.ssm, *sc.tensors(), backend="torch")
 
 
