@@ -9,7 +9,8 @@ Decode steps (one token per request, state updated in place)::
 Varlen prefill chunks (start from cached states, save block checkpoints)::
 
     causal_conv1d_fn       conv over the chunk
-    selective_scan_fn      Mamba1 scan
+    selective_scan_fn      Mamba1 scan, sequential over tokens
+    selective_chunk_scan_fn  the same scan, parallel within chunks of tokens
     ssd_scan_fn            Mamba2 scan, sequential over tokens
     ssd_chunk_scan_fn      the same scan in chunked SSD form (vLLM: mamba_chunk_scan_combined)
 
@@ -42,6 +43,11 @@ from hybridkv.kernels.mamba.ssd_update import (
     ssd_state_update_ref,
     ssd_state_update_triton,
 )
+from hybridkv.kernels.mamba.ssm_chunk_scan import (
+    selective_chunk_scan_fn,
+    selective_chunk_scan_fn_ref,
+    selective_chunk_scan_fn_triton,
+)
 from hybridkv.kernels.mamba.ssm_scan import (
     selective_scan_fn,
     selective_scan_fn_ref,
@@ -62,6 +68,9 @@ __all__ = [
     "causal_conv1d_update_triton",
     "load_mamba_ssm",
     "mamba_ssm_available",
+    "selective_chunk_scan_fn",
+    "selective_chunk_scan_fn_ref",
+    "selective_chunk_scan_fn_triton",
     "selective_scan_fn",
     "selective_scan_fn_ref",
     "selective_scan_fn_triton",

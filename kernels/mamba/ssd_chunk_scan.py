@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from hybridkv.kernels.backend import pinned
-from hybridkv.kernels.mamba._common import pick_backend
+from hybridkv.kernels.mamba._common import check_chunk_size, chunk_layout, pick_backend
 from hybridkv.kernels.mamba._triton_math import silu, softplus
 from hybridkv.kernels.mamba.args import ScanArgs
 from hybridkv.kernels.mamba.ssd_scan import check_ssd_args, ssd_reference
@@ -221,29 +221,6 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
         )
 
 
-def chunk_layout(qsl: torch.Tensor, num_tokens: int, q: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunks of ``q`` tokens per sequence, computed on ``qsl``'s device without a sync.
-
-    Returns ``bounds [2, num_chunks]`` (int64 first and end token of chunk
-    ``c``; ``(0, 0)`` for the unused tail of the bound) and ``first [S + 1]``
-    (int64: sequence ``s`` owns chunks ``first[s]:first[s+1]``), where
-    ``num_chunks = (T + S (q - 1)) // q`` bounds ``sum_s ceil(len_s / q)``.
-    """
-    num_seqs = qsl.shape[0] - 1
-    starts = qsl.long()
-    per_seq = (starts[1:] - starts[:-1] + q - 1) // q
-    first = torch.zeros(num_seqs + 1, dtype=torch.int64, device=qsl.device)
-    torch.cumsum(per_seq, 0, out=first[1:])
-    num_chunks = (num_tokens + num_seqs * (q - 1)) // q
-    c = torch.arange(num_chunks, dtype=torch.int64, device=qsl.device)
-    seq = torch.searchsorted(first[1:], c, right=True).clamp_(max=num_seqs - 1)
-    begin = starts[seq] + (c - first[seq]) * q
-    end = torch.minimum(begin + q, starts[seq + 1])
-    used = c < first[-1]
-    bounds = torch.stack([torch.where(used, begin, 0), torch.where(used, end, 0)])
-    return bounds.contiguous(), first
-
-
 def _blocks(head_dim: int, d_state: int) -> tuple[int, int]:
     block_n = max(_MIN_TILE, triton.next_power_of_2(d_state))
     # Up to 64 rows of head_dim per program: a [64, N] fp32 state tile (N <= 128 typical).
@@ -294,14 +271,6 @@ def _launch(a: ScanArgs, q: int) -> torch.Tensor:
     return out
 
 
-def _check_chunk_size(chunk_size: int) -> None:
-    if not isinstance(chunk_size, int) or chunk_size < _MIN_TILE or chunk_size & (chunk_size - 1):
-        raise ValueError(
-            f"chunk_size: must be a power of two >= {_MIN_TILE} (tl.dot's smallest tile), "
-            f"got {chunk_size!r}"
-        )
-
-
 def ssd_chunk_scan_fn(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -332,7 +301,7 @@ def ssd_chunk_scan_fn(
         ssm_state, query_start_loc, initial_state_indices, save_state_indices,
     )  # fmt: skip
     check_ssd_args(a)
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size, _MIN_TILE, "tl.dot's smallest tile")
     if pick_backend(backend, x.device) == "triton":
         return _launch(a, chunk_size)
     return ssd_reference(a)

@@ -22,7 +22,7 @@ from mamba_oracle import (
 )
 
 from hybridkv.kernels.mamba import ssd_chunk_scan_fn, ssd_scan_fn
-from hybridkv.kernels.mamba.ssd_chunk_scan import chunk_layout
+from hybridkv.kernels.mamba._common import chunk_layout
 
 Q = 16
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}  # as test_mamba_ssm
