@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from mamba_oracle import (
+    CHUNK_SCENARIOS,
     SCENARIOS,
     Scenario,
     assert_only_slots_changed,
@@ -27,36 +28,6 @@ from hybridkv.kernels.mamba._common import chunk_layout
 Q = 16
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}  # as test_mamba_ssm
 KEYS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
-
-CHUNK_SCENARIOS = [
-    # 16 slots; lengths 1, Q-1, Q, Q+1, 2.5 Q. Slot 0 (the null block) is never named.
-    Scenario(
-        "chunk_edges",
-        (1, 15, 16, 17, 40),
-        (3, -1, 5, -1, 2),
-        (
-            (0, 3),  # a 1-token sequence saves into its own initial slot
-            (5, 6),  # inside a chunk
-            (15, 7),  # the last token of a Q-1 chunk
-            (31, 5),  # the end of an exact chunk, into its own initial slot
-            (47, 8),  # the end of chunk 0 of a Q+1 sequence
-            (48, 9),  # its 1-token second chunk
-            (49, 10),  # a sequence's first token
-            (52, 11),  # two more in the same chunk
-            (58, 12),
-            (80, 13),  # the end of chunk 1
-            (88, 2),  # the final state into the initial slot
-        ),
-    ),
-    # A sequence resuming at absolute position 5 with blocks of 8 saves at local
-    # 2, 10, 18 and its end (chunks do not align with blocks); a second one from zeros.
-    Scenario(
-        "resume_mid_block",
-        (21, 9),
-        (1, -1),
-        ((2, 2), (10, 3), (18, 4), (20, 5), (28, 6), (29, 7)),
-    ),
-]
 
 
 def _params(
