@@ -19,6 +19,8 @@ On a CUDA GPU (the issue's targets):
   sequential ``ssd_scan_fn`` (target: >= 10x at 4k tokens) and mamba-ssm's
   ``mamba_chunk_scan_combined`` where it imports (target: within 1.5x); bf16,
   Bamba-9B and Mamba2-2.7B head shapes, 1k/4k tokens and a batch of 8 x 512.
+- **Mamba1 prefill**: ``selective_chunk_scan_fn`` against the sequential
+  ``selective_scan_fn`` at Jamba's shape (d_inner 8192, d_state 16).
 
 On the CPU it runs the torch reference (the engine's CPU backend) against
 SDPA on contiguous tensors for small-model shapes (Gemma 3 270M: 4 query
@@ -328,6 +330,38 @@ def mamba2_prefill_rows(device: torch.device, quick: bool) -> list[str]:
     return rows
 
 
+def mamba1_prefill_inputs(seqs: int, length: int, device: torch.device) -> list:
+    """``selective_scan_fn`` arguments (Jamba: d_inner 8192, d_state 16, bf16), final saves."""
+    d_inner, d_state, n = 8192, 16, seqs * length
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*dims: int, dt=torch.bfloat16) -> torch.Tensor:
+        return torch.randn(*dims, generator=g, device=device, dtype=dt)
+
+    save = torch.full((n,), -1, dtype=torch.int32, device=device)
+    save[length - 1 :: length] = torch.arange(1, seqs + 1, dtype=torch.int32, device=device)
+    a = -torch.rand(d_inner, d_state, generator=g, device=device) - 0.5
+    return [r(n, d_inner), r(n, d_inner), a, r(n, d_state), r(n, d_state),
+            r(d_inner, dt=torch.float32), r(n, d_inner), r(d_inner, dt=torch.float32) * 0.1,
+            True, torch.zeros((seqs + 1, d_inner, d_state), device=device),
+            torch.arange(0, n + 1, length, dtype=torch.int32, device=device),
+            torch.full((seqs,), -1, dtype=torch.int32, device=device), save]  # fmt: skip
+
+
+def mamba1_prefill_rows(device: torch.device, quick: bool) -> list[str]:
+    """Chunked vs sequential Mamba1 prefill scan at Jamba's shape."""
+    from hybridkv.kernels.mamba import selective_chunk_scan_fn, selective_scan_fn
+
+    rows = []
+    for seqs, length in ((1, 1024), (1, 4096)) if quick else ((1, 1024), (1, 4096), (8, 512)):
+        args = mamba1_prefill_inputs(seqs, length, device)
+        ts = timed(partial(selective_scan_fn, *args, backend="triton"), device, reps=5)
+        tc = timed(partial(selective_chunk_scan_fn, *args, backend="triton"), device)
+        rows.append(f"| {seqs} x {length:,} | {ts * 1e3:.3f} | {tc * 1e3:.3f} | {ts / tc:.1f}x |")
+        print(rows[-1], flush=True)
+    return rows
+
+
 def skip_rows() -> list[str]:
     """Tiles outside the window are skipped: interpreter time vs context at a fixed window.
 
@@ -389,6 +423,10 @@ def main() -> int:
                   "sequential / chunked | mamba-ssm ms | chunked / mamba-ssm |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += mamba2_prefill_rows(dev, args.quick)
+        lines += ["", "## Mamba1 prefill scan (bf16, d_inner 8192, d_state 16, fresh prompts)", "",
+                  "| seqs x tokens | sequential ms | chunked ms | sequential / chunked |",
+                  "| --- | --- | --- | --- |"]  # fmt: skip
+        lines += mamba1_prefill_rows(dev, args.quick)
         out = ROOT / "benchmarks" / "results" / f"kernels-{name.replace(' ', '-').lower()}.md"
     else:
         dev = torch.device("cpu")
@@ -409,9 +447,9 @@ def main() -> int:
         lines += mamba_rows(dev)
         lines += [
             "",
-            "## Mamba2 prefill scan",
+            "## Mamba1 and Mamba2 prefill scans",
             "",
-            "Chunked vs sequential Triton scan and mamba-ssm: GPU only, pending.",
+            "Chunked vs sequential Triton scans (and mamba-ssm's): GPU only, pending.",
         ]
         lines += ["", "## Tile skipping (Triton interpreter, decode of 2 sequences)", "",
                   "Time with 16x more context at a fixed window or chunk; ~1x means the "
