@@ -12,7 +12,7 @@ straddle two sequences), and three launches do the work::
     1. chunk state   (chunk, head, P block):  within-chunk cumulative dA
        (cum[i] = sum_{j<=i} dt_j A) and the chunk's own contribution to the
        state at its end, sum_j exp(cum[-1] - cum[j]) dt_j x_j B_j^T  (a
-       [P, Q] @ [Q, N] matmul), plus its total decay cum[-1];
+       [P, Q] @ [Q, N] matmul), plus its log decay cum[-1] (dA_sum);
     2. state passing (sequence, head, P block): h0 = initial slot (or zeros),
        h_{k+1} = exp(cum_k[-1]) h_k + contribution_k, a short loop over the
        sequence's chunks; writes h_k over contribution_k (what chunk k starts
@@ -71,7 +71,7 @@ def _chunk_dt(  # type: ignore[no-untyped-def]
 
 @triton.jit
 def _chunk_state_kernel(  # type: ignore[no-untyped-def]
-    x_ptr, dt_ptr, A_ptr, B_ptr, dt_bias_ptr, bounds_ptr, states_ptr, decay_ptr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, dt_bias_ptr, bounds_ptr, states_ptr, dA_sum_ptr,
     num_chunks, n_heads, head_dim, d_state, heads_per_group,
     stride_x_t, stride_x_h, stride_dt_t, stride_B_t, stride_B_g,
     stride_st_c, stride_st_h, stride_st_p,
@@ -105,12 +105,12 @@ def _chunk_state_kernel(  # type: ignore[no-untyped-def]
     contrib = tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)  # [BLOCK_P, BLOCK_N]
     offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
     tl.store(states_ptr + offs, contrib, mask=(p[:, None] < head_dim) & (n[None, :] < d_state))
-    tl.store(decay_ptr + c * n_heads + h, total)
+    tl.store(dA_sum_ptr + c * n_heads + h, total)
 
 
 @triton.jit
 def _state_passing_kernel(  # type: ignore[no-untyped-def]
-    states_ptr, decay_ptr, bounds_ptr, first_ptr, state_ptr, init_ptr, save_ptr,
+    states_ptr, dA_sum_ptr, bounds_ptr, first_ptr, state_ptr, init_ptr, save_ptr,
     num_chunks, n_heads, head_dim, d_state,
     stride_st_c, stride_st_h, stride_st_p, stride_s_slot, stride_s_h, stride_s_p,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -137,7 +137,7 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
         ptrs = states_ptr + c * stride_st_c + st_offs
         contrib = tl.load(ptrs, mask=m2, other=0.0)
         tl.store(ptrs, st, mask=m2)  # what chunk c starts from
-        st = tl.exp(tl.load(decay_ptr + c * n_heads + h)) * st + contrib
+        st = tl.exp(tl.load(dA_sum_ptr + c * n_heads + h)) * st + contrib
         last = tl.load(bounds_ptr + num_chunks + c).to(tl.int64) - 1
         save = tl.load(save_ptr + last).to(tl.int64)
         tl.store(
@@ -240,7 +240,7 @@ def _launch(a: ScanArgs, q: int) -> torch.Tensor:
     states = torch.empty(
         (num_chunks, n_heads, head_dim, d_state), dtype=torch.float32, device=x.device
     )
-    decay = torch.empty((num_chunks, n_heads), dtype=torch.float32, device=x.device)
+    dA_sum = torch.empty((num_chunks, n_heads), dtype=torch.float32, device=x.device)
     block_p, block_n = _blocks(head_dim, d_state)
     p_blocks = triton.cdiv(head_dim, block_p)
     D, z_, dt_bias = a.optional_ptrs(a.A)
@@ -249,14 +249,14 @@ def _launch(a: ScanArgs, q: int) -> torch.Tensor:
     sts = (states.stride(0), states.stride(1), states.stride(2))
     sss = (ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2))
     _chunk_state_kernel[(num_chunks, n_heads, p_blocks)](
-        x, dt, a.A, B, dt_bias, bounds, states, decay,
+        x, dt, a.A, B, dt_bias, bounds, states, dA_sum,
         num_chunks, n_heads, head_dim, d_state, hpg,
         x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), *sts,
         DT_SOFTPLUS=flags["DT_SOFTPLUS"], HAS_DT_BIAS=flags["HAS_DT_BIAS"], Q=q,
         BLOCK_P=block_p, BLOCK_N=block_n, DOT_PRECISION=_DOT_PRECISION,
     )  # fmt: skip
     _state_passing_kernel[(qsl.shape[0] - 1, n_heads, p_blocks)](
-        states, decay, bounds, first, ssm_state, a.initial_state_indices, a.save_state_indices,
+        states, dA_sum, bounds, first, ssm_state, a.initial_state_indices, a.save_state_indices,
         num_chunks, n_heads, head_dim, d_state, *sts, *sss,
         BLOCK_P=block_p, BLOCK_N=block_n,
     )  # fmt: skip
