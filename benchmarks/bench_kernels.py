@@ -15,6 +15,12 @@ On a CUDA GPU (the issue's targets):
   (target: within 1.5x).
 - **Mamba decode**: our Triton ``selective_state_update`` / ``ssd_state_update``
   against mamba-ssm's Triton kernel, where mamba-ssm is installed.
+- **Mamba2 prefill**: the chunked SSD scan ``ssd_chunk_scan_fn`` against the
+  sequential ``ssd_scan_fn`` (target: >= 10x at 4k tokens) and mamba-ssm's
+  ``mamba_chunk_scan_combined`` where it imports (target: within 1.5x); bf16,
+  Bamba-9B and Mamba2-2.7B head shapes, 1k/4k tokens and a batch of 8 x 512.
+- **Mamba1 prefill**: ``selective_chunk_scan_fn`` against the sequential
+  ``selective_scan_fn`` at Jamba's shape (d_inner 8192, d_state 16).
 
 On the CPU it runs the torch reference (the engine's CPU backend) against
 SDPA on contiguous tensors for small-model shapes (Gemma 3 270M: 4 query
@@ -246,6 +252,116 @@ def mamba_rows(device: torch.device) -> list[str]:
     return rows
 
 
+MAMBA2_SHAPES = {"Bamba 9B": (32, 64, 1, 128), "Mamba2 2.7B": (80, 64, 1, 128)}  # H, P, G, N
+MAMBA_SSM_CHUNK = 256  # the chunk size of mamba-ssm's Mamba2 checkpoints
+
+
+def mamba2_prefill_inputs(
+    seqs: int, length: int, shape: tuple[int, int, int, int], block: int | None, device
+) -> tuple[list, torch.Tensor]:
+    """``ssd_scan_fn`` arguments for ``seqs`` fresh prompts of ``length`` tokens (bf16).
+
+    Each sequence saves its final state and, with ``block``, a checkpoint
+    after every ``block`` tokens (as the engine does with prefix caching).
+    Returns the argument list and the saving tokens.
+    """
+    heads, head_dim, groups, d_state = shape
+    n = seqs * length
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*dims: int, dt=torch.bfloat16) -> torch.Tensor:
+        return torch.randn(*dims, generator=g, device=device, dtype=dt)
+
+    pos = torch.arange(n, device=device) % length
+    saving = (pos == length - 1) | ((pos + 1) % block == 0 if block else False)
+    tokens = torch.nonzero(saving).flatten()
+    save = torch.full((n,), -1, dtype=torch.int32, device=device)
+    save[tokens] = torch.arange(1, tokens.numel() + 1, dtype=torch.int32, device=device)
+    state = torch.zeros((tokens.numel() + 1, heads, head_dim, d_state), device=device)
+    qsl = torch.arange(0, n + 1, length, dtype=torch.int32, device=device)
+    init = torch.full((seqs,), -1, dtype=torch.int32, device=device)
+    a = -torch.rand(heads, generator=g, device=device) - 0.5
+    args = [r(n, heads, head_dim), r(n, heads), a, r(n, groups, d_state), r(n, groups, d_state),
+            r(heads, dt=torch.float32), r(n, heads, head_dim), r(heads, dt=torch.float32) * 0.1,
+            True, state, qsl, init, save]  # fmt: skip
+    return args, tokens
+
+
+def _their_chunk_scan(ops, args: list, seqs: int) -> None:
+    # mamba-ssm's batch layout (equal lengths): final states only, no checkpoints.
+    x, dt, a, b, c, d, z, dtb = args[:8]
+
+    def bl(t: torch.Tensor) -> torch.Tensor:
+        return t.view(seqs, -1, *t.shape[1:])
+
+    ops.mamba_chunk_scan_combined(
+        bl(x), bl(dt), a, bl(b), bl(c), MAMBA_SSM_CHUNK, D=d, z=bl(z), dt_bias=dtb,
+        dt_softplus=True, return_final_states=True,
+    )  # fmt: skip
+
+
+def mamba2_prefill_rows(device: torch.device, quick: bool) -> list[str]:
+    """Chunked vs sequential Mamba2 prefill scan (and mamba-ssm's, where it imports)."""
+    from hybridkv.kernels.mamba import (
+        load_mamba_ssm,
+        mamba_ssm_available,
+        ssd_chunk_scan_fn,
+        ssd_scan_fn,
+    )
+
+    ops = load_mamba_ssm() if mamba_ssm_available() else None
+    cases = [(1, 1024, None), (1, 4096, None), (8, 512, None), (1, 4096, 256)]
+    rows = []
+    for name, shape in MAMBA2_SHAPES.items():
+        for seqs, length, block in cases[:2] if quick else cases:
+            args, _ = mamba2_prefill_inputs(seqs, length, shape, block, device)
+            ts = timed(partial(ssd_scan_fn, *args, backend="triton"), device, reps=5)
+            tc = timed(partial(ssd_chunk_scan_fn, *args, backend="triton"), device)
+            theirs = "n/a (not installed)"
+            if ops is not None and block is None:
+                tm = timed(partial(_their_chunk_scan, ops, args, seqs), device)
+                theirs = f"{tm * 1e3:.3f} | {tc / tm:.2f}x"
+            elif ops is not None:
+                theirs = "n/a (no checkpoints) |"
+            saves = f"every {block} + final" if block else "final"
+            rows.append(f"| {name} | {seqs} x {length:,} | {saves} | {ts * 1e3:.3f} | "
+                        f"{tc * 1e3:.3f} | {ts / tc:.1f}x | {theirs} |")  # fmt: skip
+            print(rows[-1], flush=True)
+    return rows
+
+
+def mamba1_prefill_inputs(seqs: int, length: int, device: torch.device) -> list:
+    """``selective_scan_fn`` arguments (Jamba: d_inner 8192, d_state 16, bf16), final saves."""
+    d_inner, d_state, n = 8192, 16, seqs * length
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*dims: int, dt=torch.bfloat16) -> torch.Tensor:
+        return torch.randn(*dims, generator=g, device=device, dtype=dt)
+
+    save = torch.full((n,), -1, dtype=torch.int32, device=device)
+    save[length - 1 :: length] = torch.arange(1, seqs + 1, dtype=torch.int32, device=device)
+    a = -torch.rand(d_inner, d_state, generator=g, device=device) - 0.5
+    return [r(n, d_inner), r(n, d_inner), a, r(n, d_state), r(n, d_state),
+            r(d_inner, dt=torch.float32), r(n, d_inner), r(d_inner, dt=torch.float32) * 0.1,
+            True, torch.zeros((seqs + 1, d_inner, d_state), device=device),
+            torch.arange(0, n + 1, length, dtype=torch.int32, device=device),
+            torch.full((seqs,), -1, dtype=torch.int32, device=device), save]  # fmt: skip
+
+
+def mamba1_prefill_rows(device: torch.device, quick: bool) -> list[str]:
+    """Chunked vs sequential Mamba1 prefill scan at Jamba's shape."""
+    from hybridkv.kernels.mamba import selective_chunk_scan_fn, selective_scan_fn
+
+    rows = []
+    for seqs, length in ((1, 1024), (1, 4096)) if quick else ((1, 1024), (1, 4096), (8, 512)):
+        args = mamba1_prefill_inputs(seqs, length, device)
+        ts = timed(partial(selective_scan_fn, *args, backend="triton"), device, reps=5)
+        tc = timed(partial(selective_chunk_scan_fn, *args, backend="triton"), device)
+        rows.append(f"| {seqs} x {length:,} | {ts * 1e3:.3f} | {tc * 1e3:.3f} | {ts / tc:.1f}x |")
+        print(rows[-1], flush=True)
+    return rows
+
+
 def skip_rows() -> list[str]:
     """Tiles outside the window are skipped: interpreter time vs context at a fixed window.
 
@@ -300,6 +416,17 @@ def main() -> int:
                   "| backends | batch x d_inner | ours us | baseline us | ratio |",
                   "| --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += mamba_rows(dev)
+        lines += ["", "## Mamba2 prefill scan (bf16 activations, fp32 states, fresh prompts)", "",
+                  f"Ours: chunk 64; mamba-ssm: `mamba_chunk_scan_combined`, chunk "
+                  f"{MAMBA_SSM_CHUNK}, batch layout, final states only.", "",
+                  "| heads | seqs x tokens | saves | sequential ms | chunked ms | "
+                  "sequential / chunked | mamba-ssm ms | chunked / mamba-ssm |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += mamba2_prefill_rows(dev, args.quick)
+        lines += ["", "## Mamba1 prefill scan (bf16, d_inner 8192, d_state 16, fresh prompts)", "",
+                  "| seqs x tokens | sequential ms | chunked ms | sequential / chunked |",
+                  "| --- | --- | --- | --- |"]  # fmt: skip
+        lines += mamba1_prefill_rows(dev, args.quick)
         out = ROOT / "benchmarks" / "results" / f"kernels-{name.replace(' ', '-').lower()}.md"
     else:
         dev = torch.device("cpu")
@@ -318,6 +445,12 @@ def main() -> int:
                   "| backends | batch x d_inner | ours us | baseline us | ratio |",
                   "| --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += mamba_rows(dev)
+        lines += [
+            "",
+            "## Mamba1 and Mamba2 prefill scans",
+            "",
+            "Chunked vs sequential Triton scans (and mamba-ssm's): GPU only, pending.",
+        ]
         lines += ["", "## Tile skipping (Triton interpreter, decode of 2 sequences)", "",
                   "Time with 16x more context at a fixed window or chunk; ~1x means the "
                   "kernel skips out-of-window tiles rather than masking them.", "",

@@ -14,7 +14,8 @@ and a backend that cannot run raises instead of falling back (see
   ``causal_conv1d_update``, ``selective_state_update`` (Mamba1),
   ``ssd_state_update`` (Mamba2); varlen prefill chunks that start from a cached
   state and save block-boundary checkpoints: ``causal_conv1d_fn``,
-  ``selective_scan_fn``, ``ssd_scan_fn``.
+  ``selective_scan_fn``, ``ssd_scan_fn`` (and ``selective_chunk_scan_fn``,
+  ``ssd_chunk_scan_fn``: the same scans in chunked form).
 
 Every op ``X`` also has ``X_ref`` (torch) and ``X_triton`` with the same
 checked signature minus ``backend``; the attention and cache-write ops also
@@ -43,8 +44,10 @@ from hybridkv.kernels.mamba import (
     causal_conv1d_fn,
     causal_conv1d_update,
     mamba_ssm_available,
+    selective_chunk_scan_fn,
     selective_scan_fn,
     selective_state_update,
+    ssd_chunk_scan_fn,
     ssd_scan_fn,
     ssd_state_update,
 )
@@ -61,8 +64,10 @@ __all__ = [
     "reshape_and_cache_ref",
     "reshape_and_cache_triton",
     "resolve_backend",
+    "selective_chunk_scan_fn",
     "selective_scan_fn",
     "selective_state_update",
+    "ssd_chunk_scan_fn",
     "ssd_scan_fn",
     "ssd_state_update",
     "unified_attention",

@@ -275,3 +275,34 @@ def save_steps(v: Varlen) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         steps[p] = (v.seq[v.save_tokens[rows]], rows)
         start += c
     return steps
+
+
+def check_chunk_size(chunk_size: int, least: int, why: str) -> None:
+    """A chunked scan's chunk: a power of two >= ``least`` (``why`` says why)."""
+    if not isinstance(chunk_size, int) or chunk_size < least or chunk_size & (chunk_size - 1):
+        raise ValueError(
+            f"chunk_size: must be a power of two >= {least} ({why}), got {chunk_size!r}"
+        )
+
+
+def chunk_layout(qsl: torch.Tensor, num_tokens: int, q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunks of ``q`` tokens per sequence, computed on ``qsl``'s device without a sync.
+
+    Returns ``bounds [2, num_chunks]`` (int64 first and end token of chunk
+    ``c``; ``(0, 0)`` for the unused tail of the bound) and ``first [S + 1]``
+    (int64: sequence ``s`` owns chunks ``first[s]:first[s+1]``), where
+    ``num_chunks = (T + S (q - 1)) // q`` bounds ``sum_s ceil(len_s / q)``.
+    """
+    num_seqs = qsl.shape[0] - 1
+    starts = qsl.long()
+    per_seq = (starts[1:] - starts[:-1] + q - 1) // q
+    first = torch.zeros(num_seqs + 1, dtype=torch.int64, device=qsl.device)
+    torch.cumsum(per_seq, 0, out=first[1:])
+    num_chunks = (num_tokens + num_seqs * (q - 1)) // q
+    c = torch.arange(num_chunks, dtype=torch.int64, device=qsl.device)
+    seq = torch.searchsorted(first[1:], c, right=True).clamp_(max=num_seqs - 1)
+    begin = starts[seq] + (c - first[seq]) * q
+    end = torch.minimum(begin + q, starts[seq + 1])
+    used = c < first[-1]
+    bounds = torch.stack([torch.where(used, begin, 0), torch.where(used, end, 0)])
+    return bounds.contiguous(), first

@@ -13,8 +13,8 @@ token, for head ``h`` of group ``g = h // (n_heads // n_groups)``::
 
 All initial states are read before any save is written (a save may target the
 sequence's own initial slot). The Triton kernel is a sequential scan (grid:
-sequence x head x head_dim block, the state in registers); the chunked SSD
-form (matmuls within chunks) for GPUs is future work. The torch reference
+sequence x head x head_dim block, the state in registers); ``ssd_chunk_scan``
+has the chunked SSD form (matmuls within chunks) of the same op. The torch reference
 loops over token positions, vectorised over every sequence and head.
 """
 
@@ -107,7 +107,8 @@ def _ssd_scan_kernel(  # type: ignore[no-untyped-def]
         )
 
 
-def _check(a: ScanArgs) -> None:
+def check_ssd_args(a: ScanArgs) -> None:
+    """Shapes, dtypes and devices of a Mamba2 scan (shared with ``ssd_chunk_scan``)."""
     dev = a.x.device
     check_float("x", a.x, (None, None, None), dev)
     num_tokens, n_heads, head_dim = a.x.shape
@@ -145,7 +146,8 @@ def _launch(a: ScanArgs) -> torch.Tensor:
     return out
 
 
-def _reference(a: ScanArgs) -> torch.Tensor:
+def ssd_reference(a: ScanArgs) -> torch.Tensor:
+    """The torch reference (shared with ``ssd_chunk_scan``): a loop over positions."""
     x, ssm_state = a.x, a.ssm_state
     num_tokens, n_heads, head_dim = x.shape
     rep = n_heads // a.B.shape[1]
@@ -216,10 +218,10 @@ def ssd_scan_fn(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus,
         ssm_state, query_start_loc, initial_state_indices, save_state_indices,
     )  # fmt: skip
-    _check(a)
+    check_ssd_args(a)
     if pick_backend(backend, x.device) == "triton":
         return _launch(a)
-    return _reference(a)
+    return ssd_reference(a)
 
 
 ssd_scan_fn_ref = pinned(ssd_scan_fn, "torch")

@@ -11,8 +11,8 @@ token by token (the math of ``selective_state_update``)::
 
 All initial states are read before any save is written (a save may target the
 sequence's own initial slot). The Triton kernel is a sequential scan (grid:
-sequence x channel block, the state in registers); a chunked-parallel GPU
-scan is future work. The torch reference loops over token positions,
+sequence x channel block, the state in registers); ``ssm_chunk_scan`` has
+a chunked form (parallel scans within chunks). The torch reference loops over token positions,
 vectorised over every sequence and channel.
 """
 
@@ -99,7 +99,8 @@ def _ssm_scan_kernel(  # type: ignore[no-untyped-def]
         )
 
 
-def _check(a: ScanArgs) -> None:
+def check_ssm_args(a: ScanArgs) -> None:
+    """Shapes, dtypes and devices of a Mamba1 scan (shared with ``ssm_chunk_scan``)."""
     dev = a.x.device
     check_float("x", a.x, (None, None), dev)
     num_tokens, d_inner = a.x.shape
@@ -137,7 +138,8 @@ def _launch(a: ScanArgs) -> torch.Tensor:
     return out
 
 
-def _reference(a: ScanArgs) -> torch.Tensor:
+def ssm_reference(a: ScanArgs) -> torch.Tensor:
+    """The torch reference (shared with ``ssm_chunk_scan``): a loop over positions."""
     x, ssm_state = a.x, a.ssm_state
     num_tokens, d_inner = x.shape
     d_state = a.A.shape[1]
@@ -207,10 +209,10 @@ def selective_scan_fn(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus,
         ssm_state, query_start_loc, initial_state_indices, save_state_indices,
     )  # fmt: skip
-    _check(a)
+    check_ssm_args(a)
     if pick_backend(backend, x.device) == "triton":
         return _launch(a)
-    return _reference(a)
+    return ssm_reference(a)
 
 
 selective_scan_fn_ref = pinned(selective_scan_fn, "torch")

@@ -268,3 +268,35 @@ SCENARIOS = [
     # an empty sequence in the middle, odd lengths, saves at every other token.
     Scenario("empty_seq", (9, 0, 3), (4, 7, 6), ((1, 4), (3, 2), (8, 1), (10, 3), (11, 6))),
 ]
+
+# For the chunked scans, with chunks of Q = 16 tokens; 16 slots, slot 0 never named.
+CHUNK_SCENARIOS = [
+    # Lengths 1, Q-1, Q, Q+1, 2.5 Q; saves at chunk ends, inside chunks, on a
+    # first token, two in one chunk, into the sequence's own initial slot.
+    Scenario(
+        "chunk_edges",
+        (1, 15, 16, 17, 40),
+        (3, -1, 5, -1, 2),
+        (
+            (0, 3),  # a 1-token sequence saves into its own initial slot
+            (5, 6),  # inside a chunk
+            (15, 7),  # the last token of a Q-1 chunk
+            (31, 5),  # the end of an exact chunk, into its own initial slot
+            (47, 8),  # the end of chunk 0 of a Q+1 sequence
+            (48, 9),  # its 1-token second chunk
+            (49, 10),  # a sequence's first token
+            (52, 11),  # two more in the same chunk
+            (58, 12),
+            (80, 13),  # the end of chunk 1
+            (88, 2),  # the final state into the initial slot
+        ),
+    ),
+    # A sequence resuming at absolute position 5 with blocks of 8 saves at local
+    # 2, 10, 18 and its end (chunks do not align with blocks); a second one from zeros.
+    Scenario(
+        "resume_mid_block",
+        (21, 9),
+        (1, -1),
+        ((2, 2), (10, 3), (18, 4), (20, 5), (28, 6), (29, 7)),
+    ),
+]

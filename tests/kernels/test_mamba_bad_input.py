@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import torch
@@ -12,8 +13,10 @@ from hybridkv.kernels.backend import KernelBackendError
 from hybridkv.kernels.mamba import (
     causal_conv1d_fn,
     causal_conv1d_update,
+    selective_chunk_scan_fn,
     selective_scan_fn,
     selective_state_update,
+    ssd_chunk_scan_fn,
     ssd_scan_fn,
     ssd_state_update,
 )
@@ -78,16 +81,16 @@ def _scan_args() -> dict[str, object]:
     }
 
 
-def _ssm_scan(**kw) -> Callable[[], object]:
+def _ssm_scan(op: Callable[..., object] = selective_scan_fn, **kw) -> Callable[[], object]:
     a = {**_m1(T), "ssm_state": state_views(4, (1, 2), (D_INNER, D_STATE)).ssm, **_scan_args()}
     a.update(kw)
-    return lambda: selective_scan_fn(**a)
+    return lambda: op(**a)
 
 
-def _ssd_scan(**kw) -> Callable[[], object]:
+def _ssd_scan(op: Callable[..., object] = ssd_scan_fn, **kw) -> Callable[[], object]:
     a = {**_m2(T), "ssm_state": state_views(4, (1, 2), (HEADS, HEAD_DIM, N)).ssm, **_scan_args()}
     a.update(kw)
-    return lambda: ssd_scan_fn(**a)
+    return lambda: op(**a)
 
 
 def _strided_last(t: torch.Tensor) -> torch.Tensor:
@@ -148,6 +151,13 @@ BAD = [
      _ssd_scan(query_start_loc=torch.tensor([[0, 3, T]])), "query_start_loc"),
     ("ssd_scan init len",
      _ssd_scan(initial_state_indices=torch.tensor([1])), "initial_state_indices"),
+    ("ssm_chunk_scan dt len", _ssm_scan(selective_chunk_scan_fn, dt=torch.rand(T, 1)), "dt"),
+    ("ssm_chunk_scan chunk", _ssm_scan(selective_chunk_scan_fn, chunk_size=3), "chunk_size"),
+    ("ssd_chunk_scan C shape",
+     _ssd_scan(ssd_chunk_scan_fn, C=torch.randn(T, GROUPS, N + 1)), "C"),
+    ("ssd_chunk_scan save len",
+     _ssd_scan(ssd_chunk_scan_fn, save_state_indices=torch.tensor([-1])), "save_state_indices"),
+    ("ssd_chunk_scan chunk", _ssd_scan(ssd_chunk_scan_fn, chunk_size=8), "chunk_size"),
 ]  # fmt: skip
 
 
@@ -165,6 +175,8 @@ def test_bad_argument_names_it(call, arg):
         (_ssm_scan, "mamba_ssm"),
         (_ssm_update, "nope"),
         (_ssd_scan, "flash"),
+        (partial(_ssm_scan, selective_chunk_scan_fn), "mamba_ssm"),
+        (partial(_ssd_scan, ssd_chunk_scan_fn), "mamba_ssm"),
     ],
 )
 def test_unknown_or_unoffered_backend(make, backend):

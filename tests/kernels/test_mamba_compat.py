@@ -16,6 +16,7 @@ from hybridkv.kernels.mamba import (
     mamba_ssm_available,
     selective_scan_fn,
     selective_state_update,
+    ssd_chunk_scan_fn,
     ssd_scan_fn,
     ssd_state_update,
 )
@@ -133,13 +134,17 @@ def test_selective_scan_matches_mamba_ssm_ref():
     torch.testing.assert_close(sv.ssm[torch.tensor([5, 2])], last, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("op", "backend"), [(ssd_scan_fn, "torch"), (ssd_chunk_scan_fn, "triton")],
+    ids=["ssd_scan_torch", "ssd_chunk_scan_triton"],
+)  # fmt: skip
 @pytest.mark.parametrize("length", [8, 12])
-def test_ssd_scan_matches_mamba_ssm_chunk_scan_ref(length):
+def test_ssd_scan_matches_mamba_ssm_chunk_scan_ref(length, op, backend):
     p = _mamba2(2 * length, seed=5)
     sv = state_views(8, (3, 4), (HEADS, HEAD_DIM, N), seed=6)
     qsl, init = torch.tensor([0, length, 2 * length]), torch.tensor([-1, -1])
     save = torch.full((2 * length,), -1)
-    got = ssd_scan_fn(*(p[k] for k in ORDER), True, sv.ssm, qsl, init, save, backend="torch")
+    got = op(*(p[k] for k in ORDER), True, sv.ssm, qsl, init, save, backend=backend)
 
     def bl(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(2, length, *t.shape[1:])
