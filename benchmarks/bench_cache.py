@@ -56,6 +56,8 @@ HEADERS = (
     "replay s",
 )
 
+TEXT_COLUMNS = ("layout", "budget", "policy", "cached blocks by kind", "cached GB by kind")
+
 
 def machine() -> str:
     """CPU model name (``/proc/cpuinfo``, else ``platform.processor``), cores, Python."""
@@ -90,9 +92,10 @@ TITLE = """# Prefix-cache hit rates on the Mooncake conversation trace
 
 Each row replays the trace through `hybridkv.sim`: the engine's real scheduler and
 `KVCacheManager`, step times from the roofline cost model (`hybridkv/sim/cost_model.py`),
-block size 16, sha256 block hashes. Token hit rate: prefix hit at first admission over prompt tokens.
-Prefill tokens include recomputation after preemption. Cached blocks: blocks left in the
-prefix cache at the end, by kind (one block id = one page across the shared buffers).
+block size 16, sha256 block hashes. Token hit rate: prefix hit at first admission over
+prompt tokens. Prefill tokens include recomputation after preemption. Cached blocks: blocks
+left in the prefix cache at the end, by kind (one block id = one page across the shared
+buffers).
 TTFT: modeled. Replay s: wall time of the replay on the machine named in the section.
 """
 
@@ -110,7 +113,7 @@ def section(results: list[SimResult], args: argparse.Namespace) -> str:
         f"{datetime.date.today().isoformat()}.",
         "",
         "| " + " | ".join(HEADERS) + " |",
-        "| " + " | ".join("---" if i < 3 else "---:" for i in range(len(HEADERS))) + " |",
+        "| " + " | ".join("---" if h in TEXT_COLUMNS else "---:" for h in HEADERS) + " |",
     ]
     lines += ["| " + " | ".join(row(r)) + " |" for r in results]
     return "\n".join(lines) + "\n"

@@ -155,3 +155,18 @@ def test_unknown_layout_and_missing_active_params(capsys, write_trace):
     assert_one_line_error(rc, out, err, "no model 'no-such-model'")
     rc, out, err = simulate(capsys, "gemma-3-1b", "--trace", path + ".missing", "--memory", "1GB")
     assert_one_line_error(rc, out, err, "cannot read trace")
+
+
+def test_fixed_output_tokens_and_sha256_vs_xxhash_agree(capsys, one_full, write_trace, tmp_path):
+    results = []
+    for algo in ("sha256", "xxhash"):
+        out_json = tmp_path / f"{algo}.json"
+        rc, _, err = simulate(
+            capsys, str(one_full), "--trace", str(write_trace(ROWS)), "--memory", "1MB",
+            "--output-tokens", "2", "--hash-algo", algo, "--json", str(out_json),
+        )  # fmt: skip
+        assert rc == 0, err
+        results.append(json.loads(out_json.read_text()))
+    assert results[0]["output_tokens"] == 3 * 2
+    assert results[0]["decode_tokens"] == 3 * 1
+    assert results[0]["hit_tokens"] == results[1]["hit_tokens"] == 1024 + 512
