@@ -9,9 +9,14 @@ from hybridkv.core.block import KVCacheBlock
 
 @dataclass(slots=True)
 class KVCacheBlocks:
-    """``blocks[g]`` is group ``g``'s list (hit blocks, or newly allocated)."""
+    """``blocks[g]`` is group ``g``'s list (hit blocks, or newly allocated).
+
+    ``full_hit_tokens``: for a prefix hit, how far the full-attention groups
+    alone matched (>= the hit; the ``hybrid`` policy's branch point).
+    """
 
     blocks: tuple[list[KVCacheBlock], ...]
+    full_hit_tokens: int = 0
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         """Block ids per group (0 marks the null block)."""

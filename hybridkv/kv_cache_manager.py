@@ -90,7 +90,7 @@ class KVCacheManager:
             eviction_policy=eviction_policy,
         )
         self.coordinator = get_kv_cache_coordinator(
-            kv_cache_config, self.block_pool, self.hash_block_size, enable_caching
+            kv_cache_config, self.block_pool, self.hash_block_size, enable_caching, cache_policy
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
@@ -137,7 +137,7 @@ class KVCacheManager:
             self.prefix_cache_stats.record(
                 request.num_tokens, num_hit, preempted=request.num_preemptions > 0
             )
-        return KVCacheBlocks(blocks), num_hit
+        return KVCacheBlocks(blocks, self.coordinator.last_full_hit_tokens), num_hit
 
     def allocate_slots(
         self,
@@ -186,7 +186,12 @@ class KVCacheManager:
                 f"({num_new_tokens}) exceeds max_model_len={self.max_model_len}"
             )
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
-        new_blocks = coordinator.allocate(rid, num_tokens_need_slot, hit_blocks, total_computed)
+        kept: tuple[int, ...] = ()
+        if coordinator.hybrid and not coordinator.has_request(rid):
+            kept = self._kept_points(request, num_new_computed_tokens, new_computed_blocks)
+        new_blocks = coordinator.allocate(
+            rid, num_tokens_need_slot, hit_blocks, total_computed, kept
+        )
         if new_blocks is None:
             return None
         if self.enable_caching:
@@ -199,6 +204,15 @@ class KVCacheManager:
                 request.lora_name,
             )
         return KVCacheBlocks(new_blocks)
+
+    def _kept_points(
+        self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
+    ) -> tuple[int, ...]:
+        """A new request's kept points (``hybrid``): its hit and its branch point."""
+        lcm = self.coordinator.block_size_lcm
+        branch = 0 if blocks is None else min(blocks.full_hit_tokens, request.num_tokens - 1)
+        branch -= branch % lcm
+        return tuple(sorted({p for p in (num_hit, branch) if p > 0}))
 
     def _check_new_computed(
         self,
@@ -284,8 +298,8 @@ class KVCacheManager:
         self.coordinator.check_integrity()
         holders: dict[int, int] = {}
         for m in self.coordinator.managers:
-            for blocks in m.req_to_blocks.values():
-                for b in blocks:
+            for st in m.states.values():
+                for b in st.blocks + [b for _, b in st.retained]:
                     if not b.is_null:
                         holders[b.block_id] = holders.get(b.block_id, 0) + 1
         for b in self.block_pool.blocks[1:]:

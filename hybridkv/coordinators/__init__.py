@@ -15,6 +15,7 @@ def get_kv_cache_coordinator(
     block_pool: BlockPool,
     hash_block_size: int,
     enable_caching: bool,
+    cache_policy: str = "lru",
 ) -> KVCacheCoordinator:
     """No-prefix-cache, unitary (one group) or hybrid (several groups)."""
     cls: type[KVCacheCoordinator]
@@ -24,7 +25,7 @@ def get_kv_cache_coordinator(
         cls = UnitaryKVCacheCoordinator
     else:
         cls = HybridKVCacheCoordinator
-    return cls(kv_cache_config, block_pool, hash_block_size, enable_caching)
+    return cls(kv_cache_config, block_pool, hash_block_size, enable_caching, cache_policy)
 
 
 __all__ = [

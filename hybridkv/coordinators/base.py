@@ -7,6 +7,7 @@ prefix hit is found across groups.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from itertools import chain, zip_longest
 
@@ -14,6 +15,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import RequestBlockState
+from hybridkv.managers.retention import BEYOND, TAIL_TOKENS, FinalPoints, release_order
 from hybridkv.specs import KVCacheConfig
 
 
@@ -26,6 +28,7 @@ class KVCacheCoordinator(ABC):
         block_pool: BlockPool,
         hash_block_size: int,
         enable_caching: bool,
+        cache_policy: str = "lru",
     ) -> None:
         self.pool = block_pool
         self.enable_caching = enable_caching
@@ -38,6 +41,18 @@ class KVCacheCoordinator(ABC):
         ]
         sizes = {m.block_size for m in self.managers}
         self._same_block_size = len(sizes) == 1
+        self.block_size_lcm = math.lcm(*sizes)
+        # ``hybrid`` changes nothing for groups without skips (full attention only).
+        self.hybrid = (
+            cache_policy == "hybrid" and enable_caching and any(m.has_skips for m in self.managers)
+        )
+        tail = TAIL_TOKENS - TAIL_TOKENS % self.block_size_lcm
+        for m in self.managers:
+            m.hybrid = self.hybrid
+            m.tail = tail if self.hybrid else 0
+        #: Tokens the full-attention groups alone matched in the last
+        #: ``find_longest_cache_hit`` (the branch point; 0 without such groups).
+        self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
 
     # -- allocation (atomic across groups) -----------------------------------
@@ -47,6 +62,7 @@ class KVCacheCoordinator(ABC):
         num_tokens: int,
         new_computed_blocks: tuple[list[KVCacheBlock], ...] | None,
         total_computed_tokens: int,
+        kept: tuple[int, ...] = (),
     ) -> tuple[list[KVCacheBlock], ...] | None:
         """Give every group's table room for ``num_tokens``, or change nothing.
 
@@ -54,6 +70,7 @@ class KVCacheCoordinator(ABC):
         leaving the free set, minus skipped blocks returning to it) and returns
         ``None`` if they do not fit. Otherwise releases skipped blocks, adopts
         the hit blocks, extends the tables, and returns each group's new blocks.
+        ``kept``: a new request's kept points (``hybrid`` policy).
         """
         managers = self.managers
         states = [m.states.get(request_id) for m in managers]
@@ -64,7 +81,7 @@ class KVCacheCoordinator(ABC):
         hit = new_computed_blocks or self._no_hit
         need = 0
         for m, st, h in zip(managers, states, hit, strict=True):
-            need += m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens)
+            need += m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens, kept)
         if need > self.pool.num_free_blocks:
             return None
         # Release every group's skipped blocks before any group pops new ones:
@@ -78,7 +95,7 @@ class KVCacheCoordinator(ABC):
         new = []
         for m, st, h in zip(managers, states, hit, strict=True):
             if st is None:
-                st = m.add_request(request_id, h)
+                st = m.add_request(request_id, h, kept)
             new.append(m.allocate_new_blocks(st, num_tokens))
         return tuple(new)
 
@@ -90,10 +107,7 @@ class KVCacheCoordinator(ABC):
         for m, st in zip(self.managers, states, strict=True):
             if st is None or num_tokens > len(st.blocks) * m.block_size:
                 return False
-            if (
-                m.has_skips
-                and m.get_num_skipped_tokens(total_computed) // m.block_size > st.num_skipped
-            ):
+            if m.has_skips and m.release_stop(st, total_computed) > st.num_skipped:
                 return False
         return True
 
@@ -129,6 +143,9 @@ class KVCacheCoordinator(ABC):
         states = [m.pop_request(request_id) for m in self.managers]
         if states[0] is None:
             return False
+        if self.hybrid:
+            self._free_hybrid(states)  # type: ignore[arg-type]
+            return True
         tables = [st.blocks[st.num_skipped :] for st in states if st is not None]
         pool = self.pool
         if len(tables) == 1:
@@ -147,6 +164,36 @@ class KVCacheCoordinator(ABC):
             keyed.sort(key=lambda e: (-e[0], e[1]))
             pool.free_blocks(b for _, _, b in keyed)
         return True
+
+    def _free_hybrid(self, states: list[RequestBlockState]) -> None:
+        """``hybrid`` release: unneeded blocks evict-first, then unit by unit.
+
+        The kept points are the request's own plus ``E``, the end of what it
+        cached (``hybridkv.managers.retention``).
+        """
+        lcm = self.block_size_lcm
+        end = min(st.num_cached * m.block_size for m, st in zip(self.managers, states, strict=True))
+        end -= end % lcm
+        points = FinalPoints(states[0].kept, end, self.managers[0].tail, lcm)
+        dead: list[KVCacheBlock] = []
+        entries: list[tuple[int, int, int, KVCacheBlock]] = []
+        for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
+            bs = m.block_size
+            held = [(i, st.blocks[i]) for i in range(st.num_skipped, len(st.blocks))]
+            for i, b in held + st.retained:
+                if b.is_null:
+                    continue
+                if not m.has_skips:
+                    entries.append((points.full_unit(i, bs), (i + 1) * bs, gid, b))
+                    continue
+                p = points.covering(i, m._first_needed_block, bs)
+                if p is None and b.block_hash is not None:
+                    dead.append(b)
+                else:
+                    entries.append((BEYOND if p is None else p, (i + 1) * bs, gid, b))
+        pool = self.pool
+        pool.free_blocks(dead, evict_first=True)
+        pool.free_blocks(release_order(entries))
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (empty if unknown)."""

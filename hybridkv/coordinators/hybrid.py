@@ -27,8 +27,11 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         block_pool: BlockPool,
         hash_block_size: int,
         enable_caching: bool,
+        cache_policy: str = "lru",
     ) -> None:
-        super().__init__(kv_cache_config, block_pool, hash_block_size, enable_caching)
+        super().__init__(
+            kv_cache_config, block_pool, hash_block_size, enable_caching, cache_policy
+        )
         order = sorted(
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)
         )
@@ -41,6 +44,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         hits: list[list[KVCacheBlock] | None] = [None] * len(managers)
         views: dict[int, list[bytes]] = {}
         length = max_length
+        full_hit: int | None = None
         changed = True
         while changed:
             changed = False
@@ -57,8 +61,11 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     if view is None:
                         view = views[m.hash_stride] = m.group_hashes(block_hashes)
                     cur = m.find_longest_cache_hit(view, length, token_ids)
+                    if m.prefix_closed and full_hit is None:
+                        full_hit = len(cur) * bs
                 hits[gid] = cur
                 if len(cur) * bs < length:
                     length = len(cur) * bs
                     changed = True
+        self.last_full_hit_tokens = length if full_hit is None else max(full_hit, length)
         return tuple(h if h is not None else [] for h in hits), length

@@ -101,8 +101,14 @@ class BlockPool:
                 remove(b)
             b.ref_cnt += 1
 
-    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Ref count - 1, in the given (release) order; null blocks ignored."""
+    def free_blocks(
+        self, ordered_blocks: Iterable[KVCacheBlock], *, evict_first: bool = False
+    ) -> None:
+        """Ref count - 1, in the given (release) order; null blocks ignored.
+
+        ``evict_first``: blocks that become free are reused before any other
+        (no kept hit point needs them), cached or not.
+        """
         released = []
         for b in ordered_blocks:
             if b.is_null:
@@ -111,7 +117,7 @@ class BlockPool:
             if b.ref_cnt == 0:
                 released.append(b)
         if released:
-            self.policy.release(released)
+            self.policy.release(released, evict_first=evict_first)
 
     # -- the prefix index ----------------------------------------------------
     def cache_block(

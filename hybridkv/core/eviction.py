@@ -25,8 +25,11 @@ class EvictionPolicy(ABC):
         """Number of free blocks."""
 
     @abstractmethod
-    def release(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Add blocks whose ref count just reached 0, in release order."""
+    def release(self, blocks: Iterable[KVCacheBlock], *, evict_first: bool = False) -> None:
+        """Add blocks whose ref count just reached 0, in release order.
+
+        ``evict_first``: the blocks are worth nothing to keep; reuse them
+        before every other free block."""
 
     @abstractmethod
     def remove(self, block: KVCacheBlock) -> None:
@@ -62,8 +65,12 @@ class LRUEvictionPolicy(EvictionPolicy):
     def num_free_blocks(self) -> int:
         return self.queue.num_free_blocks
 
-    def release(self, blocks: Iterable[KVCacheBlock]) -> None:
+    def release(self, blocks: Iterable[KVCacheBlock], *, evict_first: bool = False) -> None:
         q = self.queue
+        if evict_first:
+            for b in blocks:
+                q.appendleft(b)
+            return
         for b in blocks:
             if b.block_hash is None:
                 q.appendleft(b)

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.managers.retention import covering_point
 from hybridkv.specs.base import KVCacheSpec
 
 
@@ -38,14 +39,25 @@ class RequestBlockState:
 
     ``num_cached``: leading entries already entered into (or taken from) the
     prefix cache. ``num_skipped``: leading entries already nulled out.
+    ``kept``: the request's kept points (``hybrid`` policy, ascending token
+    positions); ``retained``: ``(index, block)`` of skipped blocks a kept
+    point needs, still held by the request until it is freed.
     """
 
-    __slots__ = ("blocks", "num_cached", "num_skipped")
+    __slots__ = ("blocks", "kept", "num_cached", "num_skipped", "retained")
 
-    def __init__(self, blocks: list[KVCacheBlock], num_cached: int, num_skipped: int) -> None:
+    def __init__(
+        self,
+        blocks: list[KVCacheBlock],
+        num_cached: int,
+        num_skipped: int,
+        kept: tuple[int, ...] = (),
+    ) -> None:
         self.blocks = blocks
         self.num_cached = num_cached
         self.num_skipped = num_skipped
+        self.kept = kept
+        self.retained: list[tuple[int, KVCacheBlock]] = []
 
 
 class SingleTypeKVCacheManager(ABC):
@@ -78,6 +90,12 @@ class SingleTypeKVCacheManager(ABC):
         self.enable_caching = enable_caching
         self.null_block = block_pool.null_block
         self.states: dict[str, RequestBlockState] = {}
+        #: The ``hybrid`` cache policy (``hybridkv.managers.retention``); set by
+        #: the coordinator.
+        self.hybrid = False
+        #: Tokens before the end whose hit points a running request keeps
+        #: whole (``hybrid``; ``retention.TAIL_TOKENS``), set by the coordinator.
+        self.tail = 0
 
     @property
     def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
@@ -95,6 +113,22 @@ class SingleTypeKVCacheManager(ABC):
     def _first_needed_block(self, num_tokens: int) -> int:
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
 
+    def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
+        """Table entries before this index are released once ``total_computed_tokens``
+        are computed. ``hybrid`` keeps the last block boundary's needs too."""
+        n = total_computed_tokens
+        if self.hybrid:
+            n = max(0, n - self.tail)
+            n -= n % self.block_size
+        return min(self._first_needed_block(n), len(st.blocks))
+
+    def is_kept(self, kept: tuple[int, ...], index: int) -> bool:
+        """True when a kept point's hit needs table entry ``index`` (``hybrid``)."""
+        return (
+            self.hybrid
+            and covering_point(kept, index, self._first_needed_block, self.block_size) is not None
+        )
+
     # -- allocation ----------------------------------------------------------
     def get_num_blocks_to_allocate(
         self,
@@ -102,32 +136,41 @@ class SingleTypeKVCacheManager(ABC):
         num_tokens: int,
         new_computed_blocks: list[KVCacheBlock],
         total_computed_tokens: int,
+        kept: tuple[int, ...] = (),
     ) -> int:
         """Net free blocks this step consumes: new blocks, plus hit blocks that
-        leave the free set, minus skipped blocks that return to it."""
+        leave the free set, minus skipped blocks that return to it (retained
+        blocks of kept points do not return). ``kept``: a new request's kept
+        points (an existing request's are on ``st``)."""
         have = len(new_computed_blocks)
         if st is not None:
             have += len(st.blocks)
+            kept = st.kept
         required = -(-num_tokens // self.block_size)
-        n = self._num_new_real_blocks(have, required) if required > have else 0
+        n = self._num_new_real_blocks(have, required, num_tokens, kept) if required > have else 0
         for b in new_computed_blocks:
             if b.ref_cnt == 0 and not b.is_null:
                 n += 1
         if st is not None and self.has_skips:
             blocks = st.blocks
-            stop = min(self._first_needed_block(total_computed_tokens), len(blocks))
-            for i in range(st.num_skipped, stop):
+            hybrid = self.hybrid
+            for i in range(st.num_skipped, self.release_stop(st, total_computed_tokens)):
                 b = blocks[i]
-                if b.ref_cnt == 1 and not b.is_null:
+                if b.ref_cnt == 1 and not b.is_null and not (hybrid and self.is_kept(kept, i)):
                     n -= 1
         return n
 
-    def _num_new_real_blocks(self, have: int, required: int) -> int:
+    def _num_new_real_blocks(
+        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]
+    ) -> int:
         """Blocks to pop for table positions ``have .. required-1`` (> have)."""
         return required - have
 
     def add_request(
-        self, request_id: str, new_computed_blocks: list[KVCacheBlock]
+        self,
+        request_id: str,
+        new_computed_blocks: list[KVCacheBlock],
+        kept: tuple[int, ...] = (),
     ) -> RequestBlockState:
         """Start a table from prefix-hit blocks (already touched), or empty."""
         skipped = 0
@@ -135,26 +178,34 @@ class SingleTypeKVCacheManager(ABC):
             if not b.is_null:
                 break
             skipped += 1
-        st = RequestBlockState(list(new_computed_blocks), len(new_computed_blocks), skipped)
+        st = RequestBlockState(list(new_computed_blocks), len(new_computed_blocks), skipped, kept)
         self.states[request_id] = st
         return st
 
     def remove_skipped_blocks(self, st: RequestBlockState, total_computed_tokens: int) -> None:
-        """Null out and release blocks no query of this request reads again."""
+        """Null out and release blocks no query of this request reads again.
+
+        ``hybrid``: blocks a kept point needs are retained (held until the
+        request is freed); the others are released evict-first.
+        """
         blocks = st.blocks
         start = st.num_skipped
-        stop = min(self._first_needed_block(total_computed_tokens), len(blocks))
+        stop = self.release_stop(st, total_computed_tokens)
         if stop <= start:
             return
         null = self.null_block
         removed = []
+        hybrid = self.hybrid
         for i in range(stop - 1, start - 1, -1):  # tail first
             b = blocks[i]
             if not b.is_null:
-                removed.append(b)
                 blocks[i] = null
+                if hybrid and self.is_kept(st.kept, i):
+                    st.retained.append((i, b))
+                else:
+                    removed.append(b)
         st.num_skipped = stop
-        self.pool.free_blocks(removed)
+        self.pool.free_blocks(removed, evict_first=hybrid)
 
     def allocate_new_blocks(self, st: RequestBlockState, num_tokens: int) -> list[KVCacheBlock]:
         """Extend the table to cover ``num_tokens``; returns the new entries."""
@@ -274,6 +325,11 @@ class SingleTypeKVCacheManager(ABC):
                 if b.is_null:
                     continue
                 assert b.ref_cnt >= 1, f"{rid}: held block {b} has ref count 0"
+            for i, b in st.retained:
+                assert i < st.num_skipped and not b.is_null and b.ref_cnt >= 1, (
+                    f"{rid}: bad retained block {i}: {b}"
+                )
+                assert self.is_kept(st.kept, i), f"{rid}: retained block {i} is not kept"
                 if i < st.num_cached and self.enable_caching:
                     assert b.block_hash is not None and b.group_id == self.group_id, (
                         f"{rid}: full block {i} ({b}) is not cached in group {self.group_id}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
+from hybridkv.managers.retention import mamba_real_entries
 from hybridkv.specs.base import cdiv
 
 
@@ -29,10 +30,31 @@ class MambaManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)
 
-    def _num_new_real_blocks(self, have: int, required: int) -> int:
-        return required - have if self.enable_caching else 1
+    def _num_new_real_blocks(
+        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]
+    ) -> int:
+        if not self.enable_caching:
+            return 1
+        if self.hybrid:
+            return len(
+                mamba_real_entries(have, required, num_tokens, kept, self.block_size, self.tail)
+            )
+        return required - have
 
     def allocate_new_blocks(self, st: RequestBlockState, num_tokens: int) -> list[KVCacheBlock]:
+        if self.hybrid:
+            blocks = st.blocks
+            have, required = len(blocks), cdiv(num_tokens, self.block_size)
+            if required <= have:
+                return []
+            real = mamba_real_entries(
+                have, required, num_tokens, st.kept, self.block_size, self.tail
+            )
+            new = self.pool.get_new_blocks(len(real))
+            blocks.extend([self.null_block] * (required - have))
+            for j, b in zip(real, new, strict=True):
+                blocks[j] = b
+            return new
         if self.enable_caching:
             return super().allocate_new_blocks(st, num_tokens)
         blocks = st.blocks
