@@ -34,7 +34,6 @@ from hybridkv.request import Request
 from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import check_positive_int
 
-
 #: ``lru``: every computed block is cached and evicted least recently used first.
 #: ``hybrid``: only what a later hit can use is kept (see ``hybridkv.retention``).
 CACHE_POLICIES = ("lru", "hybrid")
