@@ -30,6 +30,7 @@ from hybridkv.core.eviction import EvictionPolicy
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
+from hybridkv.managers.retention import TAIL_TOKENS
 from hybridkv.request import Request
 from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import check_positive_int
@@ -64,6 +65,7 @@ class KVCacheManager:
         hash_seed: int = 0,
         eviction_policy: type[EvictionPolicy] | None = None,
         cache_policy: str = "lru",
+        hybrid_tail_tokens: int = TAIL_TOKENS,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -71,6 +73,12 @@ class KVCacheManager:
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
         self.cache_policy = cache_policy
+        if (
+            isinstance(hybrid_tail_tokens, bool)
+            or not isinstance(hybrid_tail_tokens, int)
+            or (hybrid_tail_tokens < 0)
+        ):
+            raise ValueError(f"hybrid_tail_tokens must be an int >= 0, got {hybrid_tail_tokens!r}")
         groups = kv_cache_config.kv_cache_groups
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
@@ -89,7 +97,12 @@ class KVCacheManager:
             eviction_policy=eviction_policy,
         )
         self.coordinator = get_kv_cache_coordinator(
-            kv_cache_config, self.block_pool, self.hash_block_size, enable_caching, cache_policy
+            kv_cache_config,
+            self.block_pool,
+            self.hash_block_size,
+            enable_caching,
+            cache_policy,
+            hybrid_tail_tokens,
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 

@@ -50,6 +50,21 @@ class GroupDesc:
     def first_needed_block(self, length: int) -> int:
         return self.first_needed(length) // self.block_size
 
+    def hybrid_positions(
+        self, computed: int, table_len: int, tail: int
+    ) -> tuple[set[int], set[int]]:
+        """Under ``hybrid``: the entries that must be real (what the query reads;
+        for Mamba the state read and the running state) and those that may be
+        (from where the last ``tail`` tokens' hit points start)."""
+        bs = self.block_size
+        n = max(0, computed - tail)
+        may = set(range(self.first_needed_block(n - n % bs), table_len))
+        if self.kind == "mamba":
+            must = {table_len - 1} | ({self.first_needed_block(computed)} if computed else set())
+        else:
+            must = set(range(self.first_needed_block(computed), table_len))
+        return must, may
+
     def real_positions(self, computed: int, table_len: int, caching: bool) -> set[int]:
         """Table entries holding a real block after an allocation at ``computed``
         tokens: the ones a query there still reads (and, for Mamba without
@@ -83,6 +98,8 @@ class Config:
     enable_caching: bool
     max_model_len: int
     prefixes: list[list[int]]
+    cache_policy: str = "lru"
+    hybrid_tail_tokens: int = 0
 
 
 @st.composite
@@ -100,6 +117,8 @@ def configs(draw: st.DrawFn) -> Config:
         enable_caching=draw(st.sampled_from([True, True, True, False])),
         max_model_len=draw(st.sampled_from([64, 24, 32])),
         prefixes=draw(st.lists(tokens, min_size=1, max_size=3)),
+        cache_policy=draw(st.sampled_from(["lru", "hybrid"])),
+        hybrid_tail_tokens=draw(st.sampled_from([0, 4, 8])),
     )
 
 
@@ -165,6 +184,22 @@ def snapshot(kv: KVCacheManager, request_ids: list[str]) -> tuple[object, ...]:
     queue = tuple(b.block_id for b in pool.policy)
     tables = tuple(kv.get_block_ids(rid) for rid in request_ids)
     return blocks, queue, pool.num_free_blocks, tables, pool.num_cached_blocks()
+
+
+def check_hybrid_release(
+    old_queue: list[int], new_queue: list[int], released: list[tuple[int, int, int, bool]]
+) -> None:
+    """``hybrid``: released blocks go to the head (hashless, or needed by no kept
+    point) or the tail (kept units); the free blocks before stay in order."""
+    ids = {e[2] for e in released}
+    hashless = {e[2] for e in released if not e[3]}
+    k = next((i for i, b in enumerate(new_queue) if b not in ids), len(new_queue))
+    head = new_queue[:k]
+    mid = new_queue[k : k + len(old_queue)]
+    tail = new_queue[k + len(old_queue) :]
+    assert mid == old_queue, "released blocks were inserted inside the free queue"
+    assert set(head) | set(tail) == ids and len(head) + len(tail) == len(ids)
+    assert hashless <= set(head), (head, hashless)
 
 
 def check_release_order(

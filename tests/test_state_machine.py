@@ -25,6 +25,7 @@ from reference import (
     Config,
     NaiveStore,
     cdiv,
+    check_hybrid_release,
     check_release_order,
     configs,
     snapshot,
@@ -87,7 +88,10 @@ class KVCacheMachine(RuleBasedStateMachine):
             hash_algo=cfg.hash_algo,
             enable_kv_cache_events=True,
             log_stats=True,
+            cache_policy=cfg.cache_policy,
+            hybrid_tail_tokens=cfg.hybrid_tail_tokens,
         )
+        self.hybrid = self.kv.coordinator.hybrid
         for _ in range(data.draw(st.integers(1, 4))):  # rules may be swarm-disabled
             self._arrive(data)
 
@@ -200,7 +204,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         if hit < naive:
             event("hit below the naive reference (after evictions)")
         assert hit <= naive, f"hit {hit} > naive reference {naive}"
-        if not self.evicted:
+        # ``hybrid`` keeps Mamba states only at kept points; everything else is
+        # cached as under ``lru`` until an eviction.
+        exact = not (self.hybrid and any(d.kind == "mamba" for d in self.groups))
+        if not self.evicted and exact:
             assert hit == naive, f"hit {hit} != naive reference {naive} (no eviction)"
 
     def _free(self, t: Tracked) -> None:
@@ -217,7 +224,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert kv.free(t.req) is True
         assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
         new_queue = [b.block_id for b in pool.policy]
-        check_release_order(old_queue, new_queue, released, len(set(self.sizes)) == 1)
+        if self.hybrid:
+            check_hybrid_release(old_queue, new_queue, released)
+        else:
+            check_release_order(old_queue, new_queue, released, len(set(self.sizes)) == 1)
         self.running.remove(t)
 
     # -- rules ---------------------------------------------------------------
@@ -342,9 +352,15 @@ class KVCacheMachine(RuleBasedStateMachine):
         for g, (d, tab) in enumerate(zip(self.groups, tables, strict=True)):
             bs = d.block_size
             assert len(tab) == cdiv(n, bs), f"{req.request_id} group {g}: table {tab}, n={n}"
-            real = d.real_positions(tc, len(tab), caching)
+            if self.hybrid:
+                must, may = d.hybrid_positions(tc, len(tab), self.kv.coordinator.managers[g].tail)
+                got = {i for i, bid in enumerate(tab) if bid}
+                assert must <= got <= may, f"{req.request_id} group {g}: table {tab}, tc={tc}"
+            else:
+                real = d.real_positions(tc, len(tab), caching)
             for i, bid in enumerate(tab):
-                assert (bid != 0) == (i in real), f"{req.request_id} group {g}: table {tab}"
+                if not self.hybrid:
+                    assert (bid != 0) == (i in real), f"{req.request_id} group {g}: table {tab}"
                 if bid == 0:
                     continue
                 b = blocks[bid]

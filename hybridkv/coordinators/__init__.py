@@ -16,6 +16,7 @@ def get_kv_cache_coordinator(
     hash_block_size: int,
     enable_caching: bool,
     cache_policy: str = "lru",
+    hybrid_tail_tokens: int = 0,
 ) -> KVCacheCoordinator:
     """No-prefix-cache, unitary (one group) or hybrid (several groups)."""
     cls: type[KVCacheCoordinator]
@@ -25,7 +26,14 @@ def get_kv_cache_coordinator(
         cls = UnitaryKVCacheCoordinator
     else:
         cls = HybridKVCacheCoordinator
-    return cls(kv_cache_config, block_pool, hash_block_size, enable_caching, cache_policy)
+    return cls(
+        kv_cache_config,
+        block_pool,
+        hash_block_size,
+        enable_caching,
+        cache_policy,
+        hybrid_tail_tokens,
+    )
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import RequestBlockState
-from hybridkv.managers.retention import BEYOND, TAIL_TOKENS, FinalPoints, release_order
+from hybridkv.managers.retention import BEYOND, FinalPoints, release_order
 from hybridkv.specs import KVCacheConfig
 
 
@@ -29,6 +29,7 @@ class KVCacheCoordinator(ABC):
         hash_block_size: int,
         enable_caching: bool,
         cache_policy: str = "lru",
+        hybrid_tail_tokens: int = 0,
     ) -> None:
         self.pool = block_pool
         self.enable_caching = enable_caching
@@ -46,7 +47,7 @@ class KVCacheCoordinator(ABC):
         self.hybrid = (
             cache_policy == "hybrid" and enable_caching and any(m.has_skips for m in self.managers)
         )
-        tail = TAIL_TOKENS - TAIL_TOKENS % self.block_size_lcm
+        tail = hybrid_tail_tokens - hybrid_tail_tokens % self.block_size_lcm
         for m in self.managers:
             m.hybrid = self.hybrid
             m.tail = tail if self.hybrid else 0

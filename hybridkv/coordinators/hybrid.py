@@ -28,9 +28,15 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         hash_block_size: int,
         enable_caching: bool,
         cache_policy: str = "lru",
+        hybrid_tail_tokens: int = 0,
     ) -> None:
         super().__init__(
-            kv_cache_config, block_pool, hash_block_size, enable_caching, cache_policy
+            kv_cache_config,
+            block_pool,
+            hash_block_size,
+            enable_caching,
+            cache_policy,
+            hybrid_tail_tokens,
         )
         order = sorted(
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)

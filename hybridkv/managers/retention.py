@@ -115,12 +115,12 @@ def mamba_real_entries(
 ) -> list[int]:
     """Mamba table entries in ``[have, required)`` that get a real state block.
 
-    The running state (``required - 1``), the boundaries in the last ``tail``
-    tokens (``num_tokens - tail .. num_tokens``) and the entries of kept
+    The running state (``required - 1``), the boundaries from the last one at
+    or before ``num_tokens - tail`` up to ``num_tokens`` and the entries of kept
     points; every other boundary the step crosses stays null (not written,
     not reserved).
     """
     real = {required - 1}
-    real.update(range(max(have, -(-(num_tokens - tail) // bs) - 1), num_tokens // bs))
+    real.update(range(max(have, (num_tokens - tail) // bs - 1), num_tokens // bs))
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)

@@ -1,0 +1,144 @@
+"""``cache_policy="hybrid"``: worked examples with exact block ids.
+
+Config: block size 4; group 0 full attention, group 1 sliding window 8 (a hit
+at ``L`` needs blocks ``(L - 7) // 4 .. L // 4 - 1``), or group 1 Mamba (a
+hit at ``L`` needs the state at ``L``, entry ``L // 4 - 1``). No tail
+(``hybrid_tail_tokens=0``) unless stated.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, Request, SlidingWindowSpec
+from tests.factories import config
+
+FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
+SWA = SlidingWindowSpec(
+    block_size=4, num_kv_heads=1, head_size=4, dtype="float32", sliding_window=8
+)
+MAMBA = MambaSpec(block_size=4, shapes=((2,),), dtypes=("float32",))
+
+
+def manager(*specs, num_blocks=64, tail=0, policy="hybrid") -> KVCacheManager:
+    return KVCacheManager(
+        config(num_blocks, *specs), 256, cache_policy=policy, hybrid_tail_tokens=tail
+    )
+
+
+def run(kv: KVCacheManager, rid: str, tokens: list[int], chunk: int = 1000) -> int:
+    """Admit, prefill in chunks, free; return the hit."""
+    req = Request(rid, tokens)
+    blocks, hit = kv.get_computed_blocks(req)
+    req.num_computed_tokens = 0
+    n = min(len(tokens) - hit, chunk)
+    assert kv.allocate_slots(req, n, hit, blocks) is not None
+    req.num_computed_tokens = hit + n
+    while req.num_computed_tokens < len(tokens):
+        n = min(len(tokens) - req.num_computed_tokens, chunk)
+        assert kv.allocate_slots(req, n) is not None
+        req.num_computed_tokens += n
+    kv.check_integrity()
+    kv.free(req)
+    kv.check_integrity()
+    return hit
+
+
+def test_sliding_blocks_no_kept_point_needs_go_to_the_head() -> None:
+    kv = manager(FULL, SWA)
+    req = Request("a", list(range(24)))
+    blocks, hit = kv.get_computed_blocks(req)
+    got = [kv.allocate_slots(req, 8, hit, blocks).get_block_ids()]
+    for _ in range(2):
+        req.num_computed_tokens += 8
+        got.append(kv.allocate_slots(req, 8).get_block_ids())
+    # At 16 computed tokens the window starts at block (16 - 8 + 1) // 4 = 2: sliding
+    # blocks 3, 4 are needed by no kept point, go to the head and are reused at once.
+    assert got == [([1, 2], [3, 4]), ([5, 6], [7, 8]), ([3, 4], [9, 10])]
+    req.num_computed_tokens = 24
+    kv.free(req)
+    queue = [b.block_id for b in kv.block_pool.policy]
+    # E = 24 needs sliding blocks 4, 5 (ids 9, 10); ids 7, 8 (positions 2, 3) are dead:
+    # head, tail first. The unit of 24 goes to the tail, deepest position first.
+    assert queue[:2] == [8, 7]
+    assert queue[-8:] == [4, 10, 3, 9, 6, 5, 2, 1]
+    assert all(kv.block_pool.blocks[b].block_hash is not None for b in queue[:2])
+    assert run(kv, "b", list(range(24)) + [99]) == 24
+
+
+def test_branch_point_is_kept_and_hit_later() -> None:
+    kv = manager(FULL, SWA, num_blocks=40)
+    a = list(range(32))
+    run(kv, "a", a)  # kept: 32
+    # b shares 16 tokens: full matches 16, the window of 16 was released dead but
+    # is still cached (no pressure): hit 16, branch point = hit.
+    b = a[:16] + list(range(100, 116))
+    assert run(kv, "b", b) == 16
+    # Fill the pool so that dead blocks are evicted.
+    for k in range(3):
+        run(kv, f"f{k}", list(range(1000 + 100 * k, 1000 + 100 * k + 24)))
+    c = a[:16] + list(range(200, 216))
+    assert run(kv, "c", c) == 16  # b kept 16 as its admission hit
+
+
+def test_mamba_states_only_at_kept_points() -> None:
+    kv = manager(FULL, MAMBA)
+    req = Request("a", list(range(30)))
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, 30, hit, blocks) is not None
+    mamba_table = kv.get_block_ids("a")[1]
+    # 8 entries; real: the running state (7) and the last boundary (28 -> entry 6).
+    assert [i for i, b in enumerate(mamba_table) if b] == [6, 7]
+    kv.free(req)
+    lru = manager(FULL, MAMBA, policy="lru")
+    req = Request("a", list(range(30)))
+    blocks, hit = lru.get_computed_blocks(req)
+    lru.allocate_slots(req, 30, hit, blocks)
+    assert all(lru.get_block_ids("a")[1])  # lru: a state at every boundary
+
+
+def test_mamba_branch_point_gets_a_state() -> None:
+    kv = manager(FULL, MAMBA)
+    run(kv, "a", list(range(30)))  # states kept at 28 only
+    b = list(range(20)) + list(range(500, 510))  # full matches 20; no state at 20
+    req = Request("b", b)
+    blocks, hit = kv.get_computed_blocks(req)
+    assert hit == 0 and blocks.full_hit_tokens == 20
+    assert kv.allocate_slots(req, len(b), hit, blocks) is not None
+    table = kv.get_block_ids("b")[1]
+    assert [i for i, x in enumerate(table) if x] == [4, 6, 7]  # 20 -> entry 4; 28; running
+    req.num_computed_tokens = len(b)
+    kv.free(req)
+    c = list(range(20)) + list(range(700, 710))
+    assert run(kv, "c", c) == 20
+
+
+def test_tail_keeps_hit_points_before_the_end() -> None:
+    kv = manager(FULL, MAMBA, tail=8)
+    run(kv, "a", list(range(30)))  # states at 20, 24, 28 (the last 8 tokens' boundaries)
+    for n in (20, 24, 28):
+        assert run(kv, f"b{n}", list(range(n)) + [900 + n, 901 + n]) == n
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_full_group_makes_the_same_decisions(seed: int) -> None:
+    """No regression: without skipping groups both policies are identical."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 40))] for _ in range(4)]
+    runs = []
+    for policy in ("lru", "hybrid"):
+        kv = manager(FULL, num_blocks=24, policy=policy)
+        r2 = random.Random(seed)
+        trace = []
+        for k in range(60):
+            p = prefixes[r2.randrange(4)] + [r2.randrange(50) for _ in range(r2.randrange(1, 12))]
+            req = Request(f"r{k}", p)
+            blocks, hit = kv.get_computed_blocks(req)
+            out = kv.allocate_slots(req, len(p) - hit, hit, blocks)
+            trace.append((hit, kv.get_block_ids(req.request_id), out is None))
+            kv.free(req)
+            trace.append(tuple(b.block_id for b in kv.block_pool.policy))
+        runs.append(trace)
+    assert runs[0] == runs[1]
