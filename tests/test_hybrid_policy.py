@@ -65,7 +65,7 @@ def test_sliding_blocks_no_kept_point_needs_go_to_the_head() -> None:
     assert queue[:2] == [8, 7]
     assert queue[-8:] == [4, 10, 3, 9, 6, 5, 2, 1]
     assert all(kv.block_pool.blocks[b].block_hash is not None for b in queue[:2])
-    assert run(kv, "b", list(range(24)) + [99]) == 24
+    assert run(kv, "b", [*list(range(24)), 99]) == 24
 
 
 def test_branch_point_is_kept_and_hit_later() -> None:
@@ -119,7 +119,7 @@ def test_tail_keeps_hit_points_before_the_end() -> None:
     kv = manager(FULL, MAMBA, tail=8)
     run(kv, "a", list(range(30)))  # states at 20, 24, 28 (the last 8 tokens' boundaries)
     for n in (20, 24, 28):
-        assert run(kv, f"b{n}", list(range(n)) + [900 + n, 901 + n]) == n
+        assert run(kv, f"b{n}", [*list(range(n)), 900 + n, 901 + n]) == n
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
