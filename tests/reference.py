@@ -98,26 +98,35 @@ class Config:
     enable_caching: bool
     max_model_len: int
     prefixes: list[list[int]]
+    max_suffix: int = 12  # a request is a shared prefix plus 1..max_suffix tokens
     cache_policy: str = "lru"
     hybrid_tail_tokens: int = 0
 
 
 @st.composite
-def configs(draw: st.DrawFn) -> Config:
+def configs(draw: st.DrawFn, pressure: bool = False) -> Config:
+    """Random configs. ``pressure``: a sliding-window group first (and at most one
+    other), tiny pools, prefix caching on and long shared prefixes, so that requests
+    share window blocks that one of them stops reading while the pool is full."""
     groups = []
-    for _ in range(draw(st.integers(1, 3))):
+    if pressure:
+        groups.append(GroupDesc("sliding", draw(st.sampled_from([1, 2])), draw(st.integers(2, 6))))
+    for _ in range(draw(st.integers(0, 1) if pressure else st.integers(1, 3))):
         kind = draw(st.sampled_from(KINDS))
         param = draw(st.integers(1, 9)) if kind in ("sliding", "chunked") else 0
         groups.append(GroupDesc(kind, draw(st.sampled_from([1, 2, 4])), param))
-    tokens = st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=16)
+    tokens = st.lists(st.integers(0, VOCAB - 1), min_size=8 if pressure else 2, max_size=16)
+    blocks = st.integers(4, 12) if pressure else st.integers(6, 16) | st.integers(6, 48)
     return Config(
         groups=groups,
-        num_blocks=draw(st.integers(6, 16) | st.integers(6, 48)),  # small: evictions
+        num_blocks=draw(blocks),  # small: evictions
         hash_algo=draw(st.sampled_from(["sha256", "xxhash"])),
-        enable_caching=draw(st.sampled_from([True, True, True, False])),
+        enable_caching=pressure or draw(st.sampled_from([True, True, True, False])),
         max_model_len=draw(st.sampled_from([64, 24, 32])),
         prefixes=draw(st.lists(tokens, min_size=1, max_size=3)),
-        cache_policy=draw(st.sampled_from(["lru", "hybrid"])),
+        max_suffix=3 if pressure else 12,
+        # The exact-None accounting (pressure) models lru's release rules.
+        cache_policy="lru" if pressure else draw(st.sampled_from(["lru", "hybrid"])),
         hybrid_tail_tokens=draw(st.sampled_from([0, 4, 8])),
     )
 

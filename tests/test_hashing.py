@@ -218,6 +218,24 @@ def test_mm_offsets_are_relative_to_the_block() -> None:
     assert _hashes(r2)[1] != _hashes(req("r1b", 12, mm_inputs=[("img", 5, 2)]))[1]
 
 
+def test_mm_extra_keys_at_block_edges_exact_bytes() -> None:
+    # Blocks of 4: [0-3][4-7][8-11]. "a" covers tokens 2-3 and ends exactly where
+    # block 1 starts; "b" covers 8-9 and starts exactly where block 1 ends. Each is
+    # in one block only. An "M" key is b"M", the payload length as uint32, then
+    # the offset from the block start as int64 and the content hash.
+    tokens = toks(12)
+    r = req("r", tokens, mm_inputs=[("a", 2, 2), ("b", 8, 2)])
+    hasher = BlockHasher(4)
+    key_a = b"M" + struct.pack("<I", 9) + struct.pack("<q", 2) + b"a"
+    key_b = b"M" + struct.pack("<I", 9) + struct.pack("<q", 0) + b"b"
+    assert [hasher.extra_keys(r, i) for i in range(3)] == [key_a, b"", key_b]
+    root = hashlib.sha256(ROOT_TAG + struct.pack("<q", 0)).digest()
+    h0 = hashlib.sha256(root + _packed(tokens[0:4]) + key_a).digest()
+    h1 = hashlib.sha256(h0 + _packed(tokens[4:8])).digest()
+    h2 = hashlib.sha256(h1 + _packed(tokens[8:12]) + key_b).digest()
+    assert _hashes(r) == [h0, h1, h2]
+
+
 def test_mm_content_hash_matters() -> None:
     tokens = toks(8)
     a = _hashes(req("a", tokens, mm_inputs=[("img-a", 4, 4)]))

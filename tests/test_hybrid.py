@@ -19,6 +19,7 @@ from factories import (
     mamba,
     manager,
     prefill,
+    ref_counts,
     req,
     run_step,
     swa,
@@ -86,6 +87,37 @@ def test_blocks_released_by_a_window_pay_for_other_groups() -> None:
     new = decode(kv, a, 112)
     assert new is not None and new.get_block_ids() == ([5], [4])
     assert kv.get_block_ids("a") == ([1, 2, 3, 5], [0, 0, 6, 4])
+    kv.check_integrity()
+
+
+def test_a_skipped_block_that_another_request_holds_frees_nothing() -> None:
+    # W=5 (the query at n reads n-4..n); 3 usable blocks. A skipped block returns to
+    # the free set only when no other request holds it: counting it as freed would
+    # let the allocation go ahead and then run out of blocks half-way.
+    kv = manager(4, swa(4, 5))
+    a = req("a", 8)
+    prefill(kv, a)
+    assert kv.get_block_ids("a") == ([1, 2],) and free_ids(kv) == [3]
+    # B repeats A's 8 tokens: its hit of 8 needs tokens 4-7 only, i.e. A's block 2.
+    b = req("b", [*toks(8), 900])
+    assert admit(kv, b)[0] == 8
+    assert kv.get_block_ids("b") == ([0, 2, 3],) and free_ids(kv) == []
+    # n=8: A drops block 1 (only A holds it) and takes it back for token 8: net 0.
+    new = decode(kv, a, 108)
+    assert new is not None and new.get_block_ids() == ([1],)
+    for tok in (109, 110, 111):  # tokens 9-11 fit in A's block at position 2
+        assert decode(kv, a, tok) is not None
+    assert kv.get_block_ids("a") == ([0, 2, 1],) and ref_counts(kv) == [1, 1, 2, 1]
+    # n=12: A drops block 2, but B still holds it: net need 1 new block, 0 free.
+    assert decode(kv, a, 112) is None
+    assert kv.get_block_ids("a") == ([0, 2, 1],) and kv.get_block_ids("b") == ([0, 2, 3],)
+    assert ref_counts(kv) == [1, 1, 2, 1] and free_ids(kv) == []
+    kv.check_integrity()
+    # Once B is gone, A's block 2 is freed (cached: to the tail) and B's 3 pays for it.
+    kv.free(b)
+    new = run_step(kv, a, 1)
+    assert new is not None and new.get_block_ids() == ([3],)
+    assert kv.get_block_ids("a") == ([0, 0, 1, 3],) and free_ids(kv) == [2]
     kv.check_integrity()
 
 

@@ -165,6 +165,30 @@ def test_jamba_baseline_matches_vllm_formula() -> None:
     assert (plan.grouping.group_size, plan.grouping.num_groups) == (4, 8)
 
 
+def test_waste_of_a_mamba_and_attention_layout_by_hand() -> None:
+    # 2 full-attention layers (fp16, 1 KV head of 8: 2 * 8 * 2 = 32 B per token)
+    # and 3 Mamba layers (one fp32 state of 4 x 100: 1,600 B), max_model_len 1024.
+    # vLLM unification: the block size grows from 16 to 16 * cdiv(1600, 16 * 32) = 64,
+    # so a slot is 64 * 32 = 2,048 B and each Mamba page is padded 1,600 -> 2,048 B.
+    # vLLM grouping: 2 full slots vs 3 Mamba slots (3 < 1.5 * 2 is false): g = 2,
+    # a page is 2 * 2,048 = 4,096 B. Per request of 1024 tokens:
+    #   full  [f0, f1]: 1024 / 64 = 16 blocks, all bytes used        waste 0
+    #   mamba [m0, m2]: 2 blocks (state + checkpoint), 2 x 1,600 B used of 4,096
+    #                   waste (4,096 - 3,200) * 2 = 1,792 (the padding of two states)
+    #   mamba [m1]:     2 blocks, 1,600 B used of 4,096 (a padding layer too)
+    #                   waste (4,096 - 1,600) * 2 = 4,992
+    # Total waste 6,784 B of 4,096 * (16 + 2 + 2) = 81,920 B per request.
+    attn = FullAttentionSpec(16, 1, 8, "float16")
+    state = MambaSpec(16, shapes=((4, 100),), dtypes=("float32",))
+    specs = {"f0": attn, "m0": state, "f1": attn, "m1": state, "m2": state}
+    plan = plan_kv_cache(specs, 10**7, max_model_len=1024, grouping="vllm")
+    assert plan.unified.slot_bytes == 2048 and plan.page_bytes == 4096
+    assert [g.layers for g in plan.grouping.groups] == [("f0", "f1"), ("m0", "m2"), ("m1",)]
+    assert plan.group_blocks_per_request() == [16, 2, 2]
+    assert plan.grouping.waste_bytes_per_request == 1792 + 4992
+    assert plan.grouping.bytes_per_request == 81920
+
+
 def test_bamba_baseline_and_packed_block_sizes() -> None:
     # Mamba2 state: conv (3, 128 x 64 + 2 x 128) + SSM (128, 64, 128), bf16 =
     # 2 x (25,344 + 1,048,576) = 2,147,840 B -> 16 x cdiv(2147840, 65536) = 528.

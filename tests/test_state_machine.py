@@ -148,7 +148,13 @@ class KVCacheMachine(RuleBasedStateMachine):
         before = snapshot(kv, self._ids())
         old_len = [len(tab) for tab in kv.get_block_ids(req.request_id)]
         tc = req.num_computed_tokens + hit
+        need, shared_skips = self._net_need(t, num_new, hit, hit_blocks)
+        free = kv.block_pool.num_free_blocks
         out = kv.allocate_slots(req, num_new, hit, hit_blocks)
+        if not self.hybrid:  # the independent count models lru's release rules
+            assert (out is None) == (need > free), f"net need {need}, {free} free, got {out}"
+        if need - shared_skips <= free < need:
+            event("out of blocks unless skipped blocks held by others were freed")
         if out is None:
             event("allocate_slots -> None")
             assert snapshot(kv, self._ids()) == before, "failed allocate_slots changed state"
@@ -174,6 +180,69 @@ class KVCacheMachine(RuleBasedStateMachine):
             req.append_output_token_ids(token)  # sampled; computed by the next step
         self._record_hashes(t)
         return True
+
+    def _holders(self) -> Counter[int]:
+        """Block id -> how many running requests hold it (the test's own view)."""
+        kv = self.manager
+        return Counter(
+            b for t in self.running for tab in kv.get_block_ids(t.req.request_id) for b in tab if b
+        )
+
+    def _net_need(
+        self, t: Tracked, num_new: int, hit: int, hit_blocks: KVCacheBlocks | None
+    ) -> tuple[int, int]:
+        """Net free blocks an allocation takes, counted independently of the manager:
+        new table entries, plus hit blocks that leave the free set (nobody holds
+        them), minus blocks the query no longer reads that no other request holds.
+        Also returns how many such no-longer-read blocks another request still holds.
+        """
+        kv, req = self.manager, t.req
+        holders = self._holders()
+        running = t in self.running
+        if running:
+            tables = kv.get_block_ids(req.request_id)
+        elif hit_blocks is not None:
+            tables = hit_blocks.get_block_ids()
+        else:
+            tables = tuple([] for _ in self.groups)
+        tc = req.num_computed_tokens + hit
+        need = shared = 0
+        for d, tab in zip(self.groups, tables, strict=True):
+            required = cdiv(tc + num_new, d.block_size)
+            if required > len(tab):
+                # Mamba without prefix caching fills only the last new entry.
+                only_last = d.kind == "mamba" and not self.cfg.enable_caching
+                need += 1 if only_last else required - len(tab)
+            if not running:
+                need += sum(1 for b in tab if b and holders[b] == 0)
+                continue
+            skipped = [b for b in tab[: d.first_needed_block(tc)] if b]
+            need -= sum(1 for b in skipped if holders[b] == 1)
+            shared += sum(1 for b in skipped if holders[b] > 1)
+        return need, shared
+
+    def _chunk(
+        self,
+        data: st.DataObject,
+        t: Tracked,
+        rest: int,
+        hit: int = 0,
+        hit_blocks: KVCacheBlocks | None = None,
+    ) -> int:
+        """Tokens to compute next: all ``rest``, a random chunk, or a chunk at the edge
+        of the pool (net need equal to the free blocks, or one more: must fail)."""
+        mode = data.draw(st.sampled_from(["rest", "random", "edge"]))
+        if mode == "edge":
+            free = self.manager.block_pool.num_free_blocks
+            edge = [
+                n
+                for n in range(1, rest + 1)
+                if self._net_need(t, n, hit, hit_blocks)[0] - free in (0, 1)
+            ]
+            if edge:
+                return data.draw(st.sampled_from(edge))
+            event("no chunk at the edge of the free blocks")
+        return rest if mode == "rest" else data.draw(st.integers(1, rest))
 
     def _check_hit(self, t: Tracked, blocks: KVCacheBlocks, hit: int) -> None:
         req = t.req
@@ -221,6 +290,12 @@ class KVCacheMachine(RuleBasedStateMachine):
             for i, b in enumerate(tab)
             if b and pool.blocks[b].ref_cnt == 1
         ]
+        released += [
+            (g, i, blk.block_id, blk.block_hash is not None)
+            for g, m in enumerate(kv.coordinator.managers)
+            for i, blk in m.states[rid].retained
+            if blk.ref_cnt == 1
+        ]
         assert kv.free(t.req) is True
         assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
         new_queue = [b.block_id for b in pool.policy]
@@ -236,12 +311,34 @@ class KVCacheMachine(RuleBasedStateMachine):
     def arrive(self, data: st.DataObject) -> None:
         self._arrive(data)
 
-    def _arrive(self, data: st.DataObject) -> None:
-        """A new request (a shared prefix plus a random suffix) tries to start."""
-        prefix = data.draw(st.sampled_from([*self.cfg.prefixes * 3, []]))  # []: 1-12 tokens
-        suffix = data.draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12))
-        salt = data.draw(st.sampled_from([None, None, "s1", "s2"]))
-        lora = data.draw(st.sampled_from([None, None, None, "lora-a"]))
+    @precondition(
+        lambda self: (
+            len(self.waiting) + len(self.running) < MAX_REQUESTS
+            and any(t.req.num_computed_tokens for t in self.running)
+        )
+    )
+    @rule(data=st.data())
+    def branch(self, data: st.DataObject) -> None:
+        """A new request continues what a running one computed so far (a branch of a
+        conversation): its prefix hit shares blocks the running request still holds."""
+        req = self._pick(data, [t for t in self.running if t.req.num_computed_tokens]).req
+        self._arrive(data, list(req.all_token_ids)[: req.num_computed_tokens], req)
+
+    def _arrive(
+        self, data: st.DataObject, prefix: list[int] | None = None, like: Request | None = None
+    ) -> None:
+        """A new request (a shared prefix plus a random suffix) tries to start;
+        with ``like``, under that request's salt and LoRA."""
+        if prefix is None:
+            prefix = data.draw(st.sampled_from([*self.cfg.prefixes * 3, []]))  # []: 1-12 tokens
+        suffix = data.draw(
+            st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=self.cfg.max_suffix)
+        )
+        if like is not None:
+            salt, lora = like.cache_salt, like.lora_name
+        else:
+            salt = data.draw(st.sampled_from([None, None, "s1", "s2"]))
+            lora = data.draw(st.sampled_from([None, None, None, "lora-a"]))
         self.num_created += 1
         tokens = (prefix + suffix)[:MAX_PROMPT]
         req = Request(f"r{self.num_created}", tokens, cache_salt=salt, lora_name=lora)
@@ -274,7 +371,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         self._record_hashes(t)
         self._check_hit(t, blocks, hit)
         rest = req.num_tokens - hit
-        num_new = rest if data.draw(st.booleans()) else data.draw(st.integers(1, rest))
+        num_new = self._chunk(data, t, rest, hit, blocks)
         t.hit = hit
         token = data.draw(st.integers(0, VOCAB - 1))
         # Like a scheduler with a token budget: out of blocks, retry a 1-token chunk.
@@ -294,7 +391,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             data, [t for t in self.running if t.req.num_computed_tokens < t.req.num_tokens]
         )
         rest = t.req.num_tokens - t.req.num_computed_tokens
-        num_new, token = data.draw(st.integers(1, rest)), data.draw(st.integers(0, VOCAB - 1))
+        num_new, token = self._chunk(data, t, rest), data.draw(st.integers(0, VOCAB - 1))
         if not self._allocate(t, num_new, token) and num_new > 1:
             self._allocate(t, 1, token)
 
@@ -383,6 +480,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         group_of: dict[int, int] = {}
         for t in self.running:
             tables = kv.get_block_ids(t.req.request_id)
+            for g, m in enumerate(kv.coordinator.managers):  # hybrid: kept points' blocks
+                for i, blk in m.states[t.req.request_id].retained:
+                    assert tables[g][i] == 0 and self.hybrid, f"retained {blk} still in table"
+                    holders[blk.block_id] += 1
             ids = [b for tab in tables for b in tab if b]
             assert ids, f"{t.req.request_id} is running but holds no block"
             assert len(ids) == len(set(ids)), f"{t.req.request_id} holds a block twice"
@@ -428,3 +529,14 @@ class KVCacheMachine(RuleBasedStateMachine):
 
 
 TestKVCacheStateMachine = KVCacheMachine.TestCase
+
+
+class KVCacheMachineUnderPressure(KVCacheMachine):
+    """The same machine on tiny pools with shared sliding-window prefixes."""
+
+    @initialize(cfg=configs(pressure=True), data=st.data())
+    def setup(self, cfg: Config, data: st.DataObject) -> None:
+        super().setup(cfg, data)
+
+
+TestKVCacheStateMachineUnderPressure = KVCacheMachineUnderPressure.TestCase

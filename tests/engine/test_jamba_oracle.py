@@ -85,6 +85,18 @@ def test_small_budget_many_chunks(ckpt: Path, caching: bool) -> None:
     assert llm.num_steps >= (bs + 1 + 5) // 8 + N
 
 
+def test_shared_prefix_with_a_budget_off_the_block_grid(ckpt: Path) -> None:
+    # A budget of bs + 8 tokens: the first request's second chunk starts mid-block
+    # (at bs + 8) and fills the Mamba checkpoint at 2 * bs, which the second request's
+    # hit needs; it must wait for that step to finish, not read the unwritten state.
+    llm = LLM(ckpt, block_size=4)
+    bs = _block_size(llm)
+    llm = LLM(ckpt, block_size=4, max_num_batched_tokens=bs + 8)
+    doc = _prompt(2 * bs + 6, 78)
+    outs = check_against_hf(ckpt, llm, [doc, [*doc[: 2 * bs], 9, 8, 7]], 4)
+    assert [o.num_cached_tokens for o in outs] == [0, 2 * bs]
+
+
 @pytest.mark.parametrize("caching", [True, False])
 def test_preemption_by_a_tiny_cache(ckpt: Path, caching: bool) -> None:
     llm = LLM(ckpt, block_size=4, max_model_len=96, max_num_batched_tokens=32,
