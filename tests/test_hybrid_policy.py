@@ -13,7 +13,7 @@ import random
 import pytest
 
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, Request, SlidingWindowSpec
-from tests.factories import config
+from factories import config
 
 FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
 SWA = SlidingWindowSpec(
