@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from factories import config
 
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, Request, SlidingWindowSpec
-from factories import config
 
 FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
 SWA = SlidingWindowSpec(
