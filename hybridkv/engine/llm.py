@@ -42,7 +42,7 @@ from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
-from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
@@ -65,9 +65,12 @@ class LLM:
         enable_prefix_caching: bool = True,
         kv_cache_memory_bytes: int | None = None,
         hash_algo: str = "sha256",
+        cache_policy: str = "lru",
         kernel_backend: str | None = None,
         progress: bool = False,
     ) -> None:
+        if cache_policy not in CACHE_POLICIES:
+            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
         positive(block_size, "block_size")
         positive(max_num_seqs, "max_num_seqs")
         positive(max_num_batched_tokens, "max_num_batched_tokens")
@@ -108,7 +111,7 @@ class LLM:
         self.kv_buffers = allocate_kv_cache(config, self.device)
         self.manager = KVCacheManager(config, self.max_model_len,
                                       enable_caching=enable_prefix_caching, hash_algo=hash_algo,
-                                      log_stats=True)  # fmt: skip
+                                      log_stats=True, cache_policy=cache_policy)  # fmt: skip
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=max_num_batched_tokens,
