@@ -56,9 +56,9 @@ class _Sites(ast.NodeVisitor):
 
     def __init__(self) -> None:
         self.scope: list[str] = []
-        self.found: list[tuple[ast.AST, str, str, str]] = []  # node, new, op, qualname
+        self.found: list[tuple[ast.expr | ast.stmt, str, str, str]] = []  # node, new, op, scope
 
-    def _add(self, node: ast.AST, new: str, op: str) -> None:
+    def _add(self, node: ast.expr | ast.stmt, new: str, op: str) -> None:
         self.found.append((node, new, op, ".".join(self.scope) or "<module>"))
 
     # -- scopes and skipped regions -------------------------------------------------
@@ -77,7 +77,7 @@ class _Sites(ast.NodeVisitor):
                     self.visit(default)
         self.scope.pop()
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _visit_def  # noqa: N815
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _visit_def
 
     def visit_Assert(self, node: ast.Assert) -> None:
         pass

@@ -36,6 +36,7 @@ from .targets import tests_for
 
 TIMEOUT_FACTOR = 3.0
 TIMEOUT_SLACK_S = 30.0
+WARM_IMPORTS = ("torch", "transformers", "hypothesis", "pytest")
 _TOOLS = Path(__file__).resolve().parent.parent
 
 
@@ -60,10 +61,10 @@ class Clean:
 class Worker:
     """One ``worker.py`` process serving one sandbox."""
 
-    def __init__(self, sandbox: Path) -> None:
+    def __init__(self, sandbox: Path, warm: tuple[str, ...] = WARM_IMPORTS) -> None:
         self.sandbox = sandbox
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mutation.worker", str(sandbox)],
+            [sys.executable, "-m", "mutation.worker", str(sandbox), *warm],
             cwd=_TOOLS,
             env=sandbox_env(sandbox),
             stdin=subprocess.PIPE,
@@ -91,8 +92,8 @@ class Worker:
         durations: dict[str, float],
     ) -> dict[str, Any]:
         assert self.proc.stdin is not None
-        job = {"file": file, "source": source.decode("latin-1"), "tests": list(tests)}
-        job |= {"timeout": timeout, "durations": durations}
+        job: dict[str, Any] = {"file": file, "source": source.decode("latin-1")}
+        job |= {"tests": list(tests), "timeout": timeout, "durations": durations}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         return self._read()
@@ -186,16 +187,20 @@ def _baseline(
     mutants: list[Mutant],
     progress: Callable[[str], None],
 ) -> dict[tuple[str, ...], Clean]:
-    first = {}
+    first: dict[tuple[str, ...], str] = {}
     for m in mutants:
         first.setdefault(m.tests or tests_for(m.file), m.file)
-    clean_jobs: list[Job] = [(first[s], (root / first[s]).read_bytes(), s, 3600.0, {}) for s in sets]
+    clean_jobs: list[Job] = [
+        (first[s], (root / first[s]).read_bytes(), s, 3600.0, {}) for s in sets
+    ]
     results = _execute(workers, clean_jobs)
     for s, r in zip(sets, results, strict=True):
         if r["status"] != "survived":
             raise RuntimeError(f"the unmutated code fails {s}: {r}")
         progress(f"clean: {r['seconds']:6.1f} s  {' '.join(s)}")
-    clean = {s: Clean(float(r["seconds"]), r["durations"]) for s, r in zip(sets, results, strict=True)}
+    clean = {
+        s: Clean(float(r["seconds"]), r["durations"]) for s, r in zip(sets, results, strict=True)
+    }
     canaries: list[Job] = [(first[s], _canary(root, first[s]), s, 600.0, {}) for s in sets]
     for s, r in zip(sets, _execute(workers, canaries), strict=True):
         if r["status"] != "killed":

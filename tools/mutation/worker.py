@@ -15,6 +15,7 @@ source file gets a new modification time, so bytecode caches stay valid.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -103,10 +104,19 @@ def _run(sandbox: Path, job: dict[str, Any], tmp: Path) -> dict[str, Any]:
     seconds = round(time.monotonic() - start, 2)
     if not result.exists():
         tail = log.read_text(errors="replace")[-2000:]
-        return {"status": "killed", "test": f"crashed (status {status}): {tail}", "seconds": seconds}
+        return {
+            "status": "killed",
+            "test": f"crashed (status {status}): {tail}",
+            "seconds": seconds,
+        }
     out = json.loads(result.read_text())
     if out["code"] == 0:
-        return {"status": "survived", "test": None, "seconds": seconds, "durations": out["durations"]}
+        return {
+            "status": "survived",
+            "test": None,
+            "seconds": seconds,
+            "durations": out["durations"],
+        }
     if out["code"] in (1, 2):  # tests failed / interrupted (collection error, -x)
         return {"status": "killed", "test": out["test"], "seconds": seconds}
     tail = log.read_text(errors="replace")[-2000:]
@@ -124,13 +134,11 @@ def _write(path: Path, data: bytes) -> None:
     os.utime(path, (_stamp[0], _stamp[0]))
 
 
-def serve(sandbox: Path) -> None:
-    """Answer jobs from stdin until it closes (module docstring)."""
-    import hypothesis  # noqa: F401  (warm imports, before any fork)
-    import pytest  # noqa: F401
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-
+def serve(sandbox: Path, warm: list[str]) -> None:
+    """Answer jobs from stdin until it closes (module docstring); ``warm``: modules
+    to import once, before any fork."""
+    for name in warm:
+        importlib.import_module(name)
     assert "hybridkv" not in sys.modules, "the worker must not import hybridkv"
     with tempfile.TemporaryDirectory(prefix="mutation-worker-") as tmp:
         print(json.dumps({"ready": True}), flush=True)
@@ -149,4 +157,4 @@ def serve(sandbox: Path) -> None:
 
 
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]))
+    serve(Path(sys.argv[1]), sys.argv[2:])
