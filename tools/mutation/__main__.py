@@ -13,6 +13,7 @@ from .equivalent import EQUIVALENT
 from .generate import generate_file
 from .mutant import Mutant
 from .report import render, summarize
+from .results import load, save
 from .run import run
 from .targets import target_files
 
@@ -44,22 +45,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run mutants whose key contains this text")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mutation.md"))
+    parser.add_argument(
+        "--report-from",
+        metavar="JSON",
+        help="re-render the report from a run's saved outcomes (after adding equivalence notes)",
+    )
     args = parser.parse_args(argv)
-    mutants = [m for m in all_mutants(ROOT) if args.only in m.key]
-    if args.list:
-        for m in mutants:
-            print(f"{m.file}:{m.line}: {m.key}")
-        print(f"{len(mutants)} mutants")
-        return 0
-    start = time.monotonic()
-    outcomes, clean = run(ROOT, mutants, args.jobs)
-    seconds = time.monotonic() - start
-    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, args.jobs, not args.only)
-    Path(args.out).write_text(report)
+    out = Path(args.out)
+    saved = out.with_suffix(".json")
+    if args.report_from:
+        outcomes, clean, seconds, jobs, only = load(Path(args.report_from))
+    else:
+        mutants = [m for m in all_mutants(ROOT) if args.only in m.key]
+        if args.list:
+            for m in mutants:
+                print(f"{m.file}:{m.line}: {m.key}")
+            print(f"{len(mutants)} mutants")
+            return 0
+        start = time.monotonic()
+        outcomes, clean = run(ROOT, mutants, args.jobs)
+        seconds, jobs, only = time.monotonic() - start, args.jobs, args.only
+        save(saved, outcomes, clean, seconds, jobs, only)
+    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, not only)
+    out.write_text(report)
     s = summarize(outcomes, EQUIVALENT)
     print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
           f"{s.survivors} survivors, {s.errors} errors) in {seconds / 60:.1f} min; "
-          f"report: {args.out}")  # fmt: skip
+          f"report: {out}")  # fmt: skip
     return 0 if s.rate >= TARGET_RATE and not s.errors else 1
 
 

@@ -13,9 +13,10 @@ Operators (each gives one mutant per site):
   list); ``minmax``: ``min`` <-> ``max``; ``bool``: ``True`` <-> ``False``;
 - ``stmt``: drop a call statement or an augmented assignment (``pass`` instead).
 
-Not mutated: ``assert`` and ``raise`` statements (internal checks and error
-messages), ``check_integrity`` and ``__repr__`` bodies, annotations, docstrings,
-f-strings, decorators and ``if TYPE_CHECKING:`` blocks. A mutant's key is its file,
+Not mutated: ``assert`` and ``raise`` statements and ``zip(..., strict=True)``
+(internal checks and error messages), ``check_integrity`` and ``__repr__``
+bodies, annotations, docstrings, f-strings, decorators and ``if TYPE_CHECKING:``
+blocks. A mutant's key is its file,
 enclosing function and the text change (``#2``... when one function has the same
 change twice), so keys survive edits elsewhere in the file.
 """
@@ -144,7 +145,12 @@ class _Sites(ast.NodeVisitor):
         if isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
             other = "max" if node.func.id == "min" else "min"
             self._add(node.func, other, "minmax")
-        self.generic_visit(node)
+        self.visit(node.func)
+        for arg in node.args:
+            self.visit(arg)
+        for kw in node.keywords:
+            if kw.arg != "strict":  # zip(..., strict=True) is a check, like an assert
+                self.visit(kw.value)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, bool):
