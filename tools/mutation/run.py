@@ -147,8 +147,12 @@ def _canary(root: Path, rel: str) -> bytes:
     return b"raise RuntimeError('mutation canary')\n" + (root / rel).read_bytes()
 
 
+SOURCE_DIRS = ("hybridkv/", "kernels/", "configs/")
+
+
 def _source_state(root: Path) -> dict[str, bytes]:
-    return {f: (root / f).read_bytes() for f in tracked_files(root) if f.endswith(".py")}
+    """The package's files (what mutants change), to check that none changed."""
+    return {f: (root / f).read_bytes() for f in tracked_files(root) if f.startswith(SOURCE_DIRS)}
 
 
 def run(

@@ -27,15 +27,12 @@ _MANAGER_TESTS = (
     "tests/test_walkthrough.py",
     "tests/test_isolation.py",
     "tests/test_bad_input.py",
+    "tests/test_xxhash_collision.py",
     "tests/test_state_machine.py",
 )
 
 TESTS: dict[str, tuple[str, ...]] = {
-    "hybridkv/core/": (
-        *_MANAGER_TESTS[:5],
-        "tests/test_xxhash_collision.py",
-        "tests/test_state_machine.py",
-    ),
+    "hybridkv/core/": _MANAGER_TESTS,
     "hybridkv/managers/": _MANAGER_TESTS,
     "hybridkv/coordinators/": _MANAGER_TESTS,
     "hybridkv/hashing.py": (
