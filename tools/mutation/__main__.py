@@ -12,7 +12,7 @@ from .curated import CURATED
 from .equivalent import EQUIVALENT
 from .generate import generate_file
 from .mutant import Mutant
-from .report import render, summarize
+from .report import commit_of, render, summarize
 from .results import load, save
 from .run import run
 from .targets import target_files
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     saved = out.with_suffix(".json")
     if args.report_from:
-        outcomes, clean, seconds, jobs, only = load(Path(args.report_from))
+        outcomes, clean, seconds, jobs, only, commit = load(Path(args.report_from))
     else:
         mutants = [m for m in all_mutants(ROOT) if args.only in m.key]
         if args.list:
@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{m.file}:{m.line}: {m.key}")
             print(f"{len(mutants)} mutants")
             return 0
-        start = time.monotonic()
+        start, commit = time.monotonic(), commit_of(ROOT)
         outcomes, clean = run(ROOT, mutants, args.jobs)
         seconds, jobs, only = time.monotonic() - start, args.jobs, args.only
-        save(saved, outcomes, clean, seconds, jobs, only)
-    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, not only)
+        save(saved, outcomes, clean, seconds, jobs, only, commit)
+    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, not only)
     out.write_text(report)
     s = summarize(outcomes, EQUIVALENT)
     print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "

@@ -35,6 +35,12 @@ def summarize(outcomes: list[Outcome], equivalent: dict[str, str]) -> Summary:
     return Summary(len(outcomes), killed, eq, len(survived) - eq, errors)
 
 
+def commit_of(root: Path) -> str:
+    """The checked-out commit, marked when the work tree has changes."""
+    dirty = " (with uncommitted changes)" if _git(root, "status", "--porcelain") else ""
+    return _git(root, "rev-parse", "--short", "HEAD") + dirty
+
+
 def _git(root: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
@@ -48,6 +54,7 @@ def render(
     equivalent: dict[str, str],
     seconds: float,
     jobs: int,
+    commit: str,
     check_stale: bool = True,
 ) -> str:
     """The report: summary, per-file and per-operator tables, survivors with arguments."""
@@ -59,9 +66,8 @@ def render(
         "managers, the coordinators, hashing, planning and the scheduler; each runs the tests",
         "mapped to its file (tools/mutation/targets.py) with `-x` in a sandboxed copy.",
         "",
-        f"- commit {_git(root, 'rev-parse', '--short', 'HEAD')}"
-        f"{' (with uncommitted changes)' if _git(root, 'status', '--porcelain') else ''}; "
-        f"{platform.python_version()}, {jobs} jobs on {platform.machine()}",
+        f"- run at commit {commit}; Python {platform.python_version()}, {jobs} jobs on "
+        f"{platform.machine()}; equivalence notes as of {commit_of(root)}",
         f"- runtime {seconds / 60:.1f} min for {s.total} mutants",
         f"- **kill rate {100 * s.rate:.1f}%**: {s.killed} killed of {s.total} mutants, "
         f"{s.equivalent} equivalent survivors (argued below) left out, "

@@ -18,8 +18,9 @@ def save(
     seconds: float,
     jobs: int,
     only: str,
+    commit: str,
 ) -> None:
-    data: dict[str, Any] = {"seconds": seconds, "jobs": jobs, "only": only}
+    data: dict[str, Any] = {"seconds": seconds, "jobs": jobs, "only": only, "commit": commit}
     data["clean"] = [{"tests": list(k), "seconds": c.seconds} for k, c in clean.items()]
     data["outcomes"] = [
         {**asdict(o.mutant), "status": o.status, "test": o.test, "run_seconds": o.seconds}
@@ -30,7 +31,7 @@ def save(
 
 def load(
     path: Path,
-) -> tuple[list[Outcome], dict[tuple[str, ...], Clean], float, int, str]:
+) -> tuple[list[Outcome], dict[tuple[str, ...], Clean], float, int, str, str]:
     data = json.loads(path.read_text())
     outcomes = []
     for row in data["outcomes"]:
@@ -38,4 +39,4 @@ def load(
         row["tests"] = tuple(row["tests"])
         outcomes.append(Outcome(Mutant(**row), status, test, seconds))
     clean = {tuple(c["tests"]): Clean(c["seconds"], {}) for c in data["clean"]}
-    return outcomes, clean, data["seconds"], data["jobs"], data["only"]
+    return outcomes, clean, data["seconds"], data["jobs"], data["only"], data["commit"]
