@@ -62,7 +62,7 @@ bench-engine: $(VENV)/.demo
 	$(PY) benchmarks/bench_engine.py
 
 # Mutation testing of the core, managers, coordinators, hashing, planning and the
-# scheduler (tools/mutation; ~25 min on 2 cores, so not part of `make test`). Writes
+# scheduler (tools/mutation; 10-20 min on 2 cores, so not part of `make test`). Writes
 # benchmarks/results/mutation.md; fails below a 95% kill rate.
 mutation: $(VENV)/.dev $(VENV)/.mamba
 	cd tools && $(CURDIR)/$(PY) -m mutation --jobs 2
