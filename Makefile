@@ -9,7 +9,7 @@ PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: demo test lint typecheck bench bench-engine clean venv dev mamba
+.PHONY: demo test lint typecheck bench bench-engine mutation clean venv dev mamba
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +46,8 @@ demo: $(VENV)/.demo
 	$(VENV)/bin/hybridkv demo
 
 lint: $(VENV)/.dev $(VENV)/.mamba
-	$(VENV)/bin/ruff check hybridkv kernels tests benchmarks
-	$(VENV)/bin/ruff format --check hybridkv kernels tests benchmarks
+	$(VENV)/bin/ruff check hybridkv kernels tests benchmarks tools
+	$(VENV)/bin/ruff format --check hybridkv kernels tests benchmarks tools
 	$(VENV)/bin/mypy
 
 test: lint
@@ -60,6 +60,12 @@ bench: $(VENV)/.installed
 
 bench-engine: $(VENV)/.demo
 	$(PY) benchmarks/bench_engine.py
+
+# Mutation testing of the core, managers, coordinators, hashing, planning and the
+# scheduler (tools/mutation; 10-20 min on 2 cores, so not part of `make test`). Writes
+# benchmarks/results/mutation.md; fails below a 95% kill rate.
+mutation: $(VENV)/.dev $(VENV)/.mamba
+	cd tools && $(CURDIR)/$(PY) -m mutation --jobs 2
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

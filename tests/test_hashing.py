@@ -246,6 +246,24 @@ def test_mm_content_hash_matters() -> None:
 
 
 # -- bad input ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"block_size": True},
+        {"block_size": 4.0},
+        {"block_size": 0},
+        {"block_size": 4, "seed": True},
+        {"block_size": 4, "seed": 1.0},
+        {"block_size": 4, "seed": -1},
+        {"block_size": 4, "seed": 2**63},
+    ],
+)
+def test_hasher_rejects_bools_floats_and_out_of_range_values(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"block_size must be|hash seed must be"):
+        BlockHasher(**kwargs)  # type: ignore[arg-type]
+    BlockHasher(1, seed=2**63 - 1)  # the largest seed is fine
+
+
 @pytest.mark.parametrize("algo", ["md5", "SHA256", "", "xxh64"])
 def test_unknown_algorithm(algo: str) -> None:
     with pytest.raises(ValueError, match="hash_algo"):

@@ -305,6 +305,22 @@ def test_mamba_without_caching_keeps_one_block() -> None:
     kv.check_integrity()
 
 
+def test_mamba_without_caching_at_a_full_pool() -> None:
+    # Block size 2, 2 usable blocks, prefix caching off: A (3 tokens) holds only its
+    # last entry, B (1 token) the other block. A step inside A's last block needs
+    # no block even with none free; crossing into the next one needs one.
+    kv = manager(3, mamba(2), enable_caching=False)
+    a = req("a", 3)
+    prefill(kv, a)
+    prefill(kv, req("b", toks(1, 300)))
+    assert kv.get_block_ids("a") == ([0, 1],) and free_ids(kv) == []
+    new = decode(kv, a, 103)  # token 3: still block 1
+    assert new is not None and new.get_block_ids() == ([],)
+    assert decode(kv, a, 104) is None  # token 4 opens entry 2: no block free
+    assert kv.get_block_ids("a") == ([0, 1],)
+    kv.check_integrity()
+
+
 def test_full_and_mamba_hit_only_at_shared_checkpoints() -> None:
     kv = manager(10, full(4), mamba(4))
     a = req("a", 14)

@@ -6,6 +6,8 @@ order at first. ``free_ids`` lists the free queue head first (next reused).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from factories import (
     admit,
@@ -22,6 +24,8 @@ from factories import (
 )
 
 from hybridkv import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheManager, Request
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.eviction import LRUEvictionPolicy
 
 
 def test_prefill_decode_free_and_hit_with_exact_ids() -> None:
@@ -136,6 +140,29 @@ def test_eviction_under_pressure_takes_the_tail_first() -> None:
     assert hit_ids(kv, again) == ([1],)
     assert hit_len(kv, req("b2", toks(17, start=500))) == 16
     kv.check_integrity()
+
+
+class _FifoPolicy(LRUEvictionPolicy):
+    """Every released block goes to the tail (no hashless-first rule)."""
+
+    def release(self, blocks: Iterable[KVCacheBlock]) -> None:
+        for b in blocks:
+            self.queue.append(b)
+
+
+def test_a_custom_eviction_policy_decides_the_reuse_order() -> None:
+    # A's blocks 1, 2 (full, cached) and 3 (partial) are released tail first: 3, 2, 1.
+    # The default policy puts hashless 3 at the head; a FIFO policy appends all three.
+    for policy, queue in (
+        (None, [3, 4, 5, 6, 7, 8, 9, 2, 1]),
+        (_FifoPolicy, [4, 5, 6, 7, 8, 9, 3, 2, 1]),
+    ):
+        kv = manager(10, full(4), eviction_policy=policy)
+        a = req("a", 10)
+        admit(kv, a)
+        kv.free(a)
+        assert free_ids(kv) == queue, policy
+        kv.check_integrity()
 
 
 def test_hit_blocks_at_the_queue_head_are_taken_before_new_blocks_are_popped() -> None:
@@ -299,3 +326,16 @@ def test_no_events_unless_enabled() -> None:
     admit(kv, req("b", toks(12, start=500)))  # evicts both of A's blocks
     assert kv.reset_prefix_cache() is False
     assert kv.take_events() == []
+
+
+def test_a_block_stored_in_a_later_step_names_its_parent() -> None:
+    kv = manager(10, full(4), enable_kv_cache_events=True)
+    a = req("a", 6)
+    admit(kv, a)  # block 0 is full and stored; block 1 holds tokens 4-5
+    (first,) = [e for e in kv.take_events() if isinstance(e, BlockStored)]
+    assert first.parent_block_hash is None and len(first.block_hashes) == 1
+    decode(kv, a, 106)
+    decode(kv, a, 107)  # block 1 is full now: stored, chained to block 0
+    (second,) = [e for e in kv.take_events() if isinstance(e, BlockStored)]
+    assert second.parent_block_hash == first.block_hashes[0]
+    assert second.block_hashes == [a.block_hashes[1]] and second.token_ids == toks(8)[4:]

@@ -14,6 +14,7 @@ from factories import req, run_step
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, SlidingWindowSpec
 from hybridkv.layouts import layout_from_dict, shipped_layout, shipped_names
 from hybridkv.planning import get_kv_cache_config, plan_kv_cache, unify_packed, unify_vllm
+from hybridkv.planning.grouping import buckets_of, choose_grouping, make_grouping
 
 GB = 10**9
 
@@ -282,3 +283,61 @@ def test_every_shipped_layout_plans(name: str, unification: str) -> None:
     assert plan.hybrid.max_concurrency >= 1.0
     assert plan.grouping.waste_bytes_per_request <= plan.vllm_grouping.waste_bytes_per_request
     assert cfg.num_blocks == 80 * GB // plan.page_bytes
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("available_memory_bytes", 0),
+        ("block_size", 0),
+        ("alignment", 0),
+        ("max_model_len", 0),
+        ("max_num_batched_tokens", -1),
+    ],
+)
+def test_non_positive_arguments_name_the_field(field: str, value: int) -> None:
+    kwargs: dict[str, object] = {"available_memory_bytes": GB, field: value}
+    with pytest.raises(ValueError, match=f"^{field} must be a positive integer"):
+        plan_kv_cache(shipped_layout("tiny-jamba"), **kwargs)  # type: ignore[arg-type]
+
+
+def test_specs_must_be_a_layout_or_a_dict_of_specs() -> None:
+    for bad in (["full"], {"l0": "full"}):
+        with pytest.raises(ValueError, match="must be a ModelLayout or a dict"):
+            plan_kv_cache(bad, GB, max_model_len=64)  # type: ignore[arg-type]
+
+
+def test_choose_grouping_is_the_planners_choice() -> None:
+    # At 1024 tokens auto and vLLM's heuristic differ (13 vs 10 buffers, see above).
+    layout = shipped_layout("gemma-3-27b")
+    for mode, group_size in (("vllm", 10), ("auto", 13)):
+        plan = plan_kv_cache(layout, 80 * GB, grouping=mode, max_model_len=1024)
+        assert plan.grouping.group_size == group_size
+        chosen = choose_grouping(
+            plan.unified,
+            mode,
+            max_model_len=plan.max_model_len,
+            max_num_batched_tokens=plan.max_num_batched_tokens,
+        )
+        assert chosen == plan.grouping
+    buckets = buckets_of(plan.unified)
+    with pytest.raises(ValueError, match="group_size must be >= 1"):
+        make_grouping(buckets, 0, plan.slot_bytes, 1024, 1024)
+
+
+def test_unification_notes_say_what_changed() -> None:
+    # The specs of test_waste_of_a_mamba_and_attention_layout_by_hand: blocks 16 -> 64,
+    # Mamba state 1,600 B padded to 2,048 B (+28.0%).
+    attn = FullAttentionSpec(16, 1, 8, "float16")
+    state = MambaSpec(16, shapes=((4, 100),), dtypes=("float32",))
+    notes = unify_vllm({"f0": attn, "m0": state}).notes
+    assert notes == (
+        "attention block size raised from 16 to 64 tokens so that 1 attention layer "
+        "page(s) hold a 1,600 B Mamba state",
+        "Mamba state 1,600 B padded to the 2,048 B slot (+28.0%)",
+    )
+    # Attention only, pages of 32 and 64 B per token: the small one doubles its block.
+    big = FullAttentionSpec(16, 2, 8, "float16")
+    notes = unify_vllm({"a": attn, "b": big}).notes
+    assert notes == ("full layers (512 B pages) use block size 32 to fill the 1024 B slot",)
+    assert unify_vllm({"a": attn, "b": attn}).notes == ()

@@ -71,3 +71,64 @@ def test_nothing_is_admitted_in_a_step_that_preempted() -> None:
     assert [r.request_id for r in sched.waiting] == ["b", "c"]
     assert _step(sched)[0] == [("a", 11, 1), ("b", 0, 7)]
     kv.check_integrity()
+
+
+def test_without_deferral_a_hit_on_blocks_filled_this_step_is_adopted_at_once() -> None:
+    # Attention only (the default, no deferral): K/V of a step is written before any
+    # sequence attends, so B may hit the blocks A fills in the same step.
+    kv = manager(40, full(4))
+    sched = Scheduler(kv, max_num_seqs=4, max_num_batched_tokens=32)
+    sched.add_request(_request("a", toks(9)))
+    sched.add_request(_request("b", [*toks(8), 900]))
+    assert _step(sched)[0] == [("a", 0, 9), ("b", 8, 1)]
+    kv.check_integrity()
+
+
+def test_a_request_admitted_this_step_makes_its_checkpoints_pending() -> None:
+    # Full attention + Mamba, deferral on. In step 2, R hits P's block from step 1
+    # (that builds the pending set), then B is admitted without a hit and fills
+    # blocks 0-1 of its own prompt; C repeats B's first 8 tokens, so its hit of 8
+    # needs B's checkpoint at 8: C waits for step 3.
+    kv = manager(40, full(4), mamba(4))
+    sched = _scheduler(kv, budget=32, defer=True)
+    sched.add_request(_request("p", [*toks(4, 500), 1]))
+    assert _step(sched)[0] == [("p", 0, 5)]
+    for rid, tokens in (("r", [*toks(4, 500), 2]), ("b", [*toks(8), 900]), ("c", [*toks(8), 901])):
+        sched.add_request(_request(rid, tokens))
+    assert _step(sched)[0] == [("p", 5, 1), ("r", 4, 1), ("b", 0, 9)]
+    assert _step(sched)[0] == [("p", 6, 1), ("r", 5, 1), ("b", 9, 1), ("c", 8, 1)]
+    kv.check_integrity()
+
+
+def test_every_request_gets_a_token_while_the_budget_lasts() -> None:
+    # Budget 2: two one-token prompts are both admitted in step 1 (the second with
+    # the last token of budget) and both decode in every later step.
+    kv = manager(40, full(4))
+    sched = _scheduler(kv, budget=2)
+    sched.add_request(_request("a", toks(1)))
+    sched.add_request(_request("b", toks(1, 200)))
+    assert _step(sched)[0] == [("a", 0, 1), ("b", 0, 1)]
+    assert _step(sched)[0] == [("a", 1, 1), ("b", 1, 1)]
+    assert _step(sched)[0] == [("a", 2, 1), ("b", 2, 1)]
+
+
+def test_max_num_seqs_caps_the_running_requests() -> None:
+    kv = manager(40, full(4))
+    sched = Scheduler(kv, max_num_seqs=2, max_num_batched_tokens=64)
+    for rid in "abc":
+        sched.add_request(_request(rid, toks(3, 100 * ord(rid))))
+    assert sched.has_unfinished()
+    assert _step(sched)[0] == [("a", 0, 3), ("b", 0, 3)]
+    assert [r.request_id for r in sched.waiting] == ["c"] and len(sched.running) == 2
+    assert _step(sched)[0] == [("a", 3, 1), ("b", 3, 1)]
+
+
+def test_has_unfinished_while_anything_waits_or_runs() -> None:
+    kv = manager(40, full(4))
+    sched = _scheduler(kv, budget=8)
+    assert not sched.has_unfinished()
+    sched.add_request(_request("a", toks(3)))
+    assert sched.has_unfinished() and not sched.running  # waiting only
+    _step(sched)
+    assert sched.has_unfinished() and not sched.waiting  # running only
+    assert sched.abort("a") and not sched.has_unfinished()

@@ -1,0 +1,84 @@
+"""The mutation runner (tools/mutation, ``make mutation``): its mutant list cannot rot
+silently, and a worker kills, spares and restores on a tiny sandbox."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from mutation.__main__ import all_mutants  # noqa: E402
+from mutation.curated import CURATED  # noqa: E402
+from mutation.equivalent import EQUIVALENT  # noqa: E402
+from mutation.generate import generate_file  # noqa: E402
+from mutation.mutant import Mutant, MutationError  # noqa: E402
+from mutation.run import Worker  # noqa: E402
+from mutation.targets import target_files  # noqa: E402
+from mutation.targets import tests_for as mapped_tests  # noqa: E402
+
+
+@pytest.mark.parametrize("m", CURATED, ids=lambda m: m.description)
+def test_curated_snippets_occur_exactly_once(m: Mutant) -> None:
+    source = (ROOT / m.file).read_bytes()
+    assert source.count(m.original.encode()) == 1, f"{m.key}: edit the entry"
+    mutated = m.apply(source)
+    assert mutated != source
+    ast.parse(mutated)
+
+
+def test_every_generated_mutant_applies_and_parses() -> None:
+    mutants = all_mutants(ROOT)
+    keys = [m.key for m in mutants]
+    assert len(keys) == len(set(keys)), "two mutants share a key"
+    for f in target_files(ROOT):
+        assert (ROOT / f).is_file() and all((ROOT / t).is_file() for t in mapped_tests(f))
+        source = (ROOT / f).read_bytes()
+        for m in generate_file(ROOT, f):
+            mutated = m.apply(source)
+            assert mutated != source, m.key
+            ast.parse(mutated)
+    assert {m.file for m in CURATED} <= set(target_files(ROOT))
+
+
+def test_equivalence_notes_name_real_mutants() -> None:
+    keys = {m.key for m in all_mutants(ROOT)}
+    assert set(EQUIVALENT) <= keys, sorted(set(EQUIVALENT) - keys)
+    assert all(len(why) > 40 for why in EQUIVALENT.values()), "argue each one"
+
+
+def test_a_mutant_that_moved_is_an_error() -> None:
+    m = Mutant("x.py", "a < b", "a <= b", "compare", "k")
+    assert m.apply(b"if a < b:\n") == b"if a <= b:\n"
+    with pytest.raises(MutationError, match="occurs 2 times"):
+        m.apply(b"a < b\na < b\n")
+    with pytest.raises(MutationError, match="not at byte"):
+        Mutant("x.py", "a < b", "a <= b", "compare", "k", start=0).apply(b"if a < b:\n")
+
+
+def test_worker_kills_spares_and_restores(tmp_path: Path) -> None:
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    original = (tmp_path / "calc.py").read_bytes()
+    w = Worker(tmp_path, warm=("pytest",))
+    try:
+        tests = ("test_calc.py",)
+
+        def run(source: bytes, timeout: float = 60.0) -> dict[str, object]:
+            return w.run("calc.py", source, tests, timeout, {})
+
+        assert run(original)["status"] == "survived"
+        killed = run(original.replace(b"a + b", b"a - b"))
+        assert killed["status"] == "killed" and killed["test"] == "test_calc.py::test_add"
+        assert run(original.replace(b"a + b", b"b + a"))["status"] == "survived"
+        hang = b"import time\ntime.sleep(60)\n" + original
+        assert run(hang, timeout=1.5)["status"] == "timeout"
+    finally:
+        w.close()
+    assert (tmp_path / "calc.py").read_bytes() == original

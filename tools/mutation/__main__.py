@@ -1,0 +1,79 @@
+"""``python -m mutation`` (run from ``tools/``; ``make mutation``): see ``__init__``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .curated import CURATED
+from .equivalent import EQUIVALENT
+from .generate import generate_file
+from .mutant import Mutant
+from .report import commit_of, render, summarize
+from .results import load, save
+from .run import run
+from .targets import target_files
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET_RATE = 0.95
+
+
+def all_mutants(root: Path) -> list[Mutant]:
+    """Curated then generated mutants, without duplicates (same file, same result)."""
+    sources = {}
+    seen = set()
+    out = []
+    generated = [m for f in target_files(root) for m in generate_file(root, f)]
+    for m in [*CURATED, *generated]:
+        if m.file not in sources:
+            sources[m.file] = (root / m.file).read_bytes()
+        source = sources[m.file]
+        result = (m.file, m.apply(source))
+        if result not in seen:
+            seen.add(result)
+            line = source[: m.locate(source)].count(b"\n") + 1
+            out.append(replace(m, line=line))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=2, help="workers (sandboxes), default 2")
+    parser.add_argument("--only", default="", help="run mutants whose key contains this text")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mutation.md"))
+    parser.add_argument(
+        "--report-from",
+        metavar="JSON",
+        help="re-render the report from a run's saved outcomes (after adding equivalence notes)",
+    )
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    saved = out.with_suffix(".json")
+    if args.report_from:
+        outcomes, clean, seconds, jobs, only, commit = load(Path(args.report_from))
+    else:
+        mutants = [m for m in all_mutants(ROOT) if args.only in m.key]
+        if args.list:
+            for m in mutants:
+                print(f"{m.file}:{m.line}: {m.key}")
+            print(f"{len(mutants)} mutants")
+            return 0
+        start, commit = time.monotonic(), commit_of(ROOT)
+        outcomes, clean = run(ROOT, mutants, args.jobs)
+        seconds, jobs, only = time.monotonic() - start, args.jobs, args.only
+        save(saved, outcomes, clean, seconds, jobs, only, commit)
+    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, not only)
+    out.write_text(report)
+    s = summarize(outcomes, EQUIVALENT)
+    print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
+          f"{s.survivors} survivors, {s.errors} errors) in {seconds / 60:.1f} min; "
+          f"report: {out}")  # fmt: skip
+    return 0 if s.rate >= TARGET_RATE and not s.errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

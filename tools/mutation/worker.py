@@ -1,0 +1,160 @@
+"""A worker: runs mutants in one sandbox, one at a time, each in a forked child.
+
+Protocol (one JSON object per line): the runner writes a job
+``{"file", "source" (the mutated file, latin-1), "tests", "timeout"}``; the
+worker writes the mutated file into its sandbox, forks, and the child runs
+``pytest -x`` on the tests in-process; the worker puts the original bytes back
+(in ``finally``, checked) and answers ``{"status", "test", "seconds"}`` with
+status ``killed``, ``survived`` or ``timeout`` (or ``error`` with a reason).
+
+The worker imports torch, transformers, hypothesis and pytest once, before any
+fork, and never imports hybridkv: every child imports the (mutated) package
+afresh, so a mutant costs its tests, not an interpreter start. Each write of a
+source file gets a new modification time, so bytecode caches stay valid.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_PYTEST_ARGS = ("-x", "-q", "--no-header", "-p", "no:cacheprovider", "--hypothesis-seed=0")
+
+
+class _Plugin:
+    """pytest plugin: runs cheap tests first, records times and the first failure.
+
+    Order: modules by their total time in the clean run, then tests by their own
+    time (tests unknown to the clean run first). A module stays together, so
+    module-scoped fixtures are built once.
+    """
+
+    def __init__(self, durations: dict[str, float]) -> None:
+        self.durations = durations
+        self.seen: dict[str, float] = {}
+        self.test: str | None = None
+
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        module: dict[str, float] = {}
+        for item in items:
+            name = item.nodeid.split("::")[0]
+            module[name] = module.get(name, 0.0) + self.durations.get(item.nodeid, 0.0)
+
+        def key(item: Any) -> tuple[float, str, float]:
+            name = item.nodeid.split("::")[0]
+            return module[name], name, self.durations.get(item.nodeid, 0.0)
+
+        items.sort(key=key)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        self.seen[report.nodeid] = self.seen.get(report.nodeid, 0.0) + report.duration
+        if report.failed and self.test is None:
+            self.test = report.nodeid
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed and self.test is None:
+            self.test = f"collecting {report.nodeid}"
+
+
+def _child(sandbox: Path, job: dict[str, Any], log: Path, result: Path) -> None:
+    """In the forked child: run the tests, write the outcome, never return."""
+    code = 70
+    try:
+        os.setpgid(0, 0)  # its own process group: a timeout kills what the tests started
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.chdir(sandbox)
+        import pytest
+
+        plugin = _Plugin(job.get("durations", {}))
+        code = int(pytest.main([*_PYTEST_ARGS, *job["tests"]], plugins=[plugin]))
+        result.write_text(json.dumps({"code": code, "test": plugin.test, "durations": plugin.seen}))
+    finally:
+        os._exit(code)
+
+
+def _run(sandbox: Path, job: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    log, result = tmp / "log.txt", tmp / "result.json"
+    result.unlink(missing_ok=True)
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(sandbox, job, log, result)
+    deadline = start + job["timeout"]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # killed before it made its group
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"status": "timeout", "test": None, "seconds": job["timeout"]}
+        time.sleep(0.05)
+    seconds = round(time.monotonic() - start, 2)
+    if not result.exists():
+        tail = log.read_text(errors="replace")[-2000:]
+        return {
+            "status": "killed",
+            "test": f"crashed (status {status}): {tail}",
+            "seconds": seconds,
+        }
+    out = json.loads(result.read_text())
+    if out["code"] == 0:
+        return {
+            "status": "survived",
+            "test": None,
+            "seconds": seconds,
+            "durations": out["durations"],
+        }
+    if out["code"] in (1, 2):  # tests failed / interrupted (collection error, -x)
+        return {"status": "killed", "test": out["test"], "seconds": seconds}
+    tail = log.read_text(errors="replace")[-2000:]
+    return {"status": "error", "test": f"pytest exit {out['code']}: {tail}", "seconds": seconds}
+
+
+_stamp = [int(time.time())]
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write ``data`` with a modification time no earlier write had: a cached .pyc
+    (checked by source mtime and size) can never pass for another version."""
+    path.write_bytes(data)
+    _stamp[0] += 1
+    os.utime(path, (_stamp[0], _stamp[0]))
+
+
+def serve(sandbox: Path, warm: list[str]) -> None:
+    """Answer jobs from stdin until it closes (module docstring); ``warm``: modules
+    to import once, before any fork."""
+    for name in warm:
+        importlib.import_module(name)
+    assert "hybridkv" not in sys.modules, "the worker must not import hybridkv"
+    with tempfile.TemporaryDirectory(prefix="mutation-worker-") as tmp:
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            job = json.loads(line)
+            path = sandbox / job["file"]
+            original = path.read_bytes()
+            try:
+                _write(path, job["source"].encode("latin-1"))
+                answer = _run(sandbox, job, Path(tmp))
+            finally:
+                _write(path, original)
+            if path.read_bytes() != original:
+                answer = {"status": "error", "test": f"{path} not restored", "seconds": 0}
+            print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]), sys.argv[2:])
