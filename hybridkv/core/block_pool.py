@@ -117,7 +117,10 @@ class BlockPool:
             if b.ref_cnt == 0:
                 released.append(b)
         if released:
-            self.policy.release(released, evict_first=evict_first)
+            if evict_first:
+                self.policy.release(released, evict_first=True)
+            else:  # policies written before ``evict_first`` keep working under lru
+                self.policy.release(released)
 
     # -- the prefix index ----------------------------------------------------
     def cache_block(
