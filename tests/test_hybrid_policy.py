@@ -142,3 +142,20 @@ def test_one_full_group_makes_the_same_decisions(seed: int) -> None:
             trace.append(tuple(b.block_id for b in kv.block_pool.policy))
         runs.append(trace)
     assert runs[0] == runs[1]
+
+
+def test_tail_points_release_unit_by_unit() -> None:
+    """Tail 8 at E = 24: kept points 16, 20, 24. Sliding blocks 0, 1 are needed by
+    none (head); block 2 and 3 by 16, 4 by 20, 5 by 24; full blocks 0-3 by 16."""
+    kv = manager(FULL, SWA, tail=8)
+    req = Request("a", list(range(24)))
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, 24, hit, blocks).get_block_ids() == (
+        [1, 2, 3, 4, 5, 6],
+        [7, 8, 9, 10, 11, 12],
+    )
+    req.num_computed_tokens = 24
+    kv.free(req)
+    queue = [b.block_id for b in kv.block_pool.policy]
+    assert queue[:2] == [8, 7]
+    assert queue[-10:] == [6, 12, 5, 11, 4, 10, 3, 9, 2, 1]

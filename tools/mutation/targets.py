@@ -22,6 +22,7 @@ TARGETS = (
 )
 
 _MANAGER_TESTS = (
+    "tests/test_hybrid_policy.py",
     "tests/test_hybrid.py",
     "tests/test_lifecycle.py",
     "tests/test_walkthrough.py",
