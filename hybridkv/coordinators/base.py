@@ -187,7 +187,7 @@ class KVCacheCoordinator(ABC):
                 if not m.has_skips:
                     entries.append((points.full_unit(i, bs), (i + 1) * bs, gid, b))
                     continue
-                p = points.covering(i, m._first_needed_block, bs)
+                p = points.covering(i, m.first_needed_block, bs)
                 if p is None and b.block_hash is not None:
                     dead.append(b)
                 else:

@@ -110,7 +110,8 @@ class SingleTypeKVCacheManager(ABC):
         Must be non-decreasing in ``num_computed_tokens`` and at most it.
         """
 
-    def _first_needed_block(self, num_tokens: int) -> int:
+    def first_needed_block(self, num_tokens: int) -> int:
+        """Table index of the first block a query at ``num_tokens`` reads."""
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
 
     def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
@@ -120,13 +121,13 @@ class SingleTypeKVCacheManager(ABC):
         if self.hybrid:
             n = max(0, n - self.tail)
             n -= n % self.block_size
-        return min(self._first_needed_block(n), len(st.blocks))
+        return min(self.first_needed_block(n), len(st.blocks))
 
     def is_kept(self, kept: tuple[int, ...], index: int) -> bool:
         """True when a kept point's hit needs table entry ``index`` (``hybrid``)."""
         return (
             self.hybrid
-            and covering_point(kept, index, self._first_needed_block, self.block_size) is not None
+            and covering_point(kept, index, self.first_needed_block, self.block_size) is not None
         )
 
     # -- allocation ----------------------------------------------------------
@@ -292,7 +293,7 @@ class SingleTypeKVCacheManager(ABC):
         found: list[KVCacheBlock] = []  # blocks end-1, end-2, ... verified so far
         i = end - 1
         while end > 0:
-            first = self._first_needed_block(end * self.block_size)
+            first = self.first_needed_block(end * self.block_size)
             while i >= first:
                 b = self._lookup(hashes, i, token_ids)
                 if b is None:
