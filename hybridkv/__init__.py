@@ -4,6 +4,7 @@ Public names follow vLLM v1 (``KVCacheManager``, ``FullAttentionSpec``...).
 """
 
 from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 from hybridkv.core.stats import PrefixCacheStats
@@ -33,6 +34,7 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "ChunkedLocalAttentionSpec",
+    "CostAwareEvictionPolicy",
     "EvictionPolicy",
     "FullAttentionSpec",
     "KVCacheBlock",

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import math
 import operator
+from functools import partial
 
 from hybridkv.coordinators import get_kv_cache_coordinator
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.cost_aware import DEFAULT_VALUE_WEIGHT, CostAwareEvictionPolicy
 from hybridkv.core.events import KVCacheEvent
-from hybridkv.core.eviction import EvictionPolicy
+from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
+from hybridkv.managers import spec_manager_map
 from hybridkv.managers.retention import TAIL_TOKENS
 from hybridkv.request import Request
 from hybridkv.specs import KVCacheConfig
-from hybridkv.specs.base import check_positive_int
+from hybridkv.specs.base import KVCacheSpec, check_positive_int
 
 #: ``lru``: every computed block is cached and evicted least recently used first.
 #: ``hybrid``: only what a later hit can use is kept (see ``hybridkv.retention``).
@@ -50,8 +53,24 @@ def _as_int(value: object, field: str) -> int:
         raise ValueError(f"{field} must be an int, got {value!r}") from None
 
 
+def _has_skips(spec: KVCacheSpec) -> bool:
+    cls = spec_manager_map.get(type(spec))
+    return cls is None or cls.has_skips
+
+
 class KVCacheManager:
-    """Paged KV blocks with automatic prefix caching over any mix of groups."""
+    """Paged KV blocks with automatic prefix caching over any mix of groups.
+
+    ``cache_policy``: ``"lru"`` (every computed block cached, least recently
+    used evicted first) or ``"hybrid"`` (``hybridkv.managers.retention``:
+    only what a kept hit point needs is cached, ranked by recency and
+    recompute saved per page, ``hybridkv.core.cost_aware``). ``hybrid``
+    knobs: ``hybrid_tail_tokens``, the tokens before a request's end whose
+    block boundaries stay hit points; ``hybrid_value_weight``, pool turnovers
+    one doubling of a unit's value is worth (0: recency only).
+    ``eviction_policy`` (a policy class or factory) overrides the free set's
+    ordering under either policy.
+    """
 
     def __init__(
         self,
@@ -63,9 +82,10 @@ class KVCacheManager:
         enable_kv_cache_events: bool = False,
         log_stats: bool = False,
         hash_seed: int = 0,
-        eviction_policy: type[EvictionPolicy] | None = None,
+        eviction_policy: PolicyFactory | None = None,
         cache_policy: str = "lru",
         hybrid_tail_tokens: int = TAIL_TOKENS,
+        hybrid_value_weight: float = DEFAULT_VALUE_WEIGHT,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -79,6 +99,14 @@ class KVCacheManager:
             or (hybrid_tail_tokens < 0)
         ):
             raise ValueError(f"hybrid_tail_tokens must be an int >= 0, got {hybrid_tail_tokens!r}")
+        if (
+            isinstance(hybrid_value_weight, bool)
+            or not isinstance(hybrid_value_weight, int | float)
+            or not 0 <= hybrid_value_weight < math.inf
+        ):
+            raise ValueError(
+                f"hybrid_value_weight must be a finite number >= 0, got {hybrid_value_weight!r}"
+            )
         groups = kv_cache_config.kv_cache_groups
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
@@ -89,6 +117,15 @@ class KVCacheManager:
         # Validate the algorithm even when caching is off: a typo is a typo.
         self.hasher = BlockHasher(self.hash_block_size, hash_algo, hash_seed)
         self._verify_tokens = not self.hasher.is_cryptographic
+        # ``hybrid`` ranks free blocks by recency and value, unless every group
+        # is full attention (then it must decide exactly as ``lru``).
+        if (
+            eviction_policy is None
+            and cache_policy == "hybrid"
+            and enable_caching
+            and any(_has_skips(g.kv_cache_spec) for g in groups)
+        ):
+            eviction_policy = partial(CostAwareEvictionPolicy, weight=float(hybrid_value_weight))
         self.block_pool = BlockPool(
             kv_cache_config.num_blocks,
             len(groups),
@@ -220,11 +257,14 @@ class KVCacheManager:
     def _kept_points(
         self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
     ) -> tuple[int, ...]:
-        """A new request's kept points (``hybrid``): its hit and its branch point."""
+        """A new request's kept points (``hybrid``): its hit, its branch point
+        and the snapshot floor (``retention.FLOOR_RATIO``) below its end."""
         lcm = self.coordinator.block_size_lcm
+        step = self.coordinator.floor_tokens
         branch = 0 if blocks is None else min(blocks.full_hit_tokens, request.num_tokens - 1)
         branch -= branch % lcm
-        return tuple(sorted({p for p in (num_hit, branch) if p > 0}))
+        floor = range(step, request.num_tokens, step) if step else ()
+        return tuple(sorted({p for p in (num_hit, branch, *floor) if p > 0}))
 
     def _check_new_computed(
         self,

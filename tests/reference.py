@@ -101,6 +101,7 @@ class Config:
     max_suffix: int = 12  # a request is a shared prefix plus 1..max_suffix tokens
     cache_policy: str = "lru"
     hybrid_tail_tokens: int = 0
+    hybrid_value_weight: float = 0.0
 
 
 @st.composite
@@ -128,6 +129,7 @@ def configs(draw: st.DrawFn, pressure: bool = False) -> Config:
         # The exact-None accounting (pressure) models lru's release rules.
         cache_policy="lru" if pressure else draw(st.sampled_from(["lru", "hybrid"])),
         hybrid_tail_tokens=draw(st.sampled_from([0, 4, 8])),
+        hybrid_value_weight=draw(st.sampled_from([0.0, 0.5, 3.0])),
     )
 
 
@@ -196,19 +198,27 @@ def snapshot(kv: KVCacheManager, request_ids: list[str]) -> tuple[object, ...]:
 
 
 def check_hybrid_release(
-    old_queue: list[int], new_queue: list[int], released: list[tuple[int, int, int, bool]]
+    old_queue: list[int],
+    new_queue: list[int],
+    released: list[tuple[int, int, int, bool]],
+    keys: dict[int, float],
 ) -> None:
-    """``hybrid``: released blocks go to the head (hashless, or needed by no kept
-    point) or the tail (kept units); the free blocks before stay in order."""
+    """``hybrid`` (cost-aware free set): released blocks that are hashless go
+    to the head; the others are either at the head too (needed by no kept
+    point) or ranked among the keyed free blocks. The free blocks before keep
+    their relative order, and the keyed part of the queue (``keys``: block id
+    -> eviction key of blocks outside the evict-first queue) is in key order."""
     ids = {e[2] for e in released}
     hashless = {e[2] for e in released if not e[3]}
+    assert sorted(new_queue) == sorted(old_queue + list(ids)), "free set != old + released"
+    assert [b for b in new_queue if b not in ids] == old_queue, "old free blocks reordered"
     k = next((i for i, b in enumerate(new_queue) if b not in ids), len(new_queue))
-    head = new_queue[:k]
-    mid = new_queue[k : k + len(old_queue)]
-    tail = new_queue[k + len(old_queue) :]
-    assert mid == old_queue, "released blocks were inserted inside the free queue"
-    assert set(head) | set(tail) == ids and len(head) + len(tail) == len(ids)
-    assert hashless <= set(head), (head, hashless)
+    assert hashless <= set(new_queue[:k]), (new_queue[:k], hashless)
+    keyed = [keys[b] for b in new_queue if b in keys]
+    assert keyed == sorted(keyed), "keyed free blocks are not in key order"
+    assert new_queue[len(new_queue) - len(keyed) :] == [b for b in new_queue if b in keys], (
+        "an evict-first block sits behind a keyed one"
+    )
 
 
 def check_release_order(

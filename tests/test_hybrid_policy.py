@@ -22,9 +22,15 @@ SWA = SlidingWindowSpec(
 MAMBA = MambaSpec(block_size=4, shapes=((2,),), dtypes=("float32",))
 
 
-def manager(*specs, num_blocks=64, tail=0, policy="hybrid") -> KVCacheManager:
+def manager(*specs, num_blocks=64, tail=0, policy="hybrid", weight=0.0) -> KVCacheManager:
+    """Recency only (``weight`` 0) unless stated: these examples check the kept
+    points and release order; tests/test_cost_aware.py checks the ranking."""
     return KVCacheManager(
-        config(num_blocks, *specs), 256, cache_policy=policy, hybrid_tail_tokens=tail
+        config(num_blocks, *specs),
+        256,
+        cache_policy=policy,
+        hybrid_tail_tokens=tail,
+        hybrid_value_weight=weight,
     )
 
 

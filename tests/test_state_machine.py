@@ -90,6 +90,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             log_stats=True,
             cache_policy=cfg.cache_policy,
             hybrid_tail_tokens=cfg.hybrid_tail_tokens,
+            hybrid_value_weight=cfg.hybrid_value_weight,
         )
         self.hybrid = self.kv.coordinator.hybrid
         for _ in range(data.draw(st.integers(1, 4))):  # rules may be swarm-disabled
@@ -300,7 +301,12 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
         new_queue = [b.block_id for b in pool.policy]
         if self.hybrid:
-            check_hybrid_release(old_queue, new_queue, released)
+            keys = {
+                b.block_id: b.evict_key
+                for b in pool.policy
+                if getattr(b, "free_class", None) is not None
+            }
+            check_hybrid_release(old_queue, new_queue, released, keys)
         else:
             check_release_order(old_queue, new_queue, released, len(set(self.sizes)) == 1)
         self.running.remove(t)

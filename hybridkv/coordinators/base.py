@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from bisect import bisect_left
+from collections import Counter
 from itertools import chain, zip_longest
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import RequestBlockState
-from hybridkv.managers.retention import BEYOND, FinalPoints, release_order
+from hybridkv.managers.retention import (
+    BEYOND,
+    FinalPoints,
+    UnitValues,
+    floor_spacing,
+    release_order,
+)
 from hybridkv.specs import KVCacheConfig
 
 
@@ -51,6 +59,15 @@ class KVCacheCoordinator(ABC):
         for m in self.managers:
             m.hybrid = self.hybrid
             m.tail = tail if self.hybrid else 0
+        #: Tokens between two snapshot floor points (``hybrid``; 0: none).
+        self.floor_tokens = (
+            floor_spacing(
+                [(m.has_skips, m.block_size, m.first_needed_block) for m in self.managers],
+                self.block_size_lcm,
+            )
+            if self.hybrid
+            else 0
+        )
         #: Tokens the full-attention groups alone matched in the last
         #: ``find_longest_cache_hit`` (the branch point; 0 without such groups).
         self.last_full_hit_tokens = 0
@@ -177,7 +194,11 @@ class KVCacheCoordinator(ABC):
         end -= end % lcm
         points = FinalPoints(states[0].kept, end, self.managers[0].tail, lcm)
         dead: list[KVCacheBlock] = []
-        entries: list[tuple[int, int, int, KVCacheBlock]] = []
+        # (unit point, end position, group, block, covering point or None)
+        entries: list[tuple[int, int, int, KVCacheBlock, int | None]] = []
+        full_pages: Counter[int] = Counter()
+        extra_pages: Counter[int] = Counter()
+        main = sorted({*points.kept, end})
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
             held = [(i, st.blocks[i]) for i in range(st.num_skipped, len(st.blocks))]
@@ -185,16 +206,42 @@ class KVCacheCoordinator(ABC):
                 if b.is_null:
                     continue
                 if not m.has_skips:
-                    entries.append((points.full_unit(i, bs), (i + 1) * bs, gid, b))
+                    u = points.full_unit(i, bs)
+                    entries.append((u, (i + 1) * bs, gid, b, None))
+                    if u != BEYOND:
+                        k = bisect_left(main, (i + 1) * bs)
+                        if k < len(main):
+                            full_pages[main[k]] += 1
                     continue
                 p = points.covering(i, m.first_needed_block, bs)
                 if p is None and b.block_hash is not None:
                     dead.append(b)
+                elif p is None:
+                    entries.append((BEYOND, (i + 1) * bs, gid, b, None))
                 else:
-                    entries.append((BEYOND if p is None else p, (i + 1) * bs, gid, b))
+                    entries.append((p, (i + 1) * bs, gid, b, p))
+                    extra_pages[p] += 1
         pool = self.pool
         pool.free_blocks(dead, evict_first=True)
-        pool.free_blocks(release_order(entries))
+        values = UnitValues(points, full_pages, extra_pages)
+        managers = self.managers
+        run: list[KVCacheBlock] = []
+        run_value: float | None = None
+        for u, pos, gid, b, cover in release_order(entries):
+            if u == BEYOND:
+                v = None
+            elif cover is None:
+                v = values.of_full(pos)
+            else:
+                m = managers[gid]
+                v = values.of_other(cover, m.first_needed_block(end) <= pos // m.block_size - 1)
+            if v != run_value and run:
+                pool.free_blocks(run, value=run_value)
+                run = []
+            run_value = v
+            run.append(b)
+        if run:
+            pool.free_blocks(run, value=run_value)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (empty if unknown)."""

@@ -12,11 +12,15 @@ class KVCacheBlock:
     - ``token_ids``: the block's token ids, recorded when it was cached (checked
       on hits with a non-cryptographic hash, and by integrity checks).
     - ``prev_free`` / ``next_free``: intrusive links of the free queue.
+    - ``free_class`` / ``evict_key``: where a cost-aware policy queued the
+      free block (``hybridkv.core.cost_aware``).
     """
 
     __slots__ = (
         "block_hash",
         "block_id",
+        "evict_key",
+        "free_class",
         "group_id",
         "is_null",
         "next_free",
@@ -34,6 +38,8 @@ class KVCacheBlock:
         self.prev_free: KVCacheBlock | None = None
         self.next_free: KVCacheBlock | None = None
         self.is_null = False
+        self.free_class: int | None = None
+        self.evict_key = 0.0
 
     def __repr__(self) -> str:
         h = self.block_hash.hex()[:8] if self.block_hash is not None else None

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
-from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
+from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy, PolicyFactory
 
 
 class BlockPool:
@@ -33,7 +33,7 @@ class BlockPool:
         *,
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
-        eviction_policy: type[EvictionPolicy] | None = None,
+        eviction_policy: PolicyFactory | None = None,
     ) -> None:
         if num_blocks < 2:
             raise ValueError(
@@ -46,7 +46,7 @@ class BlockPool:
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
         policy_cls = eviction_policy or LRUEvictionPolicy
-        self.policy: EvictionPolicy = policy_cls(self.blocks[1:])  # type: ignore[call-arg]
+        self.policy: EvictionPolicy = policy_cls(self.blocks[1:])
         # Prefix index: per group, hash -> primary block; duplicates apart.
         self.cached: list[dict[bytes, KVCacheBlock]] = [{} for _ in range(num_groups)]
         self.duplicates: dict[tuple[int, bytes], dict[int, KVCacheBlock]] = {}
@@ -102,12 +102,17 @@ class BlockPool:
             b.ref_cnt += 1
 
     def free_blocks(
-        self, ordered_blocks: Iterable[KVCacheBlock], *, evict_first: bool = False
+        self,
+        ordered_blocks: Iterable[KVCacheBlock],
+        *,
+        evict_first: bool = False,
+        value: float | None = None,
     ) -> None:
         """Ref count - 1, in the given (release) order; null blocks ignored.
 
         ``evict_first``: blocks that become free are reused before any other
-        (no kept hit point needs them), cached or not.
+        (no kept hit point needs them), cached or not. ``value``: what the
+        blocks' hit unit saves per page (``EvictionPolicy.release``).
         """
         released = []
         for b in ordered_blocks:
@@ -119,6 +124,8 @@ class BlockPool:
         if released:
             if evict_first:
                 self.policy.release(released, evict_first=True)
+            elif value is not None:
+                self.policy.release(released, value=value)
             else:  # policies written before ``evict_first`` keep working under lru
                 self.policy.release(released)
 

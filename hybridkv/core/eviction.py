@@ -10,7 +10,7 @@ the pool does. Policies never touch hashes or ref counts.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
@@ -25,11 +25,19 @@ class EvictionPolicy(ABC):
         """Number of free blocks."""
 
     @abstractmethod
-    def release(self, blocks: Iterable[KVCacheBlock], *, evict_first: bool = False) -> None:
+    def release(
+        self,
+        blocks: Iterable[KVCacheBlock],
+        *,
+        evict_first: bool = False,
+        value: float | None = None,
+    ) -> None:
         """Add blocks whose ref count just reached 0, in release order.
 
         ``evict_first``: the blocks are worth nothing to keep; reuse them
-        before every other free block."""
+        before every other free block. ``value``: prefill tokens a hit on
+        the blocks' unit saves per page it holds (cost-aware policies rank
+        by it; others ignore it)."""
 
     @abstractmethod
     def remove(self, block: KVCacheBlock) -> None:
@@ -65,7 +73,13 @@ class LRUEvictionPolicy(EvictionPolicy):
     def num_free_blocks(self) -> int:
         return self.queue.num_free_blocks
 
-    def release(self, blocks: Iterable[KVCacheBlock], *, evict_first: bool = False) -> None:
+    def release(
+        self,
+        blocks: Iterable[KVCacheBlock],
+        *,
+        evict_first: bool = False,
+        value: float | None = None,
+    ) -> None:
         q = self.queue
         if evict_first:
             for b in blocks:
@@ -88,3 +102,8 @@ class LRUEvictionPolicy(EvictionPolicy):
 
     def check_integrity(self) -> None:
         self.queue.check_integrity()
+
+
+#: What ``BlockPool(eviction_policy=...)`` takes: a policy class, or any
+#: callable building one from the initial free blocks (``functools.partial``).
+PolicyFactory = Callable[[list[KVCacheBlock]], EvictionPolicy]

@@ -31,9 +31,9 @@ outlives the full-attention prefix it needs (nor the reverse).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-from hybridkv.core.block import KVCacheBlock
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 #: Sort key for blocks that no kept point covers (released first).
 BEYOND = 1 << 62
@@ -43,7 +43,39 @@ BEYOND = 1 << 62
 #: end of a turn; traces such as Mooncake's share prefixes in 512-token
 #: units), so it diverges a little before ``E``. Costs ``512 / block_size``
 #: blocks per sliding group and ``512 / block_size`` states per Mamba group.
-TAIL_TOKENS = 512
+TAIL_TOKENS = 1024
+#: The snapshot floor: a request also keeps a hit point every ``S`` tokens,
+#: ``S`` = ``FLOOR_RATIO`` x what one hit point holds outside full attention,
+#: in full-attention tokens (``floor_spacing``). It lets the *second* request
+#: sharing a prefix resume near the branch point (the first one to diverge
+#: there is what makes it a kept point), at a bounded share of the memory:
+#: about 1 / ``FLOOR_RATIO`` of the full-attention blocks it rides on. Jamba
+#: (7 Mamba pages per point, 80 tokens per full page): every 8,960 tokens.
+#: Gemma 3 27B (5 windows of 1,024 tokens): every ~83k tokens.
+FLOOR_RATIO = 16
+
+
+def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
+    """Tokens between two snapshot floor points (0: no floor; ``FLOOR_RATIO``).
+
+    ``groups``: ``(has_skips, block_size, first_needed_block)`` per group. A
+    hit point's extra pages are averaged over the positions of a window or
+    chunk far from the start; layouts without full attention get no floor.
+    """
+    full_pages_per_token = sum(1 / bs for skips, bs, _ in groups if not skips)
+    if not full_pages_per_token:
+        return 0
+    base = lcm << 20
+    samples = range(base, base + 1024 * lcm, lcm)
+    extras = sum(
+        sum(p // bs - first(p) for p in samples) / len(samples)
+        for skips, bs, first in groups
+        if skips
+    )
+    if not extras:
+        return 0
+    spacing = FLOOR_RATIO * extras / full_pages_per_token
+    return lcm * -(-int(spacing) // lcm)
 
 
 def needed_range(first_needed_block: Callable[[int], int], point: int, bs: int) -> range:
@@ -98,16 +130,15 @@ class FinalPoints:
         return best if p is None else min(best, p)
 
 
-def release_order(
-    entries: list[tuple[int, int, int, KVCacheBlock]],
-) -> list[KVCacheBlock]:
-    """Blocks in release order from ``(unit point, end position, group, block)``.
+def release_order(entries: list[Any]) -> list[Any]:
+    """``(unit point, end position, group, block, ...)`` entries in release order.
 
     Largest unit first, within a unit the deepest position first: the free
     queue then evicts a whole hit unit, deepest first, before the next.
+    Sorts ``entries`` in place and returns it.
     """
     entries.sort(key=lambda e: (-e[0], -e[1], e[2]))
-    return [e[3] for e in entries]
+    return entries
 
 
 def mamba_real_entries(
@@ -124,3 +155,71 @@ def mamba_real_entries(
     real.update(range(max(have, (num_tokens - tail) // bs - 1), num_tokens // bs))
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)
+
+
+def tail_tokens_saved(end: int, point: int, step: int) -> int:
+    """Tokens a tail point saves over the next coarser one below it.
+
+    Tail point ``end - k * step`` has level ``v``, the number of trailing zero
+    bits of ``k``; dropping it moves a hit there down to the nearest point of a
+    higher level, ``step * 2**v`` tokens lower. Evicting the lowest levels
+    first thins the tail evenly (every other point, then every fourth...).
+    """
+    k = (end - point) // step
+    return step * (k & -k)
+
+
+class UnitValues:
+    """What a freed request's hit units save per page held (cost-aware eviction).
+
+    *Main points* are the request's kept points and ``E``. The unit of main
+    point ``m`` holds the full-attention blocks after the previous main point
+    and the non-full blocks ``m`` is the smallest point to need; its value is
+    ``(m - previous main point) / pages``. Values are capped by every
+    shallower unit's (``chain``): a deeper unit needs the shallower full
+    blocks, so it must never outlive them. A tail point's state (needed by no
+    other point) is worth ``tail_tokens_saved`` over its own pages, capped by
+    ``E``'s chain value; anything else a tail point needs, ``E`` needs too.
+    """
+
+    __slots__ = ("chain", "end", "extra_pages", "main", "points")
+
+    def __init__(
+        self, points: FinalPoints, full_pages: Mapping[int, int], extra_pages: Mapping[int, int]
+    ) -> None:
+        main = list(points.kept)
+        if points.end and (not main or main[-1] != points.end):
+            main.append(points.end)
+        self.main = main
+        self.points = points
+        self.end = points.end
+        self.extra_pages = extra_pages
+        chain: dict[int, float] = {}
+        prev, best = 0, float("inf")
+        for m in main:
+            pages = max(1, full_pages.get(m, 0) + extra_pages.get(m, 0))
+            best = min(best, (m - prev) / pages)
+            chain[m] = best
+            prev = m
+        self.chain = chain
+
+    def main_owner(self, block_end: int) -> int | None:
+        """The smallest main point at or after ``block_end`` (None: past ``E``)."""
+        i = bisect_left(self.main, block_end)
+        return self.main[i] if i < len(self.main) else None
+
+    def of_full(self, block_end: int) -> float | None:
+        """Value of a full-attention block ending at ``block_end`` (None: past ``E``)."""
+        m = self.main_owner(block_end)
+        return None if m is None else self.chain[m]
+
+    def of_other(self, point: int, needed_by_end: bool) -> float:
+        """Value of a non-full block whose smallest covering point is ``point``."""
+        v = self.chain.get(point)
+        if v is not None:
+            return v
+        top = self.chain[self.end]
+        if needed_by_end:
+            return top
+        saved = tail_tokens_saved(self.end, point, self.points.step)
+        return min(top, saved / max(1, self.extra_pages.get(point, 0)))

@@ -1,0 +1,147 @@
+"""``CostAwareEvictionPolicy``: recency combined with recompute saved per byte.
+
+The ``hybrid`` cache policy's free set (Marconi, MLSys 2025, scores prefix
+cache entries by recency plus FLOP efficiency; this is the same idea on a
+paged block pool). Each released block comes with a *value*: the prefill
+tokens a hit saves per page the block's hit unit holds
+(``hybridkv.managers.retention.unit_values``). The block's eviction key is::
+
+    key = released_blocks_so_far / pool_size + weight * class(value)
+    class(value) = floor(2 * log2(value)) / 2        (half-octave classes)
+
+and the free block with the smallest key is reused first. ``weight`` trades
+recency for efficiency: doubling a unit's value keeps it as long as a unit
+released ``weight`` pool turnovers later. Blocks released ``evict_first``
+(no kept hit point needs them) and hashless blocks are reused before every
+keyed block, newest first (as under LRU).
+
+Keys only grow within a class, so each class is an LRU queue (O(1) release
+and hit removal) and the next block to reuse is the smallest of the class
+heads: ``take`` costs O(number of classes) per block.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Iterator
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.eviction import EvictionPolicy
+from hybridkv.core.free_queue import FreeKVCacheBlockQueue
+
+#: Pool turnovers one value doubling is worth (tuned on the Mooncake
+#: conversation trace, ``benchmarks/results/cache.md``).
+DEFAULT_VALUE_WEIGHT = 3.0
+#: ``value`` of blocks released without one (ranked like a unit saving one
+#: token per page).
+NEUTRAL_VALUE = 1.0
+#: Key of blocks in the evict-first queue (``free_class`` None).
+_NO_CLASS = None
+
+
+def value_class(value: float) -> int:
+    """Half-octave class of a positive value (``floor(2 * log2(value))``)."""
+    if not value > 0:
+        raise ValueError(f"value must be > 0, got {value!r}")
+    return math.floor(2 * math.log2(value))
+
+
+class CostAwareEvictionPolicy(EvictionPolicy):
+    """Free blocks ordered by recency plus value (module docstring)."""
+
+    def __init__(self, blocks: list[KVCacheBlock], weight: float = DEFAULT_VALUE_WEIGHT) -> None:
+        if not weight >= 0:
+            raise ValueError(f"weight must be >= 0, got {weight!r}")
+        self.weight = weight
+        self.first = FreeKVCacheBlockQueue(blocks)  # evict-first and hashless blocks
+        for b in blocks:
+            b.free_class = _NO_CLASS
+        self.classes: dict[int, FreeKVCacheBlockQueue] = {}
+        self.span = max(1, len(blocks))
+        self.clock = 0  # keyed blocks released so far
+        self._free = len(blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free
+
+    def release(
+        self,
+        blocks: Iterable[KVCacheBlock],
+        *,
+        evict_first: bool = False,
+        value: float | None = None,
+    ) -> None:
+        first = self.first
+        n = 0
+        if evict_first:
+            for b in blocks:
+                b.free_class = _NO_CLASS
+                first.appendleft(b)
+                n += 1
+            self._free += n
+            return
+        cls = value_class(NEUTRAL_VALUE if value is None else value)
+        q = self.classes.get(cls)
+        if q is None:
+            q = self.classes[cls] = FreeKVCacheBlockQueue([])
+        bonus = self.weight * cls / 2
+        span = self.span
+        clock = self.clock
+        for b in blocks:
+            n += 1
+            if b.block_hash is None:
+                b.free_class = _NO_CLASS
+                first.appendleft(b)
+                continue
+            clock += 1
+            b.free_class = cls
+            b.evict_key = clock / span + bonus
+            q.append(b)
+        self.clock = clock
+        self._free += n
+
+    def remove(self, block: KVCacheBlock) -> None:
+        cls = block.free_class
+        (self.first if cls is _NO_CLASS else self.classes[cls]).remove(block)
+        self._free -= 1
+
+    def take(self, n: int) -> list[KVCacheBlock]:
+        if n > self._free:
+            raise ValueError(f"asked for {n} blocks, {self._free} free")
+        first = self.first
+        k = min(n, first.num_free_blocks)
+        out = first.popleft_n(k) if k else []
+        classes = self.classes
+        while len(out) < n:
+            heads = sorted(
+                (q.head.next_free.evict_key, cls)  # type: ignore[union-attr]
+                for cls, q in classes.items()
+                if q.num_free_blocks
+            )
+            q = classes[heads[0][1]]
+            limit = heads[1][0] if len(heads) > 1 else math.inf
+            while len(out) < n and q.num_free_blocks and q.head.next_free.evict_key <= limit:  # type: ignore[union-attr]
+                out.append(q.popleft())
+        self._free -= n
+        return out
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        yield from self.first
+        yield from heapq.merge(*self.classes.values(), key=lambda b: b.evict_key)
+
+    def check_integrity(self) -> None:
+        self.first.check_integrity()
+        total = self.first.num_free_blocks
+        for b in self.first:
+            assert b.free_class is _NO_CLASS, f"{b} in the evict-first queue has a class"
+        for cls, q in self.classes.items():
+            q.check_integrity()
+            total += q.num_free_blocks
+            last = -math.inf
+            for b in q:
+                assert b.free_class == cls, f"{b} is in class {cls}'s queue, says {b.free_class}"
+                assert b.evict_key >= last, f"class {cls}: keys not in order at {b}"
+                last = b.evict_key
+        assert total == self._free, f"free count {self._free} != {total} queued"

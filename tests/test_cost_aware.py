@@ -1,0 +1,150 @@
+"""Cost-aware eviction (``hybrid``): worked examples with exact values and ids.
+
+The policy ranks free blocks by ``released / pool + weight * class(value)``
+(``hybridkv.core.cost_aware``); the values come from the hit units of a freed
+request (``hybridkv.managers.retention.UnitValues``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from factories import config
+
+from hybridkv import (
+    CostAwareEvictionPolicy,
+    FullAttentionSpec,
+    KVCacheManager,
+    MambaSpec,
+    Request,
+    SlidingWindowSpec,
+)
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.cost_aware import value_class
+from hybridkv.managers.retention import FinalPoints, UnitValues, floor_spacing, tail_tokens_saved
+
+FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
+SWA = SlidingWindowSpec(
+    block_size=4, num_kv_heads=1, head_size=4, dtype="float32", sliding_window=8
+)
+MAMBA = MambaSpec(block_size=4, shapes=((2,),), dtypes=("float32",))
+
+
+def released_policy(weight: float) -> tuple[CostAwareEvictionPolicy, list[KVCacheBlock]]:
+    blocks = [KVCacheBlock(i) for i in range(1, 7)]
+    policy = CostAwareEvictionPolicy(blocks, weight=weight)
+    assert [b.block_id for b in policy.take(6)] == [1, 2, 3, 4, 5, 6]
+    for b in blocks[:5]:
+        b.block_hash = bytes([b.block_id])
+    b1, b2, b3, b4, b5, b6 = blocks
+    policy.release([b1, b2], value=4.0)  # class 4
+    policy.release([b3], value=1.0)  # class 0
+    policy.release([b4], value=16.0)  # class 8
+    policy.release([b5], evict_first=True)
+    policy.release([b6], value=2.0)  # hashless: to the head whatever its value
+    policy.check_integrity()
+    return policy, blocks
+
+
+def test_value_classes_are_half_octaves() -> None:
+    assert [value_class(v) for v in (1.0, 1.4, 1.5, 2.0, 3.0, 16.0, 0.5)] == [0, 0, 1, 2, 3, 8, -2]
+    with pytest.raises(ValueError, match="value must be > 0"):
+        value_class(0.0)
+
+
+def test_keys_rank_recency_plus_weighted_class() -> None:
+    policy, blocks = released_policy(weight=1.0)
+    # keys: b1 1/6 + 2, b2 2/6 + 2, b3 3/6 + 0, b4 4/6 + 4; b6, b5 at the head.
+    assert [b.evict_key for b in blocks[:4]] == pytest.approx(
+        [1 / 6 + 2, 2 / 6 + 2, 0.5, 4 / 6 + 4]
+    )
+    assert [b.block_id for b in policy] == [6, 5, 3, 1, 2, 4]
+    policy.remove(blocks[2])  # a hit on b3
+    assert [b.block_id for b in policy.take(4)] == [6, 5, 1, 2]
+    assert policy.num_free_blocks == 1
+    policy.check_integrity()
+
+
+def test_weight_zero_is_lru() -> None:
+    policy, _ = released_policy(weight=0.0)
+    assert [b.block_id for b in policy.take(6)] == [6, 5, 1, 2, 3, 4]
+
+
+def test_bad_weight_and_overdraw() -> None:
+    with pytest.raises(ValueError, match="weight must be >= 0"):
+        CostAwareEvictionPolicy([], weight=-1.0)
+    policy, _ = released_policy(weight=1.0)
+    with pytest.raises(ValueError, match="asked for 7 blocks, 6 free"):
+        policy.take(7)
+    with pytest.raises(ValueError, match="hybrid_value_weight must be a finite number"):
+        KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid", hybrid_value_weight=-1)
+
+
+def test_tail_points_thin_evenly() -> None:
+    # end 800, step 80: k = 1, 2, 3, 4, 8 steps below the end.
+    saved = [tail_tokens_saved(800, 800 - 80 * k, 80) for k in (1, 2, 3, 4, 8)]
+    assert saved == [80, 160, 80, 320, 640]
+
+
+def test_unit_values_by_hand() -> None:
+    # Kept point 160 (an admission hit), end 800, tail 320 (points 480 .. 800).
+    points = FinalPoints([160], 800, 320, 80)
+    full = {160: 2, 800: 8}
+    extra = {160: 7, 800: 7, 720: 7, 640: 7, 560: 7, 480: 7}
+    v = UnitValues(points, full, extra)
+    assert v.main == [160, 800]
+    # 160 / (2 + 7); E's own 640 / 15 is capped by the shallower unit.
+    assert v.chain == pytest.approx({160: 160 / 9, 800: 160 / 9})
+    assert v.of_full(80) == v.of_full(160) == pytest.approx(160 / 9)
+    assert v.of_full(800) == pytest.approx(160 / 9)
+    assert v.of_full(880) is None  # past E: no kept point needs it
+    assert v.of_other(720, needed_by_end=False) == pytest.approx(80 / 7)
+    assert v.of_other(640, needed_by_end=False) == pytest.approx(160 / 9)  # 160/7, capped
+    assert v.of_other(720, needed_by_end=True) == pytest.approx(160 / 9)
+
+
+def test_floor_spacing_by_hand() -> None:
+    def groups(*specs):
+        kv = KVCacheManager(config(64, *specs), 256, cache_policy="hybrid")
+        return [(m.has_skips, m.block_size, m.first_needed_block) for m in kv.coordinator.managers]
+
+    # Sliding window 8 at block size 4 holds 2 blocks per hit point; a full page
+    # holds 4 tokens: 16 * 2 * 4 = 128. Mamba: one state: 16 * 1 * 4 = 64.
+    assert floor_spacing(groups(FULL, SWA), 4) == 128
+    assert floor_spacing(groups(FULL, MAMBA), 4) == 64
+    assert floor_spacing(groups(SWA), 4) == 0  # no full attention: no floor
+    kv = KVCacheManager(config(64, FULL, MAMBA), 256, cache_policy="hybrid")
+    req = Request("a", list(range(150)))
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv._kept_points(req, hit, blocks) == (64, 128)
+
+
+def run(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
+    req = Request(rid, tokens)
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
+    req.num_computed_tokens = len(tokens)
+    kv.free(req)
+    kv.check_integrity()
+    return hit
+
+
+@pytest.mark.parametrize(("weight", "a_hit", "b_hit"), [(3.0, 40, 0), (0.0, 0, 8)])
+def test_a_valuable_old_unit_outlives_a_cheap_new_one(weight, a_hit, b_hit) -> None:
+    # 15 usable blocks, no tail. A: 40 tokens = 10 full blocks + 1 state (at 40),
+    # value 40 / 11 (class 3). B, later: 8 tokens = 2 full + 1 state, value 8 / 3
+    # (class 2). C (12 new tokens) needs 3 full + 1 state: 1 never-used block,
+    # then 3 evicted ones. Cost-aware evicts B's unit; recency alone A's deepest.
+    kv = KVCacheManager(
+        config(16, FULL, MAMBA),
+        256,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=0,
+        hybrid_value_weight=weight,
+    )
+    a = list(range(40))
+    b = list(range(100, 108))
+    assert run(kv, "a", a) == 0
+    assert run(kv, "b", b) == 0
+    assert run(kv, "c", list(range(200, 212))) == 0
+    assert kv.get_computed_blocks(Request("a2", [*a, 1]))[1] == a_hit  # read-only probes
+    assert kv.get_computed_blocks(Request("b2", [*b, 1]))[1] == b_hit
