@@ -131,12 +131,16 @@ def main() -> None:
     p.add_argument("--device", default="h100")
     p.add_argument("--arrivals", default="trace", help="trace | closed")
     p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument(
+        "--output-tokens", default="trace", help="trace (each request's) or N for every request"
+    )
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     p.add_argument("--append", action="store_true", help="add a section to it instead")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args()
 
-    requests = load_trace(args.trace, limit=args.requests)
+    out = None if args.output_tokens == "trace" else int(args.output_tokens)
+    requests = load_trace(args.trace, limit=args.requests, output_tokens=out)
     device = device_profile(args.device)
     results = []
     print(f"machine: {machine()}")

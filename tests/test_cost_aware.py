@@ -97,9 +97,9 @@ def test_unit_values_by_hand() -> None:
     assert v.of_full(80) == v.of_full(160) == pytest.approx(160 / 9)
     assert v.of_full(800) == pytest.approx(160 / 9)
     assert v.of_full(880) is None  # past E: no kept point needs it
-    assert v.of_other(720, needed_by_end=False) == pytest.approx(80 / 7)
-    assert v.of_other(640, needed_by_end=False) == pytest.approx(160 / 9)  # 160/7, capped
-    assert v.of_other(720, needed_by_end=True) == pytest.approx(160 / 9)
+    assert v.of_other(720, shared=False) == pytest.approx(80 / 7)
+    assert v.of_other(640, shared=False) == pytest.approx(160 / 9)  # 160/7, capped
+    assert v.of_other(720, shared=True) == pytest.approx(160 / 9)
 
 
 def test_floor_spacing_by_hand() -> None:

@@ -68,6 +68,13 @@ class KVCacheCoordinator(ABC):
             if self.hybrid
             else 0
         )
+        # Groups whose hit point needs one block of its own (a Mamba state):
+        # only those are thinned in the tail (``UnitValues.of_other``).
+        far = self.block_size_lcm << 20
+        self._point_local = [
+            m.has_skips and m.first_needed_block(far) == far // m.block_size - 1
+            for m in self.managers
+        ]
         #: Tokens the full-attention groups alone matched in the last
         #: ``find_longest_cache_hit`` (the branch point; 0 without such groups).
         self.last_full_hit_tokens = 0
@@ -234,7 +241,11 @@ class KVCacheCoordinator(ABC):
                 v = values.of_full(pos)
             else:
                 m = managers[gid]
-                v = values.of_other(cover, m.first_needed_block(end) <= pos // m.block_size - 1)
+                shared = (
+                    not self._point_local[gid]
+                    or m.first_needed_block(end) <= pos // m.block_size - 1
+                )
+                v = values.of_other(cover, shared)
             if v != run_value and run:
                 pool.free_blocks(run, value=run_value)
                 run = []

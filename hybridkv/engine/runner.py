@@ -7,7 +7,8 @@ reads: for attention groups one ``AttentionMetadata`` and a slot mapping
 Mamba groups the state slot each sequence starts from (entry
 ``(start - 1) // bs``, -1 for a fresh sequence) and, per token, the slot
 receiving the state after it (the entry of every block boundary crossed and
-of the last token; -1 where that entry is the null block, i.e. not kept).
+of the last token; -1 where that entry is the null block, i.e. not kept):
+``hybridkv.snapshots`` owns that rule.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hybridkv.kernels import AttentionMetadata
 from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.models.base import CausalLM
 from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
+from hybridkv.snapshots import resume_entry, save_slots
 from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
 
 
@@ -91,12 +93,10 @@ class ModelRunner:
                     assert isinstance(cache, AttentionCache)
                     batch_attn[name] = AttentionLayerInputs(meta, slot_mapping, cache)
             elif isinstance(spec, MambaSpec):
-                init = [row[g][(s0 - 1) // bs] if s0 > 0 else -1
-                        for row, s0 in zip(ids, starts, strict=True)]  # fmt: skip
-                last = torch.zeros(len(tokens), dtype=torch.bool)
-                last[torch.tensor(qstarts[1:]) - 1] = True
-                keep = ((positions + 1) % bs == 0) | last
-                save = torch.where(keep & (slots != 0), slots, -1).to(torch.int32).to(dev)
+                entries = [resume_entry(s0, bs) for s0 in starts]
+                init = [row[g][e] if e >= 0 else -1
+                        for row, e in zip(ids, entries, strict=True)]  # fmt: skip
+                save = save_slots(positions, slots, torch.tensor(qstarts[1:]), bs).to(dev)
                 init_t = torch.tensor(init, dtype=torch.int32, device=dev)
                 for name in group.layer_names:
                     cache = self.buffers.layers[name]

@@ -141,22 +141,6 @@ def release_order(entries: list[Any]) -> list[Any]:
     return entries
 
 
-def mamba_real_entries(
-    have: int, required: int, num_tokens: int, kept: Sequence[int], bs: int, tail: int
-) -> list[int]:
-    """Mamba table entries in ``[have, required)`` that get a real state block.
-
-    The running state (``required - 1``), the boundaries from the last one at
-    or before ``num_tokens - tail`` up to ``num_tokens`` and the entries of kept
-    points; every other boundary the step crosses stays null (not written,
-    not reserved).
-    """
-    real = {required - 1}
-    real.update(range(max(have, (num_tokens - tail) // bs - 1), num_tokens // bs))
-    real.update(p // bs - 1 for p in kept)
-    return sorted(j for j in real if have <= j < required)
-
-
 def tail_tokens_saved(end: int, point: int, step: int) -> int:
     """Tokens a tail point saves over the next coarser one below it.
 
@@ -177,9 +161,12 @@ class UnitValues:
     and the non-full blocks ``m`` is the smallest point to need; its value is
     ``(m - previous main point) / pages``. Values are capped by every
     shallower unit's (``chain``): a deeper unit needs the shallower full
-    blocks, so it must never outlive them. A tail point's state (needed by no
-    other point) is worth ``tail_tokens_saved`` over its own pages, capped by
-    ``E``'s chain value; anything else a tail point needs, ``E`` needs too.
+    blocks, so it must never outlive them. A tail point's state (a block no
+    other point needs: a Mamba state) is worth ``tail_tokens_saved`` over its
+    own pages, capped by ``E``'s chain value. Anything else in the tail is
+    valued as ``E``'s unit: sliding windows and chunks of tail points nest
+    (a lower point needs more of them), so thinning them would drop exactly
+    the lowest points, not every other one.
     """
 
     __slots__ = ("chain", "end", "extra_pages", "main", "points")
@@ -213,13 +200,14 @@ class UnitValues:
         m = self.main_owner(block_end)
         return None if m is None else self.chain[m]
 
-    def of_other(self, point: int, needed_by_end: bool) -> float:
-        """Value of a non-full block whose smallest covering point is ``point``."""
+    def of_other(self, point: int, shared: bool) -> float:
+        """Value of a non-full block whose smallest covering point is ``point``;
+        ``shared``: not a tail point's own state (see the class docstring)."""
         v = self.chain.get(point)
         if v is not None:
             return v
         top = self.chain[self.end]
-        if needed_by_end:
+        if shared:
             return top
         saved = tail_tokens_saved(self.end, point, self.points.step)
         return min(top, saved / max(1, self.extra_pages.get(point, 0)))

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridkv.planning.unify import UnifiedSpecs
+from hybridkv.snapshots import SNAPSHOT_BLOCKS_PER_REQUEST, snapshot_reserve_blocks
 from hybridkv.specs import KVCacheSpec, MambaSpec
 from hybridkv.specs.base import cdiv
 
@@ -93,14 +94,10 @@ def vllm_group_size(buckets: list[Bucket]) -> int:
     return hi if hi < lo * 1.5 else lo
 
 
-MAMBA_BLOCKS_PER_REQUEST = 2
-"""A Mamba group holds a request's running state and its latest checkpoint.
-
-The checkpoints a prefill step writes at the block boundaries it crosses are
-transient (released as cached blocks after the step) and bounded by the step
-budget over all requests together: ``mamba_reserve_blocks`` sets them aside
-once, not per request.
-"""
+#: A Mamba group holds a request's running state and its latest snapshot; the
+#: snapshots a step writes are reserved once for all requests
+#: (``mamba_reserve_blocks``). The rule lives in ``hybridkv.snapshots``.
+MAMBA_BLOCKS_PER_REQUEST = SNAPSHOT_BLOCKS_PER_REQUEST
 
 
 def blocks_per_request(spec: KVCacheSpec, max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -117,11 +114,10 @@ def blocks_per_request(spec: KVCacheSpec, max_model_len: int, max_num_batched_to
 
 
 def mamba_reserve_blocks(groups: tuple[PlannedGroup, ...], max_num_batched_tokens: int) -> int:
-    """Blocks set aside for the checkpoints of one step, over all requests."""
-    return sum(
-        cdiv(max_num_batched_tokens, g.spec.block_size)
-        for g in groups
-        if isinstance(g.spec, MambaSpec)
+    """Blocks set aside for the snapshots of one step, over all requests."""
+    return snapshot_reserve_blocks(
+        [g.spec.block_size for g in groups if isinstance(g.spec, MambaSpec)],
+        max_num_batched_tokens,
     )
 
 
