@@ -148,3 +148,19 @@ def test_a_valuable_old_unit_outlives_a_cheap_new_one(weight, a_hit, b_hit) -> N
     assert run(kv, "c", list(range(200, 212))) == 0
     assert kv.get_computed_blocks(Request("a2", [*a, 1]))[1] == a_hit  # read-only probes
     assert kv.get_computed_blocks(Request("b2", [*b, 1]))[1] == b_hit
+
+
+def test_auto_value_weight() -> None:
+    from hybridkv import ChunkedLocalAttentionSpec
+    from hybridkv.kv_cache_manager import auto_value_weight
+
+    chunk = ChunkedLocalAttentionSpec(
+        block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
+    )
+    assert auto_value_weight([FULL, SWA]) == 0.0
+    assert auto_value_weight([FULL, MAMBA]) == 3.0
+    assert auto_value_weight([FULL, SWA, chunk]) == 3.0
+    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
+    assert kv.block_pool.policy.weight == 0.0
+    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid")
+    assert kv.block_pool.policy.weight == 3.0

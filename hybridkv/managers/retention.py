@@ -43,7 +43,7 @@ BEYOND = 1 << 62
 #: end of a turn; traces such as Mooncake's share prefixes in 512-token
 #: units), so it diverges a little before ``E``. Costs ``512 / block_size``
 #: blocks per sliding group and ``512 / block_size`` states per Mamba group.
-TAIL_TOKENS = 1024
+TAIL_TOKENS = 512
 #: The snapshot floor: a request also keeps a hit point every ``S`` tokens,
 #: ``S`` = ``FLOOR_RATIO`` x what one hit point holds outside full attention,
 #: in full-attention tokens (``floor_spacing``). It lets the *second* request
