@@ -57,7 +57,9 @@ def add_simulate_parser(sub: Any) -> None:
         f"{', '.join(MEMORY_UNITS)})",
     )
     p.add_argument("--requests", help="replay only the first N requests")
-    p.add_argument("--policy", default="lru", help="cache policy, or a comma list (lru)")
+    p.add_argument(
+        "--policy", default="lru", help="lru | hybrid, or a comma list such as lru,hybrid (lru)"
+    )
     p.add_argument(
         "--arrivals", default="trace", help=f"{' | '.join(ARRIVALS)}: when requests arrive (trace)"
     )
