@@ -17,12 +17,15 @@ TARGETS = (
     "hybridkv/managers/*.py",
     "hybridkv/coordinators/*.py",
     "hybridkv/hashing.py",
+    "hybridkv/snapshots.py",
     "hybridkv/planning/*.py",
     "hybridkv/engine/scheduler.py",
 )
 
 _MANAGER_TESTS = (
     "tests/test_hybrid_policy.py",
+    "tests/test_cost_aware.py",
+    "tests/test_snapshots.py",
     "tests/test_hybrid.py",
     "tests/test_lifecycle.py",
     "tests/test_walkthrough.py",
@@ -36,6 +39,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "hybridkv/core/": _MANAGER_TESTS,
     "hybridkv/managers/": _MANAGER_TESTS,
     "hybridkv/coordinators/": _MANAGER_TESTS,
+    "hybridkv/snapshots.py": _MANAGER_TESTS,
     "hybridkv/hashing.py": (
         "tests/test_hashing.py",
         "tests/test_isolation.py",
