@@ -51,6 +51,7 @@ class KVCacheCoordinator(ABC):
         for m in self.managers:
             m.hybrid = self.hybrid
             m.tail = tail if self.hybrid else 0
+            m.hit_step = self.block_size_lcm
         #: Tokens the full-attention groups alone matched in the last
         #: ``find_longest_cache_hit`` (the branch point; 0 without such groups).
         self.last_full_hit_tokens = 0
@@ -170,7 +171,9 @@ class KVCacheCoordinator(ABC):
         """``hybrid`` release: unneeded blocks evict-first, then unit by unit.
 
         The kept points are the request's own plus ``E``, the end of what it
-        cached (``hybridkv.managers.retention``).
+        cached (``hybridkv.managers.retention``). Cached blocks no kept point
+        needs are dead in every group, full attention included (with unequal
+        block sizes a full block may end past ``E``, the last hit boundary).
         """
         lcm = self.block_size_lcm
         end = min(st.num_cached * m.block_size for m, st in zip(self.managers, states, strict=True))
@@ -184,14 +187,15 @@ class KVCacheCoordinator(ABC):
             for i, b in held + st.retained:
                 if b.is_null:
                     continue
-                if not m.has_skips:
-                    entries.append((points.full_unit(i, bs), (i + 1) * bs, gid, b))
-                    continue
-                p = points.covering(i, m.first_needed_block, bs)
-                if p is None and b.block_hash is not None:
-                    dead.append(b)
+                if m.has_skips:
+                    p = points.covering(i, m.first_needed_block, bs)
+                    unit = BEYOND if p is None else p
+                else:  # full attention: needed by every kept point at or past it
+                    unit = points.full_unit(i, bs)
+                if unit == BEYOND and b.block_hash is not None:
+                    dead.append(b)  # no kept point's hit needs it
                 else:
-                    entries.append((BEYOND if p is None else p, (i + 1) * bs, gid, b))
+                    entries.append((unit, (i + 1) * bs, gid, b))
         pool = self.pool
         pool.free_blocks(dead, evict_first=True)
         pool.free_blocks(release_order(entries))

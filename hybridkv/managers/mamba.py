@@ -37,7 +37,9 @@ class MambaManager(SingleTypeKVCacheManager):
             return 1
         if self.hybrid:
             return len(
-                mamba_real_entries(have, required, num_tokens, kept, self.block_size, self.tail)
+                mamba_real_entries(
+                    have, required, num_tokens, kept, self.block_size, self.tail, self.hit_step
+                )
             )
         return required - have
 
@@ -48,7 +50,7 @@ class MambaManager(SingleTypeKVCacheManager):
             if required <= have:
                 return []
             real = mamba_real_entries(
-                have, required, num_tokens, st.kept, self.block_size, self.tail
+                have, required, num_tokens, st.kept, self.block_size, self.tail, self.hit_step
             )
             new = self.pool.get_new_blocks(len(real))
             blocks.extend([self.null_block] * (required - have))

@@ -111,16 +111,22 @@ def release_order(
 
 
 def mamba_real_entries(
-    have: int, required: int, num_tokens: int, kept: Sequence[int], bs: int, tail: int
+    have: int,
+    required: int,
+    num_tokens: int,
+    kept: Sequence[int],
+    bs: int,
+    tail: int,
+    step: int,
 ) -> list[int]:
     """Mamba table entries in ``[have, required)`` that get a real state block.
 
-    The running state (``required - 1``), the boundaries from the last one at
-    or before ``num_tokens - tail`` up to ``num_tokens`` and the entries of kept
-    points; every other boundary the step crosses stays null (not written,
-    not reserved).
+    The running state (``required - 1``), the boundaries from the last hit
+    boundary (a multiple of ``step``) at or before ``num_tokens - tail`` up to
+    ``num_tokens`` and the entries of kept points; every other boundary the
+    step crosses stays null (not written, not reserved).
     """
     real = {required - 1}
-    real.update(range(max(have, (num_tokens - tail) // bs - 1), num_tokens // bs))
+    real.update(range(max(have, (num_tokens - tail) // step * step // bs - 1), num_tokens // bs))
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)
