@@ -183,15 +183,13 @@ class KVCacheCoordinator(ABC):
         entries: list[tuple[int, int, int, KVCacheBlock]] = []
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
-            held = [(i, st.blocks[i]) for i in range(st.num_skipped, len(st.blocks))]
-            for i, b in held + st.retained:
+            unit_of = points.unit_of(m.first_needed_block if m.has_skips else None, bs)
+            blocks = st.blocks
+            start = st.num_skipped
+            for i, b in chain(enumerate(blocks[start:], start), st.retained):
                 if b.is_null:
                     continue
-                if m.has_skips:
-                    p = points.covering(i, m.first_needed_block, bs)
-                    unit = BEYOND if p is None else p
-                else:  # full attention: needed by every kept point at or past it
-                    unit = points.full_unit(i, bs)
+                unit = unit_of(i)
                 if unit == BEYOND and b.block_hash is not None:
                     dead.append(b)  # no kept point's hit needs it
                 else:
