@@ -12,6 +12,9 @@ against the same vLLM runs. Runs alternate (vLLM, ours lru, ours hybrid, then
 reversed, ...) so machine drift hits all alike; the table shows medians and
 the ratios ours / vLLM. Only ``lru`` must make vLLM's hit decisions
 (fingerprint); ``hybrid`` keeps other blocks, so only its hit rate is shown.
+The box may be shared: a run whose machine-speed probe (before or after it)
+reads over ``NOISY``x the quietest probe so far is run again, up to
+``--retries`` times.
 
     # once: bash ../shared/bench/vllm_baseline/setup.sh
     ~/.cache/hybridkv-vllm-baseline/venv/bin/python benchmarks/bench_manager.py --write
@@ -59,6 +62,8 @@ HYBRID_NOTE = (
     "what a later hit can use, so its decisions may differ; its hit rate is shown."
 )
 POLICIES = ("lru", "hybrid")
+#: A run is noisy when a probe reads over this times the quietest one so far.
+NOISY = 1.25
 
 ROWS = [
     ("per request (us)", "us_per_request"),
@@ -146,6 +151,7 @@ def main() -> None:
         help="our cache policies, comma-separated (default: lru,hybrid)",
     )
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per config")
+    p.add_argument("--retries", type=int, default=3, help="reruns of a noisy run (see NOISY)")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--hash-prompt-len", type=int, default=50000)
     p.add_argument("--hash-iters", type=int, default=7)
@@ -185,33 +191,27 @@ def main() -> None:
         )
 
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    quietest = [float("inf")]
     ours = [f"hybridkv:{policy}" for policy in args.policy]
     for kind in args.configs:
         order = ["vllm", *ours] if with_vllm else ours
         runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in order}
         for r in range(args.rounds):
             for impl in order if r % 2 == 0 else order[::-1]:
-                if impl == "vllm":
-                    adapter: Any = harness.VllmAdapter(
-                        harness.make_config(kind, a.block_size, a.num_blocks, a.window), a
+                for attempt in range(args.retries + 1):
+                    res = timed_replay(harness, kind, impl, a, workload)
+                    noisy = max(res["calib_ms"]) > NOISY * quietest[0]
+                    quietest[0] = min(quietest[0], *res["calib_ms"])
+                    print(
+                        f"  [{kind}] round {r + 1} {impl:15s} {res['us_per_request']:8.1f} "
+                        f"us/request hit {res['prefix_hit_rate'] * 100:.2f}% "
+                        f"fp {res['fingerprint']} calib {res['calib_ms'][0]:.1f}/"
+                        f"{res['calib_ms'][1]:.1f} ms{' (noisy)' if noisy else ''}",
+                        flush=True,
                     )
-                else:
-                    adapter = HybridkvAdapter(
-                        make_config(kind, a.block_size, a.num_blocks, a.window),
-                        a,
-                        cache_policy=impl.split(":", 1)[1],
-                    )
-                c0 = harness.calib_ms()
-                res = harness.replay(adapter, workload, a)
-                res["calib_ms"] = [c0, harness.calib_ms()]
+                    if not noisy or attempt == args.retries:
+                        break
                 runs[impl].append(res)
-                del adapter
-                print(
-                    f"  [{kind}] round {r + 1} {impl:15s} {res['us_per_request']:8.1f} us/request "
-                    f"hit {res['prefix_hit_rate'] * 100:.2f}% fp {res['fingerprint']} "
-                    f"calib {res['calib_ms'][0]:.1f}/{res['calib_ms'][1]:.1f} ms",
-                    flush=True,
-                )
         results[kind] = runs
     hashing = hash_ns_per_token(
         harness, with_vllm, args.hash_prompt_len, args.hash_iters, a.block_size
@@ -223,6 +223,27 @@ def main() -> None:
         out = ROOT / "benchmarks" / "results" / "manager.md"
         out.write_text(report)
         print(f"wrote {out}")
+
+
+def timed_replay(
+    harness: ModuleType, kind: str, impl: str, a: argparse.Namespace, workload: Any
+) -> dict[str, Any]:
+    """One replay of ``workload`` by ``impl`` (``vllm`` or ``hybridkv:POLICY``),
+    with the machine-speed probe before and after it."""
+    if impl == "vllm":
+        adapter: Any = harness.VllmAdapter(
+            harness.make_config(kind, a.block_size, a.num_blocks, a.window), a
+        )
+    else:
+        adapter = HybridkvAdapter(
+            make_config(kind, a.block_size, a.num_blocks, a.window),
+            a,
+            cache_policy=impl.split(":", 1)[1],
+        )
+    c0 = harness.calib_ms()
+    res: dict[str, Any] = harness.replay(adapter, workload, a)
+    res["calib_ms"] = [c0, harness.calib_ms()]
+    return res
 
 
 def policies(text: str) -> list[str]:
@@ -310,11 +331,12 @@ def render(
         calib = [c for rs in runs.values() for r in rs for c in r["calib_ms"]]
         lines += [
             "",
-            f"Machine-speed probe (fixed loop, ~11 ms when quiet): "
-            f"{min(calib):.1f}-{max(calib):.1f} ms.",
+            f"Machine-speed probe (fixed loop) of the runs kept: "
+            f"{min(calib):.1f}-{max(calib):.1f} ms (runs over {NOISY}x the quietest probe "
+            f"were run again, up to {args.retries} times).",
             "",
         ]
-    lines += ["## Block hashing, 50,000-token prompt (ns/token, median)", ""]
+    lines += [f"## Block hashing, {args.hash_prompt_len:,}-token prompt (ns/token, median)", ""]
     if with_vllm:
         lines += ["| algorithm | vLLM | hybridkv | ratio |", "| --- | ---: | ---: | ---: |"]
         for algo in ("sha256", "xxhash"):
