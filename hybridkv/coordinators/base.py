@@ -180,6 +180,7 @@ class KVCacheCoordinator(ABC):
         end -= end % lcm
         points = FinalPoints(states[0].kept, end, self.managers[0].tail, lcm)
         dead: list[KVCacheBlock] = []
+        shared: list[KVCacheBlock] = []
         entries: list[tuple[int, int, int, KVCacheBlock]] = []
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
@@ -189,12 +190,16 @@ class KVCacheCoordinator(ABC):
             for i, b in chain(enumerate(blocks[start:], start), st.retained):
                 if b.is_null:
                     continue
+                if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
+                    shared.append(b)
+                    continue
                 unit = unit_of(i)
                 if unit == BEYOND and b.block_hash is not None:
                     dead.append(b)  # no kept point's hit needs it
                 else:
                     entries.append((unit, (i + 1) * bs, gid, b))
         pool = self.pool
+        pool.free_blocks(shared)
         pool.free_blocks(dead, evict_first=True)
         pool.free_blocks(release_order(entries))
 

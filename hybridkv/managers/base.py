@@ -122,8 +122,8 @@ class SingleTypeKVCacheManager(ABC):
         are computed. ``hybrid`` keeps the last hit boundary's needs too."""
         n = total_computed_tokens
         if self.hybrid:
-            n = max(0, n - self.tail)
-            n -= n % self.hit_step
+            n -= self.tail
+            n = n - n % self.hit_step if n > 0 else 0
         return min(self.first_needed_block(n), len(st.blocks))
 
     def is_kept(self, kept: tuple[int, ...], index: int) -> bool:
