@@ -53,17 +53,19 @@ def make_config(kind: str, block_size: int, num_blocks: int, window: int) -> KVC
 
 
 class HybridkvAdapter:
-    """The harness's adapter interface over ``hybridkv.KVCacheManager``."""
+    """The harness's adapter interface over ``hybridkv.KVCacheManager``, under
+    one cache policy (``lru`` or ``hybrid``)."""
 
     name = "hybridkv"
 
-    def __init__(self, kv_cache_config: KVCacheConfig, a: Any) -> None:
+    def __init__(self, kv_cache_config: KVCacheConfig, a: Any, cache_policy: str = "lru") -> None:
         self.kv = KVCacheManager(
             kv_cache_config,
             max_model_len=a.max_model_len,
             enable_caching=True,
             hash_algo=a.hash_algo,
             log_stats=a.log_stats,
+            cache_policy=cache_policy,
         )
 
     def new_request(self, rid: str, prompt: list[int]) -> Request:

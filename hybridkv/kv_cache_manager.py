@@ -257,7 +257,12 @@ class KVCacheManager:
             )
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
         kept: tuple[int, ...] = ()
-        if coordinator.hybrid and not coordinator.has_request(rid):
+        # Kept points come from a prefix hit: a call without one keeps none.
+        if (
+            coordinator.hybrid
+            and new_computed_blocks is not None
+            and not coordinator.has_request(rid)
+        ):
             kept = self._kept_points(request, num_new_computed_tokens, new_computed_blocks)
         new_blocks = coordinator.allocate(
             rid, num_tokens_need_slot, hit_blocks, total_computed, kept

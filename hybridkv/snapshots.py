@@ -23,8 +23,8 @@ Which entries are real, per cache policy:
 - no prefix caching: only the running state (the last entry);
 - ``lru``: every entry a step crosses (each block boundary is cached);
 - ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
-  the last ``tail`` tokens, and the request's kept points (hit, branch point,
-  snapshot floor).
+  the last ``tail`` tokens (from a hit boundary on), and the request's kept
+  points (hit, branch point, snapshot floor).
 """
 
 from __future__ import annotations
@@ -53,11 +53,14 @@ def snapshot_entries(
     hybrid: bool,
     kept: Sequence[int] = (),
     tail: int = 0,
+    step: int | None = None,
 ) -> list[int]:
     """Entries in ``[have, required)`` that get a real state block (ascending).
 
     ``required`` entries cover ``num_tokens`` tokens; ``have`` exist already.
-    See the module docstring for the rule of each policy.
+    ``step``: the hit step (the lcm of every group's block size; default
+    ``block_size``): ``hybrid``'s tail starts at the last hit boundary at or
+    before ``num_tokens - tail``. See the module docstring for each policy.
     """
     if required <= have:
         return []
@@ -66,8 +69,9 @@ def snapshot_entries(
     if not hybrid:
         return list(range(have, required))
     bs = block_size
+    step = step or bs
     real = {required - 1}
-    real.update(range(max(have, (num_tokens - tail) // bs - 1), num_tokens // bs))
+    real.update(range(max(have, (num_tokens - tail) // step * step // bs - 1), num_tokens // bs))
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)
 

@@ -51,14 +51,14 @@ class GroupDesc:
         return self.first_needed(length) // self.block_size
 
     def hybrid_positions(
-        self, computed: int, table_len: int, tail: int
+        self, computed: int, table_len: int, tail: int, step: int
     ) -> tuple[set[int], set[int]]:
         """Under ``hybrid``: the entries that must be real (what the query reads;
         for Mamba the state read and the running state) and those that may be
-        (from where the last ``tail`` tokens' hit points start)."""
-        bs = self.block_size
+        (from where the last ``tail`` tokens' hit points start; hit points are
+        multiples of ``step``, every group's block size)."""
         n = max(0, computed - tail)
-        may = set(range(self.first_needed_block(n - n % bs), table_len))
+        may = set(range(self.first_needed_block(n - n % step), table_len))
         if self.kind == "mamba":
             must = {table_len - 1} | ({self.first_needed_block(computed)} if computed else set())
         else:
@@ -105,10 +105,11 @@ class Config:
 
 
 @st.composite
-def configs(draw: st.DrawFn, pressure: bool = False) -> Config:
+def configs(draw: st.DrawFn, pressure: bool = False, policy: str | None = None) -> Config:
     """Random configs. ``pressure``: a sliding-window group first (and at most one
     other), tiny pools, prefix caching on and long shared prefixes, so that requests
-    share window blocks that one of them stops reading while the pool is full."""
+    share window blocks that one of them stops reading while the pool is full.
+    ``policy``: the cache policy (default: drawn; ``lru`` under pressure)."""
     groups = []
     if pressure:
         groups.append(GroupDesc("sliding", draw(st.sampled_from([1, 2])), draw(st.integers(2, 6))))
@@ -127,7 +128,7 @@ def configs(draw: st.DrawFn, pressure: bool = False) -> Config:
         prefixes=draw(st.lists(tokens, min_size=1, max_size=3)),
         max_suffix=3 if pressure else 12,
         # The exact-None accounting (pressure) models lru's release rules.
-        cache_policy="lru" if pressure else draw(st.sampled_from(["lru", "hybrid"])),
+        cache_policy=policy or ("lru" if pressure else draw(st.sampled_from(["lru", "hybrid"]))),
         hybrid_tail_tokens=draw(st.sampled_from([0, 4, 8])),
         hybrid_value_weight=draw(st.sampled_from([0.0, 0.5, 3.0])),
     )
@@ -183,6 +184,41 @@ class NaiveStore:
         while length > 0 and not self.valid(salt, lora, tokens, length):
             length -= self.step
         return length
+
+
+#: A cached block's key: (group, salt, LoRA, the token prefix up to the block's end).
+BlockKey = tuple[int, str | None, str | None, tuple[int, ...]]
+
+
+def usable_keys(groups: list[GroupDesc], cached: set[BlockKey]) -> set[BlockKey]:
+    """The cached keys that some valid prefix hit uses (``hybrid``'s "usable").
+
+    A hit point is a prefix ``p`` (a positive multiple of every block size) of
+    a cached key's token prefix, under its salt and LoRA. A hit at ``p`` is
+    valid iff every group has cached every block from ``first_needed_block(p)``
+    up to ``p``; it then uses exactly those blocks. A cached block no valid hit
+    uses is *dead*: keeping it serves no request (its own key may still be the
+    prefix of a hit point: a sliding block whose full-attention prefix is gone).
+    Every non-empty needed range ends at ``p``, so no valid point that uses a
+    block is missed by taking points from cached prefixes only.
+    """
+    step = math.lcm(*(d.block_size for d in groups))
+    points = {
+        (salt, lora, prefix[:p])
+        for _, salt, lora, prefix in cached
+        for p in range(step, len(prefix) + 1, step)
+    }
+    usable: set[BlockKey] = set()
+    for salt, lora, tokens in points:
+        length = len(tokens)
+        needed = [
+            (g, salt, lora, tokens[: (i + 1) * d.block_size])
+            for g, d in enumerate(groups)
+            for i in range(d.first_needed_block(length), length // d.block_size)
+        ]
+        if all(k in cached for k in needed):
+            usable.update(needed)
+    return usable
 
 
 def snapshot(kv: KVCacheManager, request_ids: list[str]) -> tuple[object, ...]:

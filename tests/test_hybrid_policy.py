@@ -1,8 +1,9 @@
 """``cache_policy="hybrid"``: worked examples with exact block ids.
 
 Config: block size 4; group 0 full attention, group 1 sliding window 8 (a hit
-at ``L`` needs blocks ``(L - 7) // 4 .. L // 4 - 1``), or group 1 Mamba (a
-hit at ``L`` needs the state at ``L``, entry ``L // 4 - 1``). No tail
+at ``L`` needs blocks ``(L - 7) // 4 .. L // 4 - 1``), chunked attention with
+chunk 8 (blocks ``L // 8 * 2 .. L // 4 - 1``) or Mamba (a hit at ``L`` needs
+the state at ``L``, entry ``L // 4 - 1``). No tail
 (``hybrid_tail_tokens=0``) unless stated.
 """
 
@@ -13,11 +14,21 @@ import random
 import pytest
 from factories import config
 
-from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, Request, SlidingWindowSpec
+from hybridkv import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheManager,
+    MambaSpec,
+    Request,
+    SlidingWindowSpec,
+)
 
 FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
 SWA = SlidingWindowSpec(
     block_size=4, num_kv_heads=1, head_size=4, dtype="float32", sliding_window=8
+)
+CHUNKED = ChunkedLocalAttentionSpec(
+    block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
 )
 MAMBA = MambaSpec(block_size=4, shapes=((2,),), dtypes=("float32",))
 
@@ -165,3 +176,41 @@ def test_tail_points_release_unit_by_unit() -> None:
     queue = [b.block_id for b in kv.block_pool.policy]
     assert queue[:2] == [8, 7]
     assert queue[-10:] == [6, 12, 5, 11, 4, 10, 3, 9, 2, 1]
+
+
+@pytest.mark.parametrize(
+    ("policy", "b_blocks", "hit"),
+    [("hybrid", ([12, 11, 10], [9, 8, 7]), 24), ("lru", ([6, 12, 5], [11, 4, 10]), 12)],
+)
+def test_under_pressure_dead_blocks_go_before_kept_ones(
+    policy: str, b_blocks: tuple[list[int], list[int]], hit: int
+) -> None:
+    """Full attention and chunked attention (chunk 8: a hit at ``L`` needs chunked
+    blocks ``L // 8 * 2 .. L // 4 - 1``), 12 blocks, all used by ``a`` (24 tokens).
+
+    Once ``a`` is freed every free block is cached. Chunked blocks 1, 3, 5 (ids 8,
+    10, 12) are dead: no hit needs the last block of a chunk (a hit at the chunk's
+    end needs nothing before it). Blocks 0, 2, 4 (ids 7, 9, 11) serve hits at 4,
+    12, 20, which no kept point is. The kept point ``E = 24`` needs full blocks
+    1-6 only. ``b`` needs 6 blocks: ``hybrid`` evicts the 6 chunked ones and the
+    hit at 24 survives; ``lru`` evicts ``a``'s deepest blocks and 12 survives.
+    """
+    kv = manager(FULL, CHUNKED, num_blocks=13, policy=policy)
+    a = Request("a", list(range(24)))
+    blocks, n = kv.get_computed_blocks(a)
+    assert kv.allocate_slots(a, 24, n, blocks).get_block_ids() == (
+        [1, 2, 3, 4, 5, 6],
+        [7, 8, 9, 10, 11, 12],
+    )
+    a.num_computed_tokens = 24
+    kv.free(a)
+    pool = kv.block_pool
+    assert pool.num_free_blocks == 12
+    assert all(b.block_hash is not None for b in pool.policy)  # no uncached free block
+    b = Request("b", list(range(100, 112)))
+    blocks, n = kv.get_computed_blocks(b)
+    assert n == 0
+    assert kv.allocate_slots(b, 12, n, blocks).get_block_ids() == b_blocks
+    b.num_computed_tokens = 12
+    kv.free(b)
+    assert run(kv, "c", [*range(24), 99]) == hit

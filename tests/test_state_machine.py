@@ -29,12 +29,15 @@ from reference import (
     check_release_order,
     configs,
     snapshot,
+    usable_keys,
 )
+from release_log import ReleaseLog
 
 from hybridkv import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    KVCacheBlock,
     KVCacheBlocks,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -93,6 +96,11 @@ class KVCacheMachine(RuleBasedStateMachine):
             hybrid_value_weight=cfg.hybrid_value_weight,
         )
         self.hybrid = self.kv.coordinator.hybrid
+        self.log: ReleaseLog | None = None
+        if self.hybrid:  # watch the dead blocks (``release_log.py``)
+            pool = self.kv.block_pool
+            self.log = ReleaseLog(pool.policy, self._dead)
+            pool.policy = self.log  # type: ignore[assignment]
         for _ in range(data.draw(st.integers(1, 4))):  # rules may be swarm-disabled
             self._arrive(data)
 
@@ -133,6 +141,24 @@ class KVCacheMachine(RuleBasedStateMachine):
                 assert isinstance(ev, AllBlocksCleared)
                 self.mirror.clear()
                 self.evicted = False
+
+    def _dead(self, blocks: list[KVCacheBlock]) -> list[bool]:
+        """Which of ``blocks`` are cached and used by no valid hit, per the
+        hash-free reference over the pool's cached token prefixes."""
+        if all(b.block_hash is None for b in blocks):
+            return [False] * len(blocks)
+        cached = {
+            (b.group_id, *self.shadow[(b.group_id, b.block_hash)])
+            for b in self.manager.block_pool.blocks
+            if b.block_hash is not None and b.group_id is not None
+        }
+        usable = usable_keys(self.groups, cached)
+        return [
+            b.block_hash is not None
+            and b.group_id is not None
+            and (b.group_id, *self.shadow[(b.group_id, b.block_hash)]) not in usable
+            for b in blocks
+        ]
 
     def _pick(self, data: st.DataObject, pool: list[Tracked]) -> Tracked:
         return pool[data.draw(st.integers(0, len(pool) - 1))]
@@ -456,7 +482,8 @@ class KVCacheMachine(RuleBasedStateMachine):
             bs = d.block_size
             assert len(tab) == cdiv(n, bs), f"{req.request_id} group {g}: table {tab}, n={n}"
             if self.hybrid:
-                must, may = d.hybrid_positions(tc, len(tab), self.kv.coordinator.managers[g].tail)
+                tail = self.manager.coordinator.managers[g].tail
+                must, may = d.hybrid_positions(tc, len(tab), tail, self.store.step)
                 got = {i for i, bid in enumerate(tab) if bid}
                 assert must <= got <= may, f"{req.request_id} group {g}: table {tab}, tc={tc}"
             else:
@@ -481,6 +508,12 @@ class KVCacheMachine(RuleBasedStateMachine):
         pool = kv.block_pool
         self._sync_events()
         kv.check_integrity()
+        if self.log is not None:
+            assert not self.log.problems, self.log.problems
+            if self.log.kept_evictions:
+                event(
+                    f"hybrid: evicted a block worth keeping, dead ones seen: {self.log.seen_dead}"
+                )
         # Ref counts from the test's own view of the live requests' tables.
         holders: Counter[int] = Counter()
         group_of: dict[int, int] = {}
@@ -546,3 +579,14 @@ class KVCacheMachineUnderPressure(KVCacheMachine):
 
 
 TestKVCacheStateMachineUnderPressure = KVCacheMachineUnderPressure.TestCase
+
+
+class KVCacheMachineHybridUnderPressure(KVCacheMachine):
+    """The pressure configs under ``hybrid``: dead blocks and evictions at once."""
+
+    @initialize(cfg=configs(pressure=True, policy="hybrid"), data=st.data())
+    def setup(self, cfg: Config, data: st.DataObject) -> None:
+        super().setup(cfg, data)
+
+
+TestKVCacheStateMachineHybridUnderPressure = KVCacheMachineHybridUnderPressure.TestCase

@@ -59,6 +59,7 @@ class KVCacheCoordinator(ABC):
         for m in self.managers:
             m.hybrid = self.hybrid
             m.tail = tail if self.hybrid else 0
+            m.hit_step = self.block_size_lcm
         #: Tokens between two snapshot floor points (``hybrid``; 0: none).
         self.floor_tokens = (
             floor_spacing(
@@ -201,51 +202,52 @@ class KVCacheCoordinator(ABC):
         end -= end % lcm
         points = FinalPoints(states[0].kept, end, self.managers[0].tail, lcm)
         dead: list[KVCacheBlock] = []
-        # (unit point, end position, group, block, covering point or None)
-        entries: list[tuple[int, int, int, KVCacheBlock, int | None]] = []
+        shared: list[KVCacheBlock] = []
+        # (unit point, end position, group, block, full attention?)
+        entries: list[tuple[int, int, int, KVCacheBlock, bool]] = []
         full_pages: Counter[int] = Counter()
         extra_pages: Counter[int] = Counter()
         main = sorted({*points.kept, end})
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
-            held = [(i, st.blocks[i]) for i in range(st.num_skipped, len(st.blocks))]
-            for i, b in held + st.retained:
+            full = not m.has_skips
+            unit_of = points.unit_of(None if full else m.first_needed_block, bs)
+            start = st.num_skipped
+            for i, b in chain(enumerate(st.blocks[start:], start), st.retained):
                 if b.is_null:
                     continue
-                if not m.has_skips:
-                    u = points.full_unit(i, bs)
-                    entries.append((u, (i + 1) * bs, gid, b, None))
-                    if u != BEYOND:
-                        k = bisect_left(main, (i + 1) * bs)
-                        if k < len(main):
-                            full_pages[main[k]] += 1
+                if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
+                    shared.append(b)
                     continue
-                p = points.covering(i, m.first_needed_block, bs)
-                if p is None and b.block_hash is not None:
-                    dead.append(b)
-                elif p is None:
-                    entries.append((BEYOND, (i + 1) * bs, gid, b, None))
+                unit = unit_of(i)
+                if unit == BEYOND:
+                    if b.block_hash is not None:
+                        dead.append(b)  # no kept point's hit needs it
+                    else:
+                        entries.append((unit, (i + 1) * bs, gid, b, full))
+                    continue
+                entries.append((unit, (i + 1) * bs, gid, b, full))
+                if full:
+                    full_pages[main[bisect_left(main, (i + 1) * bs)]] += 1
                 else:
-                    entries.append((p, (i + 1) * bs, gid, b, p))
-                    extra_pages[p] += 1
+                    extra_pages[unit] += 1
         pool = self.pool
+        pool.free_blocks(shared)
         pool.free_blocks(dead, evict_first=True)
         values = UnitValues(points, full_pages, extra_pages)
         managers = self.managers
         run: list[KVCacheBlock] = []
         run_value: float | None = None
-        for u, pos, gid, b, cover in release_order(entries):
-            if u == BEYOND:
+        for unit, pos, gid, b, full in release_order(entries):
+            v: float | None
+            if unit == BEYOND:
                 v = None
-            elif cover is None:
+            elif full:
                 v = values.of_full(pos)
             else:
                 m = managers[gid]
-                shared = (
-                    not self._point_local[gid]
-                    or m.first_needed_block(end) <= pos // m.block_size - 1
-                )
-                v = values.of_other(cover, shared)
+                own = self._point_local[gid] and m.first_needed_block(end) > pos // m.block_size - 1
+                v = values.of_other(unit, not own)
             if v != run_value and run:
                 pool.free_blocks(run, value=run_value)
                 run = []

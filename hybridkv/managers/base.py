@@ -96,6 +96,9 @@ class SingleTypeKVCacheManager(ABC):
         #: Tokens before the end whose hit points a running request keeps
         #: whole (``hybrid``; ``retention.TAIL_TOKENS``), set by the coordinator.
         self.tail = 0
+        #: Hit lengths are multiples of this (every group's block size), set
+        #: by the coordinator: ``hybrid`` keeps the last such boundary whole.
+        self.hit_step = self.block_size
 
     @property
     def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
@@ -116,11 +119,11 @@ class SingleTypeKVCacheManager(ABC):
 
     def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
         """Table entries before this index are released once ``total_computed_tokens``
-        are computed. ``hybrid`` keeps the last block boundary's needs too."""
+        are computed. ``hybrid`` keeps the last hit boundary's needs too."""
         n = total_computed_tokens
         if self.hybrid:
-            n = max(0, n - self.tail)
-            n -= n % self.block_size
+            n -= self.tail
+            n = n - n % self.hit_step if n > 0 else 0
         return min(self.first_needed_block(n), len(st.blocks))
 
     def is_kept(self, kept: tuple[int, ...], index: int) -> bool:

@@ -40,6 +40,7 @@ class MambaManager(SingleTypeKVCacheManager):
             hybrid=self.hybrid,
             kept=kept,
             tail=self.tail,
+            step=self.hit_step,
         )
 
     def _num_new_real_blocks(

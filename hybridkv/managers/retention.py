@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 #: Sort key for blocks that no kept point covers (released first).
@@ -100,44 +101,55 @@ class FinalPoints:
     """A freed request's kept points: its own (``kept``) and every multiple of
     ``step`` in ``[end - tail, end]`` (the tail, see ``TAIL_TOKENS``)."""
 
-    __slots__ = ("end", "kept", "step", "tail_lo")
+    __slots__ = ("end", "kept", "points", "step")
 
     def __init__(self, kept: Sequence[int], end: int, tail: int, step: int) -> None:
-        self.kept = sorted(p for p in kept if 0 < p <= end)
+        self.kept = sorted({p for p in kept if 0 < p <= end})
         self.end = end
         self.step = step
-        self.tail_lo = max(step, -(-(end - tail) // step) * step)
+        tail_lo = max(step, -(-(end - tail) // step) * step)
+        #: All of them, tail included, ascending (``unit_of`` runs per block).
+        self.points = sorted({*self.kept, *range(tail_lo, end + 1, step)})
 
-    def _tail_from(self, pos: int) -> int | None:
-        """The smallest tail point >= ``pos``, if any."""
-        p = max(pos, self.tail_lo)
-        p = -(-p // self.step) * self.step
-        return p if p <= self.end else None
+    def unit_of(
+        self, first_needed_block: Callable[[int], int] | None, bs: int
+    ) -> Callable[[int], int]:
+        """One group's ``index -> unit``: the smallest point whose hit needs
+        block ``index`` (``BEYOND``: none). ``first_needed_block`` is None for
+        full attention, whose blocks every point at or past their end needs.
 
-    def covering(self, index: int, first_needed_block: Callable[[int], int], bs: int) -> int | None:
-        """The smallest kept point whose hit needs block ``index`` (None: none)."""
-        best = covering_point(self.kept, index, first_needed_block, bs)
-        p = self._tail_from((index + 1) * bs)
-        if p is not None and first_needed_block(p) <= index and (best is None or p < best):
-            best = p
-        return best
+        Only the smallest point past the block can need it: a larger one reads
+        no earlier block (``first_needed_block`` is non-decreasing).
+        """
+        points = self.points
+        n = len(points)
 
-    def full_unit(self, index: int, bs: int) -> int:
-        """The smallest kept point that needs full-attention block ``index``."""
-        end = (index + 1) * bs
-        best = next((p for p in self.kept if p >= end), BEYOND)
-        p = self._tail_from(end)
-        return best if p is None else min(best, p)
+        def full(index: int) -> int:
+            k = bisect_left(points, (index + 1) * bs)
+            return points[k] if k < n else BEYOND
+
+        if first_needed_block is None:
+            return full
+        first = first_needed_block
+
+        def cover(index: int) -> int:
+            k = bisect_left(points, (index + 1) * bs)
+            return points[k] if k < n and first(points[k]) <= index else BEYOND
+
+        return cover
 
 
 def release_order(entries: list[Any]) -> list[Any]:
     """``(unit point, end position, group, block, ...)`` entries in release order.
 
-    Largest unit first, within a unit the deepest position first: the free
-    queue then evicts a whole hit unit, deepest first, before the next.
-    Sorts ``entries`` in place and returns it.
+    Largest unit first, within a unit the deepest position first (then the
+    lowest group): the free queue then evicts a whole hit unit, deepest first,
+    before the next. Sorts ``entries`` in place and returns it.
     """
-    entries.sort(key=lambda e: (-e[0], -e[1], e[2]))
+    # Two stable sorts with C keys (``reverse`` keeps equal keys in order); the
+    # first is a linear pass when entries come group by group.
+    entries.sort(key=itemgetter(2))
+    entries.sort(key=itemgetter(0, 1), reverse=True)
     return entries
 
 
