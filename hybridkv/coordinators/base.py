@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from bisect import bisect_left
 from collections import Counter
 from itertools import chain, zip_longest
 
@@ -203,15 +202,17 @@ class KVCacheCoordinator(ABC):
         points = FinalPoints(states[0].kept, end, self.managers[0].tail, lcm)
         dead: list[KVCacheBlock] = []
         shared: list[KVCacheBlock] = []
-        # (unit point, end position, group, block, full attention?)
-        entries: list[tuple[int, int, int, KVCacheBlock, bool]] = []
-        full_pages: Counter[int] = Counter()
+        # (unit point, end position, group, block, kind): kind 0 full attention,
+        # 1 a block other points may need, 2 a tail point's own state.
+        entries: list[tuple[int, int, int, KVCacheBlock, int]] = []
+        full_units: Counter[int] = Counter()
         extra_pages: Counter[int] = Counter()
-        main = sorted({*points.kept, end})
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
             full = not m.has_skips
             unit_of = points.unit_of(None if full else m.first_needed_block, bs)
+            # Blocks before E's needed range are needed by lower points only.
+            own_below = m.first_needed_block(end) if self._point_local[gid] else 0
             start = st.num_skipped
             for i, b in chain(enumerate(st.blocks[start:], start), st.retained):
                 if b.is_null:
@@ -224,30 +225,31 @@ class KVCacheCoordinator(ABC):
                     if b.block_hash is not None:
                         dead.append(b)  # no kept point's hit needs it
                     else:
-                        entries.append((unit, (i + 1) * bs, gid, b, full))
-                    continue
-                entries.append((unit, (i + 1) * bs, gid, b, full))
-                if full:
-                    full_pages[main[bisect_left(main, (i + 1) * bs)]] += 1
+                        entries.append((unit, (i + 1) * bs, gid, b, 1))
+                elif full:
+                    entries.append((unit, (i + 1) * bs, gid, b, 0))
+                    full_units[unit] += 1
                 else:
+                    entries.append((unit, (i + 1) * bs, gid, b, 2 if i < own_below else 1))
                     extra_pages[unit] += 1
         pool = self.pool
         pool.free_blocks(shared)
         pool.free_blocks(dead, evict_first=True)
-        values = UnitValues(points, full_pages, extra_pages)
-        managers = self.managers
+        values = UnitValues(points, full_units, extra_pages)
+        cache: dict[tuple[int, int], float | None] = {}
         run: list[KVCacheBlock] = []
         run_value: float | None = None
-        for unit, pos, gid, b, full in release_order(entries):
-            v: float | None
-            if unit == BEYOND:
-                v = None
-            elif full:
-                v = values.of_full(pos)
-            else:
-                m = managers[gid]
-                own = self._point_local[gid] and m.first_needed_block(end) > pos // m.block_size - 1
-                v = values.of_other(unit, not own)
+        for unit, _, _, b, kind in release_order(entries):
+            key = (unit, kind)
+            v = cache.get(key, -1.0)
+            if v == -1.0:
+                if unit == BEYOND:
+                    v = None
+                elif kind == 0:
+                    v = values.of_full(unit)
+                else:
+                    v = values.of_other(unit, kind == 1)
+                cache[key] = v
             if v != run_value and run:
                 pool.free_blocks(run, value=run_value)
                 run = []

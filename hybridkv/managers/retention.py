@@ -184,8 +184,10 @@ class UnitValues:
     __slots__ = ("chain", "end", "extra_pages", "main", "points")
 
     def __init__(
-        self, points: FinalPoints, full_pages: Mapping[int, int], extra_pages: Mapping[int, int]
+        self, points: FinalPoints, full_units: Mapping[int, int], extra_pages: Mapping[int, int]
     ) -> None:
+        """``full_units``: full-attention pages by unit point (``FinalPoints``);
+        ``extra_pages``: the other groups' pages by unit point."""
         main = list(points.kept)
         if points.end and (not main or main[-1] != points.end):
             main.append(points.end)
@@ -193,6 +195,11 @@ class UnitValues:
         self.points = points
         self.end = points.end
         self.extra_pages = extra_pages
+        full_pages: dict[int, int] = {}
+        for unit, n in full_units.items():
+            owner = self.main_owner(unit)
+            if owner is not None:
+                full_pages[owner] = full_pages.get(owner, 0) + n
         chain: dict[int, float] = {}
         prev, best = 0, float("inf")
         for m in main:
