@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import Counter
 from itertools import chain, zip_longest
 
 from hybridkv.core.block import KVCacheBlock
@@ -205,8 +204,9 @@ class KVCacheCoordinator(ABC):
         # (unit point, end position, group, block, kind): kind 0 full attention,
         # 1 a block other points may need, 2 a tail point's own state.
         entries: list[tuple[int, int, int, KVCacheBlock, int]] = []
-        full_units: Counter[int] = Counter()
-        extra_pages: Counter[int] = Counter()
+        full_units: dict[int, int] = {}
+        extra_pages: dict[int, int] = {}
+        ranked = self.pool.policy.ranks_by_value
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
             full = not m.has_skips
@@ -228,13 +228,18 @@ class KVCacheCoordinator(ABC):
                         entries.append((unit, (i + 1) * bs, gid, b, 1))
                 elif full:
                     entries.append((unit, (i + 1) * bs, gid, b, 0))
-                    full_units[unit] += 1
+                    if ranked:
+                        full_units[unit] = full_units.get(unit, 0) + 1
                 else:
                     entries.append((unit, (i + 1) * bs, gid, b, 2 if i < own_below else 1))
-                    extra_pages[unit] += 1
+                    if ranked:
+                        extra_pages[unit] = extra_pages.get(unit, 0) + 1
         pool = self.pool
         pool.free_blocks(shared)
         pool.free_blocks(dead, evict_first=True)
+        if not ranked:  # recency only: one release, in unit order
+            pool.free_blocks([e[3] for e in release_order(entries)])
+            return
         values = UnitValues(points, full_units, extra_pages)
         cache: dict[tuple[int, int], float | None] = {}
         run: list[KVCacheBlock] = []

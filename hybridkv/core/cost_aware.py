@@ -54,6 +54,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         if not weight >= 0:
             raise ValueError(f"weight must be >= 0, got {weight!r}")
         self.weight = weight
+        self.ranks_by_value = weight > 0
         self.first = FreeKVCacheBlockQueue(blocks)  # evict-first and hashless blocks
         for b in blocks:
             b.free_class = _NO_CLASS

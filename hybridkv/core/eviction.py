@@ -19,6 +19,10 @@ from hybridkv.core.free_queue import FreeKVCacheBlockQueue
 class EvictionPolicy(ABC):
     """The ordered set of free blocks."""
 
+    #: True when ``release(..., value=)`` changes the order (the ``hybrid``
+    #: coordinator computes unit values only then).
+    ranks_by_value: bool = False
+
     @property
     @abstractmethod
     def num_free_blocks(self) -> int:
