@@ -76,7 +76,7 @@ RESULTS = HERE / "results" / "cache-vllm.md"
 EXTRA_ACTIVE_PARAMS = {"llama-3.1-8b": 8.03e9}  # Llama 3.1 model card: 8B
 #: Candidate ``prefix_cache_retention_interval``s; positive ones must be multiples
 #: of the scheduler block size (80 for jamba-v0.1, 16 for gemma-3-27b): all here are.
-DEFAULT_RETENTION = "none,0,160,800,4000,8160"
+DEFAULT_RETENTION = "none,0,160,240,480,800,4000,8160"
 TARGET_RATIO = 1.5
 
 
