@@ -164,3 +164,29 @@ def test_auto_value_weight() -> None:
     assert kv.block_pool.policy.weight == 0.0
     kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid")
     assert kv.block_pool.policy.weight == 3.0
+
+
+def test_two_classes_interleave_by_key() -> None:
+    # Weight 0: keys are release order whatever the class; with two classes the
+    # take must switch queues as soon as the other head's key is lower.
+    blocks = [KVCacheBlock(i) for i in range(1, 5)]
+    policy = CostAwareEvictionPolicy(blocks, weight=0.0)
+    policy.take(4)
+    for b in blocks:
+        b.block_hash = bytes([b.block_id])
+    b1, b2, b3, b4 = blocks
+    policy.release([b1], value=1.0)  # class 0, key 1/4
+    policy.release([b2], value=4.0)  # class 4, key 2/4
+    policy.release([b3], value=1.0)  # class 0, key 3/4
+    policy.release([b4], value=4.0)  # class 4, key 4/4
+    assert [b.block_id for b in policy.take(3)] == [1, 2, 3]
+    assert [b.block_id for b in policy.take(1)] == [4]
+
+
+def test_ranks_by_value_only_with_a_weight() -> None:
+    assert CostAwareEvictionPolicy([], weight=0.0).ranks_by_value is False
+    assert CostAwareEvictionPolicy([], weight=0.5).ranks_by_value is True
+    blocks = [KVCacheBlock(1)]
+    from hybridkv.core.eviction import LRUEvictionPolicy
+
+    assert LRUEvictionPolicy(blocks).ranks_by_value is False

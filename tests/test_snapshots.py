@@ -25,16 +25,30 @@ def test_entries_per_policy() -> None:
     # (exclusive), and the kept point 12 (entry 2).
     assert snapshot_entries(2, 8, 30, caching=True, hybrid=True, **common) == [2, 4, 5, 6, 7]
     assert snapshot_entries(8, 8, 30, caching=True, hybrid=True, **common) == []
+    assert snapshot_entries(8, 8, 30, caching=False, hybrid=False, **common) == []
+
+
+def test_hybrid_tail_starts_at_a_hit_boundary() -> None:
+    # Hit step 8 (another group's block size), block size 4: the tail of 8 tokens
+    # before 30 starts at the hit boundary 16 (entry 3), not at 20 (entry 4).
+    got = snapshot_entries(0, 8, 30, block_size=4, caching=True, hybrid=True, tail=8, step=8)
+    assert got == [3, 4, 5, 6, 7]
+    assert snapshot_entries(0, 8, 30, block_size=4, caching=True, hybrid=True, tail=8) == [
+        4,
+        5,
+        6,
+        7,
+    ]
 
 
 def test_save_slots() -> None:
     # Two sequences: positions 2..6 (ends a block at 3) and 7..8; block size 4.
     positions = torch.tensor([2, 3, 4, 5, 6, 7, 8])
-    slots = torch.tensor([5, 5, 0, 0, 9, 3, 4])  # entry of position 4-6 null, except...
+    slots = torch.tensor([5, 5, 0, 0, 9, 0, 4])
     got = save_slots(positions, slots, torch.tensor([5, 7]), 4)
-    # saves after 3 (block end, slot 5), after 6 (seq end, slot 9), after 7
-    # (block end, slot 3) and after 8 (seq end, slot 4); nothing where the slot is null.
-    assert got.tolist() == [-1, 5, -1, -1, 9, 3, 4]
+    # saves after 3 (block end, slot 5), after 6 (seq end, slot 9) and after 8
+    # (seq end, slot 4); position 7 ends a block but its entry is null: no save.
+    assert got.tolist() == [-1, 5, -1, -1, 9, -1, 4]
     assert got.dtype == torch.int32
 
 
