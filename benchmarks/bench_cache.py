@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from machine_info import machine  # noqa: E402
 
 from hybridkv.report.resolve import resolve_layout  # noqa: E402
 from hybridkv.report.units import parse_memory  # noqa: E402
@@ -57,19 +57,6 @@ HEADERS = (
 )
 
 TEXT_COLUMNS = ("layout", "budget", "policy", "cached blocks by kind", "cached GB by kind")
-
-
-def machine() -> str:
-    """CPU model name (``/proc/cpuinfo``, else ``platform.processor``), cores, Python."""
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def row(r: SimResult) -> list[str]:

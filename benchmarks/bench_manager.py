@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import platform
 import random
 import statistics
 import sys
@@ -44,6 +43,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from hybridkv_adapter import HybridkvAdapter, make_config  # noqa: E402
+from machine_info import machine  # noqa: E402
 
 from hybridkv import BlockHasher, Request  # noqa: E402
 
@@ -128,18 +128,6 @@ def hash_ns_per_token(
             times.setdefault(f"hybridkv:{algo}", []).append(perf() - t0)
             assert len(req._block_hashes) == prompt_len // block_size
     return {k: {"ns_per_token": statistics.median(v) / prompt_len * 1e9} for k, v in times.items()}
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main() -> None:

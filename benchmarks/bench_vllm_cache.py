@@ -48,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from bench_cache import machine  # noqa: E402
+from machine_info import machine  # noqa: E402
 from ours_replay import OursResult, closed_options, run_ours  # noqa: E402
 from vllm_chunking import vllm_chunk_rule  # noqa: E402
 from vllm_config import (  # noqa: E402

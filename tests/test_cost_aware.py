@@ -8,25 +8,18 @@ request (``hybridkv.managers.retention.UnitValues``).
 from __future__ import annotations
 
 import pytest
-from factories import config
+from factories import config, full, mamba, swa
 
 from hybridkv import (
     CostAwareEvictionPolicy,
-    FullAttentionSpec,
     KVCacheManager,
-    MambaSpec,
     Request,
-    SlidingWindowSpec,
 )
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.cost_aware import value_class
 from hybridkv.managers.retention import FinalPoints, UnitValues, floor_spacing, tail_tokens_saved
 
-FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
-SWA = SlidingWindowSpec(
-    block_size=4, num_kv_heads=1, head_size=4, dtype="float32", sliding_window=8
-)
-MAMBA = MambaSpec(block_size=4, shapes=((2,),), dtypes=("float32",))
+FULL, SWA, MAMBA = full(4), swa(4, 8), mamba(4)
 
 
 def released_policy(weight: float) -> tuple[CostAwareEvictionPolicy, list[KVCacheBlock]]:

@@ -12,25 +12,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from factories import config
+from factories import chunked, config, full, mamba, swa
 
 from hybridkv import (
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
     KVCacheManager,
-    MambaSpec,
     Request,
-    SlidingWindowSpec,
 )
 
-FULL = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=4, dtype="float32")
-SWA = SlidingWindowSpec(
-    block_size=4, num_kv_heads=1, head_size=4, dtype="float32", sliding_window=8
-)
-CHUNKED = ChunkedLocalAttentionSpec(
-    block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
-)
-MAMBA = MambaSpec(block_size=4, shapes=((2,),), dtypes=("float32",))
+FULL, SWA, CHUNKED, MAMBA = full(4), swa(4, 8), chunked(4, 8), mamba(4)
 
 
 def manager(*specs, num_blocks=64, tail=0, policy="hybrid", weight=0.0) -> KVCacheManager:

@@ -79,11 +79,6 @@ def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm:
     return lcm * -(-int(spacing) // lcm)
 
 
-def needed_range(first_needed_block: Callable[[int], int], point: int, bs: int) -> range:
-    """Block indices a hit at ``point`` tokens needs in a group."""
-    return range(first_needed_block(point), point // bs)
-
-
 def covering_point(
     kept: Sequence[int], index: int, first_needed_block: Callable[[int], int], bs: int
 ) -> int | None:
