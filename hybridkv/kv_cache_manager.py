@@ -84,7 +84,9 @@ class KVCacheManager:
     knobs: ``hybrid_tail_tokens``, the tokens before a request's end whose
     block boundaries stay hit points; ``hybrid_value_weight``, pool turnovers
     one doubling of a unit's value is worth (0: recency only; None:
-    ``auto_value_weight``).
+    ``auto_value_weight``); ``hybrid_tail_align``, the tail's alignment
+    (None: learned from where requests branch, ``managers/tail_alignment.py``;
+    0: every boundary; ``A``: multiples of ``A`` only).
     ``eviction_policy`` (a policy class or factory) overrides the free set's
     ordering under either policy.
     """
@@ -103,6 +105,7 @@ class KVCacheManager:
         cache_policy: str = "lru",
         hybrid_tail_tokens: int = TAIL_TOKENS,
         hybrid_value_weight: float | None = None,
+        hybrid_tail_align: int | None = None,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -116,6 +119,14 @@ class KVCacheManager:
             or (hybrid_tail_tokens < 0)
         ):
             raise ValueError(f"hybrid_tail_tokens must be an int >= 0, got {hybrid_tail_tokens!r}")
+        if hybrid_tail_align is not None and (
+            isinstance(hybrid_tail_align, bool)
+            or not isinstance(hybrid_tail_align, int)
+            or hybrid_tail_align < 0
+        ):
+            raise ValueError(
+                f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
+            )
         if hybrid_value_weight is None:
             hybrid_value_weight = auto_value_weight(
                 [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
@@ -161,6 +172,7 @@ class KVCacheManager:
             enable_caching,
             cache_policy,
             hybrid_tail_tokens,
+            hybrid_tail_align,
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
@@ -258,17 +270,21 @@ class KVCacheManager:
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
         kept: tuple[int, ...] = ()
         # Kept points come from a prefix hit: a call without one keeps none.
-        if (
+        admitted = (
             coordinator.hybrid
             and new_computed_blocks is not None
             and not coordinator.has_request(rid)
-        ):
+        )
+        if admitted:
             kept = self._kept_points(request, num_new_computed_tokens, new_computed_blocks)
         new_blocks = coordinator.allocate(
             rid, num_tokens_need_slot, hit_blocks, total_computed, kept
         )
         if new_blocks is None:
             return None
+        if admitted:
+            assert new_computed_blocks is not None
+            coordinator.observe_branch(new_computed_blocks.full_hit_tokens, request.num_tokens)
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(

@@ -23,8 +23,9 @@ Which entries are real, per cache policy:
 - no prefix caching: only the running state (the last entry);
 - ``lru``: every entry a step crosses (each block boundary is cached);
 - ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
-  the last ``tail`` tokens (from a hit boundary on), and the request's kept
-  points (hit, branch point, snapshot floor).
+  the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
+  ``managers/tail_alignment.py``, only those on its grid and the step's last),
+  and the request's kept points (hit, branch point, snapshot floor).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+from hybridkv.managers.tail_alignment import on_grid
 
 #: A request holds its running state and the snapshot it resumed from (or is
 #: writing) in each Mamba group.
@@ -54,13 +57,16 @@ def snapshot_entries(
     kept: Sequence[int] = (),
     tail: int = 0,
     step: int | None = None,
+    align: int = 0,
 ) -> list[int]:
     """Entries in ``[have, required)`` that get a real state block (ascending).
 
     ``required`` entries cover ``num_tokens`` tokens; ``have`` exist already.
     ``step``: the hit step (the lcm of every group's block size; default
     ``block_size``): ``hybrid``'s tail starts at the last hit boundary at or
-    before ``num_tokens - tail``. See the module docstring for each policy.
+    before ``num_tokens - tail``; with ``align`` (``tail_alignment``) it keeps
+    only boundaries ``on_grid`` and the step's last one (the candidate end).
+    See the module docstring for each policy.
     """
     if required <= have:
         return []
@@ -70,8 +76,11 @@ def snapshot_entries(
         return list(range(have, required))
     bs = block_size
     step = step or bs
-    real = {required - 1}
-    real.update(range(max(have, (num_tokens - tail) // step * step // bs - 1), num_tokens // bs))
+    last = num_tokens // bs - 1
+    real = {required - 1, last}
+    for j in range(max(have, (num_tokens - tail) // step * step // bs - 1), last):
+        if on_grid((j + 1) * bs, align, step):
+            real.add(j)
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)
 

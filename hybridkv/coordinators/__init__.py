@@ -17,6 +17,7 @@ def get_kv_cache_coordinator(
     enable_caching: bool,
     cache_policy: str = "lru",
     hybrid_tail_tokens: int = 0,
+    hybrid_tail_align: int | None = 0,
 ) -> KVCacheCoordinator:
     """No-prefix-cache, unitary (one group) or hybrid (several groups)."""
     cls: type[KVCacheCoordinator]
@@ -33,6 +34,7 @@ def get_kv_cache_coordinator(
         enable_caching,
         cache_policy,
         hybrid_tail_tokens,
+        hybrid_tail_align,
     )
 
 

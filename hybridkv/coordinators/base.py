@@ -22,6 +22,7 @@ from hybridkv.managers.retention import (
     floor_spacing,
     release_order,
 )
+from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs import KVCacheConfig
 
 
@@ -36,6 +37,7 @@ class KVCacheCoordinator(ABC):
         enable_caching: bool,
         cache_policy: str = "lru",
         hybrid_tail_tokens: int = 0,
+        hybrid_tail_align: int | None = 0,
     ) -> None:
         self.pool = block_pool
         self.enable_caching = enable_caching
@@ -58,6 +60,14 @@ class KVCacheCoordinator(ABC):
             m.hybrid = self.hybrid
             m.tail = tail if self.hybrid else 0
             m.hit_step = self.block_size_lcm
+        full_sizes = [m.block_size for m in self.managers if m.prefix_closed]
+        #: Where branches fall (``hybrid``): thins the tail (``tail_alignment``).
+        self.tail_alignment = TailAlignment(
+            full_sizes[0] if full_sizes else self.block_size_lcm,
+            hybrid_tail_tokens if self.hybrid else 0,
+            hybrid_tail_align,
+        )
+        self._set_tail_align()
         #: Tokens between two snapshot floor points (``hybrid``; 0: none).
         self.floor_tokens = (
             floor_spacing(
@@ -78,6 +88,18 @@ class KVCacheCoordinator(ABC):
         #: ``find_longest_cache_hit`` (the branch point; 0 without such groups).
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
+
+    def observe_branch(self, branch: int, num_tokens: int) -> None:
+        """A new request branches off the cache after ``branch`` tokens of its
+        ``num_tokens`` (``hybrid``: feeds ``tail_alignment``)."""
+        before = self.tail_alignment.align
+        self.tail_alignment.observe(branch, num_tokens)
+        if self.tail_alignment.align != before:
+            self._set_tail_align()
+
+    def _set_tail_align(self) -> None:
+        for m in self.managers:
+            m.tail_align = self.tail_alignment.align
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
@@ -198,7 +220,9 @@ class KVCacheCoordinator(ABC):
         lcm = self.block_size_lcm
         end = min(st.num_cached * m.block_size for m, st in zip(self.managers, states, strict=True))
         end -= end % lcm
-        points = FinalPoints(states[0].kept, end, self.managers[0].tail, lcm)
+        points = FinalPoints(
+            states[0].kept, end, self.managers[0].tail, lcm, self.tail_alignment.align
+        )
         dead: list[KVCacheBlock] = []
         shared: list[KVCacheBlock] = []
         # (unit point, end position, group, block, kind): kind 0 full attention,
@@ -280,4 +304,6 @@ class KVCacheCoordinator(ABC):
         ids = set(self.managers[0].states)
         for m in self.managers:
             assert set(m.states) == ids, "groups disagree on the live requests"
+            assert m.tail_align == self.tail_alignment.align, "stale tail alignment"
             m.check_integrity()
+        self.tail_alignment.check_integrity()

@@ -29,6 +29,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         enable_caching: bool,
         cache_policy: str = "lru",
         hybrid_tail_tokens: int = 0,
+        hybrid_tail_align: int | None = 0,
     ) -> None:
         super().__init__(
             kv_cache_config,
@@ -37,6 +38,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             enable_caching,
             cache_policy,
             hybrid_tail_tokens,
+            hybrid_tail_align,
         )
         order = sorted(
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)

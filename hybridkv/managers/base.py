@@ -99,6 +99,9 @@ class SingleTypeKVCacheManager(ABC):
         #: Hit lengths are multiples of this (every group's block size), set
         #: by the coordinator: ``hybrid`` keeps the last such boundary whole.
         self.hit_step = self.block_size
+        #: The tail's alignment (``hybridkv.managers.tail_alignment``; 0:
+        #: every boundary), kept current by the coordinator.
+        self.tail_align = 0
 
     @property
     def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:

@@ -41,6 +41,7 @@ class MambaManager(SingleTypeKVCacheManager):
             kept=kept,
             tail=self.tail,
             step=self.hit_step,
+            align=self.tail_align,
         )
 
     def _num_new_real_blocks(

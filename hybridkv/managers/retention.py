@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+from hybridkv.managers.tail_alignment import on_grid
+
 #: Sort key for blocks that no kept point covers (released first).
 BEYOND = 1 << 62
 #: The tail: a freed request keeps a hit point at every block boundary of its
@@ -94,17 +96,39 @@ def covering_point(
 
 class FinalPoints:
     """A freed request's kept points: its own (``kept``) and every multiple of
-    ``step`` in ``[end - tail, end]`` (the tail, see ``TAIL_TOKENS``)."""
+    ``step`` in ``[end - tail, end]`` (the tail, see ``TAIL_TOKENS``).
 
-    __slots__ = ("end", "kept", "points", "step")
+    With ``align`` (``tail_alignment``), the tail keeps only ``end`` and the
+    multiples of ``step`` that are ``on_grid``.
+    """
 
-    def __init__(self, kept: Sequence[int], end: int, tail: int, step: int) -> None:
+    __slots__ = ("align", "end", "kept", "points", "step")
+
+    def __init__(self, kept: Sequence[int], end: int, tail: int, step: int, align: int = 0) -> None:
         self.kept = sorted({p for p in kept if 0 < p <= end})
         self.end = end
         self.step = step
-        tail_lo = max(step, -(-(end - tail) // step) * step)
+        self.align = align
+        tail_points: Sequence[int]
+        if align:  # a grid point may sit up to a step below ``end - tail``
+            lo = max(step, (end - tail) // step * step)
+            grid = range(lo, end + 1, step)
+            tail_points = [p for p in grid if p == end or on_grid(p, align, step)]
+        else:
+            tail_points = range(max(step, -(-(end - tail) // step) * step), end + 1, step)
         #: All of them, tail included, ascending (``unit_of`` runs per block).
-        self.points = sorted({*self.kept, *range(tail_lo, end + 1, step)})
+        self.points = sorted({*self.kept, *tail_points})
+
+    def saved_by(self, point: int) -> int:
+        """Tokens a hit loses when tail point ``point``'s own state goes.
+
+        Dense tail: ``tail_tokens_saved`` (thinned level by level). Aligned
+        tail: the hit falls to the next point below (0 if none).
+        """
+        if not self.align:
+            return tail_tokens_saved(self.end, point, self.step)
+        k = bisect_left(self.points, point)
+        return point - (self.points[k - 1] if k else 0)
 
     def unit_of(
         self, first_needed_block: Callable[[int], int] | None, bs: int
@@ -223,5 +247,5 @@ class UnitValues:
         top = self.chain[self.end]
         if shared:
             return top
-        saved = tail_tokens_saved(self.end, point, self.points.step)
+        saved = self.points.saved_by(point)
         return min(top, saved / max(1, self.extra_pages.get(point, 0)))

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Hit-rate ceilings: what any cache policy could reach at a memory budget.
+
+For a layout, a budget and a trace, the planner gives the pool's ``num_blocks``
+(one page each). A prefix hit at L needs the full-attention blocks of [0, L)
+in every case, plus, for a hybrid layout, some sliding/chunked blocks or a
+Mamba state at L. This script drops that extra cost: it spends *every* page on
+full-attention blocks of the full-attention group and replays the same
+expanded requests (one at a time, hit = leading cached blocks, capped one
+token short of the prompt, as the manager does) through two eviction rules:
+
+- ``lru``: least recently used, a request's blocks released deepest first
+  (the free queue's order);
+- ``belady``: offline optimal for the paging problem: evict the block whose
+  next use is furthest away (never used again first; a deeper block first on
+  ties, so the cache stays prefix-closed), and do not keep a block whose next
+  use is further than every block kept.
+
+Both are upper bounds for the hybrid layout at that budget: ``lru`` for any
+policy that evicts full-attention KV by recency (ours and vLLM's), ``belady``
+for any policy at all that keeps one state/window per hit point for free. A
+target above ``belady`` cannot be met by retention alone.
+
+    .venv/bin/python benchmarks/bench_ceiling.py --layouts jamba-v0.1 --memory 40,80
+    .venv/bin/python benchmarks/bench_ceiling.py --write   # -> results/cache-ceiling.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import heapq
+import sys
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from machine_info import machine  # noqa: E402
+
+from hybridkv.layouts import shipped_layout  # noqa: E402
+from hybridkv.sim import SimOptions  # noqa: E402
+from hybridkv.sim.replay import plan_replay, replay_max_model_len  # noqa: E402
+from hybridkv.sim.trace import HASH_BLOCK_TOKENS, TraceRequest, load_trace  # noqa: E402
+from hybridkv.specs import FullAttentionSpec  # noqa: E402
+
+TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+INF = 1 << 62
+
+
+def block_keys(req: TraceRequest, block_size: int) -> list[int]:
+    """Chained keys of the prompt's full blocks (equal keys <=> equal prefixes)."""
+    assert req.hash_ids is not None, "Mooncake requests only"
+    keys: list[int] = []
+    parent = 0
+    for k in range(req.input_length // block_size):
+        first, last = k * block_size, (k + 1) * block_size - 1
+        h0 = req.hash_ids[first // HASH_BLOCK_TOKENS]
+        h1 = req.hash_ids[last // HASH_BLOCK_TOKENS]
+        parent = hash((parent, h0, h1, first % HASH_BLOCK_TOKENS))
+        keys.append(parent)
+    return keys
+
+
+def hit_blocks(keys: Sequence[int], input_length: int, block_size: int, cached: object) -> int:
+    """Leading cached blocks, at most ``(input_length - 1) // block_size``."""
+    limit = min(len(keys), (input_length - 1) // block_size)
+    n = 0
+    while n < limit and keys[n] in cached:  # type: ignore[operator]
+        n += 1
+    return n
+
+
+def lru_hits(requests: Sequence[list[int]], lengths: Sequence[int], bs: int, cap: int) -> int:
+    """Hit tokens under LRU with ``cap`` blocks (module docstring)."""
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for keys, length in zip(requests, lengths, strict=True):
+        hits += hit_blocks(keys, length, bs, cache) * bs
+        for key in reversed(keys):  # deepest released first = evicted first
+            cache[key] = None
+            cache.move_to_end(key)
+        while len(cache) > cap:
+            cache.popitem(last=False)
+    return hits
+
+
+def belady_hits(requests: Sequence[list[int]], lengths: Sequence[int], bs: int, cap: int) -> int:
+    """Hit tokens under offline-optimal eviction with ``cap`` blocks."""
+    uses: defaultdict[int, deque[int]] = defaultdict(deque)
+    for i, keys in enumerate(requests):
+        for key in keys:
+            uses[key].append(i)
+    cached: dict[int, int] = {}  # key -> next use
+    heap: list[tuple[int, int, int]] = []  # (-next use, -depth, key), lazy
+    hits = 0
+    for keys, length in zip(requests, lengths, strict=True):
+        hits += hit_blocks(keys, length, bs, cached) * bs
+        for depth, key in enumerate(keys):
+            q = uses[key]
+            q.popleft()
+            nxt = q[0] if q else INF
+            cached[key] = nxt
+            heapq.heappush(heap, (-nxt, -depth, key))
+        while len(cached) > cap:
+            neg, _, key = heapq.heappop(heap)
+            if cached.get(key) == -neg:
+                del cached[key]
+    return hits
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    layout: str
+    memory_gb: int
+    num_blocks: int
+    block_size: int
+    prompt_tokens: int
+    lru: float
+    belady: float
+
+
+def ceilings(
+    layouts: Sequence[str], budgets: Sequence[int], requests: Sequence[TraceRequest]
+) -> Iterator[Ceiling]:
+    total = sum(r.input_length for r in requests)
+    lengths = [r.input_length for r in requests]
+    for name in layouts:
+        layout = shipped_layout(name)
+        max_len = replay_max_model_len(layout, requests, None)
+        by_size: dict[int, list[list[int]]] = {}
+        for gb in budgets:
+            plan = plan_replay(layout, SimOptions(memory_bytes=gb * 10**9), max_len)
+            cfg = plan.kv_cache_config
+            (bs,) = {
+                g.kv_cache_spec.block_size
+                for g in cfg.kv_cache_groups
+                if type(g.kv_cache_spec) is FullAttentionSpec
+            }
+            if bs not in by_size:
+                by_size[bs] = [block_keys(r, bs) for r in requests]
+            keys = by_size[bs]
+            n = cfg.num_blocks
+            yield Ceiling(
+                name,
+                gb,
+                n,
+                bs,
+                total,
+                100 * lru_hits(keys, lengths, bs, n) / total,
+                100 * belady_hits(keys, lengths, bs, n) / total,
+            )
+
+
+def table(rows: Sequence[Ceiling]) -> list[str]:
+    out = [
+        "| layout @ budget | pages | block | every page full attention: lru | belady (optimal) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for c in rows:
+        out.append(
+            f"| {c.layout} @ {c.memory_gb} GB | {c.num_blocks:,} | {c.block_size} "
+            f"| {c.lru:.2f} % | {c.belady:.2f} % |"
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--requests", type=int, default=1500)
+    ap.add_argument("--layouts", default="jamba-v0.1,gemma-3-27b,gemma-3-12b,llama-4-scout")
+    ap.add_argument("--memory", default="40,80", help="budgets in GB (10^9 bytes)")
+    ap.add_argument("--write", action="store_true", help="write results/cache-ceiling.md")
+    args = ap.parse_args(argv)
+    requests = load_trace(args.trace, limit=args.requests)
+    rows = []
+    for c in ceilings(args.layouts.split(","), [int(m) for m in args.memory.split(",")], requests):
+        rows.append(c)
+        print(table([c])[-1], flush=True)
+    lines = [
+        "# Hit-rate ceilings at a memory budget",
+        "",
+        (__doc__ or "").split("\n\n")[1].strip(),
+        "",
+        f"## {Path(args.trace).name}, first {len(requests):,} requests "
+        f"({rows[0].prompt_tokens:,} prompt tokens)",
+        "",
+        f"Machine: {machine()}. Generated by `benchmarks/bench_ceiling.py` on "
+        f"{datetime.date.today().isoformat()}.",
+        "",
+        *table(rows),
+        "",
+    ]
+    print("\n".join(lines))
+    if args.write:
+        (HERE / "results" / "cache-ceiling.md").write_text("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

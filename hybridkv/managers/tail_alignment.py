@@ -1,0 +1,97 @@
+"""Tail alignment: where requests branch off cached prefixes, learned online.
+
+Under ``hybrid``, a freed request keeps a hit point at every hit boundary in
+the last ``tail`` tokens before its end (``retention.TAIL_TOKENS``): the next
+request that extends it may branch anywhere there. Each such point costs a
+Mamba state per Mamba group, or the window's blocks of each sliding group.
+When traffic only ever branches at multiples of some ``A`` (fixed-size pages,
+as in the Mooncake traces, whose requests share whole 512-token blocks), the
+points in between are never hit, and a tail point on such a multiple is all a
+follow-up can use.
+
+Evidence comes free with every admission: a new request's branch point ``F``
+(how far full attention alone matched, a multiple of the full-attention block
+size ``g``) says it diverges inside ``[F, F + g)``. That is consistent with
+alignment ``A`` iff a multiple of ``A`` lies in that range; a uniformly random
+divergence is consistent with probability ``g / A``. ``TailAlignment`` keeps
+the last ``WINDOW`` such observations (only ``0 < F`` with ``F + g`` inside
+the prompt: a match cut by the prompt's end says nothing) and, once it has
+``MIN_OBSERVED``, adopts the largest power of two ``A`` with ``g < A <= tail``
+that at least ``AGREE`` of them are consistent with; else ``0``: every
+boundary (the dense tail). It keeps watching: a change of traffic moves it.
+
+``align`` is what ``FinalPoints`` and Mamba snapshots use: ``0`` dense, else
+the tail keeps only boundaries ``p`` with a multiple of ``A`` in
+``[p, p + step)`` (``on_grid``), plus the end.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+#: Observations remembered (the most recent ones).
+WINDOW = 256
+#: Observations needed before any alignment is adopted.
+MIN_OBSERVED = 32
+#: Share of observations an alignment must explain.
+AGREE = 0.9
+
+
+def on_grid(point: int, align: int, step: int) -> bool:
+    """True when a hit at boundary ``point`` (a multiple of ``step``) can
+    serve a branch at a multiple of ``align`` (``0``: any point can)."""
+    return align == 0 or -point % align < step
+
+
+class TailAlignment:
+    """Learns (or is fixed at) the alignment of branch points; see the module docstring.
+
+    ``fixed``: ``None`` to learn; ``0`` for the dense tail; ``A > 0`` to keep
+    ``A`` whatever is observed.
+    """
+
+    __slots__ = ("_agree", "_candidates", "_seen", "align", "fixed", "granularity")
+
+    def __init__(self, granularity: int, tail: int, fixed: int | None) -> None:
+        self.granularity = granularity
+        self.fixed = fixed
+        #: The alignment in force (0: dense).
+        self.align = fixed or 0
+        cands = []
+        a = 1
+        while a <= tail:
+            if a > granularity:
+                cands.append(a)
+            a <<= 1
+        self._candidates: tuple[int, ...] = tuple(cands) if fixed is None else ()
+        self._seen: deque[int] = deque()
+        self._agree = [0] * len(self._candidates)
+
+    def observe(self, branch: int, num_tokens: int) -> None:
+        """A new request matched ``branch`` tokens in full attention and has
+        ``num_tokens`` (its prompt so far): record it and update ``align``."""
+        if not self._candidates or branch <= 0 or branch + self.granularity >= num_tokens:
+            return
+        seen, agree, g = self._seen, self._agree, self.granularity
+        seen.append(branch)
+        for k, a in enumerate(self._candidates):
+            agree[k] += -branch % a < g
+        if len(seen) > WINDOW:
+            old = seen.popleft()
+            for k, a in enumerate(self._candidates):
+                agree[k] -= -old % a < g
+        align = 0
+        if len(seen) >= MIN_OBSERVED:
+            need = AGREE * len(seen)
+            for k, a in enumerate(self._candidates):
+                if agree[k] >= need:
+                    align = a
+        self.align = align
+
+    def check_integrity(self) -> None:
+        """The agreement counts match the remembered observations."""
+        g = self.granularity
+        assert len(self._seen) <= WINDOW
+        for k, a in enumerate(self._candidates):
+            assert self._agree[k] == sum(-b % a < g for b in self._seen), "agreement count off"
+        assert self.fixed is None or self.align == self.fixed
