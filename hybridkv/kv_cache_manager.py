@@ -53,20 +53,24 @@ def _as_int(value: object, field: str) -> int:
         raise ValueError(f"{field} must be an int, got {value!r}") from None
 
 
-def auto_value_weight(specs: list[KVCacheSpec]) -> float:
-    """The default ``hybrid_value_weight`` of a layout.
+#: ``auto_value_weight`` by the costliest non-full kind of a layout.
+VALUE_WEIGHTS = {"chunked": DEFAULT_VALUE_WEIGHT, "mamba": 2.0, "sliding": 1.0}
 
-    ``DEFAULT_VALUE_WEIGHT`` when a group holds Mamba states or attention
-    chunks, 0 (recency only) when the non-full groups are all sliding windows.
-    Measured on the Mooncake conversation trace (benchmarks/results/cache.md):
-    the value ranking lifts Jamba and Llama 4 Scout, but with sliding windows
-    every kept point costs a whole window, so a unit's value mostly tracks its
-    request's length, and favouring long requests evicts the short first turns
-    whose follow-ups hit most (Gemma 3 27B: 3.80 % with it, 4.04 % without).
+
+def auto_value_weight(specs: list[KVCacheSpec]) -> float:
+    """The default ``hybrid_value_weight`` of a layout (``VALUE_WEIGHTS``).
+
+    By the costliest non-full kind: attention chunks (a kept point holds up
+    to a whole chunk), Mamba states, else sliding windows. Tuned on the
+    Mooncake conversation trace (benchmarks/results/cache.md, with the
+    learned tail alignment): Jamba 2 (3: -0.5 points at 40 GB), Llama 4 Scout
+    3 (2: -0.6 points at 80 GB), Gemma 3 27B 1 (0: -0.1 points at 80 GB).
     """
-    if any(isinstance(s, MambaSpec | ChunkedLocalAttentionSpec) for s in specs):
-        return DEFAULT_VALUE_WEIGHT
-    return 0.0
+    if any(isinstance(s, ChunkedLocalAttentionSpec) for s in specs):
+        return VALUE_WEIGHTS["chunked"]
+    if any(isinstance(s, MambaSpec) for s in specs):
+        return VALUE_WEIGHTS["mamba"]
+    return VALUE_WEIGHTS["sliding"]
 
 
 def _has_skips(spec: KVCacheSpec) -> bool:

@@ -24,7 +24,7 @@ Which entries are real, per cache policy:
 - ``lru``: every entry a step crosses (each block boundary is cached);
 - ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
   the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
-  ``managers/tail_alignment.py``, only those on its grid and the step's last),
+  ``managers/tail_alignment.py``, only those on its grid and the last hit boundary),
   and the request's kept points (hit, branch point, snapshot floor).
 """
 
@@ -65,7 +65,7 @@ def snapshot_entries(
     ``step``: the hit step (the lcm of every group's block size; default
     ``block_size``): ``hybrid``'s tail starts at the last hit boundary at or
     before ``num_tokens - tail``; with ``align`` (``tail_alignment``) it keeps
-    only boundaries ``on_grid`` and the step's last one (the candidate end).
+    only hit boundaries ``on_grid`` and the last hit boundary (the candidate end).
     See the module docstring for each policy.
     """
     if required <= have:
@@ -76,11 +76,16 @@ def snapshot_entries(
         return list(range(have, required))
     bs = block_size
     step = step or bs
-    last = num_tokens // bs - 1
-    real = {required - 1, last}
-    for j in range(max(have, (num_tokens - tail) // step * step // bs - 1), last):
-        if on_grid((j + 1) * bs, align, step):
-            real.add(j)
+    first = max(have, (num_tokens - tail) // step * step // bs - 1)
+    if align:  # hit boundaries on the grid, and the last hit boundary
+        last = num_tokens // step * step // bs - 1
+        real = {required - 1, last}
+        for j in range(first, last):
+            p = (j + 1) * bs
+            if p % step == 0 and on_grid(p, align, step):
+                real.add(j)
+    else:
+        real = {required - 1, *range(first, num_tokens // bs)}
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)
 

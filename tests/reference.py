@@ -102,6 +102,7 @@ class Config:
     cache_policy: str = "lru"
     hybrid_tail_tokens: int = 0
     hybrid_value_weight: float = 0.0
+    hybrid_tail_align: int | None = 0
 
 
 @st.composite
@@ -131,6 +132,7 @@ def configs(draw: st.DrawFn, pressure: bool = False, policy: str | None = None) 
         cache_policy=policy or ("lru" if pressure else draw(st.sampled_from(["lru", "hybrid"]))),
         hybrid_tail_tokens=draw(st.sampled_from([0, 4, 8])),
         hybrid_value_weight=draw(st.sampled_from([0.0, 0.5, 3.0])),
+        hybrid_tail_align=draw(st.sampled_from([None, 0, 8, 16])),
     )
 
 

@@ -101,14 +101,14 @@ def test_floor_spacing_by_hand() -> None:
         return [(m.has_skips, m.block_size, m.first_needed_block) for m in kv.coordinator.managers]
 
     # Sliding window 8 at block size 4 holds 2 blocks per hit point; a full page
-    # holds 4 tokens: 16 * 2 * 4 = 128. Mamba: one state: 16 * 1 * 4 = 64.
-    assert floor_spacing(groups(FULL, SWA), 4) == 128
-    assert floor_spacing(groups(FULL, MAMBA), 4) == 64
+    # holds 4 tokens: 32 * 2 * 4 = 256. Mamba: one state: 32 * 1 * 4 = 128.
+    assert floor_spacing(groups(FULL, SWA), 4) == 256
+    assert floor_spacing(groups(FULL, MAMBA), 4) == 128
     assert floor_spacing(groups(SWA), 4) == 0  # no full attention: no floor
-    kv = KVCacheManager(config(64, FULL, MAMBA), 256, cache_policy="hybrid")
-    req = Request("a", list(range(150)))
+    kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
+    req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv._kept_points(req, hit, blocks) == (64, 128)
+    assert kv._kept_points(req, hit, blocks) == (128, 256)
 
 
 def run(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
@@ -150,13 +150,14 @@ def test_auto_value_weight() -> None:
     chunk = ChunkedLocalAttentionSpec(
         block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
     )
-    assert auto_value_weight([FULL, SWA]) == 0.0
-    assert auto_value_weight([FULL, MAMBA]) == 3.0
+    assert auto_value_weight([FULL, SWA]) == 1.0
+    assert auto_value_weight([FULL, MAMBA]) == 2.0
     assert auto_value_weight([FULL, SWA, chunk]) == 3.0
+    assert auto_value_weight([FULL, MAMBA, chunk]) == 3.0
     kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
-    assert kv.block_pool.policy.weight == 0.0
+    assert kv.block_pool.policy.weight == 1.0
     kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid")
-    assert kv.block_pool.policy.weight == 3.0
+    assert kv.block_pool.policy.weight == 2.0
 
 
 def test_two_classes_interleave_by_key() -> None:

@@ -94,6 +94,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             cache_policy=cfg.cache_policy,
             hybrid_tail_tokens=cfg.hybrid_tail_tokens,
             hybrid_value_weight=cfg.hybrid_value_weight,
+            hybrid_tail_align=cfg.hybrid_tail_align,
         )
         self.hybrid = self.kv.coordinator.hybrid
         self.log: ReleaseLog | None = None

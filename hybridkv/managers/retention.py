@@ -45,7 +45,9 @@ BEYOND = 1 << 62
 #: finished one token for token up to its end (chat templates re-render the
 #: end of a turn; traces such as Mooncake's share prefixes in 512-token
 #: units), so it diverges a little before ``E``. Costs ``512 / block_size``
-#: blocks per sliding group and ``512 / block_size`` states per Mamba group.
+#: blocks per sliding group and ``512 / block_size`` states per Mamba group,
+#: unless branch points are seen to fall on a grid (``tail_alignment``): then
+#: only the grid's points and ``E`` are kept.
 TAIL_TOKENS = 512
 #: The snapshot floor: a request also keeps a hit point every ``S`` tokens,
 #: ``S`` = ``FLOOR_RATIO`` x what one hit point holds outside full attention,
@@ -53,9 +55,11 @@ TAIL_TOKENS = 512
 #: sharing a prefix resume near the branch point (the first one to diverge
 #: there is what makes it a kept point), at a bounded share of the memory:
 #: about 1 / ``FLOOR_RATIO`` of the full-attention blocks it rides on. Jamba
-#: (7 Mamba pages per point, 80 tokens per full page): every 8,960 tokens.
-#: Gemma 3 27B (5 windows of 1,024 tokens): every ~83k tokens.
-FLOOR_RATIO = 16
+#: (7 Mamba pages per point, 80 tokens per full page): every 17,920 tokens.
+#: Gemma 3 27B (6 windows of 1,024 tokens): every ~197k tokens. 32 was best
+#: of 8-64 for Jamba on the Mooncake conversation trace with the aligned
+#: tail (benchmarks/results/cache.md); 16 was, with the dense one.
+FLOOR_RATIO = 32
 
 
 def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
