@@ -5,8 +5,8 @@
 come already loaded, e.g. with ``--output-tokens 1``), so its figures are the
 CLI's. The only addition is a measurement: the replay's ``KVCacheManager`` is
 swapped for a subclass whose ``free`` also counts the prefix cache's blocks by
-kind every ``sample_every`` requests (the peak the vLLM side reports too). It
-reads the pool and changes no decision.
+kind every ``sample_every`` requests (the peak and the mean under pressure the
+vLLM side reports too). It reads the pool and changes no decision.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
+
+from pressure_mean import PressureMean
 
 import hybridkv.sim.replay as sim_replay
 from hybridkv.kv_cache_manager import KVCacheManager
@@ -37,13 +39,17 @@ def closed_options(memory_bytes: int, policy: str, max_num_batched_tokens: int) 
 
 @dataclass(frozen=True)
 class OursResult:
-    """A ``SimResult`` and the largest cached-block counts seen, per kind."""
+    """A ``SimResult``, the largest cached-block counts seen and their mean
+    under pressure (``pressure_mean``), per kind."""
 
     sim: SimResult
     peak_cached_blocks: dict[str, int]
+    pressured_mean_blocks: dict[str, float]
 
 
-def _sampling_manager(every: int, peak: dict[str, int]) -> type[KVCacheManager]:
+def _sampling_manager(
+    every: int, peak: dict[str, int], pressured: list[PressureMean]
+) -> type[KVCacheManager]:
     class SamplingManager(KVCacheManager):
         _frees = 0
 
@@ -51,8 +57,12 @@ def _sampling_manager(every: int, peak: dict[str, int]) -> type[KVCacheManager]:
             out = super().free(request)
             self._frees += 1
             if self._frees % every == 0:
-                for kind, n in cached_blocks_by_kind(self).items():
+                now = cached_blocks_by_kind(self)
+                for kind, n in now.items():
                     peak[kind] = max(peak.get(kind, 0), n)
+                if not pressured:
+                    pressured.append(PressureMean(self.block_pool.num_blocks - 1))
+                pressured[0].add(now)
             return out
 
     return SamplingManager
@@ -71,8 +81,14 @@ def run_ours(
     """``replay_trace`` on ``requests`` (module docstring)."""
     cost = CostModel.from_layout(layout, device_profile("h100"), active_params)
     peak: dict[str, int] = {}
-    with mock.patch.object(sim_replay, "KVCacheManager", _sampling_manager(sample_every, peak)):
+    pressured: list[PressureMean] = []
+    manager = _sampling_manager(sample_every, peak, pressured)
+    with mock.patch.object(sim_replay, "KVCacheManager", manager):
         sim = replay_trace(layout, requests, options, cost, progress=progress, desc=desc)
     for kind, n in sim.cached_blocks.items():
         peak[kind] = max(peak.get(kind, 0), n)
-    return OursResult(sim, {k: peak.get(k, 0) for k in sim.cached_blocks})
+    return OursResult(
+        sim,
+        {k: peak.get(k, 0) for k in sim.cached_blocks},
+        pressured[0].mean() if pressured else {},
+    )

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from pressure_mean import PressureMean
 from vllm_chunking import mamba_chunk_tokens
 
 from hybridkv.sim.census import KIND_ORDER
@@ -77,6 +78,7 @@ class VllmReplayResult:
     cached_blocks: dict[str, int]
     peak_cached_blocks: dict[str, int]
     steps: int
+    pressured_mean_blocks: dict[str, float]
     seconds: float
     junction_chunks: int = 0
     chunk_rule_checks: int = 0
@@ -222,6 +224,7 @@ class VllmCacheReplay:
         hit_tokens = 0
         next_out = OUTPUT_TOKEN_BASE
         peak = cached_blocks_by_kind(self.kv, self.kinds, get_group_id)
+        pressured = PressureMean(self.config.num_blocks - 1)
         try:
             for k, tr in enumerate(requests):
                 req = vl.Request(
@@ -236,6 +239,7 @@ class VllmCacheReplay:
                 if (k + 1) % sample_every == 0:
                     now = cached_blocks_by_kind(self.kv, self.kinds, get_group_id)
                     peak = {kind: max(peak[kind], now[kind]) for kind in peak}
+                    pressured.add(now)
                 if bar is not None:
                     bar.update(1)
         finally:
@@ -251,6 +255,7 @@ class VllmCacheReplay:
             cached_blocks=end,
             peak_cached_blocks=peak,
             steps=self.steps,
+            pressured_mean_blocks=pressured.mean(),
             seconds=time.perf_counter() - t0,
             junction_chunks=self.junction_chunks,
             chunk_rule_checks=self.chunk_rule_checks,
