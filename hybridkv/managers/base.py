@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.managers.retention import covering_point
+from hybridkv.managers.retention import in_spans, kept_spans
 from hybridkv.specs.base import KVCacheSpec
 
 
@@ -129,12 +129,15 @@ class SingleTypeKVCacheManager(ABC):
             n = n - n % self.hit_step if n > 0 else 0
         return min(self.first_needed_block(n), len(st.blocks))
 
+    def kept_spans(self, kept: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        """The table ranges the kept points' hits need (``hybrid``; else none)."""
+        if not self.hybrid or not kept:
+            return ()
+        return kept_spans(kept, self.first_needed_block, self.block_size)
+
     def is_kept(self, kept: tuple[int, ...], index: int) -> bool:
         """True when a kept point's hit needs table entry ``index`` (``hybrid``)."""
-        return (
-            self.hybrid
-            and covering_point(kept, index, self.first_needed_block, self.block_size) is not None
-        )
+        return in_spans(self.kept_spans(kept), index)
 
     # -- allocation ----------------------------------------------------------
     def get_num_blocks_to_allocate(
@@ -160,10 +163,10 @@ class SingleTypeKVCacheManager(ABC):
                 n += 1
         if st is not None and self.has_skips:
             blocks = st.blocks
-            hybrid = self.hybrid
+            spans = self.kept_spans(kept)
             for i in range(st.num_skipped, self.release_stop(st, total_computed_tokens)):
                 b = blocks[i]
-                if b.ref_cnt == 1 and not b.is_null and not (hybrid and self.is_kept(kept, i)):
+                if b.ref_cnt == 1 and not b.is_null and not (spans and in_spans(spans, i)):
                     n -= 1
         return n
 
@@ -203,11 +206,12 @@ class SingleTypeKVCacheManager(ABC):
         null = self.null_block
         removed = []
         hybrid = self.hybrid
+        spans = self.kept_spans(st.kept)
         for i in range(stop - 1, start - 1, -1):  # tail first
             b = blocks[i]
             if not b.is_null:
                 blocks[i] = null
-                if hybrid and self.is_kept(st.kept, i):
+                if spans and in_spans(spans, i):
                     st.retained.append((i, b))
                 else:
                     removed.append(b)

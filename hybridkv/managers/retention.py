@@ -85,17 +85,19 @@ def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm:
     return lcm * -(-int(spacing) // lcm)
 
 
-def covering_point(
-    kept: Sequence[int], index: int, first_needed_block: Callable[[int], int], bs: int
-) -> int | None:
-    """The smallest kept point whose hit needs block ``index``; None if none does.
+def kept_spans(
+    kept: Sequence[int], first_needed_block: Callable[[int], int], bs: int
+) -> tuple[tuple[int, int], ...]:
+    """For each kept point, the block indices ``[lo, hi)`` its hit needs.
 
-    ``kept`` is sorted ascending.
+    A block is kept when an index range holds it (``in_spans``).
     """
-    for p in kept:
-        if first_needed_block(p) <= index < p // bs:
-            return p
-    return None
+    return tuple((first_needed_block(p), p // bs) for p in kept)
+
+
+def in_spans(spans: Sequence[tuple[int, int]], index: int) -> bool:
+    """True when some kept point's hit needs block ``index``."""
+    return any(lo <= index < hi for lo, hi in spans)
 
 
 class FinalPoints:

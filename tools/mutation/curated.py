@@ -20,8 +20,8 @@ def _m(file: str, original: str, replacement: str, description: str) -> Mutant:
 CURATED: tuple[Mutant, ...] = (
     _m(
         "hybridkv/managers/base.py",
-        "if b.ref_cnt == 1 and not b.is_null and not (hybrid and self.is_kept(kept, i)):",
-        "if not b.is_null and not (hybrid and self.is_kept(kept, i)):",
+        "if b.ref_cnt == 1 and not b.is_null and not (spans and in_spans(spans, i)):",
+        "if not b.is_null and not (spans and in_spans(spans, i)):",
         "a skipped block counts as freed even when another request holds it",
     ),
     _m(
