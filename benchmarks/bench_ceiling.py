@@ -176,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--layouts", default="jamba-v0.1,gemma-3-27b,gemma-3-12b,llama-4-scout")
     ap.add_argument("--memory", default="40,80", help="budgets in GB (10^9 bytes)")
     ap.add_argument("--write", action="store_true", help="write results/cache-ceiling.md")
+    ap.add_argument("--append", action="store_true", help="add a section to it instead")
     args = ap.parse_args(argv)
     requests = load_trace(args.trace, limit=args.requests)
     rows = []
@@ -197,8 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
     ]
     print("\n".join(lines))
-    if args.write:
-        (HERE / "results" / "cache-ceiling.md").write_text("\n".join(lines))
+    out = HERE / "results" / "cache-ceiling.md"
+    if args.append:
+        with out.open("a") as f:
+            f.write("\n".join(lines[lines.index("") + 3 :]))
+    elif args.write:
+        out.write_text("\n".join(lines))
     return 0
 
 

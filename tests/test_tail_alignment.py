@@ -49,6 +49,10 @@ def test_ignores_no_branch_and_matches_cut_by_the_prompt_end() -> None:
     assert len(t._seen) == 0 and t.align == 0
     t.observe(1024, 1041)
     assert list(t._seen) == [1024]
+    # at granularity 1, a branch after the first token is evidence
+    t1 = TailAlignment(1, 8, None)
+    t1.observe(1, 10)
+    assert list(t1._seen) == [1]
 
 
 def test_needs_agree_share_of_the_window() -> None:
@@ -61,6 +65,12 @@ def test_needs_agree_share_of_the_window() -> None:
             t.observe(1536 if i < agreeing else 1552, 10_000)
         assert t.align == align
         t.check_integrity()
+    # exactly AGREE of the window is enough: 36 of 40
+    for agreeing, align in ((35, 0), (36, 512)):
+        t = TailAlignment(16, 512, None)
+        for i in range(40):
+            t.observe(1536 if i < agreeing else 1552, 10_000)
+        assert t.align == align
 
 
 def test_forgets_beyond_the_window_and_follows_new_traffic() -> None:
@@ -77,6 +87,12 @@ def test_forgets_beyond_the_window_and_follows_new_traffic() -> None:
         t.observe(2048 + 48, 9000)  # 2096: a multiple of 16 only
     assert t.align == 0
     t.check_integrity()
+    # 2096 is exactly 16 short of 2112 = 66 * 32: it never agreed with 32,
+    # and leaving the window must not count it out again
+    for _ in range(WINDOW):
+        t.observe(2048, 9000)
+    t.check_integrity()
+    assert t.align == 512
 
 
 def test_fixed_alignment_ignores_observations() -> None:

@@ -27,6 +27,7 @@ _MANAGER_TESTS = (
     "tests/test_cost_aware.py",
     "tests/test_retention.py",
     "tests/test_snapshots.py",
+    "tests/test_tail_alignment.py",
     "tests/test_hybrid.py",
     "tests/test_lifecycle.py",
     "tests/test_walkthrough.py",
