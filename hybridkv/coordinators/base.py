@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import Counter
 from itertools import chain, zip_longest
+from operator import itemgetter
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
@@ -252,18 +254,19 @@ class KVCacheCoordinator(ABC):
                         entries.append((unit, (i + 1) * bs, gid, b, 1))
                 elif full:
                     entries.append((unit, (i + 1) * bs, gid, b, 0))
-                    if ranked:
-                        full_units[unit] = full_units.get(unit, 0) + 1
                 else:
                     entries.append((unit, (i + 1) * bs, gid, b, 2 if i < own_below else 1))
-                    if ranked:
-                        extra_pages[unit] = extra_pages.get(unit, 0) + 1
         pool = self.pool
         pool.free_blocks(shared)
         pool.free_blocks(dead, evict_first=True)
         if not ranked:  # recency only: one release, in unit order
             pool.free_blocks([e[3] for e in release_order(entries)])
             return
+        # Pages per (unit, kind), counted in C: kind 0 full, else the others.
+        for (unit, kind), n in Counter(map(itemgetter(0, 4), entries)).items():
+            if unit != BEYOND:
+                pages = extra_pages if kind else full_units
+                pages[unit] = pages.get(unit, 0) + n
         values = UnitValues(points, full_units, extra_pages)
         cache: dict[tuple[int, int], float | None] = {}
         run: list[KVCacheBlock] = []

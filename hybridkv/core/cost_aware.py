@@ -116,13 +116,21 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         out = first.popleft_n(k) if k else []
         classes = self.classes
         while len(out) < n:
-            heads = sorted(
-                (q.head.next_free.evict_key, cls)  # type: ignore[union-attr]
-                for cls, q in classes.items()
-                if q.num_free_blocks
-            )
-            q = classes[heads[0][1]]
-            limit = heads[1][0] if len(heads) > 1 else math.inf
+            # The class whose head has the smallest (key, class), and the
+            # runner-up key: one pass, no sort (this runs per allocation).
+            best = limit = math.inf
+            best_cls = 0
+            q = None
+            for cls, cq in classes.items():
+                if not cq.num_free_blocks:
+                    continue
+                key = cq.head.next_free.evict_key  # type: ignore[union-attr]
+                if key < best or (key == best and cls < best_cls):
+                    limit = best
+                    best, best_cls, q = key, cls, cq
+                elif key < limit:
+                    limit = key
+            assert q is not None
             while len(out) < n and q.num_free_blocks and q.head.next_free.evict_key <= limit:  # type: ignore[union-attr]
                 out.append(q.popleft())
         self._free -= n

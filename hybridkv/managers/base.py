@@ -162,12 +162,14 @@ class SingleTypeKVCacheManager(ABC):
             if b.ref_cnt == 0 and not b.is_null:
                 n += 1
         if st is not None and self.has_skips:
-            blocks = st.blocks
-            spans = self.kept_spans(kept)
-            for i in range(st.num_skipped, self.release_stop(st, total_computed_tokens)):
-                b = blocks[i]
-                if b.ref_cnt == 1 and not b.is_null and not (spans and in_spans(spans, i)):
-                    n -= 1
+            stop = self.release_stop(st, total_computed_tokens)
+            if stop > st.num_skipped:
+                blocks = st.blocks
+                spans = self.kept_spans(kept)
+                for i in range(st.num_skipped, stop):
+                    b = blocks[i]
+                    if b.ref_cnt == 1 and not b.is_null and not (spans and in_spans(spans, i)):
+                        n -= 1
         return n
 
     def _num_new_real_blocks(
