@@ -69,7 +69,8 @@ class KVCacheCoordinator(ABC):
             hybrid_tail_tokens if self.hybrid else 0,
             hybrid_tail_align,
         )
-        self._set_tail_align()
+        for m in self.managers:
+            m.tail_alignment = self.tail_alignment
         #: Tokens between two snapshot floor points (``hybrid``; 0: none).
         self.floor_tokens = (
             floor_spacing(
@@ -94,14 +95,7 @@ class KVCacheCoordinator(ABC):
     def observe_branch(self, branch: int, num_tokens: int) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
         ``num_tokens`` (``hybrid``: feeds ``tail_alignment``)."""
-        before = self.tail_alignment.align
         self.tail_alignment.observe(branch, num_tokens)
-        if self.tail_alignment.align != before:
-            self._set_tail_align()
-
-    def _set_tail_align(self) -> None:
-        for m in self.managers:
-            m.tail_align = self.tail_alignment.align
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
@@ -307,6 +301,6 @@ class KVCacheCoordinator(ABC):
         ids = set(self.managers[0].states)
         for m in self.managers:
             assert set(m.states) == ids, "groups disagree on the live requests"
-            assert m.tail_align == self.tail_alignment.align, "stale tail alignment"
+            assert m.tail_alignment is self.tail_alignment, "groups disagree on the tail"
             m.check_integrity()
         self.tail_alignment.check_integrity()

@@ -31,6 +31,7 @@ from typing import ClassVar
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.retention import in_spans, kept_spans
+from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs.base import KVCacheSpec
 
 
@@ -99,9 +100,14 @@ class SingleTypeKVCacheManager(ABC):
         #: Hit lengths are multiples of this (every group's block size), set
         #: by the coordinator: ``hybrid`` keeps the last such boundary whole.
         self.hit_step = self.block_size
-        #: The tail's alignment (``hybridkv.managers.tail_alignment``; 0:
-        #: every boundary), kept current by the coordinator.
-        self.tail_align = 0
+        #: Where branches fall (``hybridkv.managers.tail_alignment``): the
+        #: coordinator's, shared by every group; dense until it sets one.
+        self.tail_alignment = TailAlignment(self.block_size, 0, 0)
+
+    @property
+    def tail_align(self) -> int:
+        """The tail's alignment in force (0: every boundary)."""
+        return self.tail_alignment.align
 
     @property
     def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
