@@ -26,6 +26,11 @@ def wire_hash(block_hash: bytes) -> int:
     return int.from_bytes(block_hash[-8:], "big")
 
 
+def pool_keys(pool: Any) -> set[tuple[int, int]]:
+    """What a mirror must hold: the key of every block of ``pool`` that has a hash."""
+    return {(b.group_id, wire_hash(b.block_hash)) for b in pool.blocks if b.block_hash is not None}
+
+
 class MirrorSubscriber:
     """Binds a SUB socket on loopback (the publisher connects) and mirrors the cache."""
 

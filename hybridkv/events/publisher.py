@@ -66,6 +66,7 @@ class ZmqEventPublisher:
         )
         self.buffer = ReplayBuffer(config.buffer_steps)
         self.num_batches = 0  # batches accepted by ``publish`` (their seqs: 0 .. n-1)
+        self.num_sent = 0  # batches sent on the PUB socket (and kept for replay)
         self.endpoint = config.endpoint
         self.replay_endpoint = config.replay_endpoint
         self._error: BaseException | None = None
@@ -93,6 +94,16 @@ class ZmqEventPublisher:
             return
         self._queue.put((time.time(), events))
         self.num_batches += 1
+
+    def flush(self, timeout_s: float = THREAD_TIMEOUT_S) -> None:
+        """Wait until every accepted batch is sent and replayable (bounded)."""
+        deadline = time.monotonic() + timeout_s
+        while self.num_sent < self.num_batches:
+            if self._error is not None:
+                raise RuntimeError("the KV events publisher failed") from self._error
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.num_batches - self.num_sent} KV event batches unsent")
+            time.sleep(0.001)
 
     def close(self) -> None:
         """Send every queued batch, then close the sockets. Idempotent."""
@@ -173,6 +184,7 @@ class ZmqEventPublisher:
             payload = self._encoder.encode(*item)
             seq = self.buffer.append(payload)
             pub.send_multipart((self._topic, seq.to_bytes(SEQ_BYTES, "big"), payload))
+            self.num_sent = seq + 1
 
     def _serve_replay(self, replay: zmq.Socket) -> None:
         frames = replay.recv_multipart()
