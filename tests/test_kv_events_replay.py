@@ -157,6 +157,19 @@ def test_publish_after_close_and_bad_sockets_fail_loudly(ctx) -> None:
         holder.close()
 
 
+def test_a_failure_in_the_publisher_thread_is_raised_to_the_engine() -> None:
+    pub = open_pub(buffer_steps=2)
+    pub.publish(["not an event"])  # type: ignore[list-item]
+    with pytest.raises(RuntimeError, match="publisher failed") as err:
+        pub.flush()
+    assert isinstance(err.value.__cause__, TypeError)
+    with pytest.raises(RuntimeError, match="publisher failed"):
+        pub.publish([stored(0)])
+    with pytest.raises(RuntimeError, match="publisher failed"):
+        pub.close()  # the sockets are closed all the same
+    pub.close()
+
+
 def test_replay_buffer_keeps_the_newest_batches() -> None:
     buf = ReplayBuffer(3)
     assert list(buf.since(0)) == []

@@ -1,6 +1,6 @@
 """KV cache events in vLLM 0.33's wire format, published over ZeroMQ.
 
-``open_publisher(config, kv_cache_config, device)`` starts a
+``open_publisher(config, kv_cache_config, device_type)`` starts a
 ``ZmqEventPublisher`` (``publisher.py``) that sends what
 ``KVCacheManager.take_events()`` returns as msgpack batches a consumer written
 for vLLM's ``ZmqEventPublisher`` decodes unchanged (``wire.py``), with vLLM's

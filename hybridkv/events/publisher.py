@@ -25,6 +25,7 @@ Needs ``pyzmq`` and ``msgspec`` (the ``events`` extra); build it with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -92,7 +93,14 @@ class ZmqEventPublisher:
             raise RuntimeError("the KV events publisher is closed")
         if not events:
             return
-        self._queue.put((time.time(), events))
+        item = (time.time(), events)
+        while True:  # blocks while ``max_queue_size`` batches wait, unless the thread died
+            try:
+                self._queue.put(item, timeout=self.POLL_S)
+                break
+            except queue.Full:
+                if self._error is not None or not self._thread.is_alive():
+                    raise RuntimeError("the KV events publisher stopped") from self._error
         self.num_batches += 1
 
     def flush(self, timeout_s: float = THREAD_TIMEOUT_S) -> None:
@@ -110,7 +118,9 @@ class ZmqEventPublisher:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
+        # A full queue means the thread is stuck or dead: the join below times out or returns.
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=self.THREAD_TIMEOUT_S)
         self._thread.join(self.THREAD_TIMEOUT_S)
         if self._thread.is_alive():  # sockets still owned by the thread: leave them
             logger.warning("KV events publisher thread did not stop; sockets left open")
