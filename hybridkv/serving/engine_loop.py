@@ -103,6 +103,13 @@ class EngineLoop:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def num_waiting(self) -> int:
+        """Requests not yet running: the inbox and the scheduler's waiting queue
+        (as of the engine thread's last turn)."""
+        with self._cv:
+            return self._num_waiting + len(self._new)
+
     def submit(self, streams: list[RequestStream]) -> None:
         """Queue the streams' requests, all or none: ``QueueFull`` when they
         would make more than ``max_waiting`` wait."""
