@@ -6,7 +6,6 @@ import pytest
 from factories import full, hit_len, manager, req, swa
 
 
-
 def test_only_blocks_past_the_computed_tokens_are_uncached() -> None:
     kv = manager(64, full(4), swa(4, 8))
     a = req("a", 16)

@@ -27,7 +27,9 @@ def open_stream(url: str, body: dict[str, Any]) -> tuple[http.client.HTTPConnect
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
     conn.request(
-        "POST", "/v1/completions", json.dumps(dict(body, stream=True)),
+        "POST",
+        "/v1/completions",
+        json.dumps(dict(body, stream=True)),
         {"Content-Type": "application/json"},
     )
     return conn, conn.getresponse()

@@ -46,19 +46,23 @@ def _value(m: dict[Any, float], name: str, **labels: str) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def _complete(url: str, prompt: str) -> tuple[int, dict[str, str], Any]:
+    return post(url, "/v1/completions", {"prompt": prompt, "max_tokens": 3, "temperature": 0})
+
+
 def test_a_failed_step_is_500_and_the_server_goes_on(slow_server: Any) -> None:
     live, engine, knobs = slow_server
-    ok_before = post(live.url, "/v1/completions", {"prompt": "w30 w31", "max_tokens": 3, "temperature": 0})
+    ok_before = _complete(live.url, "w30 w31")
     knobs["fail"] = 1
     prompt = "w60 w61 w62 w63 w64 w65 w66 w67 w68"
-    code, _, out = post(live.url, "/v1/completions", {"prompt": prompt, "max_tokens": 3, "temperature": 0})
+    code, _, out = _complete(live.url, prompt)
     assert code == 500
     assert out["error"]["code"] == 500
     assert "injected kernel failure" in out["error"]["message"]
     # Blocks cached for the failed step were never written: nothing of them may hit.
-    code, _, again = post(live.url, "/v1/completions", {"prompt": prompt, "max_tokens": 3, "temperature": 0})
+    code, _, again = _complete(live.url, prompt)
     assert code == 200 and again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    ok_after = post(live.url, "/v1/completions", {"prompt": "w30 w31", "max_tokens": 3, "temperature": 0})
+    ok_after = _complete(live.url, "w30 w31")
     assert ok_before[0] == ok_after[0] == 200
     assert ok_after[2]["choices"][0]["text"] == ok_before[2]["choices"][0]["text"]
     m = metrics(live.url)
@@ -102,8 +106,10 @@ def test_a_client_that_goes_away_is_aborted(slow_server: Any, stream: bool) -> N
     # 50 tokens at >= 50 ms a step take >= 2.5 s; the abort comes well before.
     started = time.monotonic()
     wait_until(
-        lambda: _value(metrics(live.url), "hybridkv:request_success_total", finished_reason="abort")
-        == 1
+        lambda: (
+            _value(metrics(live.url), "hybridkv:request_success_total", finished_reason="abort")
+            == 1
+        )
     )
     assert time.monotonic() - started < 2.5
     m = metrics(live.url)
