@@ -174,18 +174,9 @@ class ServerMetrics:
         self.usage.labels(name).set(manager.usage)
         pool = manager.block_pool
         usable = pool.num_blocks - 1
-        running = {r.request_id for r in scheduler.running}
-        orphans: set[int] = set()
+        held, orphans = table_blocks(llm)
         for gid, m in enumerate(manager.coordinator.managers):
-            held: set[int] = set()
-            for rid, st in m.states.items():
-                ids = {b.block_id for b in st.blocks if not b.is_null}
-                ids.update(b.block_id for _, b in st.retained)
-                held |= ids
-                if rid not in running:
-                    orphans |= ids
-            kind = m.spec.kind
-            self.group_usage.labels(name, str(gid), kind).set(len(held) / usable)
+            self.group_usage.labels(name, str(gid), m.spec.kind).set(len(held[gid]) / usable)
         self.cached.labels(name).set(pool.num_cached_blocks())
         self.orphans.labels(name).set(len(orphans))
 
@@ -193,3 +184,21 @@ class ServerMetrics:
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry)
+
+
+def table_blocks(llm: LLM) -> tuple[list[set[int]], set[int]]:
+    """Block ids in the tables of each group, and those held by requests the
+    scheduler no longer runs (orphans: finished or aborted, never freed)."""
+    running = {r.request_id for r in llm.scheduler.running}
+    held: list[set[int]] = []
+    orphans: set[int] = set()
+    for m in llm.manager.coordinator.managers:
+        group: set[int] = set()
+        for rid, st in m.states.items():
+            ids = {b.block_id for b in st.blocks if not b.is_null}
+            ids.update(b.block_id for _, b in st.retained)
+            group |= ids
+            if rid not in running:
+                orphans |= ids
+        held.append(group)
+    return held, orphans
