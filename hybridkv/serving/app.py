@@ -6,7 +6,9 @@ module): import this module only once the ``serve`` extra is known present.
 - ``POST /v1/completions`` and ``POST /v1/chat/completions``, streamed
   (Server-Sent Events, ending with ``data: [DONE]``) or not;
 - ``GET /v1/models``, ``GET /health`` (503 once the engine thread is gone),
-  ``GET /metrics`` (``ServerMetrics``).
+  ``GET /metrics`` (``ServerMetrics``);
+- SGLang's ``GET /get_model_info`` and ``/get_server_info`` (also without
+  ``get_``), which sglang-router reads when it registers a worker.
 
 Errors are OpenAI's JSON: 400 for a bad body or parameter (including a
 prompt longer than ``max_model_len``), 404 for another model's name, 503 with
@@ -146,6 +148,32 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
             "max_model_len": llm.max_model_len,
         }
         return {"object": "list", "data": [card]}
+
+    # SGLang's worker-info endpoints: a gateway (sglang-router) reads the
+    # model's name from them when it registers this server as a worker.
+    model_info = {
+        "model_path": str(llm.model_dir),
+        "served_model_name": model_name,
+        "tokenizer_path": str(llm.model_dir),
+        "is_generation": True,
+        "preferred_sampling_params": None,
+    }
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def get_model_info() -> Any:
+        return model_info
+
+    @app.get("/get_server_info")
+    @app.get("/server_info")
+    async def get_server_info() -> Any:
+        return {
+            **model_info,
+            "context_length": llm.max_model_len,
+            "page_size": llm.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size,
+            "max_running_requests": llm.scheduler.max_num_seqs,
+            "engine": "hybridkv",
+        }
 
     @app.get("/health")
     async def health() -> Any:
