@@ -33,9 +33,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.tokenizer import encode_chat
-from hybridkv.serving.engine_loop import EngineLoop, QueueFull
+from hybridkv.serving.engine_loop import EngineLoop, EngineStopped, QueueFull
 from hybridkv.serving.generation import EngineError, Generation
-from hybridkv.serving.protocol import ChatCompletionRequest, CompletionRequest, _Sampling
+from hybridkv.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from hybridkv.serving.responses import Reply, error_body, sse
 
 
@@ -72,7 +72,7 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
     async def http_error(_: Any, exc: HTTPError) -> Any:
         return error(exc.status, exc.message, exc.param)
 
-    def params(body: _Sampling, max_tokens: int) -> SamplingParams:
+    def params(body: SamplingFields, max_tokens: int) -> SamplingParams:
         problem = body.unsupported()
         if problem:
             raise HTTPError(400, problem)
@@ -97,13 +97,17 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
         except ValueError as e:
             raise HTTPError(400, str(e), "prompt") from None
 
-    async def run(request: Request, body: _Sampling, reqs: list[EngineRequest], chat: bool) -> Any:
+    async def run(
+        request: Request, body: SamplingFields, reqs: list[EngineRequest], chat: bool
+    ) -> Any:
         gen = Generation(engine, reqs, body.stop_strings(), llm.tokenizer)
         reply = Reply(chat, model_name, body.return_token_ids)
         try:
             gen.submit()
         except QueueFull as e:
             raise HTTPError(503, f"server busy: {e}; retry later") from None
+        except EngineStopped as e:
+            raise HTTPError(503, str(e)) from None
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_stream(gen, reply, usage), media_type="text/event-stream")

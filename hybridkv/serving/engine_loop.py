@@ -17,6 +17,8 @@ Contract:
   goes on with the other requests.
 - ``call(fn)`` runs ``fn(llm)`` in the engine thread between steps (consistent
   snapshots for ``/metrics``).
+- When the thread ends (``stop``, or an error outside a step), every request
+  still in it gets an ``error`` delta: no HTTP call waits forever.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from hybridkv.serving.metrics import ServerMetrics
 
 class QueueFull(Exception):
     """``max_waiting`` requests are waiting already."""
+
+
+class EngineStopped(Exception):
+    """The engine thread has stopped (shut down, or failed)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +118,11 @@ class EngineLoop:
 
     def submit(self, streams: list[RequestStream]) -> None:
         """Queue the streams' requests, all or none: ``QueueFull`` when they
-        would make more than ``max_waiting`` wait."""
+        would make more than ``max_waiting`` wait, ``EngineStopped`` once the
+        engine thread has stopped."""
         with self._cv:
+            if self._stop:
+                raise EngineStopped("the engine has stopped")
             if self._num_waiting + len(self._new) + len(streams) > self.max_waiting:
                 raise QueueFull(f"{self.max_waiting} requests are waiting already")
             self._new.extend(streams)
@@ -135,6 +144,24 @@ class EngineLoop:
 
     # -- the engine thread -------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+            reason = "the server is shutting down"
+        except BaseException as e:  # the thread dies: /health turns 503
+            reason = f"the engine thread failed: {type(e).__name__}: {e}"
+            raise
+        finally:  # nobody will answer these any more
+            with self._cv:
+                self._stop = True
+                pending = [*self._streams.values(), *self._new]
+                calls, self._calls, self._new = self._calls, [], []
+            self._streams.clear()
+            for stream in pending:
+                stream.put(Delta([], finish_reason="error", error=reason))
+            for _, fut in calls:
+                fut.set_exception(RuntimeError(reason))
+
+    def _loop(self) -> None:
         scheduler = self.llm.scheduler
         while True:
             with self._cv:
@@ -144,7 +171,7 @@ class EngineLoop:
                 ):
                     self._cv.wait()
                 if self._stop:
-                    break
+                    return
                 new, self._new = self._new, []
                 aborts, self._aborts = self._aborts, []
                 calls, self._calls = self._calls, []

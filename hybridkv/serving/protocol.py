@@ -18,7 +18,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Sampling(BaseModel):
+class SamplingFields(BaseModel):
     """Fields common to both endpoints."""
 
     model_config = ConfigDict(extra="ignore")
@@ -55,7 +55,7 @@ class _Sampling(BaseModel):
         return [s for s in stops if s]
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingFields):
     """``POST /v1/completions``."""
 
     prompt: str | list[int] | list[str] | list[list[int]]
@@ -101,7 +101,7 @@ class ChatMessage(BaseModel):
         return "".join(parts)
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)

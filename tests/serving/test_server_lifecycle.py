@@ -147,3 +147,41 @@ def test_metrics_report_the_cache_and_the_requests(server: Any) -> None:
     kinds = {dict(k[1])["kind"] for k in m if k[0] == "hybridkv:kv_cache_group_usage_perc"}
     assert kinds == {"full", "sliding_window"}
     assert _value(m, "hybridkv:kv_cache_usage_perc") == 0
+
+
+def test_a_stopped_engine_answers_every_request(tok_ckpt: Path) -> None:
+    import threading
+
+    live, engine = start_server(tok_ckpt)
+    release = threading.Event()
+    try:
+        engine.call(lambda llm: release.wait(30))  # hold the thread: requests stay queued
+        result: list[Any] = []
+        client = threading.Thread(target=lambda: result.append(_complete(live.url, "w9 w10")))
+        client.start()
+        wait_until(lambda: engine.num_waiting == 1)
+        stopper = threading.Thread(target=engine.stop)
+        stopper.start()
+        release.set()
+        stopper.join(30)
+        client.join(30)
+        code, _, out = result[0]
+        assert code == 500 and "shutting down" in out["error"]["message"]
+        code, _, out = _complete(live.url, "w9 w10")
+        assert code == 503 and "stopped" in out["error"]["message"]
+        status, _ = urllib_get(live.url + "/health")
+        assert status == 503
+    finally:
+        release.set()
+        live.stop()
+
+
+def urllib_get(url: str) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
