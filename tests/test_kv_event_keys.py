@@ -59,3 +59,20 @@ def test_consecutive_runs() -> None:
     assert consecutive_runs([4]) == [(4, 5)]
     assert consecutive_runs([0, 1, 2, 5, 6, 9]) == [(0, 3), (5, 7), (9, 10)]
     assert consecutive_runs([3, 5, 7]) == [(3, 4), (5, 6), (7, 8)]
+
+
+def test_uncaching_a_failed_steps_blocks_removes_only_keys_that_leave() -> None:
+    kv = manager(10, full(4), enable_kv_cache_events=True)
+    a, b = req("a", 8), req("b", 8)
+    prefill(kv, a)
+    prefill(kv, b)  # duplicates of A's two keys
+    h = a.block_hashes
+    kv.take_events()
+    b.num_computed_tokens = 0  # B's step failed: none of its blocks were written
+    assert kv.uncache_uncomputed(b) == 2
+    assert kv.take_events() == []  # A still holds both keys
+    a.num_computed_tokens = 4  # A's second block was not written either
+    assert kv.uncache_uncomputed(a) == 1
+    assert kv.take_events() == [BlockRemoved([h[1]], 0)]
+    assert kv.block_pool.cached_keys() == {(0, h[0])}
+    kv.check_integrity()

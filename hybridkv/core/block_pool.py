@@ -15,7 +15,7 @@ Invariants (``check_integrity``):
 
 Events describe the set of cached *keys*, not blocks: ``BlockStored`` when a
 key enters the index (its first block), ``BlockRemoved`` when it leaves (its
-last block is evicted). A duplicate's arrival or eviction, and the promotion
+last block is evicted or uncached). A duplicate's arrival or eviction, and the promotion
 of a duplicate to primary, are silent. So a subscriber that adds stored keys
 to a set and discards removed ones holds exactly the index's keys
 (``cached_keys()``) after every drained batch (docs/kv_events.md).
@@ -155,6 +155,14 @@ class BlockPool:
             return True
         self.duplicates.setdefault((group_id, block_hash), {})[block.block_id] = block
         return False
+
+    def uncache(self, block: KVCacheBlock) -> None:
+        """Take a block in use out of the prefix index (its content is not
+        valid, e.g. the step that was to compute it failed); no-op if uncached."""
+        if block.ref_cnt <= 0:
+            raise ValueError(f"{block} is free: only a block in use can be uncached")
+        if block.block_hash is not None:
+            self._evict(block)
 
     def _evict(self, block: KVCacheBlock) -> None:
         h, gid = block.block_hash, block.group_id

@@ -45,7 +45,7 @@ from hybridkv.engine.outputs import CompletionOutput, RequestOutput
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
-from hybridkv.engine.scheduler import Scheduler
+from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
@@ -138,26 +138,30 @@ class LLM:
                                   self.kernel_backend)  # fmt: skip
         self._ids = itertools.count()
         self.num_steps = 0
+        self.last_step: SchedulerOutput | None = None
         self.kv_events: ZmqEventPublisher | None = None  # last: nothing after it can fail
         if events_config is not None:
             self.kv_events = open_publisher(events_config, config, self.device.type)
             self._close_events = weakref.finalize(self, self.kv_events.close)
 
     # -- KV events and lifetime ------------------------------------------------------
-    def _publish_events(self) -> None:
+    def publish_kv_events(self) -> None:
+        """Publish the KV events collected since the last batch (``step`` does this
+        itself; call it after changing the cache outside a step, e.g. uncaching the
+        blocks of a failed step). No-op without a KV events endpoint."""
         if self.kv_events is not None:
             self.kv_events.publish(self.manager.take_events())
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block (only when no request holds blocks). Returns success."""
         ok = self.manager.reset_prefix_cache()
-        self._publish_events()
+        self.publish_kv_events()
         return ok
 
     def close(self) -> None:
         """Publish pending KV events and close the events sockets. Idempotent."""
         if self.kv_events is not None and self._close_events.alive:
-            self._publish_events()
+            self.publish_kv_events()
             self._close_events()
 
     def __enter__(self) -> LLM:
@@ -230,10 +234,23 @@ class LLM:
             encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
+    def make_request(
+        self, prompt: PromptType, sampling_params: SamplingParams | None = None
+    ) -> EngineRequest:
+        """One checked request, not queued (for a serving loop; ``ValueError`` on bad input)."""
+        encoded = [self._prompt_ids(prompt, 0)]
+        return self._make_requests(encoded, sampling_params)[0]
+
     # -- the engine loop -----------------------------------------------------------
-    def step(self) -> None:
-        """Schedule, run and sample one step."""
+    def step(self) -> SchedulerOutput:
+        """Schedule, run and sample one step; returns what it scheduled.
+
+        ``last_step`` holds that before the model runs, so a caller that
+        catches a failed step knows which requests it concerned.
+        """
+        self.last_step = None
         out = self.scheduler.schedule()
+        self.last_step = out
         if not out.scheduled:
             stuck = [r.request_id for r in self.scheduler.waiting]
             raise RuntimeError(
@@ -251,7 +268,8 @@ class LLM:
         sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1
-        self._publish_events()
+        self.publish_kv_events()
+        return out
 
     def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:
         for req in requests:
