@@ -48,6 +48,18 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument("--cache-policy", default="lru", help="lru | hybrid")
     p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
+    p.add_argument(
+        "--kv-events-endpoint",
+        default=None,
+        help="publish KV cache events (vLLM's ZMQ format) at this endpoint, "
+        "e.g. tcp://127.0.0.1:5557 (needs the events extra)",
+    )
+    p.add_argument(
+        "--kv-events-replay-endpoint",
+        default=None,
+        help="the replay (ROUTER) socket for subscribers that missed batches",
+    )
+    p.add_argument("--kv-events-topic", default=None, help="the events' topic")
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
 
 
@@ -80,6 +92,9 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         cache_policy=args.cache_policy,
         kernel_backend=args.kernel_backend,
+        kv_events_endpoint=args.kv_events_endpoint,
+        kv_events_replay_endpoint=args.kv_events_replay_endpoint,
+        kv_events_topic=args.kv_events_topic,
         progress=True,
     )
     name = args.served_model_name or str(args.model)
@@ -97,7 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         app, _ = build_server(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"hybridkv serve: error: {e}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

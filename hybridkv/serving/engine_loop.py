@@ -14,7 +14,8 @@ Contract:
 - A step that raises fails the requests it scheduled: their streams get a
   ``Delta`` with ``error``, their blocks that the step was to compute leave the
   prefix cache (``uncache_uncomputed``), their blocks are freed, and the loop
-  goes on with the other requests.
+  goes on with the other requests. KV events of changes made outside a step
+  (aborts, a failed step) are published at once.
 - ``call(fn)`` runs ``fn(llm)`` in the engine thread between steps (consistent
   snapshots for ``/metrics``).
 - When the thread ends (``stop``, or an error outside a step), every request
@@ -151,6 +152,7 @@ class EngineLoop:
             reason = f"the engine thread failed: {type(e).__name__}: {e}"
             raise
         finally:  # nobody will answer these any more
+            self.llm.close()  # the last KV events go out, the publisher stops
             with self._cv:
                 self._stop = True
                 pending = [*self._streams.values(), *self._new]
@@ -180,6 +182,8 @@ class EngineLoop:
                 scheduler.add_request(stream.request)
             for rid in aborts:
                 self._abort(rid)
+            if aborts:
+                self.llm.publish_kv_events()
             for fn, fut in calls:
                 try:
                     fut.set_result(fn(self.llm))
@@ -237,3 +241,4 @@ class EngineLoop:
             if stream is not None:
                 self.metrics.request_finished("error")
                 stream.put(Delta([], finish_reason="error", error=error))
+        llm.publish_kv_events()
