@@ -10,6 +10,13 @@ room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 ``kernel_backend`` (default: Triton on CUDA, the native C kernels on the CPU,
 see ``engine_setup.resolve_kernel_backend``) is fixed for the engine's life.
 
+The constructor checks its arguments before reading the checkpoint, and the
+checkpoint (config.json, the safetensors headers, the tokenizer files) and the
+KV plan before loading any weight: each problem is a ``ValueError`` naming the
+argument or file. ``max_model_len`` beyond the model's positions is refused
+(``hybridkv.layouts.context_length``; ``allow_long_max_model_len=True``
+overrides it for models that scale RoPE).
+
 Every input is checked before any request is queued, so a bad call leaves no
 state behind; if a step fails, the call's requests are aborted and their
 blocks freed before the error propagates.
@@ -27,6 +34,8 @@ import torch
 
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.engine_setup import (
+    check_dtype,
+    check_flag,
     default_kv_bytes,
     eos_token_ids,
     positive,
@@ -42,9 +51,13 @@ from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
+from hybridkv.hashing import HASH_ALGOS
 from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
+from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
+from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
+from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 from hybridkv.specs import MambaSpec
 
@@ -67,10 +80,15 @@ class LLM:
         hash_algo: str = "sha256",
         cache_policy: str = "lru",
         kernel_backend: str | None = None,
+        allow_long_max_model_len: bool = False,
         progress: bool = False,
     ) -> None:
+        # Every argument is checked before the checkpoint is read, and the
+        # checkpoint's files and the KV plan before any weight is loaded.
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        if hash_algo not in HASH_ALGOS:
+            raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {hash_algo!r}")
         positive(block_size, "block_size")
         positive(max_num_seqs, "max_num_seqs")
         positive(max_num_batched_tokens, "max_num_batched_tokens")
@@ -78,26 +96,32 @@ class LLM:
             positive(max_model_len, "max_model_len")
         if kv_cache_memory_bytes is not None:
             positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
-        from transformers import AutoConfig
+        for flag, name in ((enable_prefix_caching, "enable_prefix_caching"),
+                           (allow_long_max_model_len, "allow_long_max_model_len")):  # fmt: skip
+            check_flag(flag, name)
+        check_dtype(dtype)
+        self.device = resolve_device(device)
+        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
 
         self.model_dir = resolve_model_dir(model, progress=progress)
-        hf_config = AutoConfig.from_pretrained(str(self.model_dir), local_files_only=True)
+        hf_config = read_hf_config(self.model_dir / "config.json")
         from hybridkv.models.registry import resolve_architecture
 
         _, text_config = resolve_architecture(hf_config)
         self.dtype = resolve_dtype(dtype, text_config)
-        self.device = resolve_device(device)
         dtype_name = str(self.dtype).removeprefix("torch.")
-        layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name,
-                                       max_model_len=max_model_len)  # fmt: skip
+        layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name)
+        if max_model_len is not None:
+            check_max_model_len(max_model_len, layout.max_model_len, model=str(self.model_dir),
+                                rope_scaling=rope_scaling_types(text_config),
+                                allow_long=allow_long_max_model_len)  # fmt: skip
+            layout = layout.model_copy(update={"max_model_len": max_model_len})
         if layout.mamba_ssm_dtype is None and self.dtype == torch.float32:
             layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
         self.max_model_len = layout.max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.hf_config, self.text_config = hf_config, text_config
-        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
-        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
-                                progress=progress, amx=self.kernel_backend == "native")  # fmt: skip
+        check_weight_files(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
         memory = kv_cache_memory_bytes or default_kv_bytes(
@@ -106,6 +130,9 @@ class LLM:
         self.plan = plan_kv_cache(layout, memory, block_size=block_size,
                                   max_model_len=self.max_model_len,
                                   max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+
+        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
+                                progress=progress, amx=self.kernel_backend == "native")  # fmt: skip
         config = self.plan.kv_cache_config
         self.kv_cache_config = config
         self.kv_buffers = allocate_kv_cache(config, self.device)
@@ -187,7 +214,9 @@ class LLM:
 
     # -- the engine loop -----------------------------------------------------------
     def step(self) -> None:
-        """Schedule, run and sample one step."""
+        """Schedule, run and sample one step; with no request queued, do nothing."""
+        if not self.scheduler.has_unfinished():
+            return
         out = self.scheduler.schedule()
         if not out.scheduled:
             stuck = [r.request_id for r in self.scheduler.waiting]

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hybridkv.token_ids import as_token_id_list
+
+#: The seeds a ``torch.Generator`` takes: ``[-2**63, 2**64)``.
+SEED_MIN, SEED_END = -(2**63), 2**64
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -37,12 +42,17 @@ class SamplingParams:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < -1:
             raise ValueError(f"top_k must be an int >= -1 (0 or -1: off), got {self.top_k!r}")
         if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not SEED_MIN <= self.seed < SEED_END
         ):
-            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
-        ids = tuple(self.stop_token_ids)
-        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
-            raise ValueError(f"stop_token_ids must be ints >= 0, got {self.stop_token_ids!r}")
+            raise ValueError(
+                f"seed must be None or an int in [-2**63, 2**64) (a torch generator seed), "
+                f"got {self.seed!r}"
+            )
+        if self.stop_token_ids is None:
+            raise ValueError("stop_token_ids must be a list of token ids (empty: none), not None")
+        ids = tuple(as_token_id_list(self.stop_token_ids, "stop_token_ids"))
         object.__setattr__(self, "stop_token_ids", ids)
 
     @property
