@@ -205,9 +205,18 @@ def _build(
 
 
 def _period(entries: list[str]) -> int | None:
-    """The shortest p that repeats at least twice and regenerates ``entries``."""
+    """The shortest p that repeats at least twice and regenerates ``entries``.
+
+    Linear time: the shortest period of a sequence is ``n - border``, where
+    ``border`` is its longest proper prefix that is also a suffix (KMP's
+    prefix function), so layouts of many thousand layers import quickly.
+    """
     n = len(entries)
-    for p in range(1, n // 2 + 1):
-        if all(entries[i] == entries[i % p] for i in range(n)):
-            return p
-    return None
+    border = [0] * n
+    for i in range(1, n):
+        k = border[i - 1]
+        while k and entries[i] != entries[k]:
+            k = border[k - 1]
+        border[i] = k + 1 if entries[i] == entries[k] else k
+    p = n - border[-1] if n else 0
+    return p if 0 < p <= n // 2 else None
