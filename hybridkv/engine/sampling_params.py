@@ -1,11 +1,26 @@
 """``SamplingParams``: how one request samples and when it stops (vLLM names).
 
 ``temperature=0`` is greedy. ``top_k=0``/``-1`` and ``top_p=1`` disable those
-filters. ``seed`` makes a sampled request reproducible on its own (its
-generator is private to it, so batching and preemption do not change its
-tokens). ``stop_token_ids`` end a request, as does the tokenizer's end of
+filters. ``stop_token_ids`` end a request, as does the tokenizer's end of
 sequence unless ``ignore_eos``. Invalid values raise ``ValueError`` naming the
 field.
+
+What ``seed`` guarantees, exactly:
+
+- The request draws from its own generator (seeded with ``seed``, never
+  touched by other requests): given the same logits, it picks the same
+  tokens whatever else is in the batch and wherever its row is
+  (``tests/hardening/test_batch_invariance.py``).
+- The same calls on a fresh engine with the same arguments (dtype, kernel
+  backend, threads, prefix caching) give the same tokens, seeded or greedy.
+- Batching, preemption and prefix-cache hits are *not* guaranteed to keep a
+  request's tokens: they change which tokens a step computes together, and
+  the CPU kernels' rounding depends on that (oneDNN/MKL matmuls block by the
+  number of rows; a prefix hit or preemption changes prefill chunking). The
+  logits then differ in the last bits: in bfloat16 (the demo's dtype) this
+  often changes a seeded request's tokens and sometimes a greedy one's; in
+  float32 the differences are ~1e-6 relative and rarely change a token.
+  There is no batch-invariant mode yet.
 """
 
 from __future__ import annotations
