@@ -226,7 +226,8 @@ class KVCacheManager:
             self.prefix_cache_stats.record(
                 request.num_tokens, num_hit, preempted=request.num_preemptions > 0
             )
-        return KVCacheBlocks(blocks, self.coordinator.last_full_hit_tokens), num_hit
+        hit = KVCacheBlocks(blocks, self.coordinator.last_full_hit_tokens, self.block_pool)
+        return hit, num_hit
 
     def allocate_slots(
         self,
@@ -369,7 +370,8 @@ class KVCacheManager:
             )
         self._bind(request)
         hashes = request._block_hashes
-        self._check_own_blocks(blocks)
+        if new_computed_blocks.pool is not self.block_pool:
+            self._check_own_blocks(blocks)
         for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):
             if len(group_blocks) * m.block_size != num_new_computed_tokens:
                 raise ValueError(
@@ -388,7 +390,11 @@ class KVCacheManager:
         return blocks
 
     def _check_own_blocks(self, blocks: tuple[list, ...]) -> None:
-        """Every block is one of this manager's pool (not another manager's)."""
+        """Every block is one of this manager's pool (not another manager's).
+
+        One by one: only for blocks that did not come from this manager's
+        ``get_computed_blocks`` (those carry its pool).
+        """
         own = self.block_pool.blocks
         try:
             foreign = next((b for group in blocks for b in group if own[b.block_id] is not b), None)
