@@ -13,6 +13,7 @@ import sys
 from hybridkv import __version__
 from hybridkv.engine.cli_generate import add_generate_parser, run_generate
 from hybridkv.report.command import add_plan_parser, run_plan
+from hybridkv.serving.command import add_serve_parser, run_serve
 from hybridkv.sim.command import add_simulate_parser, run_simulate
 
 
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     add_plan_parser(sub)
     add_generate_parser(sub)
     add_simulate_parser(sub)
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from hybridkv.engine.demo import main as demo
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_generate(args)
     if args.command == "simulate":
         return run_simulate(args)
+    if args.command == "serve":
+        return run_serve(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

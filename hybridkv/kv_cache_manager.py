@@ -422,6 +422,23 @@ class KVCacheManager:
         self._live.pop(rid, None)
         return self.coordinator.free(rid)
 
+    def uncache_uncomputed(self, request: Request) -> int:
+        """Take the request's blocks past ``num_computed_tokens`` out of the prefix
+        cache; returns how many. Blocks are cached when allocated, before a step
+        computes them: call this before freeing a request whose step failed, so
+        no later request hits blocks that were never written."""
+        computed = request.num_computed_tokens
+        n = 0
+        for m in self.coordinator.managers:
+            st = m.states.get(request.request_id)
+            if st is None:
+                continue
+            for b in st.blocks[computed // m.block_size :]:
+                if not b.is_null and b.block_hash is not None:
+                    self.block_pool.uncache(b)
+                    n += 1
+        return n
+
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """The request's block table per group (0 = null block)."""
         return tuple([b.block_id for b in t] for t in self.coordinator.get_blocks(request_id))

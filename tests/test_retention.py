@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hybridkv.managers.retention import FinalPoints, UnitValues
+from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues
 
 
 def test_final_points_at_block_size_one() -> None:
@@ -27,3 +29,54 @@ def test_unit_values_deeper_unit_worth_less() -> None:
 def test_unit_values_of_nothing() -> None:
     v = UnitValues(FinalPoints([], 0, 0, 4), {}, {})
     assert v.main == [] and v.chain == {}
+
+
+def test_spans_by_hand() -> None:
+    # Points 32 and 64, block size 16, a window needing blocks from (p - 16) // 16:
+    # block 0 is no point's (BEYOND), 1 is 32's, 2 is BEYOND (64 needs 3 only),
+    # 3 is 64's, 4-5 are past every point.
+    fp = FinalPoints([32, 64], 64, 0, 16)
+    assert fp.spans(lambda p: (p - 16) // 16, 16, 0, 6) == [
+        (0, 1, BEYOND),
+        (1, 2, 32),
+        (2, 3, BEYOND),
+        (3, 4, 64),
+        (4, 6, BEYOND),
+    ]
+    assert fp.spans(None, 16, 1, 3) == [(1, 2, 32), (2, 3, 64)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kept=st.lists(st.integers(1, 400), max_size=6),
+    end=st.integers(0, 400),
+    tail=st.sampled_from([0, 16, 48]),
+    step=st.sampled_from([1, 4, 16]),
+    bs=st.sampled_from([1, 2, 4, 16]),
+    window=st.one_of(st.none(), st.integers(1, 64)),
+    start=st.integers(0, 30),
+    length=st.integers(0, 40),
+)
+def test_spans_match_unit_of(
+    kept: list[int],
+    end: int,
+    tail: int,
+    step: int,
+    bs: int,
+    window: int | None,
+    start: int,
+    length: int,
+) -> None:
+    """``spans`` is ``unit_of`` evaluated per block, as index ranges."""
+    fp = FinalPoints(kept, end, tail, step)
+
+    def first(p: int) -> int:
+        assert window is not None
+        return max(0, p - window) // bs
+
+    first_needed = None if window is None else first
+    unit_of = fp.unit_of(first_needed, bs)
+    spans = fp.spans(first_needed, bs, start, start + length)
+    flat = [(i, unit) for lo, hi, unit in spans for i in range(lo, hi)]
+    assert flat == [(i, unit_of(i)) for i in range(start, start + length)]
+    assert all(lo < hi for lo, hi, _ in spans)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import Counter
-from itertools import chain, zip_longest
+from collections.abc import Iterable
+from itertools import chain, groupby, zip_longest
 from operator import itemgetter
 
 from hybridkv.core.block import KVCacheBlock
@@ -230,26 +231,17 @@ class KVCacheCoordinator(ABC):
         for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
             bs = m.block_size
             full = not m.has_skips
-            unit_of = points.unit_of(None if full else m.first_needed_block, bs)
+            first = None if full else m.first_needed_block
             # Blocks before E's needed range are needed by lower points only.
             own_below = m.first_needed_block(end) if self._point_local[gid] else 0
-            start = st.num_skipped
-            for i, b in chain(enumerate(st.blocks[start:], start), st.retained):
-                if b.is_null:
-                    continue
-                if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
-                    shared.append(b)
-                    continue
-                unit = unit_of(i)
-                if unit == BEYOND:
-                    if b.block_hash is not None:
-                        dead.append(b)  # no kept point's hit needs it
-                    else:
-                        entries.append((unit, (i + 1) * bs, gid, b, 1))
-                elif full:
-                    entries.append((unit, (i + 1) * bs, gid, b, 0))
-                else:
-                    entries.append((unit, (i + 1) * bs, gid, b, 2 if i < own_below else 1))
+            blocks = st.blocks
+            place = _Placer(gid, bs, full, own_below, shared, dead, entries)
+            for lo, hi, unit in points.spans(first, bs, st.num_skipped, len(blocks)):
+                place(enumerate(blocks[lo:hi], lo), unit)
+            if st.retained:  # skipped blocks a kept point holds: few, one by one
+                unit_of = points.unit_of(first, bs)
+                for i, b in st.retained:
+                    place(((i, b),), unit_of(i))
         pool = self.pool
         pool.free_blocks(shared)
         pool.free_blocks(dead, evict_first=True)
@@ -262,25 +254,22 @@ class KVCacheCoordinator(ABC):
                 pages = extra_pages if kind else full_units
                 pages[unit] = pages.get(unit, 0) + n
         values = UnitValues(points, full_units, extra_pages)
-        cache: dict[tuple[int, int], float | None] = {}
+        # Consecutive entries of one (unit, kind) share a value; adjacent runs
+        # of equal value are released together.
         run: list[KVCacheBlock] = []
         run_value: float | None = None
-        for unit, _, _, b, kind in release_order(entries):
-            key = (unit, kind)
-            v = cache.get(key, -1.0)
-            if v == -1.0:
-                if unit == BEYOND:
-                    v = None
-                elif kind == 0:
-                    v = values.of_full(unit)
-                else:
-                    v = values.of_other(unit, kind == 1)
-                cache[key] = v
+        for (unit, kind), group in groupby(release_order(entries), itemgetter(0, 4)):
+            if unit == BEYOND:
+                v = None
+            elif kind == 0:
+                v = values.of_full(unit)
+            else:
+                v = values.of_other(unit, kind == 1)
             if v != run_value and run:
                 pool.free_blocks(run, value=run_value)
                 run = []
             run_value = v
-            run.append(b)
+            run.extend(map(itemgetter(3), group))
         if run:
             pool.free_blocks(run, value=run_value)
 
@@ -304,3 +293,42 @@ class KVCacheCoordinator(ABC):
             assert m.tail_alignment is self.tail_alignment, "groups disagree on the tail"
             m.check_integrity()
         self.tail_alignment.check_integrity()
+
+
+class _Placer:
+    """Sorts one group's freed blocks for ``_free_hybrid``: shared ones (still
+    held), dead ones (cached, but no kept point's hit needs them) and release
+    entries ``(unit, end position, group, block, kind)``; kind 0 full
+    attention, 1 a block other points may need (or no point), 2 a tail
+    point's own state (before ``own_below``)."""
+
+    __slots__ = ("bs", "dead", "entries", "full", "gid", "own_below", "shared")
+
+    def __init__(
+        self,
+        gid: int,
+        bs: int,
+        full: bool,
+        own_below: int,
+        shared: list[KVCacheBlock],
+        dead: list[KVCacheBlock],
+        entries: list[tuple[int, int, int, KVCacheBlock, int]],
+    ) -> None:
+        self.gid, self.bs, self.full, self.own_below = gid, bs, full, own_below
+        self.shared, self.dead, self.entries = shared, dead, entries
+
+    def __call__(self, pairs: Iterable[tuple[int, KVCacheBlock]], unit: int) -> None:
+        """Place ``(index, block)`` pairs whose unit point is ``unit``."""
+        beyond = unit == BEYOND
+        gid, bs, full, own_below = self.gid, self.bs, self.full, self.own_below
+        shared, dead, entries = self.shared, self.dead, self.entries
+        for i, b in pairs:
+            if b.is_null:
+                continue
+            if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
+                shared.append(b)
+            elif beyond and b.block_hash is not None:
+                dead.append(b)  # no kept point's hit needs it
+            else:
+                kind = 1 if beyond else 0 if full else 2 if i < own_below else 1
+                entries.append((unit, (i + 1) * bs, gid, b, kind))

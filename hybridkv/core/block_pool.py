@@ -144,6 +144,14 @@ class BlockPool:
         else:
             self.duplicates.setdefault((group_id, block_hash), {})[block.block_id] = block
 
+    def uncache(self, block: KVCacheBlock) -> None:
+        """Take a block in use out of the prefix index (its content is not
+        valid, e.g. the step that was to compute it failed); no-op if uncached."""
+        if block.ref_cnt <= 0:
+            raise ValueError(f"{block} is free: only a block in use can be uncached")
+        if block.block_hash is not None:
+            self._evict(block)
+
     def _evict(self, block: KVCacheBlock) -> None:
         h, gid = block.block_hash, block.group_id
         assert h is not None and gid is not None

@@ -75,13 +75,12 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         value: float | None = None,
     ) -> None:
         first = self.first
-        n = 0
         if evict_first:
+            blocks = list(blocks)
             for b in blocks:
                 b.free_class = _NO_CLASS
-                first.appendleft(b)
-                n += 1
-            self._free += n
+            first.extendleft(blocks)
+            self._free += len(blocks)
             return
         cls = value_class(NEUTRAL_VALUE if value is None else value)
         q = self.classes.get(cls)
@@ -90,6 +89,8 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         bonus = self.weight * cls / 2
         span = self.span
         clock = self.clock
+        n = 0
+        keyed = []
         for b in blocks:
             n += 1
             if b.block_hash is None:
@@ -99,7 +100,8 @@ class CostAwareEvictionPolicy(EvictionPolicy):
             clock += 1
             b.free_class = cls
             b.evict_key = clock / span + bonus
-            q.append(b)
+            keyed.append(b)
+        q.extend(keyed)
         self.clock = clock
         self._free += n
 
@@ -131,8 +133,15 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                 elif key < limit:
                     limit = key
             assert q is not None
-            while len(out) < n and q.num_free_blocks and q.head.next_free.evict_key <= limit:  # type: ignore[union-attr]
-                out.append(q.popleft())
+            # Pop the run of q's head up to the runner-up's key, at most what is missing.
+            room = n - len(out)
+            k = 0
+            b = q.head.next_free
+            end = q.tail
+            while k < room and b is not end and b.evict_key <= limit:  # type: ignore[union-attr]
+                k += 1
+                b = b.next_free  # type: ignore[union-attr]
+            out += q.popleft_n(k)
         self._free -= n
         return out
 

@@ -89,6 +89,34 @@ class FreeKVCacheBlockQueue:
         self.head.next_free = block
         self.num_free_blocks += 1
 
+    def extend(self, blocks: list[KVCacheBlock]) -> None:
+        """``append`` each of ``blocks`` in turn (one pass, no call per block)."""
+        if not blocks:
+            return
+        last = self.tail.prev_free
+        assert last is not None
+        for b in blocks:
+            last.next_free = b
+            b.prev_free = last
+            last = b
+        last.next_free = self.tail
+        self.tail.prev_free = last
+        self.num_free_blocks += len(blocks)
+
+    def extendleft(self, blocks: list[KVCacheBlock]) -> None:
+        """``appendleft`` each of ``blocks`` in turn: the last one ends up first."""
+        if not blocks:
+            return
+        nxt = self.head.next_free
+        assert nxt is not None
+        for b in blocks:
+            nxt.prev_free = b
+            b.next_free = nxt
+            nxt = b
+        nxt.prev_free = self.head
+        self.head.next_free = nxt
+        self.num_free_blocks += len(blocks)
+
     def __iter__(self) -> Iterator[KVCacheBlock]:
         b = self.head.next_free
         while b is not self.tail:

@@ -49,7 +49,7 @@ from hybridkv.engine.outputs import CompletionOutput, RequestOutput
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
-from hybridkv.engine.scheduler import Scheduler
+from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.hashing import HASH_ALGOS
 from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager
@@ -147,6 +147,7 @@ class LLM:
                                   self.kernel_backend)  # fmt: skip
         self._ids = itertools.count()
         self.num_steps = 0
+        self.last_step: SchedulerOutput | None = None
 
     # -- requests ----------------------------------------------------------------
     def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
@@ -212,12 +213,26 @@ class LLM:
             encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
+    def make_request(
+        self, prompt: PromptType, sampling_params: SamplingParams | None = None
+    ) -> EngineRequest:
+        """One checked request, not queued (for a serving loop; ``ValueError`` on bad input)."""
+        encoded = [self._prompt_ids(prompt, 0)]
+        return self._make_requests(encoded, sampling_params)[0]
+
     # -- the engine loop -----------------------------------------------------------
-    def step(self) -> None:
-        """Schedule, run and sample one step; with no request queued, do nothing."""
+    def step(self) -> SchedulerOutput:
+        """Schedule, run and sample one step; returns what it scheduled.
+
+        ``last_step`` holds that before the model runs, so a caller that
+        catches a failed step knows which requests it concerned. With no
+        request queued it does nothing and returns an empty step.
+        """
+        self.last_step = None
         if not self.scheduler.has_unfinished():
-            return
+            return SchedulerOutput((), ())
         out = self.scheduler.schedule()
+        self.last_step = out
         if not out.scheduled:
             stuck = [r.request_id for r in self.scheduler.waiting]
             raise RuntimeError(
@@ -235,6 +250,7 @@ class LLM:
         sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1
+        return out
 
     def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:
         for req in requests:

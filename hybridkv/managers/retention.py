@@ -163,6 +163,35 @@ class FinalPoints:
 
         return cover
 
+    def spans(
+        self, first_needed_block: Callable[[int], int] | None, bs: int, start: int, stop: int
+    ) -> list[tuple[int, int, int]]:
+        """``unit_of`` over the table indices ``[start, stop)`` as ascending
+        ``(lo, hi, unit)`` index ranges, computed per point, not per block.
+
+        Point ``p`` is the smallest point past block ``i`` exactly when
+        ``prev // bs <= i < p // bs`` (``prev``: the point below ``p``); a
+        non-full group's blocks there before ``first_needed_block(p)`` are
+        ``BEYOND``, as is everything past the last point.
+        """
+        out: list[tuple[int, int, int]] = []
+        lo = start
+        for p in self.points:
+            hi = min(p // bs, stop)
+            if hi <= lo:
+                continue
+            if first_needed_block is not None:
+                first = first_needed_block(p)
+                if first > lo:
+                    out.append((lo, min(first, hi), BEYOND))
+                    lo = min(first, hi)
+            if hi > lo:
+                out.append((lo, hi, p))
+            lo = hi
+        if stop > lo:
+            out.append((lo, stop, BEYOND))
+        return out
+
 
 def release_order(entries: list[Any]) -> list[Any]:
     """``(unit point, end position, group, block, ...)`` entries in release order.

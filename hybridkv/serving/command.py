@@ -1,0 +1,104 @@
+"""``hybridkv serve MODEL``: load the model and serve the OpenAI API over HTTP.
+
+The engine options are ``LLM``'s. Bad options and a missing ``serve`` extra
+are one-line errors with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+SERVE_EXTRA = "pip install 'hybridkv[serve]'"
+
+
+def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible HTTP API")
+    p.add_argument("model", help="checkpoint directory (config.json + safetensors) or .gguf file")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the model name clients ask for (default: MODEL as given)",
+    )
+    p.add_argument(
+        "--chat-template",
+        type=Path,
+        default=None,
+        help="a Jinja chat template file (replaces the tokenizer's)",
+    )
+    p.add_argument(
+        "--max-waiting",
+        type=int,
+        default=1024,
+        help="waiting requests beyond which new ones get 503 (default 1024)",
+    )
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    p.add_argument("--max-model-len", type=int, default=None, help="context length cap")
+    p.add_argument("--max-num-seqs", type=int, default=64, help="requests running at once")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="tokens per step")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV cache size")
+    p.add_argument(
+        "--no-enable-prefix-caching", action="store_true", help="turn automatic prefix caching off"
+    )
+    p.add_argument("--cache-policy", default="lru", help="lru | hybrid")
+    p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
+    p.add_argument("--log-level", default="info", help="uvicorn's log level")
+
+
+def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The LLM-backed ``(app, engine)`` for ``args`` (``ValueError`` on bad options)."""
+    from hybridkv.engine import LLM
+    from hybridkv.serving.app import build_app
+    from hybridkv.serving.engine_loop import EngineLoop
+    from hybridkv.serving.metrics import ServerMetrics
+
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting must be >= 1, got {args.max_waiting}")
+    if not 0 <= args.port < 65536:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    template = None
+    if args.chat_template is not None:
+        try:
+            template = args.chat_template.read_text()
+        except OSError as e:
+            raise ValueError(f"--chat-template {args.chat_template}: {e.strerror}") from None
+    llm = LLM(
+        args.model,
+        dtype=args.dtype,
+        device=args.device,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_enable_prefix_caching,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        cache_policy=args.cache_policy,
+        kernel_backend=args.kernel_backend,
+        progress=True,
+    )
+    name = args.served_model_name or str(args.model)
+    engine = EngineLoop(llm, max_waiting=args.max_waiting, metrics=ServerMetrics(name))
+    return build_app(engine, name, chat_template=template), engine
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        print(f"hybridkv serve: error: {e.name} is missing: {SERVE_EXTRA}", file=sys.stderr)
+        return 2
+    try:
+        app, _ = build_server(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"hybridkv serve: error: {e}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

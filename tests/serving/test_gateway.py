@@ -1,0 +1,87 @@
+"""sglang-router accepts a ``hybridkv serve`` replica as a worker and routes to it.
+
+The gateway probes ``/health``, reads SGLang's ``/server_info`` and
+``/model_info`` (the model's name, the tokenizer's local path, so it never
+reaches for the network), then forwards OpenAI requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai")
+ROUTER = shutil.which("sglang-router", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.skipif(ROUTER is None, reason="sglang-router is not installed (the cluster extra)")
+def test_the_gateway_routes_to_hybridkv(server: Any, tmp_path: Path) -> None:
+    live, _ = server
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    log = (tmp_path / "router.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            str(ROUTER),
+            "launch",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--policy",
+            "cache_aware",
+            "--worker-urls",
+            live.url,
+            "--log-level",
+            "info",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    router = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[Any] = []
+        while not workers:  # until the gateway has registered the worker
+            assert proc.poll() is None, "the gateway exited"
+            assert time.monotonic() < deadline, "the gateway never registered the worker"
+            time.sleep(0.2)
+            try:
+                with urllib.request.urlopen(router + "/workers", timeout=5) as r:
+                    workers = json.loads(r.read())["workers"]
+            except OSError:
+                pass
+        # Registered under the served name (from /model_info), healthy, over HTTP.
+        assert [(w["url"], w["model_id"], w["is_healthy"]) for w in workers] == [
+            (live.url, "tiny", True)
+        ]
+        client = openai.OpenAI(base_url=router + "/v1", api_key="none", max_retries=0, timeout=30)
+        direct = openai.OpenAI(base_url=live.url + "/v1", api_key="none", max_retries=0)
+        args: dict[str, Any] = dict(model="tiny", prompt="w5 w6 w7", max_tokens=4, temperature=0)
+        want = direct.completions.create(**args)
+        got = client.completions.create(**args)
+        assert got.choices[0].text == want.choices[0].text
+        assert [m.id for m in client.models.list().data] == ["tiny"]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()
