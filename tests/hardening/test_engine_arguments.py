@@ -98,8 +98,8 @@ def test_bad_chat_template_argument(llm: LLM) -> None:
 
 def test_step_with_nothing_queued_does_nothing(llm: LLM) -> None:
     steps = llm.num_steps
-    llm.step()
-    assert llm.num_steps == steps
+    out = llm.step()
+    assert out.scheduled == () and out.preempted == () and llm.num_steps == steps
     clean(llm)
 
 
