@@ -131,9 +131,19 @@ class KVCacheMachine(RuleBasedStateMachine):
                 assert seen == key, f"group {g}: one hash for two prefixes {seen} / {key}"
             t.recorded[g] = len(hashes) // k
 
+    def _check_chain(self, ev: BlockStored) -> None:
+        """A stored run is one chain: each block extends its parent by its own tokens."""
+        g, bs = ev.group_id, ev.block_size
+        assert bs == self.sizes[g] and len(ev.token_ids) == bs * len(ev.block_hashes)
+        prefix = () if ev.parent_block_hash is None else self.shadow[(g, ev.parent_block_hash)][2]
+        for j, h in enumerate(ev.block_hashes):
+            prefix = (*prefix, *ev.token_ids[j * bs : (j + 1) * bs])
+            assert self.shadow[(g, h)][2] == prefix, f"group {g}: stored run is not one chain"
+
     def _sync_events(self) -> None:
         for ev in self.manager.take_events():
             if isinstance(ev, BlockStored):
+                self._check_chain(ev)
                 self.mirror.update((ev.group_id, h) for h in ev.block_hashes)
             elif isinstance(ev, BlockRemoved):
                 self.mirror.subtract((ev.group_id, h) for h in ev.block_hashes)
@@ -563,9 +573,12 @@ class KVCacheMachine(RuleBasedStateMachine):
             prefix = self.shadow[(g, h)][2]
             bs = self.sizes[g]
             assert len(prefix) % bs == 0 and b.token_ids == list(prefix[-bs:]), b
-        # KV events mirror the cache exactly (a multiset: duplicates allowed).
-        mirror = +self.mirror
-        assert mirror == Counter((b.group_id, b.block_hash) for b in cached), "events drifted"
+        # KV events mirror the index's keys exactly: every cached key stored once
+        # (duplicate blocks are silent), nothing removed that was not stored.
+        assert not -self.mirror, "a key was removed more often than stored"
+        keys = {(b.group_id, b.block_hash) for b in cached}
+        assert +self.mirror == Counter(keys), "events drifted"
+        assert keys == pool.cached_keys()
 
 
 TestKVCacheStateMachine = KVCacheMachine.TestCase

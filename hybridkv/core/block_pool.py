@@ -12,6 +12,13 @@ Invariants (``check_integrity``):
   index holds nothing else. Several blocks may share one key (duplicates:
   block tables are append-only, so a later request may have computed the
   same block again); the index keeps one primary block and the duplicates.
+
+Events describe the set of cached *keys*, not blocks: ``BlockStored`` when a
+key enters the index (its first block), ``BlockRemoved`` when it leaves (its
+last block is evicted or uncached). A duplicate's arrival or eviction, and the promotion
+of a duplicate to primary, are silent. So a subscriber that adds stored keys
+to a set and discards removed ones holds exactly the index's keys
+(``cached_keys()``) after every drained batch (docs/kv_events.md).
 """
 
 from __future__ import annotations
@@ -132,8 +139,12 @@ class BlockPool:
     # -- the prefix index ----------------------------------------------------
     def cache_block(
         self, block: KVCacheBlock, block_hash: bytes, group_id: int, token_ids: list[int]
-    ) -> None:
-        """Enter a full, computed block into the index under its key."""
+    ) -> bool:
+        """Enter a full, computed block into the index under its key.
+
+        Returns True when the key is new to the index (the block is its
+        primary), False when the block is a duplicate of a cached key.
+        """
         block.block_hash = block_hash
         block.group_id = group_id
         block.token_ids = token_ids
@@ -141,8 +152,9 @@ class BlockPool:
         primary = index.get(block_hash)
         if primary is None:
             index[block_hash] = block
-        else:
-            self.duplicates.setdefault((group_id, block_hash), {})[block.block_id] = block
+            return True
+        self.duplicates.setdefault((group_id, block_hash), {})[block.block_id] = block
+        return False
 
     def uncache(self, block: KVCacheBlock) -> None:
         """Take a block in use out of the prefix index (its content is not
@@ -165,7 +177,9 @@ class BlockPool:
                 if not dups:
                     del self.duplicates[key]
             else:
-                del index[h]
+                del index[h]  # the key's last block: the key leaves the index
+                if self.enable_kv_cache_events:
+                    self.events.append(BlockRemoved(block_hashes=[h], group_id=gid))
         else:
             dups = self.duplicates[key]
             del dups[block.block_id]
@@ -174,8 +188,6 @@ class BlockPool:
         block.block_hash = None
         block.group_id = None
         block.token_ids = None
-        if self.enable_kv_cache_events:
-            self.events.append(BlockRemoved(block_hashes=[h], group_id=gid))
 
     def record_stored(
         self,
@@ -186,7 +198,12 @@ class BlockPool:
         lora_name: str | None,
         group_id: int,
     ) -> None:
-        """Emit a ``BlockStored`` event (only when events are enabled)."""
+        """Emit a ``BlockStored`` event for keys new to the index (events enabled).
+
+        ``hashes`` are consecutive blocks of one request's chain; ``parent``
+        is the hash of the block before the first (None for block 0) and
+        ``token_ids`` the tokens of exactly these blocks.
+        """
         self.events.append(
             BlockStored(
                 block_hashes=hashes,
@@ -217,6 +234,10 @@ class BlockPool:
         """Drain the collected events."""
         events, self.events = self.events, []
         return events
+
+    def cached_keys(self) -> set[tuple[int, bytes]]:
+        """The ``(group_id, hash)`` keys in the index (what events mirror). Read-only."""
+        return {(gid, h) for gid, index in enumerate(self.cached) for h in index}
 
     def num_cached_blocks(self) -> int:
         """Blocks currently in the prefix index (primary and duplicates)."""

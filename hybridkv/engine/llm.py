@@ -9,6 +9,10 @@ room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 ``engine_setup.DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
 ``kernel_backend`` (default: Triton on CUDA, the native C kernels on the CPU,
 see ``engine_setup.resolve_kernel_backend``) is fixed for the engine's life.
+``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
+BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
+format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
+sends what is pending and closes the sockets. Without it nothing extra runs.
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -26,9 +30,10 @@ from __future__ import annotations
 
 import itertools
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -51,6 +56,8 @@ from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
+from hybridkv.events import KVEventsConfig, open_publisher
+from hybridkv.events.config import resolve_events_config
 from hybridkv.hashing import HASH_ALGOS
 from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
@@ -60,6 +67,9 @@ from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 from hybridkv.specs import MambaSpec
+
+if TYPE_CHECKING:
+    from hybridkv.events.publisher import ZmqEventPublisher
 
 
 class LLM:
@@ -82,9 +92,16 @@ class LLM:
         kernel_backend: str | None = None,
         allow_long_max_model_len: bool = False,
         progress: bool = False,
+        kv_events_endpoint: str | None = None,
+        kv_events_replay_endpoint: str | None = None,
+        kv_events_topic: str | None = None,
+        kv_events_config: KVEventsConfig | None = None,
     ) -> None:
         # Every argument is checked before the checkpoint is read, and the
         # checkpoint's files and the KV plan before any weight is loaded.
+        events_config = resolve_events_config(
+            kv_events_config, kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic
+        )
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
         if hash_algo not in HASH_ALGOS:
@@ -138,7 +155,8 @@ class LLM:
         self.kv_buffers = allocate_kv_cache(config, self.device)
         self.manager = KVCacheManager(config, self.max_model_len,
                                       enable_caching=enable_prefix_caching, hash_algo=hash_algo,
-                                      log_stats=True, cache_policy=cache_policy)  # fmt: skip
+                                      log_stats=True, cache_policy=cache_policy,
+                                      enable_kv_cache_events=events_config is not None)  # fmt: skip
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=max_num_batched_tokens,
@@ -148,6 +166,36 @@ class LLM:
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None
+        self.kv_events: ZmqEventPublisher | None = None  # last: nothing after it can fail
+        if events_config is not None:
+            self.kv_events = open_publisher(events_config, config, self.device.type)
+            self._close_events = weakref.finalize(self, self.kv_events.close)
+
+    # -- KV events and lifetime ------------------------------------------------------
+    def publish_kv_events(self) -> None:
+        """Publish the KV events collected since the last batch (``step`` does this
+        itself; call it after changing the cache outside a step, e.g. uncaching the
+        blocks of a failed step). No-op without a KV events endpoint."""
+        if self.kv_events is not None:
+            self.kv_events.publish(self.manager.take_events())
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block (only when no request holds blocks). Returns success."""
+        ok = self.manager.reset_prefix_cache()
+        self.publish_kv_events()
+        return ok
+
+    def close(self) -> None:
+        """Publish pending KV events and close the events sockets. Idempotent."""
+        if self.kv_events is not None and self._close_events.alive:
+            self.publish_kv_events()
+            self._close_events()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- requests ----------------------------------------------------------------
     def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
@@ -250,6 +298,7 @@ class LLM:
         sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1
+        self.publish_kv_events()
         return out
 
     def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.events import consecutive_runs
 from hybridkv.managers.retention import in_spans, kept_spans
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs.base import KVCacheSpec
@@ -248,6 +249,9 @@ class SingleTypeKVCacheManager(ABC):
         """Enter the full blocks covering ``num_tokens`` into the cache.
 
         ``block_hashes`` are the request's hashes at the hash block size.
+        With events on, each run of consecutive blocks whose keys are new to
+        the index becomes one ``BlockStored`` (chained to the block before it);
+        null blocks and duplicates of cached keys split runs and emit nothing.
         """
         bs = self.block_size
         num_full = num_tokens // bs
@@ -263,19 +267,19 @@ class SingleTypeKVCacheManager(ABC):
             b = blocks[i]
             if b.is_null or b.block_hash is not None:
                 continue
-            pool.cache_block(b, hashes[i], gid, token_ids[i * bs : (i + 1) * bs])
-            stored.append(i)
+            if pool.cache_block(b, hashes[i], gid, token_ids[i * bs : (i + 1) * bs]):
+                stored.append(i)
         st.num_cached = num_full
         if stored and pool.enable_kv_cache_events:
-            first = stored[0]
-            pool.record_stored(
-                [hashes[i] for i in stored],
-                hashes[first - 1] if first > 0 else None,
-                [t for i in stored for t in token_ids[i * bs : (i + 1) * bs]],
-                bs,
-                lora_name,
-                gid,
-            )
+            for first, stop in consecutive_runs(stored):
+                pool.record_stored(
+                    hashes[first:stop],
+                    hashes[first - 1] if first > 0 else None,
+                    token_ids[first * bs : stop * bs],
+                    bs,
+                    lora_name,
+                    gid,
+                )
 
     def group_hashes(self, block_hashes: list[bytes]) -> list[bytes]:
         """This group's block hashes from the request's hash-block-size hashes.

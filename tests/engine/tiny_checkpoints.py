@@ -44,10 +44,18 @@ def save_checkpoint(config: Any, path: Path, *, seed: int = 0) -> Path:
 
 
 def hf_greedy(path: Path, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
-    """transformers' greedy continuation of ``prompt`` and its per-step logits ``[n, V]``."""
+    """transformers' greedy continuation of ``prompt`` and its per-step logits ``[n, V]``.
+
+    transformers runs in float64 (MoE experts in its eager loop, the only one that takes
+    float64), so the reference carries no rounding of its own: the float32 rounding of
+    both sides can add up at a sensitive step (1.9e-4 between transformers' float32 and
+    ours on an AVX2 box, Jamba, each within 1e-4 of float64). Logits come back as float32.
+    """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float64, experts_implementation="eager"
+    ).eval()
     with torch.no_grad():
         out = model.generate(
             torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,

@@ -30,6 +30,7 @@ _MANAGER_TESTS = (
     "tests/test_tail_alignment.py",
     "tests/test_hybrid.py",
     "tests/test_lifecycle.py",
+    "tests/test_kv_event_keys.py",
     "tests/test_walkthrough.py",
     "tests/test_isolation.py",
     "tests/test_bad_input.py",
