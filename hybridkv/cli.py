@@ -1,10 +1,16 @@
-"""The ``hybridkv`` command line."""
+"""The ``hybridkv`` command line (also ``python -m hybridkv``; ``--version`` prints the version).
+
+Each subcommand prints a user error as one ``hybridkv COMMAND: error: ...``
+line and exits with status 2 (``hybridkv.user_errors``); argparse does the
+same for bad arguments.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from hybridkv import __version__
 from hybridkv.engine.cli_generate import add_generate_parser, run_generate
 from hybridkv.report.command import add_plan_parser, run_plan
 from hybridkv.serving.command import add_serve_parser, run_serve
@@ -16,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hybridkv", description="Hybrid-attention KV cache manager."
     )
+    parser.add_argument("--version", action="version", version=f"hybridkv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="chat and shared-document questions on Gemma 3 270M (offline)")
     sub.add_parser("walkthrough", help="print the worked prefix-caching example (manager only)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hybridkv.core.block import KVCacheBlock
 
@@ -13,10 +13,14 @@ class KVCacheBlocks:
 
     ``full_hit_tokens``: for a prefix hit, how far the full-attention groups
     alone matched (>= the hit; the ``hybrid`` policy's branch point).
+    ``pool``: the block pool a prefix hit came from (set by
+    ``get_computed_blocks``), so that adopting it checks ownership in O(1);
+    blocks from anywhere else are checked one by one.
     """
 
     blocks: tuple[list[KVCacheBlock], ...]
     full_hit_tokens: int = 0
+    pool: object | None = field(default=None, repr=False, compare=False)
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         """Block ids per group (0 marks the null block)."""

@@ -179,6 +179,9 @@ class KVCacheManager:
             hybrid_tail_align,
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
+        # The Request object behind each live request id: another object with
+        # the same id (other tokens) must not take over its blocks.
+        self._live: dict[str, Request] = {}
 
     # -- helpers -------------------------------------------------------------
     def _bind(self, request: Request) -> None:
@@ -223,7 +226,8 @@ class KVCacheManager:
             self.prefix_cache_stats.record(
                 request.num_tokens, num_hit, preempted=request.num_preemptions > 0
             )
-        return KVCacheBlocks(blocks, self.coordinator.last_full_hit_tokens), num_hit
+        hit = KVCacheBlocks(blocks, self.coordinator.last_full_hit_tokens, self.block_pool)
+        return hit, num_hit
 
     def allocate_slots(
         self,
@@ -248,6 +252,9 @@ class KVCacheManager:
         if num_new_tokens <= 0:
             raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
         rid = request.request_id
+        live = self._live.get(rid)
+        if live is not request and live is not None:
+            self._check_same_request(live, request)
         coordinator = self.coordinator
         hit_blocks = None
         if num_new_computed_tokens or num_lookahead_tokens or new_computed_blocks is not None:
@@ -286,6 +293,8 @@ class KVCacheManager:
         )
         if new_blocks is None:
             return None
+        if live is None:
+            self._live[rid] = request
         if admitted:
             assert new_computed_blocks is not None
             coordinator.observe_branch(new_computed_blocks.full_hit_tokens, request.num_tokens)
@@ -299,6 +308,21 @@ class KVCacheManager:
                 request.lora_name,
             )
         return KVCacheBlocks(new_blocks)
+
+    def _check_same_request(self, live: Request, request: Request) -> None:
+        """``request`` reuses a live request's id: fine only for the same tokens.
+
+        (A caller may rebuild its ``Request``; it then takes the old one's place.)
+        """
+        if live._token_ids != request._token_ids or live.num_computed_tokens != (
+            request.num_computed_tokens
+        ):
+            raise ValueError(
+                f"request: another Request with id {request.request_id!r} (other tokens or "
+                "num_computed_tokens) holds blocks in this manager; request ids must be "
+                "unique among live requests (free the old one first)"
+            )
+        self._live[request.request_id] = request
 
     def _kept_points(
         self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
@@ -333,6 +357,11 @@ class KVCacheManager:
                 f"num_new_computed_tokens={num_new_computed_tokens} must be < the "
                 f"request's {request.num_tokens} tokens"
             )
+        if not isinstance(new_computed_blocks, KVCacheBlocks):
+            raise ValueError(
+                "new_computed_blocks must be the KVCacheBlocks of get_computed_blocks, got "
+                f"{type(new_computed_blocks).__name__}"
+            )
         blocks = new_computed_blocks.blocks
         if len(blocks) != len(self.coordinator.managers):
             raise ValueError(
@@ -341,6 +370,8 @@ class KVCacheManager:
             )
         self._bind(request)
         hashes = request._block_hashes
+        if new_computed_blocks.pool is not self.block_pool:
+            self._check_own_blocks(blocks)
         for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):
             if len(group_blocks) * m.block_size != num_new_computed_tokens:
                 raise ValueError(
@@ -358,9 +389,37 @@ class KVCacheManager:
                     )
         return blocks
 
+    def _check_own_blocks(self, blocks: tuple[list, ...]) -> None:
+        """Every block is one of this manager's pool (not another manager's).
+
+        One by one: only for blocks that did not come from this manager's
+        ``get_computed_blocks`` (those carry its pool).
+        """
+        own = self.block_pool.blocks
+        try:
+            foreign = next((b for group in blocks for b in group if own[b.block_id] is not b), None)
+        except (AttributeError, IndexError, TypeError):
+            foreign = "an object that is not a block of any pool"
+        if foreign is not None:
+            raise ValueError(
+                f"new_computed_blocks hold {foreign!r}, which is not a block of this manager's "
+                "pool (another manager's?); pass what this manager's get_computed_blocks returned"
+            )
+
     def free(self, request: Request | str) -> bool:
-        """Release a request's blocks (tail first). Unknown request: False."""
-        rid = request if isinstance(request, str) else request.request_id
+        """Release a request's blocks (tail first). Unknown request: False.
+
+        ``request``: a ``Request`` or its id; anything else is a ``ValueError``.
+        """
+        if isinstance(request, str):
+            rid = request
+        elif isinstance(request, Request):
+            rid = request.request_id
+        else:
+            raise ValueError(
+                f"request must be a hybridkv.Request or a request id (str), got {request!r}"
+            )
+        self._live.pop(rid, None)
         return self.coordinator.free(rid)
 
     def uncache_uncomputed(self, request: Request) -> int:
@@ -411,6 +470,8 @@ class KVCacheManager:
         """Assert pool and table invariants, and that ref counts equal holders."""
         self.block_pool.check_integrity()
         self.coordinator.check_integrity()
+        live = set(self.coordinator.managers[0].states)
+        assert set(self._live) <= live, "a freed request is still registered as live"
         holders: dict[int, int] = {}
         for m in self.coordinator.managers:
             for st in m.states.values():

@@ -9,9 +9,10 @@ every append hashes the blocks it fills. Callers never hash.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, overload
+
+from hybridkv.token_ids import TOKEN_ID_LIMIT, pack_token_ids, token_id
 
 if TYPE_CHECKING:
     from hybridkv.hashing import BlockHash, BlockHasher
@@ -52,14 +53,6 @@ class TokenView(Sequence[int]):
         return f"TokenView({list(self)!r})"
 
 
-def _pack_token_ids(ids: Iterable[int], field: str) -> bytes:
-    """Validate token ids as ints in [0, 2**32); return them packed (uint32)."""
-    try:
-        return array("I", ids).tobytes()
-    except (OverflowError, TypeError) as e:
-        raise ValueError(f"{field} must be ints in [0, 2**32): {e}") from None
-
-
 def _check_mm_inputs(mm_inputs: Sequence[MMInput], num_prompt: int) -> tuple[MMInput, ...]:
     out = []
     for k, item in enumerate(mm_inputs):
@@ -95,12 +88,12 @@ class Request:
         "_block_hashes",
         "_has_extra_keys",
         "_hasher",
+        "_num_computed_tokens",
         "_prompt_bytes",
         "_token_ids",
         "cache_salt",
         "lora_name",
         "mm_inputs",
-        "num_computed_tokens",
         "num_preemptions",
         "num_prompt_tokens",
         "request_id",
@@ -117,8 +110,15 @@ class Request:
     ) -> None:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        tokens = list(prompt_token_ids)
-        packed = _pack_token_ids(tokens, "prompt_token_ids")
+        if isinstance(prompt_token_ids, str | bytes):
+            raise ValueError("prompt_token_ids must be a list of token ids, not text")
+        try:
+            tokens = list(prompt_token_ids)
+        except TypeError:
+            raise ValueError(
+                f"prompt_token_ids must be a list of token ids, got {prompt_token_ids!r}"
+            ) from None
+        packed = pack_token_ids(tokens, "prompt_token_ids").tobytes()
         if not tokens:
             raise ValueError("prompt_token_ids must hold at least one token")
         for name, value in (("cache_salt", cache_salt), ("lora_name", lora_name)):
@@ -129,7 +129,7 @@ class Request:
         # The prompt packed as uint32, reused by the hasher (avoids re-packing).
         self._prompt_bytes = packed
         self.num_prompt_tokens = len(tokens)
-        self.num_computed_tokens = 0
+        self._num_computed_tokens = 0
         self.num_preemptions = 0
         self.cache_salt = cache_salt
         self.lora_name = lora_name
@@ -139,6 +139,36 @@ class Request:
         self._hasher: BlockHasher | None = None
 
     # -- tokens --------------------------------------------------------------
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens whose KV is written (the caller's to advance).
+
+        Setting it checks ``0 <= value <= num_tokens`` (numpy ints accepted)
+        and raises ``ValueError`` naming the field otherwise, leaving it as it was.
+        """
+        return self._num_computed_tokens
+
+    @num_computed_tokens.setter
+    def num_computed_tokens(self, value: int) -> None:
+        if type(value) is not int or not 0 <= value <= len(self._token_ids):
+            value = self._checked_num_computed(value)
+        self._num_computed_tokens = value
+
+    def _checked_num_computed(self, value: object) -> int:
+        try:
+            n = token_id(value, "num_computed_tokens")
+        except ValueError:
+            raise ValueError(
+                f"request {self.request_id!r}: num_computed_tokens must be an int in "
+                f"[0, num_tokens={self.num_tokens}], got {value!r}"
+            ) from None
+        if n > len(self._token_ids):
+            raise ValueError(
+                f"request {self.request_id!r}: num_computed_tokens={n} exceeds the "
+                f"request's {self.num_tokens} tokens"
+            )
+        return n
+
     @property
     def num_tokens(self) -> int:
         """Prompt plus output tokens."""
@@ -160,15 +190,26 @@ class Request:
         return TokenView(self._token_ids, self.num_prompt_tokens)
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
-        """Append sampled tokens; blocks they fill are hashed at once."""
-        if isinstance(token_ids, int):
-            if isinstance(token_ids, bool) or not 0 <= token_ids < 2**32:
-                raise ValueError(f"token_ids must be ints in [0, 2**32), got {token_ids!r}")
+        """Append sampled tokens; blocks they fill are hashed at once.
+
+        ``token_ids``: one id or an iterable of ids (``hybridkv.token_ids``
+        rules, as for the prompt); anything else raises ``ValueError`` and
+        appends nothing.
+        """
+        if type(token_ids) is int and 0 <= token_ids < TOKEN_ID_LIMIT:
             self._token_ids.append(token_ids)
+        elif isinstance(token_ids, bool) or not hasattr(token_ids, "__iter__"):
+            self._token_ids.append(token_id(token_ids, "token_ids"))
         else:
-            ids = list(token_ids)
-            _pack_token_ids(ids, "token_ids")
-            self._token_ids.extend(ids)
+            if isinstance(token_ids, str | bytes):
+                raise ValueError("token_ids must be an int or an iterable of ints, not text")
+            try:
+                ids = list(token_ids)
+            except TypeError:
+                raise ValueError(
+                    f"token_ids must be an int or an iterable of ints, got {token_ids!r}"
+                ) from None
+            self._token_ids.extend(pack_token_ids(ids, "token_ids").tolist())
         hasher = self._hasher
         if hasher is not None and len(self._token_ids) // hasher.block_size > len(
             self._block_hashes

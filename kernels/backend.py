@@ -28,8 +28,17 @@ ENV_VAR = "HYBRIDKV_KERNEL_BACKEND"
 BACKENDS = ("triton", "torch", "native", "mamba_ssm")
 
 
-class KernelBackendError(RuntimeError):
-    """The requested backend cannot run this op here."""
+class KernelBackendError(ValueError, RuntimeError):
+    """The requested backend cannot run this op here.
+
+    A ``ValueError`` (a bad choice, like every argument error) and, as it
+    always was, a ``RuntimeError``.
+    """
+
+
+def backend_from_environment() -> str | None:
+    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (read here only)."""
+    return os.environ.get(ENV_VAR) or None
 
 
 def interpreter_enabled() -> bool:
@@ -50,7 +59,7 @@ def resolve_backend(
     device default. Raises ``KernelBackendError`` for an unknown name, a
     backend this op does not offer (``allowed``) or one that cannot run here.
     """
-    name = requested if requested is not None else os.environ.get(ENV_VAR) or None
+    name = requested if requested is not None else backend_from_environment()
     if name is None:
         name = "triton" if device.type == "cuda" else "torch"
         if name == "triton" and not triton_installed():

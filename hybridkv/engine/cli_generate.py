@@ -1,14 +1,20 @@
 """``hybridkv generate MODEL --prompt "..."``: one completion from the command line.
 
 ``--chat`` wraps the prompt as one user turn of the checkpoint's chat
-template. Prints the completion, then one line of figures (prompt and output
-tokens, prefix-cache hit, time to first token, decode speed) on stderr.
+template, or of ``--chat-template FILE`` (Jinja) for a checkpoint without one.
+Prints the completion, then one line of figures (prompt and output tokens,
+prefix-cache hit, time to first token, decode speed) on stderr. User errors (a
+missing or broken checkpoint, a bad argument) print one ``hybridkv generate:
+error: ...`` line and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from hybridkv.user_errors import report
 
 
 def add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,26 +23,53 @@ def add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--chat", action="store_true", help="apply the chat template (one user turn)")
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="a Jinja chat template file for --chat (default: the checkpoint's)",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     p.add_argument("--max-model-len", type=int, default=None, help="context length cap")
+    p.add_argument(
+        "--allow-long-max-model-len",
+        action="store_true",
+        help="allow --max-model-len beyond the model's positions (RoPE-scaled models only)",
+    )
+
+
+def _read_template(path: str | None) -> str | None:
+    if path is None:
+        return None
+    from hybridkv.engine.tokenizer import check_chat_template
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--chat-template {path}: cannot be read ({e})") from None
+    return check_chat_template(text, f"--chat-template {path}")
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from hybridkv.engine import LLM, SamplingParams
 
     try:
+        if args.chat_template is not None and not args.chat:
+            raise ValueError("--chat-template applies only with --chat")
+        template = _read_template(args.chat_template)
         params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
                                 seed=args.seed)  # fmt: skip
-        llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len, progress=True)
+        llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len,
+                  allow_long_max_model_len=args.allow_long_max_model_len,
+                  progress=True)  # fmt: skip
         if args.chat:
-            out = llm.chat([{"role": "user", "content": args.prompt}], params, use_tqdm=False)[0]
+            conv = [{"role": "user", "content": args.prompt}]
+            out = llm.chat(conv, params, use_tqdm=False, chat_template=template)[0]
         else:
             out = llm.generate(args.prompt, params, use_tqdm=False)[0]
     except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"hybridkv generate: error: {e}", file=sys.stderr)
-        return 2
+        return report("generate", e)
     print(out.outputs[0].text)
     m = out.metrics
     n = len(out.outputs[0].token_ids)

@@ -5,7 +5,6 @@ Each helper validates one argument and raises ``ValueError`` naming it.
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import torch
 
 from hybridkv.kernels import resolve_backend
-from hybridkv.kernels.backend import ENV_VAR
+from hybridkv.kernels.backend import backend_from_environment
 from hybridkv.kernels.cpu import native_status
 from hybridkv.planning import plan_kv_cache
 
@@ -21,26 +20,44 @@ DEFAULT_KV_CAP_BYTES = 2 << 30
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(dtype: str | torch.dtype, text_config: Any) -> torch.dtype:
+def check_dtype(dtype: Any) -> None:
+    """``dtype`` is ``"auto"``, a supported name or a supported ``torch.dtype``."""
     if isinstance(dtype, torch.dtype):
         if dtype not in _DTYPES.values():
             raise ValueError(f"dtype {dtype} is not supported (float32, bfloat16, float16)")
+    elif dtype != "auto" and dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: 'auto' or one of {sorted(_DTYPES)}")
+
+
+def resolve_dtype(dtype: str | torch.dtype, text_config: Any) -> torch.dtype:
+    check_dtype(dtype)
+    if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
         cfg = getattr(text_config, "dtype", None) or getattr(text_config, "torch_dtype", None)
         name = str(cfg).removeprefix("torch.") if cfg is not None else "float32"
         return _DTYPES.get(name, torch.float32)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not supported: 'auto' or one of {sorted(_DTYPES)}")
     return _DTYPES[dtype]
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:N]"``."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device {device!r} is not a device: pass 'auto', 'cpu' or 'cuda[:N]'"
+        ) from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not supported: pass 'auto', 'cpu' or 'cuda[:N]'")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} was asked for, but CUDA is not available")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device {device!r}: there are only {torch.cuda.device_count()} CUDA devices"
+        )
     return dev
 
 
@@ -54,9 +71,8 @@ def resolve_kernel_backend(requested: str | None, device: torch.device) -> str:
     attention), or, where they cannot be built, the torch reference with a
     ``RuntimeWarning`` that says why and what it costs.
     """
-    name = requested if requested is not None else os.environ.get(ENV_VAR) or None
-    if name is not None:
-        return resolve_backend(name, device, allowed=("triton", "torch", "native"))
+    if requested is not None or backend_from_environment() is not None:
+        return resolve_backend(requested, device, allowed=("triton", "torch", "native"))
     if device.type != "cpu":
         return resolve_backend(None, device)
     why = native_status()
@@ -75,6 +91,11 @@ def positive(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     return value
+
+
+def check_flag(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def eos_token_ids(model_dir: Path, text_config: Any) -> frozenset[int]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hybridkv.engine.sampling_params import SamplingParams
+from hybridkv.token_ids import as_token_id_list
 
 PromptType = str | Mapping[str, Any]
 
@@ -27,17 +28,19 @@ def prompt_ids(
         ids = tokenizer(prompt)["input_ids"]
         text: str | None = prompt
     elif isinstance(prompt, Mapping) and "prompt_token_ids" in prompt:
-        ids, text = list(prompt["prompt_token_ids"]), prompt.get("prompt")
+        text = prompt.get("prompt")
+        try:  # the rules of hybridkv.Request: numpy ints are ids, bools are not
+            ids = as_token_id_list(prompt["prompt_token_ids"], f"prompts[{k}]['prompt_token_ids']")
+        except ValueError as e:
+            raise ValueError(f"{e} (token ids must be ints in [0, {vocab_size}))") from None
     else:
         raise ValueError(
             f"prompts[{k}] must be a str or a dict with 'prompt_token_ids', got {prompt!r}"
         )
     if not ids:
         raise ValueError(f"prompts[{k}] is empty")
-    bad = [
-        t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size
-    ]
-    if bad:
+    if max(ids) >= vocab_size:
+        bad = [t for t in ids if t >= vocab_size]
         raise ValueError(
             f"prompts[{k}]: token ids must be ints in [0, {vocab_size}), got {bad[:5]}"
         )

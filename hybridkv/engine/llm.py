@@ -14,6 +14,13 @@ BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
 
+The constructor checks its arguments before reading the checkpoint, and the
+checkpoint (config.json, the safetensors headers, the tokenizer files) and the
+KV plan before loading any weight: each problem is a ``ValueError`` naming the
+argument or file. ``max_model_len`` beyond the model's positions is refused
+(``hybridkv.layouts.context_length``; ``allow_long_max_model_len=True``
+overrides it for models that scale RoPE).
+
 Every input is checked before any request is queued, so a bad call leaves no
 state behind; if a step fails, the call's requests are aborted and their
 blocks freed before the error propagates.
@@ -32,6 +39,8 @@ import torch
 
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.engine_setup import (
+    check_dtype,
+    check_flag,
     default_kv_bytes,
     eos_token_ids,
     positive,
@@ -49,9 +58,13 @@ from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
+from hybridkv.hashing import HASH_ALGOS
 from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
+from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
+from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
+from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 from hybridkv.specs import MambaSpec
 
@@ -77,17 +90,22 @@ class LLM:
         hash_algo: str = "sha256",
         cache_policy: str = "lru",
         kernel_backend: str | None = None,
+        allow_long_max_model_len: bool = False,
         progress: bool = False,
         kv_events_endpoint: str | None = None,
         kv_events_replay_endpoint: str | None = None,
         kv_events_topic: str | None = None,
         kv_events_config: KVEventsConfig | None = None,
     ) -> None:
+        # Every argument is checked before the checkpoint is read, and the
+        # checkpoint's files and the KV plan before any weight is loaded.
         events_config = resolve_events_config(
             kv_events_config, kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic
         )
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        if hash_algo not in HASH_ALGOS:
+            raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {hash_algo!r}")
         positive(block_size, "block_size")
         positive(max_num_seqs, "max_num_seqs")
         positive(max_num_batched_tokens, "max_num_batched_tokens")
@@ -95,26 +113,32 @@ class LLM:
             positive(max_model_len, "max_model_len")
         if kv_cache_memory_bytes is not None:
             positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
-        from transformers import AutoConfig
+        for flag, name in ((enable_prefix_caching, "enable_prefix_caching"),
+                           (allow_long_max_model_len, "allow_long_max_model_len")):  # fmt: skip
+            check_flag(flag, name)
+        check_dtype(dtype)
+        self.device = resolve_device(device)
+        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
 
         self.model_dir = resolve_model_dir(model, progress=progress)
-        hf_config = AutoConfig.from_pretrained(str(self.model_dir), local_files_only=True)
+        hf_config = read_hf_config(self.model_dir / "config.json")
         from hybridkv.models.registry import resolve_architecture
 
         _, text_config = resolve_architecture(hf_config)
         self.dtype = resolve_dtype(dtype, text_config)
-        self.device = resolve_device(device)
         dtype_name = str(self.dtype).removeprefix("torch.")
-        layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name,
-                                       max_model_len=max_model_len)  # fmt: skip
+        layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name)
+        if max_model_len is not None:
+            check_max_model_len(max_model_len, layout.max_model_len, model=str(self.model_dir),
+                                rope_scaling=rope_scaling_types(text_config),
+                                allow_long=allow_long_max_model_len)  # fmt: skip
+            layout = layout.model_copy(update={"max_model_len": max_model_len})
         if layout.mamba_ssm_dtype is None and self.dtype == torch.float32:
             layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
         self.max_model_len = layout.max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.hf_config, self.text_config = hf_config, text_config
-        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
-        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
-                                progress=progress, amx=self.kernel_backend == "native")  # fmt: skip
+        check_weight_files(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
         memory = kv_cache_memory_bytes or default_kv_bytes(
@@ -123,6 +147,9 @@ class LLM:
         self.plan = plan_kv_cache(layout, memory, block_size=block_size,
                                   max_model_len=self.max_model_len,
                                   max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+
+        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
+                                progress=progress, amx=self.kernel_backend == "native")  # fmt: skip
         config = self.plan.kv_cache_config
         self.kv_cache_config = config
         self.kv_buffers = allocate_kv_cache(config, self.device)
@@ -246,9 +273,12 @@ class LLM:
         """Schedule, run and sample one step; returns what it scheduled.
 
         ``last_step`` holds that before the model runs, so a caller that
-        catches a failed step knows which requests it concerned.
+        catches a failed step knows which requests it concerned. With no
+        request queued it does nothing and returns an empty step.
         """
         self.last_step = None
+        if not self.scheduler.has_unfinished():
+            return SchedulerOutput((), ())
         out = self.scheduler.schedule()
         self.last_step = out
         if not out.scheduled:

@@ -1,16 +1,36 @@
 """``SamplingParams``: how one request samples and when it stops (vLLM names).
 
 ``temperature=0`` is greedy. ``top_k=0``/``-1`` and ``top_p=1`` disable those
-filters. ``seed`` makes a sampled request reproducible on its own (its
-generator is private to it, so batching and preemption do not change its
-tokens). ``stop_token_ids`` end a request, as does the tokenizer's end of
+filters. ``stop_token_ids`` end a request, as does the tokenizer's end of
 sequence unless ``ignore_eos``. Invalid values raise ``ValueError`` naming the
 field.
+
+What ``seed`` guarantees, exactly:
+
+- The request draws from its own generator (seeded with ``seed``, never
+  touched by other requests): given the same logits, it picks the same
+  tokens whatever else is in the batch and wherever its row is
+  (``tests/hardening/test_batch_invariance.py``).
+- The same calls on a fresh engine with the same arguments (dtype, kernel
+  backend, threads, prefix caching) give the same tokens, seeded or greedy.
+- Batching, preemption and prefix-cache hits are *not* guaranteed to keep a
+  request's tokens: they change which tokens a step computes together, and
+  the CPU kernels' rounding depends on that (oneDNN/MKL matmuls block by the
+  number of rows; a prefix hit or preemption changes prefill chunking). The
+  logits then differ in the last bits: in bfloat16 (the demo's dtype) this
+  often changes a seeded request's tokens and sometimes a greedy one's; in
+  float32 the differences are ~1e-6 relative and rarely change a token.
+  There is no batch-invariant mode yet.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from hybridkv.token_ids import as_token_id_list
+
+#: The seeds a ``torch.Generator`` takes: ``[-2**63, 2**64)``.
+SEED_MIN, SEED_END = -(2**63), 2**64
 
 
 @dataclass(frozen=True)
@@ -37,12 +57,17 @@ class SamplingParams:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < -1:
             raise ValueError(f"top_k must be an int >= -1 (0 or -1: off), got {self.top_k!r}")
         if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not SEED_MIN <= self.seed < SEED_END
         ):
-            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
-        ids = tuple(self.stop_token_ids)
-        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
-            raise ValueError(f"stop_token_ids must be ints >= 0, got {self.stop_token_ids!r}")
+            raise ValueError(
+                f"seed must be None or an int in [-2**63, 2**64) (a torch generator seed), "
+                f"got {self.seed!r}"
+            )
+        if self.stop_token_ids is None:
+            raise ValueError("stop_token_ids must be a list of token ids (empty: none), not None")
+        ids = tuple(as_token_id_list(self.stop_token_ids, "stop_token_ids"))
         object.__setattr__(self, "stop_token_ids", ids)
 
     @property

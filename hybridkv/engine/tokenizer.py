@@ -7,20 +7,74 @@ text prompts and ``chat`` then raise ``ValueError`` saying so).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridkv.user_errors import one_line
+
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
+
+
+def _check_json_files(model_dir: Path) -> None:
+    for name in _JSON_FILES:
+        path = model_dir / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a valid tokenizer file ({one_line(e)})") from None
 
 
 def load_tokenizer(model_dir: Path) -> Any | None:
-    """The checkpoint's tokenizer, or ``None`` without tokenizer files."""
+    """The checkpoint's tokenizer, or ``None`` without tokenizer files.
+
+    A tokenizer file that is not valid JSON, or one transformers cannot
+    load, raises ``ValueError`` naming the file (or the folder) on one line.
+    """
     if not any((model_dir / f).is_file() for f in _TOKENIZER_FILES):
         return None
+    _check_json_files(model_dir)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    except Exception as e:  # tokenizers raises plain Exceptions on bad files
+        raise ValueError(
+            f"{model_dir}: the tokenizer files cannot be loaded ({type(e).__name__}: {one_line(e)})"
+        ) from e
+    templates = getattr(tokenizer, "chat_template", None)
+    if isinstance(templates, str):
+        templates = {"default": templates}
+    for name, template in (templates or {}).items():
+        where = next((str(model_dir / f) for f in _TEMPLATE_FILES if (model_dir / f).is_file()),
+                     str(model_dir))  # fmt: skip
+        check_chat_template(template, f"{where} (chat template {name!r})")
+    return tokenizer
+
+
+def check_chat_template(template: Any, where: str = "chat_template") -> str:
+    """``template`` if it is a Jinja template that compiles; else ``ValueError`` naming ``where``.
+
+    Checked before any request is queued (and when a checkpoint is loaded).
+    """
+    if not isinstance(template, str) or not template.strip():
+        raise ValueError(f"{where} must be a non-empty Jinja template string, got {template!r}")
+    from jinja2 import TemplateSyntaxError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+    try:
+        env.parse(template)
+    except TemplateSyntaxError as e:
+        raise ValueError(
+            f"{where}: not a valid Jinja template (line {e.lineno}: {one_line(e.message or e)})"
+        ) from None
+    return template
 
 
 def encode_chat(
@@ -36,17 +90,25 @@ def encode_chat(
     if chat_template is None and not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             "chat needs a chat template, and this checkpoint's tokenizer has none; "
-            "pass chat_template=..."
+            "pass chat_template=... (hybridkv generate: --chat-template FILE)"
         )
+    if chat_template is not None:
+        check_chat_template(chat_template)
     for k, msg in enumerate(conversation):
         if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
             raise ValueError(f"messages[{k}] must be a dict with 'role' and 'content', got {msg!r}")
-    ids = tokenizer.apply_chat_template(
-        [dict(m) for m in conversation],
-        chat_template=chat_template,
-        add_generation_prompt=True,
-        tokenize=True,
-    )
+    from jinja2 import TemplateError
+
+    try:
+        ids = tokenizer.apply_chat_template(
+            [dict(m) for m in conversation],
+            chat_template=chat_template,
+            add_generation_prompt=True,
+            tokenize=True,
+        )
+    except TemplateError as e:
+        where = "chat_template" if chat_template is not None else "the checkpoint's chat template"
+        raise ValueError(f"{where} failed on this conversation: {one_line(e)}") from None
     if isinstance(ids, Mapping) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return [int(t) for t in ids]

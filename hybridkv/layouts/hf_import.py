@@ -25,6 +25,7 @@ from hybridkv.layouts.hf_families import READERS, SUPPORTED_MODEL_TYPES, WRAPPER
 from hybridkv.layouts.kinds import LayerKind
 from hybridkv.layouts.layout import ModelLayout
 from hybridkv.layouts.yaml_io import LayoutError, layout_from_dict
+from hybridkv.user_errors import one_line
 
 DEFAULT_CACHE_DTYPE = "bfloat16"
 
@@ -85,19 +86,39 @@ def _load(path: Path) -> tuple[HFConfig, Path]:
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise LayoutError(f"{config_file}: no such file; {hint}")
-    try:
-        raw = json.loads(config_file.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise LayoutError(f"{config_file}: not a readable JSON config ({e})") from None
+    raw = _read_json(config_file)
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     _check_supported(model_type, str(config_file))
+    return read_hf_config(config_file), config_file
+
+
+def _read_json(config_file: Path) -> Any:
+    try:
+        return json.loads(config_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LayoutError(f"{config_file}: not a readable JSON config ({one_line(e)})") from None
+
+
+def read_hf_config(config_file: Path) -> HFConfig:
+    """``config_file`` (a ``config.json``) read by transformers' ``AutoConfig``, offline.
+
+    Any failure is a ``LayoutError`` naming the file, on one line: not JSON,
+    not an object, or a field transformers refuses (``"num_hidden_layers":
+    "many"``). The model type is not checked here.
+    """
+    raw = _read_json(config_file)
+    if not isinstance(raw, dict):
+        raise LayoutError(
+            f"{config_file}: a config must be a JSON object, got {type(raw).__name__}"
+        )
     from transformers import AutoConfig  # deferred: importing transformers takes seconds
 
     try:
-        config = AutoConfig.from_pretrained(str(config_file), local_files_only=True)
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise LayoutError(f"{config_file}: transformers cannot read this config ({e})") from e
-    return config, config_file
+        return AutoConfig.from_pretrained(str(config_file), local_files_only=True)
+    except Exception as e:  # transformers raises many types (strict field validation too)
+        raise LayoutError(
+            f"{config_file}: transformers cannot read this config ({one_line(e)})"
+        ) from e
 
 
 def _check_supported(model_type: Any, where: str) -> None:
@@ -184,9 +205,18 @@ def _build(
 
 
 def _period(entries: list[str]) -> int | None:
-    """The shortest p that repeats at least twice and regenerates ``entries``."""
+    """The shortest p that repeats at least twice and regenerates ``entries``.
+
+    Linear time: the shortest period of a sequence is ``n - border``, where
+    ``border`` is its longest proper prefix that is also a suffix (KMP's
+    prefix function), so layouts of many thousand layers import quickly.
+    """
     n = len(entries)
-    for p in range(1, n // 2 + 1):
-        if all(entries[i] == entries[i % p] for i in range(n)):
-            return p
-    return None
+    border = [0] * n
+    for i in range(1, n):
+        k = border[i - 1]
+        while k and entries[i] != entries[k]:
+            k = border[k - 1]
+        border[i] = k + 1 if entries[i] == entries[k] else k
+    p = n - border[-1] if n else 0
+    return p if 0 < p <= n // 2 else None

@@ -29,12 +29,15 @@ import json
 import os
 import secrets
 import shutil
+import struct
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from hybridkv.user_errors import one_line
 
 GGUF_MAGIC = b"GGUF"
 """The first four bytes of every GGUF file (llama.cpp's `GGUF_MAGIC`, 0x46554747 little-endian)."""
@@ -102,11 +105,17 @@ def convert_gguf(
             f"output directory {out} already exists; remove it or choose another out_dir"
         )
     require_gguf_support()
+    check_gguf_header(src)
 
     started = time.perf_counter()
     with _progress_bars(progress):
         with timed_step("loading GGUF weights (de-quantising to float32)", progress):
-            model = _load_model(src)
+            try:
+                model = _load_model(src)
+            except (ValueError, KeyError, IndexError, EOFError, OSError, struct.error) as e:
+                raise ValueError(
+                    f"{src}: not a readable GGUF file ({type(e).__name__}: {one_line(e)})"
+                ) from e
         with timed_step("building the tokenizer from GGUF metadata", progress):
             tokenizer = _load_tokenizer(src, model.config.model_type)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +154,39 @@ def timed_step(label: str, enabled: bool = True) -> Iterator[None]:
         file=sys.stderr,
         flush=True,
     )
+
+
+#: GGUF versions the reader understands (v1 is long retired).
+GGUF_VERSIONS = (2, 3)
+_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
+#: Fewer bytes than any tensor info or metadata entry can take.
+_MIN_ENTRY_BYTES = 8
+
+
+def check_gguf_header(path: Path) -> None:
+    """Raise ``ValueError`` naming ``path`` unless its header is a plausible GGUF one.
+
+    Checks the magic, the version, and that the tensor and metadata counts fit
+    in the file (garbage after the magic gives absurd counts), so a corrupt
+    file fails in a line, not deep inside the reader.
+    """
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        if head[: len(GGUF_MAGIC)] != GGUF_MAGIC:
+            raise ValueError(f"{path} is not a GGUF file: it does not start with {GGUF_MAGIC!r}")
+        raise ValueError(f"{path}: a GGUF file cut short ({size} bytes, less than its header)")
+    magic, version, n_tensors, n_meta = _HEADER.unpack(head)
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"{path} is not a GGUF file: it does not start with {GGUF_MAGIC!r}")
+    if version not in GGUF_VERSIONS:
+        raise ValueError(f"{path}: GGUF version {version} is not supported (only {GGUF_VERSIONS})")
+    if (n_tensors + n_meta) * _MIN_ENTRY_BYTES > size - _HEADER.size:
+        raise ValueError(
+            f"{path}: corrupt or truncated GGUF: its header lists {n_tensors:,} tensors and "
+            f"{n_meta:,} metadata entries, more than its {size:,} bytes can hold"
+        )
 
 
 def _starts_with_magic(path: Path) -> bool:

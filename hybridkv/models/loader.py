@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from hybridkv.models.base import CausalLM
 
@@ -29,7 +29,13 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     """The safetensors files of a checkpoint directory (single file or sharded)."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"{index}: not a safetensors index (JSON with a 'weight_map' of names to "
+                f"files): {type(e).__name__}: {e}"
+            ) from None
         return [model_dir / s for s in shards]
     single = model_dir / "model.safetensors"
     if single.is_file():
@@ -48,14 +54,17 @@ def iter_checkpoint(model_dir: Path, progress: bool = False) -> Iterator[tuple[s
 
         bar = tqdm(desc="loading weights", unit="tensor", dynamic_ncols=True)
     for path in checkpoint_files(model_dir):
-        with safe_open(str(path), framework="pt") as f:
-            names = list(f.keys())
-            if bar is not None:
-                bar.total = (bar.total or 0) + len(names)
-            for name in names:
-                yield name, f.get_tensor(name)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                names = list(f.keys())
                 if bar is not None:
-                    bar.update()
+                    bar.total = (bar.total or 0) + len(names)
+                for name in names:
+                    yield name, f.get_tensor(name)
+                    if bar is not None:
+                        bar.update()
+        except SafetensorError as e:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
     if bar is not None:
         bar.close()
 

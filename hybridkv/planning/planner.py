@@ -28,8 +28,11 @@ from hybridkv.layouts import ModelLayout
 from hybridkv.planning.capacity import Capacity, capacity, naive_bytes_per_request
 from hybridkv.planning.grouping import (
     Grouping,
+    GroupingCost,
     blocks_per_request,
+    buckets_of,
     grouping_candidates,
+    make_grouping,
     mamba_reserve_blocks,
     pick_grouping,
     vllm_grouping,
@@ -62,7 +65,7 @@ class KVCachePlan:
     naive: Capacity
     vllm_grouping: Grouping
     vllm_hybrid: Capacity
-    choices: tuple[Grouping, ...]
+    choices: tuple[GroupingCost, ...]
 
     @property
     def num_blocks(self) -> int:
@@ -195,8 +198,15 @@ def plan_kv_cache(
     check_positive_int(mnbt, "max_num_batched_tokens")
     raw = _specs_of(layout_or_specs, block_size)
     unified = _unify(raw, unification, alignment, max_model_len, mnbt, max_packed_groups)
-    choices, vllm = grouping_candidates(unified, max_model_len, mnbt)
-    chosen = pick_grouping(choices, vllm, grouping, max_groups)
+    choices, vllm_cost = grouping_candidates(unified, max_model_len, mnbt)
+    picked = pick_grouping(choices, vllm_cost, grouping, max_groups)
+    buckets = buckets_of(unified)
+    vllm = make_grouping(buckets, vllm_cost.group_size, unified.slot_bytes, max_model_len, mnbt)
+    chosen = (
+        vllm
+        if picked.group_size == vllm.group_size
+        else make_grouping(buckets, picked.group_size, unified.slot_bytes, max_model_len, mnbt)
+    )
     page = chosen.group_size * unified.slot_bytes
     need_blocks = chosen.bytes_per_request // page + _reserved_blocks(chosen, mnbt)
     num_blocks = available_memory_bytes // page

@@ -2,7 +2,8 @@
 
 ``run_plan`` prints the report to stdout and returns 0. User errors (a model
 that cannot be found or read, a memory size it cannot parse, a budget below
-one ``max_model_len`` request, matplotlib missing for ``--plot``) print one
+one ``max_model_len`` request, a ``--max-model-len`` beyond the model's
+positions, a bad ``--plot`` path, matplotlib missing for ``--plot``) print one
 ``hybridkv plan: error: ...`` message to stderr and return 2, no traceback.
 """
 
@@ -10,15 +11,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from hybridkv.layouts.context_length import check_max_model_len
 from hybridkv.planning import GROUPINGS, STRATEGIES
 from hybridkv.report.plan_report import PlanOptions, build_plan_report
 from hybridkv.report.plan_table import render_plan
 from hybridkv.report.resolve import resolve_layout
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
+from hybridkv.user_errors import EXIT_USER_ERROR
+from hybridkv.user_errors import report as report_error
 
-EXIT_USER_ERROR = 2
+__all__ = ["EXIT_USER_ERROR", "add_plan_parser", "run_plan"]
 
 
 def _positive(text: str) -> int:
@@ -47,7 +52,11 @@ def add_plan_parser(sub: Any) -> None:
         required=True,
         help=f"KV cache memory: bytes, or a number with a suffix ({', '.join(MEMORY_UNITS)})",
     )
-    p.add_argument("--max-model-len", type=_positive, help="default: the layout's max_model_len")
+    p.add_argument(
+        "--max-model-len",
+        type=_positive,
+        help="default (and most): the layout's max_model_len, the model's positions",
+    )
     p.add_argument("--block-size", type=_positive, default=16, help="tokens per block (16)")
     p.add_argument("--grouping", choices=GROUPINGS, default="auto", help="(auto)")
     p.add_argument("--unification", choices=STRATEGIES, default="vllm", help="(vllm)")
@@ -56,12 +65,20 @@ def add_plan_parser(sub: Any) -> None:
     )
     p.add_argument("--max-groups", type=_positive, default=8, help="group cap of auto grouping (8)")
     p.add_argument("--verbose", action="store_true", help="list every grouping choice")
-    p.add_argument("--plot", metavar="PATH", help="write the layout and capacity figure (PNG)")
+    p.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write the layout and capacity figure at PATH (PNG; .svg and .pdf by suffix)",
+    )
 
 
 def run_plan(args: argparse.Namespace) -> int:
     """Run ``hybridkv plan`` with parsed ``args``; 0 on success, 2 on user errors."""
     try:
+        if args.plot:
+            from hybridkv.report.plot import plot_format
+
+            plot_format(Path(args.plot))
         options = PlanOptions(
             memory_bytes=parse_memory(args.memory),
             max_model_len=args.max_model_len,
@@ -72,6 +89,9 @@ def run_plan(args: argparse.Namespace) -> int:
             max_groups=args.max_groups,
         )
         layout = resolve_layout(args.model)
+        if args.max_model_len is not None:
+            check_max_model_len(args.max_model_len, layout.max_model_len, model=layout.name,
+                                limit_name="the layout's max_model_len")  # fmt: skip
         report = build_plan_report(layout, options)
         text = render_plan(report, verbose=args.verbose)
         if args.plot:
@@ -79,8 +99,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
             save_plan_figure(report, args.plot)
     except ValueError as e:
-        print(f"hybridkv plan: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return report_error("plan", e)
     sys.stdout.write(text)
     if args.plot:
         print(f"figure written to {args.plot}")

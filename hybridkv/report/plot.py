@@ -11,7 +11,8 @@ Right panel: max concurrency at ``max_model_len`` for the naive allocation,
 vLLM's grouping, this plan, and the other unification strategy.
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
-backend switch). A missing matplotlib raises ``PlotError``.
+backend switch). The figure goes to exactly the path given (``plot_format``).
+A missing matplotlib, a directory or an unwritable path raises ``PlotError``.
 """
 
 from __future__ import annotations
@@ -182,8 +183,33 @@ def _draw_capacity(ax: Any, report: PlanReport) -> None:
         ax.spines[side].set_visible(False)
 
 
+#: File formats by suffix; a path without one gets a PNG (still at exactly that path).
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", "": "png"}
+
+
+def plot_format(path: Path) -> str:
+    """The format written at ``path``; ``PlotError`` for a directory or an unknown suffix.
+
+    Checked before planning, so a bad ``--plot`` fails at once.
+    """
+    if path.is_dir():
+        raise PlotError(f"--plot {path}: is a directory; give a file path such as {path}/plan.png")
+    fmt = PLOT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise PlotError(
+            f"--plot {path}: unknown file type {path.suffix!r}; use .png, .svg or .pdf "
+            "(no suffix writes a PNG)"
+        )
+    return fmt
+
+
 def save_plan_figure(report: PlanReport, path: str | Path) -> None:
-    """Draw the two panels for ``report`` and write them as a PNG at ``path``."""
+    """Draw the two panels for ``report`` and write them at exactly ``path``.
+
+    PNG unless the suffix is ``.svg`` or ``.pdf`` (``plot_format``). Any
+    failure is a one-line ``PlotError``, and leaves no partial file behind
+    (unless ``path`` existed before).
+    """
     try:
         import matplotlib.patches
         import matplotlib.transforms
@@ -200,7 +226,13 @@ def save_plan_figure(report: PlanReport, path: str | Path) -> None:
     grid = fig.add_gridspec(1, 2, width_ratios=[left, 4.0], wspace=0.22)
     _draw_layout(fig.add_subplot(grid[0]), fig, plan, report.layout.name, matplotlib)
     _draw_capacity(fig.add_subplot(grid[1]), report)
+    target = Path(path)
+    fmt = plot_format(target)
+    existed = target.exists()
     try:
-        fig.savefig(str(path), dpi=130, bbox_inches="tight")
+        with target.open("wb") as f:  # exactly at ``path``: matplotlib would add a suffix
+            fig.savefig(f, format=fmt, dpi=130, bbox_inches="tight")
     except OSError as e:
+        if not existed and target.is_file():
+            target.unlink()  # no half-written figure left behind
         raise PlotError(f"cannot write the figure to {path}: {e.strerror or e}") from None

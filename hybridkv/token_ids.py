@@ -1,0 +1,69 @@
+"""Token id checks shared by ``Request`` and the engine's prompts (one rule for both).
+
+A token id is an integer in ``[0, 2**32)``: a Python ``int`` or a numpy integer
+(anything with ``__index__``), never a ``bool`` (``True`` is not token 1) and
+never a float or a str. Violations raise ``ValueError`` naming the field.
+
+The checks stay C-speed on long prompts: ``array("I", ids)`` rejects
+non-integers and out-of-range values in one pass, and since a ``bool`` packs as
+0 or 1, the Python-level scan for bools runs only when a 0 or 1 was packed.
+"""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+TOKEN_ID_LIMIT = 2**32
+
+
+#: Below this length Python's ``min`` beats numpy's fixed call cost.
+_NUMPY_MIN_FROM = 64
+
+
+def _min_id(packed: array[int]) -> int:
+    if len(packed) < _NUMPY_MIN_FROM:
+        return min(packed)
+    return int(np.frombuffer(packed, dtype=np.uint32).min())
+
+
+def pack_token_ids(ids: list[Any], field: str) -> array[int]:
+    """``ids`` (a list) checked and packed as uint32; ``ValueError`` naming ``field``."""
+    try:
+        packed = array("I", ids)
+    except (OverflowError, TypeError) as e:
+        raise ValueError(f"{field} must be ints in [0, 2**32): {e}") from None
+    if packed and _min_id(packed) <= 1:
+        bad = [t for t in ids if isinstance(t, bool)]
+        if bad:
+            raise ValueError(f"{field} must be ints in [0, 2**32), not bools: got {bad[:5]}")
+    return packed
+
+
+def token_id(value: Any, field: str) -> int:
+    """One token id as a plain ``int`` (numpy ints accepted, bools refused)."""
+    if type(value) is not int:
+        if isinstance(value, bool):
+            raise ValueError(f"{field} must be an int in [0, 2**32), not a bool: {value!r}")
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise ValueError(f"{field} must be an int in [0, 2**32), got {value!r}") from None
+    if not 0 <= value < TOKEN_ID_LIMIT:
+        raise ValueError(f"{field} must be an int in [0, 2**32), got {value!r}")
+    return value
+
+
+def as_token_id_list(ids: Iterable[Any], field: str) -> list[int]:
+    """A checked list of plain ``int`` token ids (``ValueError`` for a non-iterable)."""
+    if isinstance(ids, str | bytes):
+        raise ValueError(f"{field} must be a list of token ids, got {type(ids).__name__}")
+    try:
+        items = list(ids)
+    except TypeError:
+        raise ValueError(f"{field} must be a list of token ids, got {ids!r}") from None
+    return pack_token_ids(items, field).tolist()

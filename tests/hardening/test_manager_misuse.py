@@ -1,0 +1,155 @@
+"""Manager misuse: a ``ValueError`` naming the argument, and nothing changed.
+
+"Nothing changed" is checked on everything a later call could trip on:
+``check_integrity()``, usage, the free queue in order, every ref count, the
+cached blocks and every live request's block table. The two-manager case
+checks both pools, then shows that later valid calls still work (before, the
+damage surfaced only there, as a bare ``AssertionError`` in the free queue).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from factories import (
+    admit,
+    cached_ids,
+    free_ids,
+    full,
+    manager,
+    prefill,
+    ref_counts,
+    req,
+    swa,
+    toks,
+)
+
+from hybridkv import KVCacheBlocks, KVCacheManager, Request
+
+
+def state(kv: KVCacheManager, *rids: str) -> tuple[Any, ...]:
+    kv.check_integrity()
+    tables = tuple(kv.get_block_ids(r) for r in rids)
+    return kv.usage, free_ids(kv), ref_counts(kv), cached_ids(kv), tables
+
+
+def two_managers_with_the_same_prefix() -> tuple[KVCacheManager, KVCacheManager]:
+    managers = (manager(16, full(4), swa(4, 8)), manager(16, full(4), swa(4, 8)))
+    for kv in managers:
+        r = req("warm", 17)
+        prefill(kv, r)
+        kv.free(r)
+    return managers
+
+
+def test_another_managers_computed_blocks_are_refused(  # the stale-block check compares pools
+) -> None:
+    kv1, kv2 = two_managers_with_the_same_prefix()
+    r = req("r", 17)
+    blocks, num_hit = kv1.get_computed_blocks(r)
+    assert num_hit == 16  # kv2 has blocks with the very same hashes
+    before1, before2 = state(kv1, "r"), state(kv2, "r")
+    with pytest.raises(ValueError, match=r"new_computed_blocks hold KVCacheBlock.*not a block of "
+                       "this manager's pool"):  # fmt: skip
+        kv2.allocate_slots(r, 1, num_hit, blocks)
+    assert state(kv1, "r") == before1 and state(kv2, "r") == before2
+    for kv in (kv2, kv1):  # both pools still serve valid calls, hits included
+        fresh = req("fresh", 17)
+        assert admit(kv, fresh)[0] == 16
+        kv.free(fresh)
+        other = req("other", toks(24, start=500))
+        prefill(kv, other)
+        kv.free(other)
+        kv.check_integrity()
+
+
+def test_computed_blocks_must_be_kvcacheblocks() -> None:
+    kv, _ = two_managers_with_the_same_prefix()
+    r = req("r", 17)
+    before = state(kv, "r")
+    with pytest.raises(ValueError, match="new_computed_blocks must be the KVCacheBlocks"):
+        kv.allocate_slots(r, 1, 16, [[1, 2, 3, 4], [1, 2, 3, 4]])  # type: ignore[arg-type]
+    forged = KVCacheBlocks(([object()] * 4, [object()] * 4))  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="not a block of this manager's pool"):
+        kv.allocate_slots(r, 1, 16, forged)
+    assert state(kv, "r") == before
+
+
+def test_a_live_request_id_with_other_tokens_is_refused() -> None:
+    kv = manager(16, full(4))
+    first = req("same", 8)
+    prefill(kv, first)
+    impostor = req("same", toks(8, start=300))
+    before = state(kv, "same")
+    with pytest.raises(ValueError, match="request: another Request with id 'same'"):
+        kv.allocate_slots(impostor, 8)
+    assert state(kv, "same") == before
+    # The caller may rebuild the very same request (same tokens, same progress).
+    rebuilt = req("same", 8)
+    rebuilt.num_computed_tokens = 8
+    rebuilt.append_output_token_ids(7)
+    first.append_output_token_ids(7)
+    assert kv.allocate_slots(rebuilt, 1) is not None
+    kv.free("same")  # once freed, the id is free for any request
+    assert kv.allocate_slots(impostor, 8) is not None
+    kv.check_integrity()
+
+
+@pytest.mark.parametrize("bad", [-10, 9, "5", 2.0, True, None])
+def test_num_computed_tokens_outside_the_tokens(bad: object) -> None:
+    kv = manager(16, full(4))
+    r = req("r", 8)
+    prefill(kv, r)
+    before = state(kv, "r")
+    with pytest.raises(ValueError, match=r"request 'r': num_computed_tokens"):
+        r.num_computed_tokens = bad  # type: ignore[assignment]
+    assert r.num_computed_tokens == 8 and state(kv, "r") == before
+
+
+def test_num_computed_tokens_takes_numpy_ints() -> None:
+    r = req("r", 8)
+    r.num_computed_tokens = np.int64(5)  # type: ignore[assignment]
+    assert r.num_computed_tokens == 5 and type(r.num_computed_tokens) is int
+
+
+@pytest.mark.parametrize("bad", [None, 123, 1.5, b"r"])
+def test_free_of_a_non_request(bad: object) -> None:
+    kv = manager(16, full(4))
+    prefill(kv, req("r", 8))
+    before = state(kv, "r")
+    with pytest.raises(ValueError, match=r"request must be a hybridkv\.Request or a request id"):
+        kv.free(bad)  # type: ignore[arg-type]
+    assert state(kv, "r") == before
+    assert kv.free("r") and not kv.free("r")
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [(1.5, "token_ids must be an int in"), (True, "not a bool"), ([3, True], "not bools"),
+     ("ab", "not text"), ([2**32], r"token_ids must be ints in \[0, 2\*\*32\)"),
+     (-1, "token_ids must be an int in"), ([1.5], "token_ids must be ints")],
+)  # fmt: skip
+def test_append_output_token_ids_refuses_non_ids(bad: object, match: str) -> None:
+    kv = manager(16, full(4))
+    r = req("r", 8)
+    prefill(kv, r)
+    before = state(kv, "r")
+    with pytest.raises(ValueError, match=match):
+        r.append_output_token_ids(bad)  # type: ignore[arg-type]
+    assert list(r.all_token_ids) == list(range(100, 108)) and state(kv, "r") == before
+
+
+def test_token_id_types_are_the_same_for_prompt_and_append() -> None:
+    r = Request("r", [np.int64(5), np.int32(6), 7])  # numpy ints are token ids
+    r.append_output_token_ids(np.int64(8))
+    r.append_output_token_ids(np.array([9, 10]))
+    assert list(r.all_token_ids) == [5, 6, 7, 8, 9, 10]
+    assert all(type(t) is int for t in r.output_token_ids)
+    with pytest.raises(ValueError, match=r"prompt_token_ids must be ints.*not bools"):
+        Request("b", [5, True])  # bools are not, at construction as on append
+    with pytest.raises(ValueError, match="not a bool"):
+        r.append_output_token_ids(False)
+    with pytest.raises(ValueError, match="prompt_token_ids must be a list of token ids"):
+        Request("c", 5)  # type: ignore[arg-type]
