@@ -7,9 +7,10 @@ are one-line errors with exit code 2.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
+
+from hybridkv.user_errors import one_line, report
 
 SERVE_EXTRA = "pip install 'hybridkv[serve]'"
 
@@ -76,10 +77,13 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     template = None
     if args.chat_template is not None:
+        from hybridkv.engine.tokenizer import check_chat_template
+
         try:
             template = args.chat_template.read_text()
         except OSError as e:
             raise ValueError(f"--chat-template {args.chat_template}: {e.strerror}") from None
+        check_chat_template(template, f"--chat-template {args.chat_template}")
     llm = LLM(
         args.model,
         dtype=args.dtype,
@@ -108,12 +112,10 @@ def run_serve(args: argparse.Namespace) -> int:
         import prometheus_client  # noqa: F401
         import uvicorn
     except ImportError as e:
-        print(f"hybridkv serve: error: {e.name} is missing: {SERVE_EXTRA}", file=sys.stderr)
-        return 2
+        return report("serve", f"{e.name} is missing: {SERVE_EXTRA}")
     try:
         app, _ = build_server(args)
     except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"hybridkv serve: error: {e}", file=sys.stderr)
-        return 2
+        return report("serve", one_line(e))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

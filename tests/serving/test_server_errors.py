@@ -89,3 +89,12 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     )
     assert main(["serve", str(tok_ckpt / "missing")]) == 2
     assert capsys.readouterr().err.startswith("hybridkv serve: error: ")
+
+
+def test_cli_bad_chat_template_is_one_line(tok_ckpt: Path, tmp_path: Path, capsys: Any) -> None:
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m['content'] }")
+    assert main(["serve", str(tok_ckpt), "--chat-template", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hybridkv serve: error: --chat-template {bad}: not a valid Jinja")
+    assert "\n" not in err
