@@ -103,15 +103,13 @@ def test_a_client_that_goes_away_is_aborted(slow_server: Any, stream: bool) -> N
                      {"Content-Type": "application/json"})  # fmt: skip
         wait_until(lambda: _value(metrics(live.url), "hybridkv:num_requests_running") == 1)
         conn.close()
-    # 50 tokens at >= 50 ms a step take >= 2.5 s; the abort comes well before.
-    started = time.monotonic()
+    # 50 tokens take >= 2.5 s (>= 50 ms a step); the abort comes before they are done.
     wait_until(
         lambda: (
             _value(metrics(live.url), "hybridkv:request_success_total", finished_reason="abort")
             == 1
         )
     )
-    assert time.monotonic() - started < 2.5
     m = metrics(live.url)
     assert _value(m, "hybridkv:num_requests_running") == 0
     assert _value(m, "hybridkv:orphan_blocks") == 0
