@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues
+from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues, in_spans, release_order
 
 
 def test_final_points_at_block_size_one() -> None:
@@ -80,3 +80,19 @@ def test_spans_match_unit_of(
     flat = [(i, unit) for lo, hi, unit in spans for i in range(lo, hi)]
     assert flat == [(i, unit_of(i)) for i in range(start, start + length)]
     assert all(lo < hi for lo, hi, _ in spans)
+
+
+def test_in_spans_is_half_open() -> None:
+    assert in_spans(((2, 4),), 2) and in_spans(((2, 4),), 3)
+    assert not in_spans(((2, 4),), 4) and not in_spans(((2, 4),), 1)
+
+
+def test_blocks_no_point_needs_are_released_first() -> None:
+    # BEYOND sorts above every real point: those blocks lead the release order.
+    entries = [(32, 32, 0, "kept"), (BEYOND, 48, 0, "beyond"), (64, 64, 0, "deep")]
+    assert [e[3] for e in release_order(entries)] == ["beyond", "deep", "kept"]
+
+
+def test_aligned_tail_stops_at_the_end() -> None:
+    # Step 1, grid 2, end 7, tail 4: the grid points 4 and 6 and the end; never 8.
+    assert FinalPoints([], 7, 4, 1, align=2).points == [4, 6, 7]
