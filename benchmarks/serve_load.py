@@ -144,7 +144,7 @@ def main() -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serving"))
-    from conftest import start_server  # type: ignore[import-not-found]
+    from live_server import start_server  # type: ignore[import-not-found]
     from tiny_checkpoints import gemma3_config, save_checkpoint, save_word_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from hybridkv.user_errors import report
 
@@ -40,15 +39,9 @@ def add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _read_template(path: str | None) -> str | None:
-    if path is None:
-        return None
-    from hybridkv.engine.tokenizer import check_chat_template
+    from hybridkv.engine.tokenizer import read_chat_template
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--chat-template {path}: cannot be read ({e})") from None
-    return check_chat_template(text, f"--chat-template {path}")
+    return None if path is None else read_chat_template(path)
 
 
 def run_generate(args: argparse.Namespace) -> int:

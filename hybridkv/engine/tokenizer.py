@@ -77,6 +77,18 @@ def check_chat_template(template: Any, where: str = "chat_template") -> str:
     return template
 
 
+def read_chat_template(path: str | Path) -> str:
+    """The Jinja chat template in file ``path`` (``--chat-template``), checked;
+    ``ValueError`` naming the file when it cannot be read or does not compile."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"--chat-template {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--chat-template {path}: not UTF-8 text") from None
+    return check_chat_template(text, f"--chat-template {path}")
+
+
 def encode_chat(
     tokenizer: Any, conversation: Sequence[Mapping[str, Any]], chat_template: str | None = None
 ) -> list[int]:

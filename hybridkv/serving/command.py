@@ -77,13 +77,9 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     template = None
     if args.chat_template is not None:
-        from hybridkv.engine.tokenizer import check_chat_template
+        from hybridkv.engine.tokenizer import read_chat_template
 
-        try:
-            template = args.chat_template.read_text()
-        except OSError as e:
-            raise ValueError(f"--chat-template {args.chat_template}: {e.strerror}") from None
-        check_chat_template(template, f"--chat-template {args.chat_template}")
+        template = read_chat_template(args.chat_template)
     llm = LLM(
         args.model,
         dtype=args.dtype,

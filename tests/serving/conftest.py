@@ -1,16 +1,14 @@
-"""Servers on 127.0.0.1 over tiny checkpoints (``tests/engine/tiny_checkpoints.py``)."""
+"""Fixtures: a tiny checkpoint with a tokenizer and a module-wide server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from live_server import LiveServer, start_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
@@ -19,63 +17,12 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
 
-class LiveServer:
-    """A uvicorn server in a thread, on a free loopback port."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-
-
 @pytest.fixture(scope="session")
 def tok_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tiny_checkpoints import gemma3_config, save_checkpoint, save_word_tokenizer
 
     path = save_checkpoint(gemma3_config(), tmp_path_factory.mktemp("serve_gemma3"))
     return save_word_tokenizer(path)
-
-
-def start_server(ckpt: Path, **options: Any) -> tuple[LiveServer, Any]:
-    """A server over ``ckpt``; ``options`` go to ``hybridkv serve``'s parser."""
-    import argparse
-
-    from hybridkv.serving.command import add_serve_parser, build_server
-
-    parser = argparse.ArgumentParser()
-    add_serve_parser(parser.add_subparsers(dest="command"))
-    argv = [
-        "serve",
-        str(ckpt),
-        "--block-size",
-        "4",
-        "--max-model-len",
-        "64",
-        "--served-model-name",
-        "tiny",
-    ]
-    for key, value in options.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
-    app, engine = build_server(parser.parse_args(argv))
-    return LiveServer(app), engine
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_server
+from live_server import start_server
 from serve_http import post, wait_until
 
 from hybridkv.cli import main

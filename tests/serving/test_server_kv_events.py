@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_server
+from live_server import start_server
 from serve_http import open_stream, post, wait_until
 
 zmq = pytest.importorskip("zmq")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LiveServer, start_server
+from live_server import LiveServer, start_server
 from serve_http import metrics, open_stream, post, wait_until
 
 
