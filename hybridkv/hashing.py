@@ -23,15 +23,30 @@ from __future__ import annotations
 import hashlib
 import struct
 from array import array
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import xxhash
 
-if TYPE_CHECKING:
-    from hybridkv.request import Request
+from hybridkv.token_ids import pack_token_ids
 
 BlockHash = bytes
+#: A multimodal placeholder: ``(content_hash, offset, length)`` in prompt positions.
+MMInput = tuple[str | bytes, int, int]
+
+
+class ExtraKeySource(Protocol):
+    """What a block's extra keys are made of (a ``Request`` is one)."""
+
+    @property
+    def lora_name(self) -> str | None: ...
+
+    @property
+    def mm_inputs(self) -> Sequence[MMInput]: ...
+
+    @property
+    def cache_salt(self) -> str | None: ...
+
 
 HASH_ALGOS = ("sha256", "xxhash")
 _U32 = struct.Struct("<I")
@@ -56,9 +71,10 @@ def _as_bytes(value: str | bytes) -> bytes:
 class BlockHasher:
     """Hashes a request's full blocks of ``block_size`` tokens, incrementally.
 
-    Contract: ``update(request)`` appends the hashes of every full block that
-    is not hashed yet to ``request``'s hash list and never changes existing
-    entries. Two hashers with equal ``key`` produce identical hashes.
+    It takes plain data (tokens, the hashes so far, extra keys), never a
+    request. Contract: ``extend`` appends the hashes of every full block that
+    is not hashed yet and never changes existing entries. Two hashers with
+    equal ``key`` produce identical hashes.
     """
 
     __slots__ = ("_fn", "algo", "block_size", "key", "root", "seed")
@@ -91,23 +107,33 @@ class BlockHasher:
         """True when collisions are infeasible (no token check needed on hits)."""
         return self.algo == "sha256"
 
-    def update(self, request: Request) -> None:
-        """Hash every newly full block of ``request`` (see class contract)."""
-        hashes = request._block_hashes
+    def extend(
+        self,
+        hashes: list[BlockHash],
+        tokens: Sequence[int],
+        packed_prefix: bytes = b"",
+        keys: ExtraKeySource | None = None,
+    ) -> None:
+        """Append to ``hashes`` the hash of every full block of ``tokens`` not hashed yet.
+
+        ``hashes`` holds the first ``len(hashes)`` block hashes of ``tokens``
+        (the chain's state) and only grows; existing entries never change.
+        ``packed_prefix``: optionally the first tokens already packed as
+        little-endian uint32 (a prompt's bytes), read instead of re-packing
+        them. ``keys``: the extra keys' source, or None when it has none.
+        """
         bs = self.block_size
-        tokens = request._token_ids
         start = len(hashes)
         end = len(tokens) // bs
         if end <= start:
             return
         step = bs * _TOKEN_BYTES
-        prompt = request._prompt_bytes
-        if end * step <= len(prompt):
-            data = prompt[start * step : end * step]
+        if end * step <= len(packed_prefix):
+            data = packed_prefix[start * step : end * step]
         else:
             data = array("I", tokens[start * bs : end * bs]).tobytes()
         parent = hashes[-1] if hashes else self.root
-        if not request._has_extra_keys:
+        if keys is None:
             offsets = range(0, len(data), step)
             if self.algo == "sha256":
                 sha = hashlib.sha256
@@ -118,30 +144,28 @@ class BlockHasher:
             return
         fn = self._fn
         for j, off in enumerate(range(0, len(data), step)):
-            extra = self.extra_keys(request, start + j)
+            extra = self.extra_keys(keys, start + j)
             parent = fn(parent + data[off : off + step] + extra)
             hashes.append(parent)
 
-    def extra_keys(self, request: Request, block_index: int) -> bytes:
+    def extra_keys(self, keys: ExtraKeySource, block_index: int) -> bytes:
         """The encoded extra keys of one block (empty when it has none)."""
         parts = []
-        if request.lora_name is not None:
-            parts.append(_tagged(b"L", _as_bytes(request.lora_name)))
-        if request.mm_inputs:
+        if keys.lora_name is not None:
+            parts.append(_tagged(b"L", _as_bytes(keys.lora_name)))
+        if keys.mm_inputs:
             start = block_index * self.block_size
             end = start + self.block_size
-            for content_hash, offset, length in request.mm_inputs:
+            for content_hash, offset, length in keys.mm_inputs:
                 if offset < end and offset + length > start:
                     payload = _I64.pack(offset - start) + _as_bytes(content_hash)
                     parts.append(_tagged(b"M", payload))
-        if block_index == 0 and request.cache_salt is not None:
-            parts.append(_tagged(b"S", _as_bytes(request.cache_salt)))
+        if block_index == 0 and keys.cache_salt is not None:
+            parts.append(_tagged(b"S", _as_bytes(keys.cache_salt)))
         return b"".join(parts)
 
     def hash_tokens(self, token_ids: list[int]) -> list[BlockHash]:
         """Hashes of the full blocks of a bare token list (no extra keys)."""
-        from hybridkv.request import Request
-
-        req = Request("hash_tokens", token_ids)
-        self.update(req)
-        return list(req._block_hashes)
+        hashes: list[BlockHash] = []
+        self.extend(hashes, token_ids, pack_token_ids(list(token_ids), "token_ids").tobytes())
+        return hashes

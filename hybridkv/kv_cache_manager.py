@@ -218,9 +218,9 @@ class KVCacheManager:
             return self.empty_kv_cache_blocks(), 0
         self._bind(request)
         max_length = request.num_tokens - 1
-        token_ids = request._token_ids if self._verify_tokens else None
+        token_ids = request.live_token_ids if self._verify_tokens else None
         blocks, num_hit = self.coordinator.find_longest_cache_hit(
-            request._block_hashes, max_length, token_ids
+            request.live_block_hashes, max_length, token_ids
         )
         if self.prefix_cache_stats is not None:
             self.prefix_cache_stats.record(
@@ -272,7 +272,7 @@ class KVCacheManager:
                 )
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_computed_after = total_computed + num_new_tokens
-        if num_computed_after > self.max_model_len or len(request._token_ids) > self.max_model_len:
+        if num_computed_after > self.max_model_len or request.num_tokens > self.max_model_len:
             self._check_request(request)
             raise ValueError(
                 f"request {rid!r}: num_computed_tokens ({total_computed}) + num_new_tokens "
@@ -302,8 +302,8 @@ class KVCacheManager:
             self._bind(request)
             coordinator.cache_blocks(
                 rid,
-                request._block_hashes,
-                request._token_ids,
+                request.live_block_hashes,
+                request.live_token_ids,
                 min(num_computed_after, request.num_tokens),
                 request.lora_name,
             )
@@ -314,7 +314,7 @@ class KVCacheManager:
 
         (A caller may rebuild its ``Request``; it then takes the old one's place.)
         """
-        if live._token_ids != request._token_ids or live.num_computed_tokens != (
+        if live.live_token_ids != request.live_token_ids or live.num_computed_tokens != (
             request.num_computed_tokens
         ):
             raise ValueError(
@@ -369,7 +369,7 @@ class KVCacheManager:
                 f"{len(self.coordinator.managers)}"
             )
         self._bind(request)
-        hashes = request._block_hashes
+        hashes = request.live_block_hashes
         if new_computed_blocks.pool is not self.block_pool:
             self._check_own_blocks(blocks)
         for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):

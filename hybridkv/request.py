@@ -10,14 +10,10 @@ every append hashes the blocks it fills. Callers never hash.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from typing import overload
 
+from hybridkv.hashing import BlockHash, BlockHasher, MMInput
 from hybridkv.token_ids import TOKEN_ID_LIMIT, pack_token_ids, token_id
-
-if TYPE_CHECKING:
-    from hybridkv.hashing import BlockHash, BlockHasher
-
-MMInput = tuple[str | bytes, int, int]
 
 
 class TokenView(Sequence[int]):
@@ -214,15 +210,33 @@ class Request:
         if hasher is not None and len(self._token_ids) // hasher.block_size > len(
             self._block_hashes
         ):
-            hasher.update(self)
+            self._hash_new_blocks(hasher)
 
     # -- hashes --------------------------------------------------------------
     @property
     def block_hashes(self) -> list[BlockHash]:
         """Hashes of the full blocks (empty until a caching manager sees it)."""
         if self._hasher is not None:
-            self._hasher.update(self)
+            self._hash_new_blocks(self._hasher)
         return list(self._block_hashes)
+
+    @property
+    def live_block_hashes(self) -> list[BlockHash]:
+        """The hash list itself, not a copy: for the manager, which never mutates it.
+
+        Up to date once a hasher is bound (``bind_hasher``): every append
+        hashes the blocks it fills.
+        """
+        return self._block_hashes
+
+    @property
+    def live_token_ids(self) -> list[int]:
+        """Prompt then output token ids, the list itself (read-only by contract)."""
+        return self._token_ids
+
+    def _hash_new_blocks(self, hasher: BlockHasher) -> None:
+        keys = self if self._has_extra_keys else None
+        hasher.extend(self._block_hashes, self._token_ids, self._prompt_bytes, keys)
 
     def bind_hasher(self, hasher: BlockHasher) -> None:
         """Attach the block hasher (done by the manager; idempotent)."""
@@ -232,7 +246,7 @@ class Request:
                 f"(algo, seed, block size) and cannot be used with {hasher.key}"
             )
         self._hasher = hasher
-        hasher.update(self)
+        self._hash_new_blocks(hasher)
 
     def __repr__(self) -> str:
         return (

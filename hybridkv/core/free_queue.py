@@ -29,18 +29,6 @@ class FreeKVCacheBlockQueue:
         self.tail.prev_free = prev
         self.num_free_blocks = len(blocks)
 
-    def popleft(self) -> KVCacheBlock:
-        """Remove and return the head block."""
-        if self.num_free_blocks == 0:
-            raise ValueError("no free blocks")
-        b = self.head.next_free
-        assert b is not None and b.next_free is not None
-        self.head.next_free = b.next_free
-        b.next_free.prev_free = self.head
-        b.prev_free = b.next_free = None
-        self.num_free_blocks -= 1
-        return b
-
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         """Remove and return the first ``n`` blocks."""
         if n > self.num_free_blocks:
