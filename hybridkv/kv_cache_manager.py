@@ -185,8 +185,7 @@ class KVCacheManager:
 
     # -- helpers -------------------------------------------------------------
     def _bind(self, request: Request) -> None:
-        if request._hasher is not self.hasher:
-            request.bind_hasher(self.hasher)
+        request.bind_hasher(self.hasher)
 
     def _check_request(self, request: Request) -> None:
         if not isinstance(request, Request):

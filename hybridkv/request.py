@@ -240,6 +240,8 @@ class Request:
 
     def bind_hasher(self, hasher: BlockHasher) -> None:
         """Attach the block hasher (done by the manager; idempotent)."""
+        if self._hasher is hasher:
+            return  # already bound: every append has kept the hashes up to date
         if self._hasher is not None and self._hasher.key != hasher.key:
             raise ValueError(
                 f"request {self.request_id!r} is already hashed with {self._hasher.key} "
