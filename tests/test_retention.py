@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues, in_spans, release_order
+from hybridkv.managers.retention import (
+    BEYOND,
+    FinalPoints,
+    UnitValues,
+    in_spans,
+    release_order,
+    segments,
+)
 
 
 def test_final_points_at_block_size_one() -> None:
@@ -85,6 +94,35 @@ def test_spans_match_unit_of(
 def test_in_spans_is_half_open() -> None:
     assert in_spans(((2, 4),), 2) and in_spans(((2, 4),), 3)
     assert not in_spans(((2, 4),), 4) and not in_spans(((2, 4),), 1)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), max_size=5),
+    st.integers(0, 40),
+    st.integers(1, 30),
+)
+@settings(max_examples=300, deadline=None)
+def test_segments_cut_the_range_by_span_membership(
+    raw: list[tuple[int, int]], start: int, length: int
+) -> None:
+    spans = [(lo, lo + width) for lo, width in raw]
+    stop = start + length
+    segs = segments(spans, start, stop)
+    flat = [(i, kept) for lo, hi, kept in segs for i in range(lo, hi)]
+    assert flat == [(i, in_spans(spans, i)) for i in range(start, stop)]
+    # As few ranges as the cuts allow: two neighbours differ or a span edge divides them.
+    edges = {e for lo, hi in spans for e in (lo, hi)}
+    assert all(a[2] != b[2] or a[1] in edges for a, b in itertools.pairwise(segs))
+
+
+def test_segments_example() -> None:
+    assert segments([(2, 4), (6, 9)], 0, 8) == [
+        (0, 2, False),
+        (2, 4, True),
+        (4, 6, False),
+        (6, 8, True),
+    ]
+    assert segments([(2, 4)], 5, 7) == [(5, 7, False)]
 
 
 def test_blocks_no_point_needs_are_released_first() -> None:

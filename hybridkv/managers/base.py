@@ -31,7 +31,7 @@ from typing import ClassVar
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import consecutive_runs
-from hybridkv.managers.retention import in_spans, kept_spans
+from hybridkv.managers.retention import in_spans, kept_spans, segments
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs.base import KVCacheSpec
 
@@ -172,11 +172,9 @@ class SingleTypeKVCacheManager(ABC):
             stop = self.release_stop(st, total_computed_tokens)
             if stop > st.num_skipped:
                 blocks = st.blocks
-                spans = self.kept_spans(kept)
-                for i in range(st.num_skipped, stop):
-                    b = blocks[i]
-                    if b.ref_cnt == 1 and not b.is_null and not (spans and in_spans(spans, i)):
-                        n -= 1
+                for lo, hi, is_kept in segments(self.kept_spans(kept), st.num_skipped, stop):
+                    if not is_kept:
+                        n -= sum(1 for b in blocks[lo:hi] if b.ref_cnt == 1 and not b.is_null)
         return n
 
     def _num_new_real_blocks(
@@ -215,15 +213,16 @@ class SingleTypeKVCacheManager(ABC):
         null = self.null_block
         removed = []
         hybrid = self.hybrid
-        spans = self.kept_spans(st.kept)
-        for i in range(stop - 1, start - 1, -1):  # tail first
-            b = blocks[i]
-            if not b.is_null:
-                blocks[i] = null
-                if spans and in_spans(spans, i):
-                    st.retained.append((i, b))
-                else:
-                    removed.append(b)
+        retained = st.retained
+        for lo, hi, is_kept in reversed(segments(self.kept_spans(st.kept), start, stop)):
+            for i in range(hi - 1, lo - 1, -1):  # tail first
+                b = blocks[i]
+                if not b.is_null:
+                    blocks[i] = null
+                    if is_kept:
+                        retained.append((i, b))
+                    else:
+                        removed.append(b)
         st.num_skipped = stop
         self.pool.free_blocks(removed, evict_first=hybrid)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
 from operator import itemgetter
 from typing import Any
 
@@ -98,6 +99,21 @@ def kept_spans(
 def in_spans(spans: Sequence[tuple[int, int]], index: int) -> bool:
     """True when some kept point's hit needs block ``index``."""
     return any(lo <= index < hi for lo, hi in spans)
+
+
+def segments(
+    spans: Sequence[tuple[int, int]], start: int, stop: int
+) -> list[tuple[int, int, bool]]:
+    """``[start, stop)`` cut into ascending ``(lo, hi, kept)`` ranges:
+    ``kept`` is ``in_spans`` of every index in the range (one test per range,
+    not per block)."""
+    cuts = {start, stop}
+    for lo, hi in spans:
+        if lo < stop and hi > start:
+            cuts.add(max(lo, start))
+            cuts.add(min(hi, stop))
+    edges = sorted(cuts)
+    return [(a, b, in_spans(spans, a)) for a, b in pairwise(edges)]
 
 
 class FinalPoints:
