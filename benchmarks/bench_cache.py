@@ -143,8 +143,9 @@ def main() -> None:
                     max_num_seqs=args.max_num_seqs,
                 )
                 desc = f"{layout.name} {memory} {policy}"
-                r = replay_trace(layout, requests, options, cost, progress=not args.no_progress,
-                                 desc=desc)  # fmt: skip
+                r = replay_trace(
+                    layout, requests, options, cost, progress=not args.no_progress, desc=desc
+                )
                 results.append(r)
                 print(" | ".join(row(r)), flush=True)
     text = section(results, args)

@@ -35,10 +35,21 @@ from hybridkv.engine import LLM, SamplingParams  # noqa: E402
 from hybridkv.engine.demo_text import DOCUMENT  # noqa: E402
 from hybridkv.models.layers.packed_linear import describe_linears  # noqa: E402
 
-QUESTIONS = [f"\nQuestion {i + 1}: {q}\nAnswer:" for i, q in enumerate([
-    "When was the town founded?", "Who founded it?", "What came in 1871?",
-    "How far does the light reach?", "When is the festival?", "What is in the bread?",
-    "How many people live there?", "Who is the mayor?"])]  # fmt: skip
+QUESTIONS = [
+    f"\nQuestion {i + 1}: {q}\nAnswer:"
+    for i, q in enumerate(
+        [
+            "When was the town founded?",
+            "Who founded it?",
+            "What came in 1871?",
+            "How far does the light reach?",
+            "When is the festival?",
+            "What is in the bread?",
+            "How many people live there?",
+            "Who is the mayor?",
+        ]
+    )
+]
 
 
 def corpus(tokenizer: Any, n: int) -> list[int]:
@@ -105,8 +116,14 @@ def engine(args: argparse.Namespace, device: str) -> tuple[torch.dtype, LLM]:
 
         args.model = demo_checkpoint()
     dtype = getattr(torch, args.dtype)
-    llm = LLM(args.model, dtype=dtype, device=device, max_model_len=4096,
-              max_num_batched_tokens=2048, kernel_backend=args.kernel_backend)  # fmt: skip
+    llm = LLM(
+        args.model,
+        dtype=dtype,
+        device=device,
+        max_model_len=4096,
+        max_num_batched_tokens=2048,
+        kernel_backend=args.kernel_backend,
+    )
     return dtype, llm
 
 
@@ -133,11 +150,15 @@ def throughput(llm: LLM, hf: Any, tok: Any, n_prompts: int, length: int, new: in
     ours = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     ours_s = time.perf_counter() - t
     hf_out, hf_s = hf_generate(hf, prompts, new, tok.pad_token_id or 0)
-    same = sum(o.outputs[0].token_ids == hf_out.sequences[i, length:].tolist()
-               for i, o in enumerate(ours))  # fmt: skip
+    same = sum(
+        o.outputs[0].token_ids == hf_out.sequences[i, length:].tolist() for i, o in enumerate(ours)
+    )
     total = n_prompts * new
-    print(f"throughput: ours {total / ours_s:.1f} tok/s, transformers {total / hf_s:.1f} tok/s "
-          f"({hf_s / ours_s:.2f}x); identical outputs {same}/{n_prompts}", flush=True)  # fmt: skip
+    print(
+        f"throughput: ours {total / ours_s:.1f} tok/s, transformers {total / hf_s:.1f} tok/s "
+        f"({hf_s / ours_s:.2f}x); identical outputs {same}/{n_prompts}",
+        flush=True,
+    )
     return [f"| {n_prompts} x {length} -> {new} | {total / ours_s:.1f} | {total / hf_s:.1f} | "
             f"{hf_s / ours_s:.2f}x | {same}/{n_prompts} |"]  # fmt: skip
 
@@ -154,9 +175,12 @@ def shared_document(llm: LLM, hf: Any, tok: Any, doc_len: int, n_q: int) -> list
     cached = sum(h.num_cached_tokens for h in hits) / len(hits)
     hf_times = [hf_generate(hf, [doc + q], 1, tok.pad_token_id or 0)[1] for q in qs[1:3]]
     hf_s = sum(hf_times) / len(hf_times)
-    print(f"shared doc: cold {cold_s * 1000:.0f} ms, hit {hit_s * 1000:.0f} ms "
-          f"({cold_s / hit_s:.1f}x), transformers {hf_s * 1000:.0f} ms ({hf_s / hit_s:.1f}x); "
-          f"{cached:.0f} tokens cached per hit", flush=True)  # fmt: skip
+    print(
+        f"shared doc: cold {cold_s * 1000:.0f} ms, hit {hit_s * 1000:.0f} ms "
+        f"({cold_s / hit_s:.1f}x), transformers {hf_s * 1000:.0f} ms ({hf_s / hit_s:.1f}x); "
+        f"{cached:.0f} tokens cached per hit",
+        flush=True,
+    )
     return [
         f"| {doc_len} + ~{len(qs[1])} | {cold_s * 1000:.0f} | {hit_s * 1000:.0f} | "
         f"{cold_s / hit_s:.1f}x | {hf_s * 1000:.0f} | {hf_s / hit_s:.1f}x | {cached:.0f} |"
@@ -181,19 +205,25 @@ def shared_memory(llm: LLM, hf: Any, tok: Any, doc_len: int, n_req: int, new: in
 
     llm.step = tracked  # type: ignore[method-assign]
     try:
-        llm.generate([{"prompt_token_ids": p} for p in prompts],
-                     SamplingParams(max_tokens=new, ignore_eos=True), use_tqdm=False)  # fmt: skip
+        llm.generate(
+            [{"prompt_token_ids": p} for p in prompts],
+            SamplingParams(max_tokens=new, ignore_eos=True),
+            use_tqdm=False,
+        )
     finally:
         del llm.step
     page = llm.plan.page_bytes
     hf_out, _ = hf_generate(hf, prompts, new, tok.pad_token_id or 0)
     theirs = cache_bytes(hf_out.past_key_values)
     mib = 2**20
-    print(f"KV memory of {n_req} requests sharing {doc_len} tokens: ours "
-          f"{held[0] * page / mib:.1f} MiB held while all decode ({held[0]} blocks; peak "
-          f"{peak[0] * page / mib:.1f} MiB during "
-          f"the {llm.max_num_batched_tokens}-token prefill chunk), transformers "
-          f"{theirs / mib:.1f} MiB ({held[0] * page / theirs:.3f} of it)", flush=True)  # fmt: skip
+    print(
+        f"KV memory of {n_req} requests sharing {doc_len} tokens: ours "
+        f"{held[0] * page / mib:.1f} MiB held while all decode ({held[0]} blocks; peak "
+        f"{peak[0] * page / mib:.1f} MiB during "
+        f"the {llm.max_num_batched_tokens}-token prefill chunk), transformers "
+        f"{theirs / mib:.1f} MiB ({held[0] * page / theirs:.3f} of it)",
+        flush=True,
+    )
     return [f"| {n_req} x ({doc_len} + q) -> {new} | {held[0] * page / mib:.1f} | "
             f"{peak[0] * page / mib:.1f} | {theirs / mib:.1f} | {held[0] * page / theirs:.3f} | "
             f"{peak[0] * page / theirs:.3f} |"]  # fmt: skip

@@ -205,17 +205,25 @@ def mamba_inputs(batch: int, d_inner: int, d_state: int, device: torch.device, d
     state = r(batch + 1, d_inner, d_state, dt=torch.float32)
     a = -torch.rand(d_inner, d_state, generator=g, device=device)
     idx = torch.randperm(batch, device=device).int() + 1
-    return (state, r(batch, d_inner), r(batch, d_inner), a, r(batch, d_state),
-            r(batch, d_state), r(d_inner, dt=torch.float32), r(batch, d_inner),
-            r(d_inner, dt=torch.float32), idx)  # fmt: skip
+    return (
+        state,
+        r(batch, d_inner),
+        r(batch, d_inner),
+        a,
+        r(batch, d_state),
+        r(batch, d_state),
+        r(d_inner, dt=torch.float32),
+        r(batch, d_inner),
+        r(d_inner, dt=torch.float32),
+        idx,
+    )
 
 
 def _ours_mamba(args: tuple, backend: str) -> None:
     from hybridkv.kernels.mamba import selective_state_update
 
     st, x, dt, a, b, c, d, z, dtb, idx = args
-    selective_state_update(st, x, dt, a, b, c, d, z, dtb, True, state_indices=idx,
-                           backend=backend)  # fmt: skip
+    selective_state_update(st, x, dt, a, b, c, d, z, dtb, True, state_indices=idx, backend=backend)
 
 
 def _their_mamba_ref(ops, args: tuple) -> None:
@@ -281,9 +289,21 @@ def mamba2_prefill_inputs(
     qsl = torch.arange(0, n + 1, length, dtype=torch.int32, device=device)
     init = torch.full((seqs,), -1, dtype=torch.int32, device=device)
     a = -torch.rand(heads, generator=g, device=device) - 0.5
-    args = [r(n, heads, head_dim), r(n, heads), a, r(n, groups, d_state), r(n, groups, d_state),
-            r(heads, dt=torch.float32), r(n, heads, head_dim), r(heads, dt=torch.float32) * 0.1,
-            True, state, qsl, init, save]  # fmt: skip
+    args = [
+        r(n, heads, head_dim),
+        r(n, heads),
+        a,
+        r(n, groups, d_state),
+        r(n, groups, d_state),
+        r(heads, dt=torch.float32),
+        r(n, heads, head_dim),
+        r(heads, dt=torch.float32) * 0.1,
+        True,
+        state,
+        qsl,
+        init,
+        save,
+    ]
     return args, tokens
 
 
@@ -295,9 +315,18 @@ def _their_chunk_scan(ops, args: list, seqs: int) -> None:
         return t.view(seqs, -1, *t.shape[1:])
 
     ops.mamba_chunk_scan_combined(
-        bl(x), bl(dt), a, bl(b), bl(c), MAMBA_SSM_CHUNK, D=d, z=bl(z), dt_bias=dtb,
-        dt_softplus=True, return_final_states=True,
-    )  # fmt: skip
+        bl(x),
+        bl(dt),
+        a,
+        bl(b),
+        bl(c),
+        MAMBA_SSM_CHUNK,
+        D=d,
+        z=bl(z),
+        dt_bias=dtb,
+        dt_softplus=True,
+        return_final_states=True,
+    )
 
 
 def mamba2_prefill_rows(device: torch.device, quick: bool) -> list[str]:
@@ -341,11 +370,21 @@ def mamba1_prefill_inputs(seqs: int, length: int, device: torch.device) -> list:
     save = torch.full((n,), -1, dtype=torch.int32, device=device)
     save[length - 1 :: length] = torch.arange(1, seqs + 1, dtype=torch.int32, device=device)
     a = -torch.rand(d_inner, d_state, generator=g, device=device) - 0.5
-    return [r(n, d_inner), r(n, d_inner), a, r(n, d_state), r(n, d_state),
-            r(d_inner, dt=torch.float32), r(n, d_inner), r(d_inner, dt=torch.float32) * 0.1,
-            True, torch.zeros((seqs + 1, d_inner, d_state), device=device),
-            torch.arange(0, n + 1, length, dtype=torch.int32, device=device),
-            torch.full((seqs,), -1, dtype=torch.int32, device=device), save]  # fmt: skip
+    return [
+        r(n, d_inner),
+        r(n, d_inner),
+        a,
+        r(n, d_state),
+        r(n, d_state),
+        r(d_inner, dt=torch.float32),
+        r(n, d_inner),
+        r(d_inner, dt=torch.float32) * 0.1,
+        True,
+        torch.zeros((seqs + 1, d_inner, d_state), device=device),
+        torch.arange(0, n + 1, length, dtype=torch.int32, device=device),
+        torch.full((seqs,), -1, dtype=torch.int32, device=device),
+        save,
+    ]
 
 
 def mamba1_prefill_rows(device: torch.device, quick: bool) -> list[str]:
@@ -430,8 +469,10 @@ def main() -> int:
         out = ROOT / "benchmarks" / "results" / f"kernels-{name.replace(' ', '-').lower()}.md"
     else:
         dev = torch.device("cpu")
-        print("No CUDA device: GPU figures (decode bandwidth, prefill vs flash SDPA, Mamba vs "
-              "mamba-ssm) are pending. Running the torch reference (the CPU backend).")  # fmt: skip
+        print(
+            "No CUDA device: GPU figures (decode bandwidth, prefill vs flash SDPA, Mamba vs "
+            "mamba-ssm) are pending. Running the torch reference (the CPU backend)."
+        )
         cpu = platform.processor() or platform.machine()
         lines += ["# Kernel benchmark on the CPU", "",
                   f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}. "

@@ -61,8 +61,12 @@ def run_plan(src: Path, layout: Path, n: int) -> tuple[float, float]:
     env = dict(os.environ, PYTHONPATH=str(src))
     done = subprocess.run(  # in src: ``python -c`` puts the working directory first on sys.path
         [sys.executable, "-c", RUN, "plan", str(layout.resolve()), "--memory", memory_for(n)],
-        env=env, cwd=src, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        env=env,
+        cwd=src,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"plan failed on {n} layers ({src}): {done.stderr.strip()}")
     seconds, peak_kib = done.stderr.strip().splitlines()[-1].split()
@@ -73,16 +77,21 @@ def measure(src: Path, sizes: list[int], folder: Path) -> dict[int, tuple[float,
     out = {}
     check = subprocess.run(
         [sys.executable, "-c", "import hybridkv; print(hybridkv.__file__)"],
-        env=dict(os.environ, PYTHONPATH=str(src)), cwd=src, capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=str(src)),
+        cwd=src,
+        capture_output=True,
+        text=True,
         check=True,
-    )  # fmt: skip
+    )
     assert check.stdout.startswith(str(src)), (src, check.stdout)  # the tree asked for runs
     for n in sizes:
         layout = folder / f"layers-{n}.yaml"
         layout.write_text(LAYOUT.format(n=n))
         out[n] = run_plan(src, layout, n)
-        print(f"  {src.name:>10} {n:>7,} layers: {out[n][0]:6.2f} s, peak {out[n][1]:.2f} GiB",
-              flush=True)  # fmt: skip
+        print(
+            f"  {src.name:>10} {n:>7,} layers: {out[n][0]:6.2f} s, peak {out[n][1]:.2f} GiB",
+            flush=True,
+        )
     return out
 
 
@@ -98,8 +107,9 @@ def main() -> int:
         ours = measure(ROOT, sizes, Path(tmp))
         before = {}
         if args.baseline is not None:
-            before = measure(args.baseline.resolve(), [n for n in sizes if n <= args.baseline_max],
-                             Path(tmp))  # fmt: skip
+            before = measure(
+                args.baseline.resolve(), [n for n in sizes if n <= args.baseline_max], Path(tmp)
+            )
     rows = ["| layers | before: time | before: peak RSS | after: time | after: peak RSS |",
             "| ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for n in sizes:

@@ -29,8 +29,10 @@ LAYOUTS = {
     "one-group": (full(4),),
     "full+sliding+mamba": (full(4), swa(4, 6), mamba(4)),
 }
-KINDS = {"one-group": ["full_attention"],
-         "full+sliding+mamba": ["full_attention", "sliding_window", "mamba"]}  # fmt: skip
+KINDS = {
+    "one-group": ["full_attention"],
+    "full+sliding+mamba": ["full_attention", "sliding_window", "mamba"],
+}
 WINDOWS = {"one-group": [None], "full+sliding+mamba": [None, 6, None]}
 NUM_BLOCKS = {"one-group": 20, "full+sliding+mamba": 40}
 VOCAB = 40
@@ -113,12 +115,16 @@ class Workload:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_subscriber_mirrors_the_pools_keys(layout: str, policy: str) -> None:
     specs = LAYOUTS[layout]
-    kv = manager(NUM_BLOCKS[layout], *specs, max_model_len=64, cache_policy=policy,
-                 enable_kv_cache_events=True)  # fmt: skip
+    kv = manager(
+        NUM_BLOCKS[layout],
+        *specs,
+        max_model_len=64,
+        cache_policy=policy,
+        enable_kv_cache_events=True,
+    )
     ctx = zmq.Context()
     sub = MirrorSubscriber(ctx, topic="kv", replay_endpoint=None)
-    events = KVEventsConfig(endpoint=sub.endpoint, replay_endpoint="tcp://127.0.0.1:*",
-                            topic="kv")  # fmt: skip
+    events = KVEventsConfig(endpoint=sub.endpoint, replay_endpoint="tcp://127.0.0.1:*", topic="kv")
     pub = open_publisher(events, config(NUM_BLOCKS[layout], *specs), "cpu")
     sub.replay_endpoint = pub.replay_endpoint
     try:

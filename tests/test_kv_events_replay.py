@@ -41,8 +41,12 @@ def ctx():
 
 
 def open_pub(buffer_steps: int, topic: str = "kv"):
-    cfg = KVEventsConfig(endpoint="tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*",
-                         topic=topic, buffer_steps=buffer_steps)  # fmt: skip
+    cfg = KVEventsConfig(
+        endpoint="tcp://127.0.0.1:*",
+        replay_endpoint="tcp://127.0.0.1:*",
+        topic=topic,
+        buffer_steps=buffer_steps,
+    )
     return open_publisher(cfg, config(8, full(4)), "cpu")
 
 

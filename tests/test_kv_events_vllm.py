@@ -47,8 +47,12 @@ WINDOWS = [None, 6, None]
 def run_workload(int_hashes: bool) -> tuple[list[bytes], list[list[KVCacheEvent]]]:
     """Publish a small workload; return the payloads sent and each batch's events."""
     kv = manager(16, *SPECS, max_model_len=64, enable_kv_cache_events=True)
-    cfg = KVEventsConfig(endpoint="tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*",
-                         topic="kv", int_block_hashes=int_hashes)  # fmt: skip
+    cfg = KVEventsConfig(
+        endpoint="tcp://127.0.0.1:*",
+        replay_endpoint="tcp://127.0.0.1:*",
+        topic="kv",
+        int_block_hashes=int_hashes,
+    )
     published: list[list[KVCacheEvent]] = []
     ctx = zmq.Context()
     dealer = ctx.socket(zmq.DEALER)
@@ -104,15 +108,35 @@ def expected(events: list[KVCacheEvent], int_hashes: bool) -> list[dict[str, Any
     for e in events:
         if isinstance(e, BlockStored):
             g = e.group_id
-            out.append({"class": "BlockStored", "block_hashes": [h(x) for x in e.block_hashes],
-                        "parent_block_hash": h(e.parent_block_hash), "token_ids": e.token_ids,
-                        "block_size": e.block_size, "lora_id": None, "medium": "CPU",
-                        "lora_name": e.lora_name, "extra_keys": None, "group_idx": g,
-                        "kv_cache_spec_kind": KINDS[g], "kv_cache_spec_sliding_window": WINDOWS[g],
-                        "session_id": None, "lookahead_token_ids": None, **none})  # fmt: skip
+            out.append(
+                {
+                    "class": "BlockStored",
+                    "block_hashes": [h(x) for x in e.block_hashes],
+                    "parent_block_hash": h(e.parent_block_hash),
+                    "token_ids": e.token_ids,
+                    "block_size": e.block_size,
+                    "lora_id": None,
+                    "medium": "CPU",
+                    "lora_name": e.lora_name,
+                    "extra_keys": None,
+                    "group_idx": g,
+                    "kv_cache_spec_kind": KINDS[g],
+                    "kv_cache_spec_sliding_window": WINDOWS[g],
+                    "session_id": None,
+                    "lookahead_token_ids": None,
+                    **none,
+                }
+            )
         elif isinstance(e, BlockRemoved):
-            out.append({"class": "BlockRemoved", "block_hashes": [h(x) for x in e.block_hashes],
-                        "medium": "CPU", "group_idx": e.group_id, **none})  # fmt: skip
+            out.append(
+                {
+                    "class": "BlockRemoved",
+                    "block_hashes": [h(x) for x in e.block_hashes],
+                    "medium": "CPU",
+                    "group_idx": e.group_id,
+                    **none,
+                }
+            )
         else:
             out.append({"class": "AllBlocksCleared"})
     return out
@@ -123,10 +147,15 @@ def test_vllm_decodes_our_batches_to_the_same_events(tmp_path: Path) -> None:
     payloads = [p for _, ps, _ in runs for p in ps]
     (tmp_path / "payloads.msgpack").write_bytes(msgspec.msgpack.encode(payloads))
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "vllm_kv_events_decode.py"),
-         str(tmp_path / "payloads.msgpack")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "tests" / "vllm_kv_events_decode.py"),
+            str(tmp_path / "payloads.msgpack"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert Path(result["vllm_file"]).is_relative_to(default_vllm_src())

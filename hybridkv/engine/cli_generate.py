@@ -51,11 +51,16 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.chat_template is not None and not args.chat:
             raise ValueError("--chat-template applies only with --chat")
         template = _read_template(args.chat_template)
-        params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                                seed=args.seed)  # fmt: skip
-        llm = LLM(args.model, dtype=args.dtype, max_model_len=args.max_model_len,
-                  allow_long_max_model_len=args.allow_long_max_model_len,
-                  progress=True)  # fmt: skip
+        params = SamplingParams(
+            max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
+        )
+        llm = LLM(
+            args.model,
+            dtype=args.dtype,
+            max_model_len=args.max_model_len,
+            allow_long_max_model_len=args.allow_long_max_model_len,
+            progress=True,
+        )
         if args.chat:
             conv = [{"role": "user", "content": args.prompt}]
             out = llm.chat(conv, params, use_tqdm=False, chat_template=template)[0]
@@ -69,7 +74,9 @@ def run_generate(args: argparse.Namespace) -> int:
     ttft = m.time_to_first_token or 0.0
     decode = (m.finished_time or 0.0) - (m.first_token_time or 0.0)
     speed = f"{(n - 1) / decode:.1f} tok/s" if n > 1 and decode > 0 else "n/a"
-    print(f"[{len(out.prompt_token_ids)} prompt tokens, {n} output tokens, "
-          f"{out.num_cached_tokens} cached; TTFT {ttft * 1000:.0f} ms; decode {speed}]",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"[{len(out.prompt_token_ids)} prompt tokens, {n} output tokens, "
+        f"{out.num_cached_tokens} cached; TTFT {ttft * 1000:.0f} ms; decode {speed}]",
+        file=sys.stderr,
+    )
     return 0

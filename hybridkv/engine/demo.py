@@ -36,9 +36,11 @@ MAX_TOKENS = 48
 
 def _layout(llm: LLM) -> None:
     cfg = llm.kv_cache_config
-    print(f"\nKV layout: {len(cfg.kv_cache_groups)} groups, {cfg.num_blocks:,} blocks of "
-          f"{format_bytes(llm.plan.page_bytes)} "
-          f"({format_bytes(sum(t.size for t in cfg.kv_cache_tensors))} in all)")  # fmt: skip
+    print(
+        f"\nKV layout: {len(cfg.kv_cache_groups)} groups, {cfg.num_blocks:,} blocks of "
+        f"{format_bytes(llm.plan.page_bytes)} "
+        f"({format_bytes(sum(t.size for t in cfg.kv_cache_tensors))} in all)"
+    )
     for g, group in enumerate(cfg.kv_cache_groups):
         spec = group.kv_cache_spec
         if isinstance(spec, SlidingWindowSpec):
@@ -68,8 +70,10 @@ def _chat_setup(llm: LLM) -> tuple[SamplingParams, str | None]:
         raise ValueError("the demo needs a checkpoint with a tokenizer")
     if getattr(tok, "chat_template", None):
         return SamplingParams(max_tokens=MAX_TOKENS), None
-    print("note: the tokenizer has no chat template (a base model): using a plain "
-          "'User: / Assistant:' transcript, each reply ending at its line end")  # fmt: skip
+    print(
+        "note: the tokenizer has no chat template (a base model): using a plain "
+        "'User: / Assistant:' transcript, each reply ending at its line end"
+    )
     stops = {
         ids[0] for s in ("\n", "\n\n") if len(ids := tok.encode(s, add_special_tokens=False)) == 1
     }
@@ -109,11 +113,15 @@ def run(llm: LLM) -> dict[str, float]:
     prompt = sum(len(o.prompt_token_ids) for o in [cold, *outs])
     cached = sum(o.num_cached_tokens for o in [cold, *outs])
     print("== Summary ==")
-    print(f"  document questions: {cached:,} of {prompt:,} prompt tokens from the cache "
-          f"({cached / prompt:.0%}); time to first token {cold_ttft * 1000:.0f} ms cold vs "
-          f"{hit_ttft * 1000:.0f} ms on average with hits in a batch of {len(outs)}")  # fmt: skip
-    print(f"  generated {generated} tokens in {elapsed:.1f} s "
-          f"({generated / elapsed:.1f} tokens/s, {llm.num_steps} engine steps)")  # fmt: skip
+    print(
+        f"  document questions: {cached:,} of {prompt:,} prompt tokens from the cache "
+        f"({cached / prompt:.0%}); time to first token {cold_ttft * 1000:.0f} ms cold vs "
+        f"{hit_ttft * 1000:.0f} ms on average with hits in a batch of {len(outs)}"
+    )
+    print(
+        f"  generated {generated} tokens in {elapsed:.1f} s "
+        f"({generated / elapsed:.1f} tokens/s, {llm.num_steps} engine steps)"
+    )
     print(
         f"  KV blocks in use now (cached, evictable): {llm.manager.block_pool.num_cached_blocks()} "
         f"of {llm.kv_cache_config.num_blocks:,}; preemptions: {llm.scheduler.num_preemptions}"
@@ -135,8 +143,15 @@ def main() -> int:
     t = time.monotonic()
     # The hybrid cache policy: on the Mooncake conversation trace it keeps more
     # reusable prefixes per GB for Gemma 3 than lru (benchmarks/results/cache.md).
-    llm = LLM(path, dtype=dtype, device="cpu", max_model_len=4096, max_num_batched_tokens=1024,
-              cache_policy="hybrid", progress=True)  # fmt: skip
+    llm = LLM(
+        path,
+        dtype=dtype,
+        device="cpu",
+        max_model_len=4096,
+        max_num_batched_tokens=1024,
+        cache_policy="hybrid",
+        progress=True,
+    )
     print(
         f"loaded {path.name} in {time.monotonic() - t:.1f} s ({llm.dtype}, {llm.device}, "
         f"kernels: {llm.kernel_backend}; linear layers: {describe_linears(llm.model)}; "

@@ -51,8 +51,10 @@ def load_tokenizer(model_dir: Path) -> Any | None:
     if isinstance(templates, str):
         templates = {"default": templates}
     for name, template in (templates or {}).items():
-        where = next((str(model_dir / f) for f in _TEMPLATE_FILES if (model_dir / f).is_file()),
-                     str(model_dir))  # fmt: skip
+        where = next(
+            (str(model_dir / f) for f in _TEMPLATE_FILES if (model_dir / f).is_file()),
+            str(model_dir),
+        )
         check_chat_template(template, f"{where} (chat template {name!r})")
     return tokenizer
 

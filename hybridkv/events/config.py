@@ -79,8 +79,11 @@ def resolve_events_config(
     """The config from either a whole ``KVEventsConfig`` or the three shorthand
     options (``LLM``'s ``kv_events_*`` arguments); None when events are off.
     """
-    shorthand = {"kv_events_endpoint": endpoint, "kv_events_replay_endpoint": replay_endpoint,
-                 "kv_events_topic": topic}  # fmt: skip
+    shorthand = {
+        "kv_events_endpoint": endpoint,
+        "kv_events_replay_endpoint": replay_endpoint,
+        "kv_events_topic": topic,
+    }
     given = [name for name, value in shorthand.items() if value is not None]
     if config is not None:
         if not isinstance(config, KVEventsConfig):

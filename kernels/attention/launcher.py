@@ -75,8 +75,9 @@ def launch_unified_attention(a: AttentionInputs, num_segments: int | None = None
     head_pad = max(16, triton.next_power_of_2(head_size))
     segments = num_segments or auto_segments(meta, opts, num_kv_heads, q.device)
     if segments > 1:
-        part_max = torch.empty(num_tokens * num_heads * segments, dtype=torch.float32,
-                               device=q.device)  # fmt: skip
+        part_max = torch.empty(
+            num_tokens * num_heads * segments, dtype=torch.float32, device=q.device
+        )
         part_sum = torch.empty_like(part_max)
         part_acc = torch.empty(part_max.numel() * head_pad, dtype=torch.float32, device=q.device)
     else:
@@ -84,26 +85,61 @@ def launch_unified_attention(a: AttentionInputs, num_segments: int | None = None
     sinks_f = sinks.float().contiguous() if sinks is not None else out
     grid = (num_tokens // block_q + meta.num_seqs, num_kv_heads, segments)
     unified_attention_kernel[grid](
-        q, key_cache, value_cache, out, sinks_f,
-        part_acc, part_max, part_sum,
-        meta.query_start_loc, meta.seq_lens, meta.block_table,
-        opts.scale, opts.softcap or 1.0, meta.num_seqs, key_cache.shape[1], head_size,
-        opts.sliding_window or 0, opts.chunk_size or 0,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        q,
+        key_cache,
+        value_cache,
+        out,
+        sinks_f,
+        part_acc,
+        part_max,
+        part_sum,
+        meta.query_start_loc,
+        meta.seq_lens,
+        meta.block_table,
+        opts.scale,
+        opts.softcap or 1.0,
+        meta.num_seqs,
+        key_cache.shape[1],
+        head_size,
+        opts.sliding_window or 0,
+        opts.chunk_size or 0,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
+        value_cache.stride(2),
         meta.block_table.stride(0),
-        G=g, BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=tile_n(head_size), HEAD_PAD=head_pad,
+        G=g,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        TILE_N=tile_n(head_size),
+        HEAD_PAD=head_pad,
         NUM_SEGMENTS=segments,
-        USE_WINDOW=opts.sliding_window is not None, USE_CHUNK=opts.chunk_size is not None,
-        USE_SOFTCAP=opts.softcap is not None, USE_SINKS=sinks is not None,
+        USE_WINDOW=opts.sliding_window is not None,
+        USE_CHUNK=opts.chunk_size is not None,
+        USE_SOFTCAP=opts.softcap is not None,
+        USE_SINKS=sinks is not None,
         IS_FP32=q.dtype == torch.float32,
         num_warps=8 if block_m * head_pad >= 64 * 128 else 4,
-    )  # fmt: skip
+    )
     if segments > 1:
         reduce_segments_kernel[(num_tokens, num_heads)](
-            out, sinks_f, part_acc, part_max, part_sum,
-            num_heads, head_size, out.stride(0), out.stride(1),
-            NUM_SEGMENTS=segments, SEG_PAD=triton.next_power_of_2(segments), HEAD_PAD=head_pad,
+            out,
+            sinks_f,
+            part_acc,
+            part_max,
+            part_sum,
+            num_heads,
+            head_size,
+            out.stride(0),
+            out.stride(1),
+            NUM_SEGMENTS=segments,
+            SEG_PAD=triton.next_power_of_2(segments),
+            HEAD_PAD=head_pad,
             USE_SINKS=sinks is not None,
-        )  # fmt: skip
+        )

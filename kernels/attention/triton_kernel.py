@@ -44,18 +44,47 @@ def _find_seq(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):  #
 
 @triton.jit
 def unified_attention_kernel(  # type: ignore[no-untyped-def]
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, sinks_ptr,
-    part_acc_ptr, part_max_ptr, part_sum_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_table_ptr,
-    scale, softcap, num_seqs, block_size, head_size, window, chunk,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    sinks_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    block_table_ptr,
+    scale,
+    softcap,
+    num_seqs,
+    block_size,
+    head_size,
+    window,
+    chunk,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
     stride_bt,
-    G: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
-    TILE_N: tl.constexpr, HEAD_PAD: tl.constexpr, NUM_SEGMENTS: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    USE_SINKS: tl.constexpr, IS_FP32: tl.constexpr,
-):  # fmt: skip
+    G: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    TILE_N: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    NUM_SEGMENTS: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    USE_CHUNK: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr,
+    USE_SINKS: tl.constexpr,
+    IS_FP32: tl.constexpr,
+):
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
     segment = tl.program_id(2)
@@ -133,8 +162,9 @@ def unified_attention_kernel(  # type: ignore[no-untyped-def]
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v_offs = (phys * stride_vb + in_block * stride_vt + kv_head * stride_vh)[:, None]
-        v = tl.load(v_cache_ptr + v_offs + dims[None, :], mask=k_ok[:, None] & dim_ok[None, :],
-                    other=0.0)  # fmt: skip
+        v = tl.load(
+            v_cache_ptr + v_offs + dims[None, :], mask=k_ok[:, None] & dim_ok[None, :], other=0.0
+        )
         if IS_FP32:
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
         else:
@@ -144,24 +174,33 @@ def unified_attention_kernel(  # type: ignore[no-untyped-def]
     if NUM_SEGMENTS == 1:
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         o_offs = tok[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
-        tl.store(out_ptr + o_offs, o.to(out_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & dim_ok[None, :])  # fmt: skip
+        tl.store(
+            out_ptr + o_offs, o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :]
+        )
     else:
         # Partials: [T, Hq, NUM_SEGMENTS] for max/sum and [T, Hq, NUM_SEGMENTS, HEAD_PAD].
         part = (tok * (G * tl.num_programs(1)) + head) * NUM_SEGMENTS + segment
         tl.store(part_max_ptr + part, m_i, mask=row_ok)
         tl.store(part_sum_ptr + part, l_i, mask=row_ok)
-        tl.store(part_acc_ptr + part[:, None] * HEAD_PAD + dims[None, :], acc,
-                 mask=row_ok[:, None])  # fmt: skip
+        tl.store(part_acc_ptr + part[:, None] * HEAD_PAD + dims[None, :], acc, mask=row_ok[:, None])
 
 
 @triton.jit
 def reduce_segments_kernel(  # type: ignore[no-untyped-def]
-    out_ptr, sinks_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr,
-    num_heads, head_size, stride_ot, stride_oh,
-    NUM_SEGMENTS: tl.constexpr, SEG_PAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+    out_ptr,
+    sinks_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    num_heads,
+    head_size,
+    stride_ot,
+    stride_oh,
+    NUM_SEGMENTS: tl.constexpr,
+    SEG_PAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
     USE_SINKS: tl.constexpr,
-):  # fmt: skip
+):
     # One program per (token, query head): merges the split-KV partials.
     tok = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -179,8 +218,14 @@ def reduce_segments_kernel(  # type: ignore[no-untyped-def]
     if USE_SINKS:
         total += tl.exp2(sink - m_all)
     dims = tl.arange(0, HEAD_PAD)
-    acc = tl.load(part_acc_ptr + (base + segs)[:, None] * HEAD_PAD + dims[None, :],
-                  mask=seg_ok[:, None], other=0.0)  # fmt: skip
+    acc = tl.load(
+        part_acc_ptr + (base + segs)[:, None] * HEAD_PAD + dims[None, :],
+        mask=seg_ok[:, None],
+        other=0.0,
+    )
     o = tl.sum(acc * w[:, None], axis=0) / total
-    tl.store(out_ptr + tok * stride_ot + head * stride_oh + dims,
-             o.to(out_ptr.dtype.element_ty), mask=dims < head_size)  # fmt: skip
+    tl.store(
+        out_ptr + tok * stride_ot + head * stride_oh + dims,
+        o.to(out_ptr.dtype.element_ty),
+        mask=dims < head_size,
+    )

@@ -45,8 +45,9 @@ def record_logits(llm: LLM) -> dict[str, list[torch.Tensor]]:
 def run_engine(llm: LLM, prompts: list[list[int]], n: int) -> tuple[list[Any], list[torch.Tensor]]:
     """Greedy outputs of ``prompts`` in one ``generate`` call, and their logits ``[n, V]``."""
     seen = record_logits(llm)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                        SamplingParams(max_tokens=n), use_tqdm=False)  # fmt: skip
+    outs = llm.generate(
+        [{"prompt_token_ids": p} for p in prompts], SamplingParams(max_tokens=n), use_tqdm=False
+    )
     return outs, [torch.stack(seen[o.request_id]) for o in outs]
 
 

@@ -53,8 +53,13 @@ def test_small_budget_many_chunks(ckpt):
 
 @pytest.mark.parametrize("caching", [True, False])
 def test_preemption_by_a_tiny_cache(ckpt, caching):
-    llm = LLM(ckpt, block_size=4, max_model_len=48, enable_prefix_caching=caching,
-              kv_cache_memory_bytes=60_000)  # fmt: skip
+    llm = LLM(
+        ckpt,
+        block_size=4,
+        max_model_len=48,
+        enable_prefix_caching=caching,
+        kv_cache_memory_bytes=60_000,
+    )
     prompts = [_prompt(20, 10 + i) for i in range(4)]
     check_against_hf(ckpt, llm, prompts, 20)
     assert llm.scheduler.num_preemptions > 0

@@ -34,11 +34,38 @@ CHAT_TEMPLATE = (
 QUANTISED = ("token_embd.weight", "blk.0.ffn_up.weight")  # written as Q8_0
 
 # Token types as llama.cpp numbers them: 1 normal, 2 unknown, 3 control.
-_SPECIALS = [("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2), ("<mask>", 3),
-             ("<start_of_turn>", 3), ("<end_of_turn>", 3)]  # fmt: skip
-_PIECES = ["\n", "▁", *"abcdefghijklmnopqrstuvwxyzHW.,?!",
-           "he", "ll", "llo", "hello", "▁hello", "or", "ld", "orld", "world", "▁world",
-           "us", "er", "user", "mo", "del", "model", "▁H", "▁W"]  # fmt: skip
+_SPECIALS = [
+    ("<pad>", 3),
+    ("<eos>", 3),
+    ("<bos>", 3),
+    ("<unk>", 2),
+    ("<mask>", 3),
+    ("<start_of_turn>", 3),
+    ("<end_of_turn>", 3),
+]
+_PIECES = [
+    "\n",
+    "▁",
+    *"abcdefghijklmnopqrstuvwxyzHW.,?!",
+    "he",
+    "ll",
+    "llo",
+    "hello",
+    "▁hello",
+    "or",
+    "ld",
+    "orld",
+    "world",
+    "▁world",
+    "us",
+    "er",
+    "user",
+    "mo",
+    "del",
+    "model",
+    "▁H",
+    "▁W",
+]
 TOKENS = [t for t, _ in _SPECIALS] + _PIECES
 TOKEN_TYPES = [k for _, k in _SPECIALS] + [1] * len(_PIECES)
 
@@ -50,13 +77,26 @@ def _tiny_config(*, tied: bool) -> Any:
     # layers' theta, query_pre_attn_scalar and layer_types stay at their defaults: a GGUF does not
     # store them, so transformers reads them back as the defaults.
     return Gemma3TextConfig(
-        vocab_size=len(TOKENS), hidden_size=64, intermediate_size=128, num_hidden_layers=N_LAYERS,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=WINDOW,
-        max_position_embeddings=128, rms_norm_eps=1e-6, initializer_range=0.2,
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": ROPE_THETA},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
-        tie_word_embeddings=tied, bos_token_id=2, eos_token_id=1, pad_token_id=0,
-    )  # fmt: skip
+        vocab_size=len(TOKENS),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=WINDOW,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        initializer_range=0.2,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": ROPE_THETA},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
+        tie_word_embeddings=tied,
+        bos_token_id=2,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
 
 
 def write_tiny_gguf(path: Path, *, tied: bool, seed: int = 0) -> Any:

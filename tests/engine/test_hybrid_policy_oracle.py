@@ -48,8 +48,14 @@ def test_preemption_by_a_tiny_cache(ckpt: Path) -> None:
     probe = LLM(ckpt, block_size=4, max_model_len=96, cache_policy="hybrid")
     # Jamba's blocks are whole pages (8 blocks: its requests preempt each other).
     memory = (8 if "jamba" in ckpt.name else 70) * probe.plan.page_bytes
-    llm = LLM(ckpt, block_size=4, max_model_len=96, max_num_batched_tokens=32,
-              kv_cache_memory_bytes=memory, cache_policy="hybrid")  # fmt: skip
+    llm = LLM(
+        ckpt,
+        block_size=4,
+        max_model_len=96,
+        max_num_batched_tokens=32,
+        kv_cache_memory_bytes=memory,
+        cache_policy="hybrid",
+    )
     prompts = [_prompt(40, 10 + i) for i in range(3)]
     check_against_hf(ckpt, llm, prompts, 16)
     assert llm.scheduler.num_preemptions > 0

@@ -99,8 +99,14 @@ def test_shared_prefix_with_a_budget_off_the_block_grid(ckpt: Path) -> None:
 
 @pytest.mark.parametrize("caching", [True, False])
 def test_preemption_by_a_tiny_cache(ckpt: Path, caching: bool) -> None:
-    llm = LLM(ckpt, block_size=4, max_model_len=96, max_num_batched_tokens=32,
-              enable_prefix_caching=caching, kv_cache_memory_bytes=150_000)  # fmt: skip
+    llm = LLM(
+        ckpt,
+        block_size=4,
+        max_model_len=96,
+        max_num_batched_tokens=32,
+        enable_prefix_caching=caching,
+        kv_cache_memory_bytes=150_000,
+    )
     prompts = [_prompt(40, 10 + i) for i in range(3)]
     check_against_hf(ckpt, llm, prompts, 16)
     assert llm.scheduler.num_preemptions > 0

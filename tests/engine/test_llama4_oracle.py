@@ -68,8 +68,13 @@ def test_small_budget_many_chunks(ckpt: Path) -> None:
 @pytest.mark.parametrize("caching", [True, False])
 def test_preemption_by_a_tiny_cache(ckpt: Path, caching: bool) -> None:
     # 58 blocks of 1 KiB per layer; 4 requests of 40 tokens need 4 * 10 on the full layer.
-    llm = LLM(ckpt, block_size=4, max_model_len=48, enable_prefix_caching=caching,
-              kv_cache_memory_bytes=60_000)  # fmt: skip
+    llm = LLM(
+        ckpt,
+        block_size=4,
+        max_model_len=48,
+        enable_prefix_caching=caching,
+        kv_cache_memory_bytes=60_000,
+    )
     prompts = [_prompt(20, 10 + i) for i in range(4)]
     _distinct(check_against_hf(ckpt, llm, prompts, 20))
     assert llm.scheduler.num_preemptions > 0
@@ -99,9 +104,18 @@ def test_multimodal_checkpoint_runs_its_text_model(ckpt: Path, tmp_path: Path) -
     from transformers import AutoModelForCausalLM, Llama4Config, Llama4ForConditionalGeneration
 
     text = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
-    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                  image_size=28, patch_size=14, projector_input_dim=64, projector_output_dim=64,
-                  vision_output_dim=64, pixel_shuffle_ratio=0.5)  # fmt: skip
+    vision = dict(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=28,
+        patch_size=14,
+        projector_input_dim=64,
+        projector_output_dim=64,
+        vision_output_dim=64,
+        pixel_shuffle_ratio=0.5,
+    )
     config = Llama4Config(text_config=text.config.to_dict(), vision_config=vision)
     vlm = Llama4ForConditionalGeneration(config)
     vlm.language_model.load_state_dict(text.state_dict())

@@ -98,8 +98,9 @@ def test_stop_tokens_and_max_model_len(llm):
     )[0]
     assert out.outputs[0].token_ids == toks[: toks.index(stop) + 1]
     assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop
-    long = llm.generate({"prompt_token_ids": list(range(5, 65))},
-                        SamplingParams(max_tokens=50), use_tqdm=False)[0]  # fmt: skip
+    long = llm.generate(
+        {"prompt_token_ids": list(range(5, 65))}, SamplingParams(max_tokens=50), use_tqdm=False
+    )[0]
     assert len(long.outputs[0].token_ids) == 4  # 60 prompt tokens + 4 = max_model_len 64
     _clean(llm)
 
@@ -109,12 +110,15 @@ def test_seeded_sampling_is_reproducible_across_batches(llm):
     alone = llm.generate({"prompt_token_ids": [5, 6, 7]}, p, use_tqdm=False)[0]
     with_others = llm.generate(
         [{"prompt_token_ids": [9, 9, 9, 9]}, {"prompt_token_ids": [5, 6, 7]}],
-        [SamplingParams(max_tokens=3, temperature=1.0), p], use_tqdm=False,
-    )[1]  # fmt: skip
+        [SamplingParams(max_tokens=3, temperature=1.0), p],
+        use_tqdm=False,
+    )[1]
     assert alone.outputs[0].token_ids == with_others.outputs[0].token_ids
-    other_seed = llm.generate({"prompt_token_ids": [5, 6, 7]},
-                              SamplingParams(max_tokens=8, temperature=1.0, seed=99),
-                              use_tqdm=False)[0]  # fmt: skip
+    other_seed = llm.generate(
+        {"prompt_token_ids": [5, 6, 7]},
+        SamplingParams(max_tokens=8, temperature=1.0, seed=99),
+        use_tqdm=False,
+    )[0]
     assert other_seed.outputs[0].token_ids != alone.outputs[0].token_ids
     _clean(llm)
 

@@ -37,8 +37,11 @@ def test_a_subscriber_mirrors_the_engines_cache(ckpt) -> None:
     ctx = zmq.Context()
     sub = MirrorSubscriber(ctx, topic="kv@test")
     try:
-        events = dict(kv_events_endpoint=sub.endpoint, kv_events_topic="kv@test",
-                      kv_events_replay_endpoint="tcp://127.0.0.1:*")  # fmt: skip
+        events = dict(
+            kv_events_endpoint=sub.endpoint,
+            kv_events_topic="kv@test",
+            kv_events_replay_endpoint="tcp://127.0.0.1:*",
+        )
         with LLM(ckpt, **OPTIONS, **events) as llm:
             assert llm.kv_events is not None
             sub.replay_endpoint = llm.kv_events.replay_endpoint

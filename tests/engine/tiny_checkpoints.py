@@ -15,18 +15,29 @@ from typing import Any
 import torch
 
 COMMON: dict[str, Any] = dict(
-    vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=1024, initializer_range=0.2,
-)  # fmt: skip
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    initializer_range=0.2,
+)
 WINDOW = 7
 
 
 def gemma3_config(**overrides: Any) -> Any:
     from transformers import Gemma3TextConfig
 
-    kw = dict(COMMON, head_dim=16, num_hidden_layers=4, sliding_window=WINDOW,
-              layer_types=["sliding_attention"] * 3 + ["full_attention"],
-              query_pre_attn_scalar=16, initializer_range=0.02)  # fmt: skip
+    kw = dict(
+        COMMON,
+        head_dim=16,
+        num_hidden_layers=4,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        query_pre_attn_scalar=16,
+        initializer_range=0.02,
+    )
     kw.update(overrides)
     return Gemma3TextConfig(**kw)
 
@@ -58,9 +69,12 @@ def hf_greedy(path: Path, prompt: list[int], max_new_tokens: int) -> tuple[list[
     ).eval()
     with torch.no_grad():
         out = model.generate(
-            torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
-            output_logits=True, return_dict_in_generate=True,
-        )  # fmt: skip
+            torch.tensor([prompt]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     tokens = out.sequences[0, len(prompt) :].tolist()
     return tokens, torch.cat(out.logits).float()
 
@@ -69,10 +83,20 @@ def jamba_config(**overrides: Any) -> Any:
     """Jamba: Mamba1 on layers 0 and 2, full attention on 1 and 3, MoE (2 experts) on 1 and 3."""
     from transformers import JambaConfig
 
-    kw = dict(COMMON, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
-              expert_layer_period=2, expert_layer_offset=1, num_experts=2,
-              num_experts_per_tok=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
-              mamba_dt_rank=8)  # fmt: skip
+    kw = dict(
+        COMMON,
+        num_hidden_layers=4,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=2,
+        num_experts_per_tok=1,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_dt_rank=8,
+    )
     kw.update(overrides)
     return JambaConfig(**kw)
 
@@ -92,8 +116,9 @@ def save_word_tokenizer(path: Path, vocab_size: int = 512) -> Path:
     vocab.update({f"w{i}": i for i in range(5, vocab_size)})
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-                                   pad_token="<pad>")  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
     return path
@@ -112,12 +137,28 @@ def llama4_config(**overrides: Any) -> Any:
     """
     from transformers import Llama4TextConfig
 
-    rope = dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0,
-                high_freq_factor=4.0, original_max_position_embeddings=32)  # fmt: skip
-    kw = dict(COMMON, head_dim=16, num_hidden_layers=4, intermediate_size_mlp=128,
-              attention_chunk_size=CHUNK, num_local_experts=2, num_experts_per_tok=1,
-              interleave_moe_layer_step=2, no_rope_layers=[1, 1, 1, 0],
-              attn_temperature_tuning=True, floor_scale=4, attn_scale=0.5,
-              rope_parameters=rope)  # fmt: skip
+    rope = dict(
+        rope_type="llama3",
+        rope_theta=10000.0,
+        factor=8.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=32,
+    )
+    kw = dict(
+        COMMON,
+        head_dim=16,
+        num_hidden_layers=4,
+        intermediate_size_mlp=128,
+        attention_chunk_size=CHUNK,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=2,
+        no_rope_layers=[1, 1, 1, 0],
+        attn_temperature_tuning=True,
+        floor_scale=4,
+        attn_scale=0.5,
+        rope_parameters=rope,
+    )
     kw.update(overrides)
     return Llama4TextConfig(**kw)

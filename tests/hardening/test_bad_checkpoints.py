@@ -54,8 +54,12 @@ def test_safetensors_cut_short(ckpt_copy: Copy, cli: Cli) -> None:
     need = len(data) - 8 - n
     weights.write_bytes(data[: len(data) // 2])
     held = len(data) // 2 - 8 - n
-    expect_refused(cli, model, f"{weights}: the file is cut short: its header lists {need:,} "
-                   f"bytes of tensor data, the file holds {held:,}")  # fmt: skip
+    expect_refused(
+        cli,
+        model,
+        f"{weights}: the file is cut short: its header lists {need:,} "
+        f"bytes of tensor data, the file holds {held:,}",
+    )
     with pytest.raises(CheckpointError):  # a ValueError subclass names the class of problem
         LLM(model)
 
@@ -66,8 +70,12 @@ def test_safetensors_header_only(ckpt_copy: Copy, cli: Cli) -> None:
     data = weights.read_bytes()
     n = header_length(weights)
     weights.write_bytes(data[: 8 + n])
-    expect_refused(cli, model, f"{weights}: the file holds only its header, none of the "
-                   f"{len(data) - 8 - n:,} bytes of tensor data it lists (cut short?)")  # fmt: skip
+    expect_refused(
+        cli,
+        model,
+        f"{weights}: the file holds only its header, none of the "
+        f"{len(data) - 8 - n:,} bytes of tensor data it lists (cut short?)",
+    )
 
 
 def test_safetensors_empty(ckpt_copy: Copy, cli: Cli) -> None:
@@ -82,16 +90,24 @@ def test_safetensors_cut_inside_the_header(ckpt_copy: Copy, cli: Cli) -> None:
     weights = model / "model.safetensors"
     n = header_length(weights)
     weights.write_bytes(weights.read_bytes()[:100])
-    expect_refused(cli, model, f"{weights}: the file is cut short inside its header (100 bytes; "
-                   f"the header alone needs {8 + n:,})")  # fmt: skip
+    expect_refused(
+        cli,
+        model,
+        f"{weights}: the file is cut short inside its header (100 bytes; "
+        f"the header alone needs {8 + n:,})",
+    )
 
 
 def test_config_not_json(ckpt_copy: Copy, cli: Cli) -> None:
     model = ckpt_copy("badjson")
     config = model / "config.json"
     config.write_text('{"model_type": "gemma3_text", ')
-    expect_refused(cli, model, f"{config}: not a readable JSON config (Expecting property name "
-                   "enclosed in double quotes: line 1 column 31 (char 30))")  # fmt: skip
+    expect_refused(
+        cli,
+        model,
+        f"{config}: not a readable JSON config (Expecting property name "
+        "enclosed in double quotes: line 1 column 31 (char 30))",
+    )
 
 
 def wrongly_typed(copy: Copy) -> Path:
@@ -102,9 +118,11 @@ def wrongly_typed(copy: Copy) -> Path:
     return model
 
 
-TYPED_MESSAGE = ("{config}: transformers cannot read this config (Validation error for field "
-                 "'num_hidden_layers': TypeError: Field 'num_hidden_layers' expected int, got "
-                 "str (value: 'many'))")  # fmt: skip
+TYPED_MESSAGE = (
+    "{config}: transformers cannot read this config (Validation error for field "
+    "'num_hidden_layers': TypeError: Field 'num_hidden_layers' expected int, got "
+    "str (value: 'many'))"
+)
 
 
 def test_config_with_a_wrongly_typed_field(ckpt_copy: Copy, cli: Cli) -> None:
@@ -123,15 +141,23 @@ def test_plan_on_a_wrongly_typed_config(ckpt_copy: Copy, cli: Cli) -> None:
 def test_garbage_tokenizer_names_the_file(ckpt_copy: Copy, cli: Cli) -> None:
     model = ckpt_copy("tok")
     (model / "tokenizer.json").write_text("garbage{{{")
-    expect_refused(cli, model, f"{model / 'tokenizer.json'}: not a valid tokenizer file "
-                   "(Expecting value: line 1 column 1 (char 0))")  # fmt: skip
+    expect_refused(
+        cli,
+        model,
+        f"{model / 'tokenizer.json'}: not a valid tokenizer file "
+        "(Expecting value: line 1 column 1 (char 0))",
+    )
 
 
 def test_bad_chat_template_in_the_checkpoint(ckpt_copy: Copy, cli: Cli) -> None:
     model = ckpt_copy("tmpl")
     (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m['role'] }")
-    expect_refused(cli, model, f"{model / 'chat_template.jinja'} (chat template 'default'): "
-                   "not a valid Jinja template (line 1: unexpected '}')")  # fmt: skip
+    expect_refused(
+        cli,
+        model,
+        f"{model / 'chat_template.jinja'} (chat template 'default'): "
+        "not a valid Jinja template (line 1: unexpected '}')",
+    )
 
 
 def test_gguf_magic_then_garbage(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,5 +178,9 @@ def test_unknown_kernel_backend_from_the_environment(
     tiny_ckpt: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HYBRIDKV_KERNEL_BACKEND", "bogus")
-    expect_refused(cli, tiny_ckpt, "HYBRIDKV_KERNEL_BACKEND='bogus': unknown backend; choose "
-                   "one of ('triton', 'torch', 'native', 'mamba_ssm')")  # fmt: skip
+    expect_refused(
+        cli,
+        tiny_ckpt,
+        "HYBRIDKV_KERNEL_BACKEND='bogus': unknown backend; choose "
+        "one of ('triton', 'torch', 'native', 'mamba_ssm')",
+    )

@@ -52,8 +52,7 @@ def test_same_calls_on_a_fresh_engine_give_the_same_tokens(tiny_ckpt: Path, dtyp
     params += [SamplingParams(max_tokens=6)] * 2  # and two greedy ones
 
     def run() -> list[list[int]]:
-        llm = LLM(tiny_ckpt, dtype=dtype, block_size=4, max_model_len=64,
-                  max_num_batched_tokens=16)  # fmt: skip
+        llm = LLM(tiny_ckpt, dtype=dtype, block_size=4, max_model_len=64, max_num_batched_tokens=16)
         outs = llm.generate(prompts, params, use_tqdm=False)
         return [o.outputs[0].token_ids for o in outs]
 

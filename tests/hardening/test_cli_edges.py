@@ -44,17 +44,21 @@ def test_plot_suffix_picks_the_format(cli: Cli, tmp_path: Path) -> None:
 def test_plot_into_a_directory_is_refused(cli: Cli, tmp_path: Path) -> None:
     rc, out, err = plan(cli, "--plot", str(tmp_path))
     assert (rc, out) == (2, "")
-    assert err.splitlines() == [f"hybridkv plan: error: --plot {tmp_path}: is a directory; give "
-                                f"a file path such as {tmp_path}/plan.png"]  # fmt: skip
+    assert err.splitlines() == [
+        f"hybridkv plan: error: --plot {tmp_path}: is a directory; give "
+        f"a file path such as {tmp_path}/plan.png"
+    ]
     assert list(tmp_path.iterdir()) == []
 
 
 def test_plot_with_an_unknown_suffix_is_refused(cli: Cli, tmp_path: Path) -> None:
     rc, _, err = plan(cli, "--plot", str(tmp_path / "x.jpeg2"))
     assert rc == 2
-    assert err.splitlines() == [f"hybridkv plan: error: --plot {tmp_path / 'x.jpeg2'}: unknown "
-                                "file type '.jpeg2'; use .png, .svg or .pdf (no suffix writes a "
-                                "PNG)"]  # fmt: skip
+    assert err.splitlines() == [
+        f"hybridkv plan: error: --plot {tmp_path / 'x.jpeg2'}: unknown "
+        "file type '.jpeg2'; use .png, .svg or .pdf (no suffix writes a "
+        "PNG)"
+    ]
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
@@ -77,8 +81,13 @@ def test_version(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m_runs_the_cli() -> None:
-    done = subprocess.run([sys.executable, "-m", "hybridkv", "--version"],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "hybridkv", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert (done.returncode, done.stdout) == (0, f"hybridkv {__version__}\n")
 
 
@@ -106,12 +115,15 @@ def test_chat_without_a_template_names_an_option_that_exists(
 def test_bad_chat_template_file(tiny_ckpt: Path, cli: Cli, tmp_path: Path) -> None:
     template = tmp_path / "bad.jinja"
     template.write_text("{% if %}")
-    rc, _, err = cli("generate", str(tiny_ckpt), "--prompt", "w5", "--chat",
-                     "--chat-template", str(template))  # fmt: skip
+    rc, _, err = cli(
+        "generate", str(tiny_ckpt), "--prompt", "w5", "--chat", "--chat-template", str(template)
+    )
     assert rc == 2
-    assert err.splitlines() == [f"hybridkv generate: error: --chat-template {template}: not a "
-                                "valid Jinja template (line 1: Expected an expression, got 'end "
-                                "of statement block')"]  # fmt: skip
+    assert err.splitlines() == [
+        f"hybridkv generate: error: --chat-template {template}: not a "
+        "valid Jinja template (line 1: Expected an expression, got 'end "
+        "of statement block')"
+    ]
 
 
 def test_generate_max_model_len_beyond_the_model(tiny_ckpt: Path, cli: Cli) -> None:

@@ -87,10 +87,12 @@ def test_bad_chat_template_argument(llm: LLM) -> None:
     conv = [{"role": "user", "content": "w5"}]
     with pytest.raises(ValueError) as info:
         llm.chat(conv, chat_template="{% for m in messages %}", use_tqdm=False)
-    assert str(info.value) == ("chat_template: not a valid Jinja template (line 1: Unexpected end "
-                               "of template. Jinja was looking for the following tags: 'endfor' "
-                               "or 'else'. The innermost block that needs to be closed is "
-                               "'for'.)")  # fmt: skip
+    assert str(info.value) == (
+        "chat_template: not a valid Jinja template (line 1: Unexpected end "
+        "of template. Jinja was looking for the following tags: 'endfor' "
+        "or 'else'. The innermost block that needs to be closed is "
+        "'for'.)"
+    )
     with pytest.raises(ValueError, match="chat_template failed on this conversation: boom"):
         llm.chat(conv, chat_template="{{ raise_exception('boom') }}", use_tqdm=False)
     clean(llm)
@@ -124,6 +126,13 @@ def test_long_context_override_only_with_rope_scaling(tmp_path: Path) -> None:
         "generation past them is silently wrong; the model scales RoPE (llama3): if it supports "
         "the longer context, pass allow_long_max_model_len=True (--allow-long-max-model-len)"
     )
-    llm = LLM(model, max_model_len=2048, allow_long_max_model_len=True, kernel_backend="torch",
-              block_size=4, max_num_batched_tokens=64, kv_cache_memory_bytes=8 << 20)  # fmt: skip
+    llm = LLM(
+        model,
+        max_model_len=2048,
+        allow_long_max_model_len=True,
+        kernel_backend="torch",
+        block_size=4,
+        max_num_batched_tokens=64,
+        kv_cache_memory_bytes=8 << 20,
+    )
     assert llm.max_model_len == 2048

@@ -51,8 +51,11 @@ def test_another_managers_computed_blocks_are_refused(  # the stale-block check 
     blocks, num_hit = kv1.get_computed_blocks(r)
     assert num_hit == 16  # kv2 has blocks with the very same hashes
     before1, before2 = state(kv1, "r"), state(kv2, "r")
-    with pytest.raises(ValueError, match=r"new_computed_blocks hold KVCacheBlock.*not a block of "
-                       "this manager's pool"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"new_computed_blocks hold KVCacheBlock.*not a block of "
+        "this manager's pool",
+    ):
         kv2.allocate_slots(r, 1, num_hit, blocks)
     assert state(kv1, "r") == before1 and state(kv2, "r") == before2
     for kv in (kv2, kv1):  # both pools still serve valid calls, hits included

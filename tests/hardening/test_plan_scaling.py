@@ -31,11 +31,22 @@ from hybridkv.planning.planner import _unify
 
 
 def big_layout(num_layers: int) -> ModelLayout:
-    kinds = {"local": {"kind": "sliding_window", "sliding_window": 1024, "num_kv_heads": 1,
-                       "head_dim": 64},
-             "global": {"kind": "full", "num_kv_heads": 1, "head_dim": 64}}  # fmt: skip
-    return ModelLayout(name=f"big-{num_layers}", max_model_len=131072, layer_kinds=kinds,
-                       pattern=["local"] * 5 + ["global"], num_layers=num_layers)  # fmt: skip
+    kinds = {
+        "local": {
+            "kind": "sliding_window",
+            "sliding_window": 1024,
+            "num_kv_heads": 1,
+            "head_dim": 64,
+        },
+        "global": {"kind": "full", "num_kv_heads": 1, "head_dim": 64},
+    }
+    return ModelLayout(
+        name=f"big-{num_layers}",
+        max_model_len=131072,
+        layer_kinds=kinds,
+        pattern=["local"] * 5 + ["global"],
+        num_layers=num_layers,
+    )
 
 
 @pytest.mark.parametrize("num_layers", [600, 6000])
@@ -74,9 +85,11 @@ def test_closed_form_cost_equals_the_built_groups(name: str, unification: str) -
             waste += (page - len(g.layers) * _real_bytes(g.spec)) * blocks
             total += page * blocks
         assert (built.num_groups, padding, waste, total) == (
-            cost.num_groups, cost.padding_layers, cost.waste_bytes_per_request,
+            cost.num_groups,
+            cost.padding_layers,
+            cost.waste_bytes_per_request,
             cost.bytes_per_request,
-        )  # fmt: skip
+        )
 
 
 def naive_period(entries: list[str]) -> int | None:

@@ -97,10 +97,16 @@ def make_paged_batch(
 
 def dense_oracle(b: PagedBatch) -> torch.Tensor:
     """Gather pages back into contiguous K/V, build the full mask, softmax in fp64."""
-    b = PagedBatch(b.q.cpu(), b.key_cache.cpu(), b.value_cache.cpu(),
-                   AttentionMetadata.build(b.meta.query_lens_cpu, b.meta.seq_lens_cpu,
-                                           b.meta.block_table.cpu()),
-                   b.opts, None if b.sinks is None else b.sinks.cpu())  # fmt: skip
+    b = PagedBatch(
+        b.q.cpu(),
+        b.key_cache.cpu(),
+        b.value_cache.cpu(),
+        AttentionMetadata.build(
+            b.meta.query_lens_cpu, b.meta.seq_lens_cpu, b.meta.block_table.cpu()
+        ),
+        b.opts,
+        None if b.sinks is None else b.sinks.cpu(),
+    )
     bs = b.key_cache.shape[1]
     hq, hkv = b.q.shape[1], b.key_cache.shape[2]
     out = torch.empty(b.q.shape, dtype=torch.float64)

@@ -75,8 +75,9 @@ def test_bad_metadata(query_lens, seq_lens, rows, message):
 
 def _batch():
     opts = AttentionOptions(scale=0.5)
-    return make_paged_batch([(3, 2), (5, 1)], num_heads=4, num_kv_heads=2, head_size=16,
-                            block_size=4, opts=opts)  # fmt: skip
+    return make_paged_batch(
+        [(3, 2), (5, 1)], num_heads=4, num_kv_heads=2, head_size=16, block_size=4, opts=opts
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,8 +99,15 @@ def _batch():
 )
 def test_bad_attention_input_names_the_argument(change, message):
     b = _batch()
-    args = {"q": b.q, "key_cache": b.key_cache, "value_cache": b.value_cache, "meta": b.meta,
-            "opts": b.opts, "sinks": None, "out": None}  # fmt: skip
+    args = {
+        "q": b.q,
+        "key_cache": b.key_cache,
+        "value_cache": b.value_cache,
+        "meta": b.meta,
+        "opts": b.opts,
+        "sinks": None,
+        "out": None,
+    }
     args.update(change(b))
     with pytest.raises(ValueError, match=message):
         unified_attention(**args)

@@ -26,8 +26,9 @@ KINDS = {
 
 
 def _run(b, backend, **kw):
-    return unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, sinks=b.sinks,
-                             backend=backend, **kw)  # fmt: skip
+    return unified_attention(
+        b.q, b.key_cache, b.value_cache, b.meta, b.opts, sinks=b.sinks, backend=backend, **kw
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -36,8 +37,16 @@ def _run(b, backend, **kw):
 def test_bf16_realistic_shapes(kind, batch, head_size):
     opts = AttentionOptions(scale=head_size**-0.5, **KINDS[kind])
     seqs = MIXED if batch == "mixed" else DECODES
-    b = make_paged_batch(seqs, num_heads=32, num_kv_heads=8, head_size=head_size,
-                         block_size=16, opts=opts, dtype=torch.bfloat16, device=CUDA)  # fmt: skip
+    b = make_paged_batch(
+        seqs,
+        num_heads=32,
+        num_kv_heads=8,
+        head_size=head_size,
+        block_size=16,
+        opts=opts,
+        dtype=torch.bfloat16,
+        device=CUDA,
+    )
     got = _run(b, "triton").float()
     want = _run(b, "torch").float()
     assert torch.isfinite(got).all()
@@ -49,8 +58,16 @@ def test_bf16_realistic_shapes(kind, batch, head_size):
 @pytest.mark.parametrize("segments", [None, 1, 4])
 def test_fp32_against_the_oracle(softcap, sinks, segments):
     opts = AttentionOptions(scale=0.1, sliding_window=129, softcap=softcap)
-    b = make_paged_batch([*DECODES[:6], (40, 33)], num_heads=16, num_kv_heads=2, head_size=128,
-                         block_size=16, opts=opts, with_sinks=sinks, device=CUDA)  # fmt: skip
+    b = make_paged_batch(
+        [*DECODES[:6], (40, 33)],
+        num_heads=16,
+        num_kv_heads=2,
+        head_size=128,
+        block_size=16,
+        opts=opts,
+        with_sinks=sinks,
+        device=CUDA,
+    )
     got = _run(b, "triton", num_segments=segments)
     torch.testing.assert_close(got.cpu().double(), dense_oracle(b), rtol=1e-4, atol=1e-4)
 
@@ -58,11 +75,19 @@ def test_fp32_against_the_oracle(softcap, sinks, segments):
 @pytest.mark.parametrize("block_size", [16, 80, 528])
 def test_large_and_odd_block_sizes(block_size):
     opts = AttentionOptions(scale=0.088, chunk_size=8192)
-    b = make_paged_batch([(9000, 1), (8100, 200), (12, 1)], num_heads=32, num_kv_heads=8,
-                         head_size=128, block_size=block_size, opts=opts, dtype=torch.float16,
-                         device=CUDA)  # fmt: skip
-    torch.testing.assert_close(_run(b, "triton").float(), _run(b, "torch").float(),
-                               rtol=2e-3, atol=2e-3)  # fmt: skip
+    b = make_paged_batch(
+        [(9000, 1), (8100, 200), (12, 1)],
+        num_heads=32,
+        num_kv_heads=8,
+        head_size=128,
+        block_size=block_size,
+        opts=opts,
+        dtype=torch.float16,
+        device=CUDA,
+    )
+    torch.testing.assert_close(
+        _run(b, "triton").float(), _run(b, "torch").float(), rtol=2e-3, atol=2e-3
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

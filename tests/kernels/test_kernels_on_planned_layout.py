@@ -43,26 +43,31 @@ def _dense(q, k, v, first_pos, window):
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_prefix_shared_chunked_prefill_then_decode(backend):
     layout = shipped_layout("tiny-gemma3").model_copy(update={"cache_dtype": "float32"})
-    plan = plan_kv_cache(layout, 400_000, block_size=BS, max_model_len=64,
-                         max_num_batched_tokens=16)  # fmt: skip
+    plan = plan_kv_cache(
+        layout, 400_000, block_size=BS, max_model_len=64, max_num_batched_tokens=16
+    )
     config = plan.kv_cache_config
     caches = allocate_kv_cache(config, torch.device("cpu"))
     for buf in caches.buffers:
         buf.view(torch.float32).fill_(float("nan"))  # unwritten slots poison wrong reads
     kv = KVCacheManager(config, 64)
     group_of = {n: g for g, grp in enumerate(config.kv_cache_groups) for n in grp.layer_names}
-    window = {n: getattr(config.kv_cache_groups[g].kv_cache_spec, "sliding_window", None)
-              for n, g in group_of.items()}  # fmt: skip
+    window = {
+        n: getattr(config.kv_cache_groups[g].kv_cache_spec, "sliding_window", None)
+        for n, g in group_of.items()
+    }
     layers = sorted(group_of)
     gen = torch.Generator().manual_seed(0)
     total = 30
     shared = list(range(100, 116))
     prompts = {"a": [*shared, *range(200, 207)], "b": [*shared, *range(300, 305)]}
     # Dense K/V per request and layer; b's shared prefix equals a's.
-    k_all = {r: {n: torch.randn(total, KV_HEADS, DIM, generator=gen) for n in layers}
-             for r in prompts}  # fmt: skip
-    v_all = {r: {n: torch.randn(total, KV_HEADS, DIM, generator=gen) for n in layers}
-             for r in prompts}  # fmt: skip
+    k_all = {
+        r: {n: torch.randn(total, KV_HEADS, DIM, generator=gen) for n in layers} for r in prompts
+    }
+    v_all = {
+        r: {n: torch.randn(total, KV_HEADS, DIM, generator=gen) for n in layers} for r in prompts
+    }
     for n in layers:
         k_all["b"][n][:16] = k_all["a"][n][:16]
         v_all["b"][n][:16] = v_all["a"][n][:16]
@@ -80,12 +85,15 @@ def test_prefix_shared_chunked_prefill_then_decode(backend):
             for i, row in enumerate(ids):
                 table[i, : len(row)] = torch.tensor(row)
             metas[g] = AttentionMetadata.build(
-                [c for _, c in work], [s + c for s, (_, c) in zip(starts, work, strict=True)],
+                [c for _, c in work],
+                [s + c for s, (_, c) in zip(starts, work, strict=True)],
                 table,
-            )  # fmt: skip
-            slots[g] = [ids[i][p // BS] * BS + p % BS
-                        for i, (s, (_, c)) in enumerate(zip(starts, work, strict=True))
-                        for p in range(s, s + c)]  # fmt: skip
+            )
+            slots[g] = [
+                ids[i][p // BS] * BS + p % BS
+                for i, (s, (_, c)) in enumerate(zip(starts, work, strict=True))
+                for p in range(s, s + c)
+            ]
         for n in layers:
             g = group_of[n]
             cache = caches.layers[n]
@@ -102,8 +110,9 @@ def test_prefix_shared_chunked_prefill_then_decode(backend):
             out = unified_attention(qs[n], cache.key, cache.value, metas[g], opts, backend=backend)
             row = 0
             for s, (r, c) in zip(starts, work, strict=True):
-                want = _dense(qs[n][row : row + c], k_all[r][n][: s + c], v_all[r][n][: s + c],
-                              s, window[n])  # fmt: skip
+                want = _dense(
+                    qs[n][row : row + c], k_all[r][n][: s + c], v_all[r][n][: s + c], s, window[n]
+                )
                 torch.testing.assert_close(out[row : row + c].double(), want, rtol=3e-5, atol=3e-5)
                 row += c
 

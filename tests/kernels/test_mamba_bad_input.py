@@ -28,47 +28,78 @@ HEADS, HEAD_DIM, GROUPS, N = 4, 2, 2, 4
 
 def _conv_update(**kw) -> Callable[[], object]:
     sv = state_views(4, (W - 1, DIM), (2, 2), seed=0)
-    a = {"x": torch.randn(2, DIM), "conv_state": sv.conv, "weight": torch.randn(DIM, W),
-         "bias": torch.randn(DIM), "activation": "silu",
-         "conv_state_indices": torch.tensor([1, 2])}  # fmt: skip
+    a = {
+        "x": torch.randn(2, DIM),
+        "conv_state": sv.conv,
+        "weight": torch.randn(DIM, W),
+        "bias": torch.randn(DIM),
+        "activation": "silu",
+        "conv_state_indices": torch.tensor([1, 2]),
+    }
     a.update(kw)
     return lambda: causal_conv1d_update(**a)
 
 
 def _conv_fn(**kw) -> Callable[[], object]:
     sv = state_views(4, (W - 1, DIM), (2, 2), seed=0)
-    a = {"x": torch.randn(T, DIM), "weight": torch.randn(DIM, W), "bias": None,
-         "activation": None, "conv_state": sv.conv,
-         "query_start_loc": torch.tensor([0, 2, T]), "initial_state_indices": torch.tensor([1, -1]),
-         "save_state_indices": torch.tensor([-1, 1, -1, -1, 2])}  # fmt: skip
+    a = {
+        "x": torch.randn(T, DIM),
+        "weight": torch.randn(DIM, W),
+        "bias": None,
+        "activation": None,
+        "conv_state": sv.conv,
+        "query_start_loc": torch.tensor([0, 2, T]),
+        "initial_state_indices": torch.tensor([1, -1]),
+        "save_state_indices": torch.tensor([-1, 1, -1, -1, 2]),
+    }
     a.update(kw)
     return lambda: causal_conv1d_fn(**a)
 
 
 def _m1(n: int) -> dict[str, object]:
-    return {"x": torch.randn(n, D_INNER), "dt": torch.rand(n, D_INNER),
-            "A": -torch.rand(D_INNER, D_STATE), "B": torch.randn(n, D_STATE),
-            "C": torch.randn(n, D_STATE), "D": torch.randn(D_INNER), "z": None,
-            "dt_bias": None, "dt_softplus": True}  # fmt: skip
+    return {
+        "x": torch.randn(n, D_INNER),
+        "dt": torch.rand(n, D_INNER),
+        "A": -torch.rand(D_INNER, D_STATE),
+        "B": torch.randn(n, D_STATE),
+        "C": torch.randn(n, D_STATE),
+        "D": torch.randn(D_INNER),
+        "z": None,
+        "dt_bias": None,
+        "dt_softplus": True,
+    }
 
 
 def _m2(n: int) -> dict[str, object]:
-    return {"x": torch.randn(n, HEADS, HEAD_DIM), "dt": torch.rand(n, HEADS),
-            "A": -torch.rand(HEADS), "B": torch.randn(n, GROUPS, N),
-            "C": torch.randn(n, GROUPS, N), "D": None, "z": torch.randn(n, HEADS, HEAD_DIM),
-            "dt_bias": torch.randn(HEADS), "dt_softplus": False}  # fmt: skip
+    return {
+        "x": torch.randn(n, HEADS, HEAD_DIM),
+        "dt": torch.rand(n, HEADS),
+        "A": -torch.rand(HEADS),
+        "B": torch.randn(n, GROUPS, N),
+        "C": torch.randn(n, GROUPS, N),
+        "D": None,
+        "z": torch.randn(n, HEADS, HEAD_DIM),
+        "dt_bias": torch.randn(HEADS),
+        "dt_softplus": False,
+    }
 
 
 def _ssm_update(**kw) -> Callable[[], object]:
-    a = {**_m1(2), "state": state_views(4, (1, 2), (D_INNER, D_STATE)).ssm,
-         "state_indices": torch.tensor([1, 3])}  # fmt: skip
+    a = {
+        **_m1(2),
+        "state": state_views(4, (1, 2), (D_INNER, D_STATE)).ssm,
+        "state_indices": torch.tensor([1, 3]),
+    }
     a.update(kw)
     return lambda: selective_state_update(**a)
 
 
 def _ssd_update(**kw) -> Callable[[], object]:
-    a = {**_m2(2), "state": state_views(4, (1, 2), (HEADS, HEAD_DIM, N)).ssm,
-         "state_indices": torch.tensor([1, 3])}  # fmt: skip
+    a = {
+        **_m2(2),
+        "state": state_views(4, (1, 2), (HEADS, HEAD_DIM, N)).ssm,
+        "state_indices": torch.tensor([1, 3]),
+    }
     a.update(kw)
     return lambda: ssd_state_update(**a)
 

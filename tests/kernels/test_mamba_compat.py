@@ -83,11 +83,23 @@ def test_loader_leaves_mamba_ssm_unimportable():
     jamba = importlib.import_module("transformers.models.jamba.modeling_jamba")
     importlib.import_module("transformers.models.bamba.modeling_bamba")
     cfg = jamba.JambaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
-        expert_layer_period=2, expert_layer_offset=1, num_experts=2, num_experts_per_tok=1,
-        mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8,
-    )  # fmt: skip
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=2,
+        num_experts_per_tok=1,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_dt_rank=8,
+    )
     model = jamba.JambaForCausalLM(cfg).eval()
     with torch.no_grad():
         logits = model(torch.tensor([[1, 2, 3, 4, 5]])).logits
@@ -127,17 +139,26 @@ def test_selective_scan_matches_mamba_ssm_ref():
         return t.reshape(2, L, -1).transpose(1, 2)
 
     want, last = load_mamba_ssm().selective_scan_ref(
-        bdl(p["x"]), bdl(p["dt"]), p["A"], bdl(p["B"]), bdl(p["C"]), p["D"], bdl(p["z"]),
-        p["dt_bias"], delta_softplus=True, return_last_state=True,
-    )  # fmt: skip
+        bdl(p["x"]),
+        bdl(p["dt"]),
+        p["A"],
+        bdl(p["B"]),
+        bdl(p["C"]),
+        p["D"],
+        bdl(p["z"]),
+        p["dt_bias"],
+        delta_softplus=True,
+        return_last_state=True,
+    )
     torch.testing.assert_close(bdl(got), want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(sv.ssm[torch.tensor([5, 2])], last, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(
-    ("op", "backend"), [(ssd_scan_fn, "torch"), (ssd_chunk_scan_fn, "triton")],
+    ("op", "backend"),
+    [(ssd_scan_fn, "torch"), (ssd_chunk_scan_fn, "triton")],
     ids=["ssd_scan_torch", "ssd_chunk_scan_triton"],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("length", [8, 12])
 def test_ssd_scan_matches_mamba_ssm_chunk_scan_ref(length, op, backend):
     p = _mamba2(2 * length, seed=5)
@@ -150,9 +171,17 @@ def test_ssd_scan_matches_mamba_ssm_chunk_scan_ref(length, op, backend):
         return t.reshape(2, length, *t.shape[1:])
 
     want = load_mamba_ssm().ssd_chunk_scan_combined_ref(
-        bl(p["x"]), bl(p["dt"]), p["A"], bl(p["B"]), bl(p["C"]), 4, D=p["D"], z=bl(p["z"]),
-        dt_bias=p["dt_bias"], dt_softplus=True,
-    )  # fmt: skip
+        bl(p["x"]),
+        bl(p["dt"]),
+        p["A"],
+        bl(p["B"]),
+        bl(p["C"]),
+        4,
+        D=p["D"],
+        z=bl(p["z"]),
+        dt_bias=p["dt_bias"],
+        dt_softplus=True,
+    )
     torch.testing.assert_close(bl(got), want, atol=1e-5, rtol=1e-5)
 
 
@@ -188,6 +217,9 @@ def test_mamba_ssm_backend_needs_cuda_or_interpreter(monkeypatch):
     sv = state_views(4, (3, 4), (D_INNER, D_STATE), seed=1)
     with pytest.raises(KernelBackendError, match="mamba_ssm"):
         selective_state_update(
-            sv.ssm, *(p[k] for k in ORDER), True, state_indices=torch.tensor([1, 2]),
+            sv.ssm,
+            *(p[k] for k in ORDER),
+            True,
+            state_indices=torch.tensor([1, 2]),
             backend="mamba_ssm",
-        )  # fmt: skip
+        )

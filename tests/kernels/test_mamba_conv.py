@@ -45,9 +45,14 @@ def test_update_matches_oracle(backend, state_dtype, activation, dim, width, bia
     idx = [3, -1, 5, 1]  # one padding row
     x = torch.randn(len(idx), dim)
     out = causal_conv1d_update(
-        x, sv.conv, weight, b, activation,
-        conv_state_indices=torch.tensor(idx), backend=backend,
-    )  # fmt: skip
+        x,
+        sv.conv,
+        weight,
+        b,
+        activation,
+        conv_state_indices=torch.tensor(idx),
+        backend=backend,
+    )
     for row, slot in enumerate(idx):
         if slot < 0:
             assert torch.equal(out[row], torch.zeros(dim))
@@ -83,8 +88,11 @@ def test_prefill_matches_oracle(
     out = _run_prefill(backend, sc, sv, weight, b, activation, x, index_dtype)
     want, saves = varlen_oracle(
         lambda sl, init: conv_oracle(x[sl], weight, b, activation, init),
-        before.conv, sc.qsl, list(sc.init), sc.save_idx,
-    )  # fmt: skip
+        before.conv,
+        sc.qsl,
+        list(sc.init),
+        sc.save_idx,
+    )
     _close(out, want, torch.float32)
     for slot, st in saves.items():
         _close(sv.conv[slot], st.to(state_dtype), state_dtype)
@@ -129,9 +137,16 @@ def test_chunked_prefill_and_decode_match_one_chunk(backend):
     save = torch.full((11,), -1)
     save[3], save[7], save[10] = 5, 6, 7  # checkpoints at block ends, final state
     full = causal_conv1d_fn(
-        x, weight, b, "silu", one.conv, torch.tensor([0, 11]), torch.tensor([-1]), save,
+        x,
+        weight,
+        b,
+        "silu",
+        one.conv,
+        torch.tensor([0, 11]),
+        torch.tensor([-1]),
+        save,
         backend=backend,
-    )  # fmt: skip
+    )
 
     # Chunks [0, 3), [3, 9), [9, 11), block entries 0 -> slot 1, 1 -> 2, 2 -> 3.
     sv = state_views(NUM_SLOTS, (width - 1, dim), (2, 4), seed=2)
@@ -166,9 +181,16 @@ def test_chunked_prefill_and_decode_match_one_chunk(backend):
     s = torch.full((9,), -1)
     s[8] = 4
     head = causal_conv1d_fn(
-        x[:9], weight, b, "silu", dv.conv, torch.tensor([0, 9]), torch.tensor([-1]), s,
+        x[:9],
+        weight,
+        b,
+        "silu",
+        dv.conv,
+        torch.tensor([0, 9]),
+        torch.tensor([-1]),
+        s,
         backend=backend,
-    )  # fmt: skip
+    )
     steps = [
         causal_conv1d_update(
             x[t : t + 1],

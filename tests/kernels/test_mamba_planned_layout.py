@@ -54,9 +54,7 @@ def _stages():
     idx = torch.tensor([9])
     xc = torch.randn(T, D_INNER, generator=g)  # conv outputs stand-ins for the scan input
     return [
-        lambda m, be: causal_conv1d_fn(
-            x[:T], w, None, "silu", m.conv, qsl, init, save, backend=be
-        ),
+        lambda m, be: causal_conv1d_fn(x[:T], w, None, "silu", m.conv, qsl, init, save, backend=be),
         lambda m, be: selective_scan_fn(
             xc, dt[:T], A, B[:T], C[:T], D, None, None, True, m.ssm, qsl, init, save, backend=be
         ),
@@ -64,10 +62,20 @@ def _stages():
             x[T:], m.conv, w, None, "silu", conv_state_indices=idx, backend=be
         ),
         lambda m, be: selective_state_update(
-            m.ssm, xc[:1], dt[T:], A, B[T:], C[T:], D, None, None, True, state_indices=idx,
+            m.ssm,
+            xc[:1],
+            dt[T:],
+            A,
+            B[T:],
+            C[T:],
+            D,
+            None,
+            None,
+            True,
+            state_indices=idx,
             backend=be,
         ),
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])

@@ -66,12 +66,18 @@ def _check_vs_oracle(p, softplus, sc, tail, chunk_size, index_dtype=torch.int64)
     )
     want, saves = varlen_oracle(
         lambda sl, h0: mamba2_oracle(
-            *[p[k][sl] if k not in ("A", "D", "dt_bias") and p[k] is not None else p[k]
-              for k in KEYS],
-            softplus, h0,
+            *[
+                p[k][sl] if k not in ("A", "D", "dt_bias") and p[k] is not None else p[k]
+                for k in KEYS
+            ],
+            softplus,
+            h0,
         ),
-        before.ssm, sc.qsl, list(sc.init), sc.save_idx,
-    )  # fmt: skip
+        before.ssm,
+        sc.qsl,
+        list(sc.init),
+        sc.save_idx,
+    )
     assert out.dtype == p["x"].dtype
     _close(out, want, torch.float32)
     assert saves.keys() == sc.written
@@ -94,8 +100,12 @@ def test_odd_shapes_strided_inputs():
     sc = Scenario("odd", (33, 7), (4, -1), ((10, 4), (31, 5), (32, 6), (35, 7)))
     p = _params(40, 2, 65, 1, 17, torch.float32, True, True, seed=5)
     g = torch.Generator().manual_seed(6)
-    for k, view in (("x", lambda t: t[:, :, 1:66]), ("dt", lambda t: t[:, 1:3]),
-                    ("B", lambda t: t[:, :1, :17]), ("C", lambda t: t[:, 1:, 3:])):  # fmt: skip
+    for k, view in (
+        ("x", lambda t: t[:, :, 1:66]),
+        ("dt", lambda t: t[:, 1:3]),
+        ("B", lambda t: t[:, :1, :17]),
+        ("C", lambda t: t[:, 1:, 3:]),
+    ):
         shape = {"x": (40, 2, 66), "dt": (40, 4), "B": (40, 2, 20), "C": (40, 2, 20)}[k]
         big = torch.randn(shape, generator=g)
         p[k] = view(big)
@@ -166,9 +176,11 @@ def test_gpu_bamba_shapes_bf16():
     dev = torch.device("cuda")
     lengths = (130, 1, 77, 256, 64)
     sc = Scenario(
-        "gpu", lengths, (3, -1, 5, 9, -1),
+        "gpu",
+        lengths,
+        (3, -1, 5, 9, -1),
         ((63, 3), (129, 10), (130, 11), (200, 5), (207, 12), (271, 13), (463, 9), (527, 14)),
-    )  # fmt: skip
+    )
     p = _params(sum(lengths), 32, 64, 1, 128, torch.bfloat16, True, True, seed=10)
     args = [p[k].to(dev) if p[k] is not None else None for k in KEYS]
     idx = [t.to(dev) for t in sc.tensors()]

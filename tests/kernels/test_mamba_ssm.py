@@ -78,13 +78,29 @@ class Variant:
 
 
 MAMBA1 = Variant(
-    "mamba1", selective_state_update, selective_scan_fn, mamba1_oracle,
-    state_tail=(12, 6), x_tail=(12,), dt_tail=(12,), bc_tail=(6,), a_shape=(12, 6), d_shape=(12,),
-)  # fmt: skip
+    "mamba1",
+    selective_state_update,
+    selective_scan_fn,
+    mamba1_oracle,
+    state_tail=(12, 6),
+    x_tail=(12,),
+    dt_tail=(12,),
+    bc_tail=(6,),
+    a_shape=(12, 6),
+    d_shape=(12,),
+)
 MAMBA2 = Variant(
-    "mamba2", ssd_state_update, ssd_scan_fn, mamba2_oracle,
-    state_tail=(4, 6, 5), x_tail=(4, 6), dt_tail=(4,), bc_tail=(2, 5), a_shape=(4,), d_shape=(4,),
-)  # fmt: skip
+    "mamba2",
+    ssd_state_update,
+    ssd_scan_fn,
+    mamba2_oracle,
+    state_tail=(4, 6, 5),
+    x_tail=(4, 6),
+    dt_tail=(4,),
+    bc_tail=(2, 5),
+    a_shape=(4,),
+    d_shape=(4,),
+)
 VARIANTS = [MAMBA1, MAMBA2]
 
 
@@ -94,8 +110,9 @@ def _views(v: Variant, state_dtype: torch.dtype, seed: int):
 
 def _args(p: dict, sl: slice | None = None) -> list:
     keys = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
-    return [p[k][sl] if sl is not None and k in TOKEN_KEYS and p[k] is not None else p[k]
-            for k in keys]  # fmt: skip
+    return [
+        p[k][sl] if sl is not None and k in TOKEN_KEYS and p[k] is not None else p[k] for k in keys
+    ]
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
@@ -145,8 +162,11 @@ def test_scan_matches_oracle(backend, sc, softplus, full, v):
     out = _scan(v, backend, p, softplus, sv.ssm, *sc.tensors(torch.int64))
     want, saves = varlen_oracle(
         lambda sl, h0: v.oracle(*_args(p, sl), softplus, h0),
-        before.ssm, sc.qsl, list(sc.init), sc.save_idx,
-    )  # fmt: skip
+        before.ssm,
+        sc.qsl,
+        list(sc.init),
+        sc.save_idx,
+    )
     _close(out, want, torch.float32)
     for slot, st in saves.items():
         _close(sv.ssm[slot], st, torch.float32)
@@ -217,9 +237,17 @@ def test_gpu_triton_matches_torch_bf16(name):
     dev = torch.device("cuda")
     if name == "mamba1":  # Jamba-like: d_inner 1024, d_state 16
         v = Variant(
-            "mamba1", selective_state_update, selective_scan_fn, mamba1_oracle,
-            (1024, 16), (1024,), (1024,), (16,), (1024, 16), (1024,),
-        )  # fmt: skip
+            "mamba1",
+            selective_state_update,
+            selective_scan_fn,
+            mamba1_oracle,
+            (1024, 16),
+            (1024,),
+            (1024,),
+            (16,),
+            (1024, 16),
+            (1024,),
+        )
     else:  # Bamba-like: 32 heads x 64, 1 group, d_state 128
         v = Variant(
             "mamba2", ssd_state_update, ssd_scan_fn, mamba2_oracle,

@@ -62,10 +62,14 @@ def _check_vs_oracle(p, softplus, sc, chunk_size, index_dtype=torch.int64) -> No
     want, saves = varlen_oracle(
         lambda sl, h0: mamba1_oracle(
             *[p[k][sl] if k in PER_TOKEN and p[k] is not None else p[k] for k in KEYS],
-            softplus, h0,
+            softplus,
+            h0,
         ),
-        before.ssm, sc.qsl, list(sc.init), sc.save_idx,
-    )  # fmt: skip
+        before.ssm,
+        sc.qsl,
+        list(sc.init),
+        sc.save_idx,
+    )
     assert out.dtype == p["x"].dtype
     _close(out, want, torch.float32)
     assert saves.keys() == sc.written
@@ -148,9 +152,11 @@ def test_gpu_jamba_shapes_bf16():
     dev = torch.device("cuda")
     lengths = (130, 1, 77, 256, 64)
     sc = Scenario(
-        "gpu", lengths, (3, -1, 5, 9, -1),
+        "gpu",
+        lengths,
+        (3, -1, 5, 9, -1),
         ((63, 3), (129, 10), (130, 11), (200, 5), (207, 12), (271, 13), (463, 9), (527, 14)),
-    )  # fmt: skip
+    )
     p = _params(sum(lengths), 8192, 16, torch.bfloat16, True, True, seed=10)
     args = [p[k].to(dev) if p[k] is not None else None for k in KEYS]
     idx = [t.to(dev) for t in sc.tensors()]

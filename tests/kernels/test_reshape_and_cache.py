@@ -37,8 +37,10 @@ def test_writes_only_the_addressed_rows(backend, dtype):
 
 
 def _views_like(buf, kc, vc):
-    return (buf.as_strided(kc.shape, kc.stride(), kc.storage_offset()),
-            buf.as_strided(vc.shape, vc.stride(), vc.storage_offset()))  # fmt: skip
+    return (
+        buf.as_strided(kc.shape, kc.stride(), kc.storage_offset()),
+        buf.as_strided(vc.shape, vc.stride(), vc.storage_offset()),
+    )
 
 
 def test_triton_and_torch_agree_on_non_contiguous_inputs():
@@ -64,7 +66,6 @@ def test_triton_and_torch_agree_on_non_contiguous_inputs():
 )
 def test_bad_input_names_the_argument(change, message):
     _, kc, vc, key, value, slots = _setup(torch.float32)
-    args = {"key": key, "value": value, "key_cache": kc, "value_cache": vc,
-            "slot_mapping": slots}  # fmt: skip
+    args = {"key": key, "value": value, "key_cache": kc, "value_cache": vc, "slot_mapping": slots}
     with pytest.raises(ValueError, match=message):
         reshape_and_cache(**change(args))

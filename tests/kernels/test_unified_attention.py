@@ -32,9 +32,15 @@ TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
 def _run(batch, backend, **kw):
     return unified_attention(
-        batch.q, batch.key_cache, batch.value_cache, batch.meta, batch.opts,
-        sinks=batch.sinks, backend=backend, **kw,
-    )  # fmt: skip
+        batch.q,
+        batch.key_cache,
+        batch.value_cache,
+        batch.meta,
+        batch.opts,
+        sinks=batch.sinks,
+        backend=backend,
+        **kw,
+    )
 
 
 def _assert_close(got, want, dtype):
@@ -51,9 +57,15 @@ def _assert_close(got, want, dtype):
 def test_reference_matches_oracle(batch, kind, gqa, softcap, sinks):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
     b = make_paged_batch(
-        BATCHES[batch], num_heads=2 * gqa, num_kv_heads=2, head_size=16, block_size=4,
-        opts=opts, with_sinks=sinks, seed=gqa,
-    )  # fmt: skip
+        BATCHES[batch],
+        num_heads=2 * gqa,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        with_sinks=sinks,
+        seed=gqa,
+    )
     _assert_close(_run(b, "torch"), dense_oracle(b), torch.float32)
 
 
@@ -62,9 +74,14 @@ def test_reference_matches_oracle(batch, kind, gqa, softcap, sinks):
 def test_reference_head_sizes_and_dtypes(head_size, dtype):
     opts = AttentionOptions(scale=head_size**-0.5, sliding_window=9)
     b = make_paged_batch(
-        BATCHES["mixed"], num_heads=8, num_kv_heads=2, head_size=head_size, block_size=16,
-        opts=opts, dtype=dtype,
-    )  # fmt: skip
+        BATCHES["mixed"],
+        num_heads=8,
+        num_kv_heads=2,
+        head_size=head_size,
+        block_size=16,
+        opts=opts,
+        dtype=dtype,
+    )
     _assert_close(_run(b, "torch").float(), dense_oracle(b), dtype)
 
 
@@ -72,17 +89,22 @@ def test_reference_head_sizes_and_dtypes(head_size, dtype):
 def test_reference_odd_block_sizes(block_size):
     opts = AttentionOptions(scale=0.25, chunk_size=7)
     b = make_paged_batch(
-        [(40, 9), (3, 1), (0, 21)], num_heads=4, num_kv_heads=1, head_size=16,
-        block_size=block_size, opts=opts,
-    )  # fmt: skip
+        [(40, 9), (3, 1), (0, 21)],
+        num_heads=4,
+        num_kv_heads=1,
+        head_size=16,
+        block_size=block_size,
+        opts=opts,
+    )
     _assert_close(_run(b, "torch"), dense_oracle(b), torch.float32)
 
 
 def test_a_sequence_never_reads_another_ones_blocks():
     # Same sequence alone and inside a batch: identical rows.
     opts = AttentionOptions(scale=0.3, sliding_window=6)
-    both = make_paged_batch([(9, 5), (14, 1)], num_heads=4, num_kv_heads=2, head_size=16,
-                            block_size=4, opts=opts)  # fmt: skip
+    both = make_paged_batch(
+        [(9, 5), (14, 1)], num_heads=4, num_kv_heads=2, head_size=16, block_size=4, opts=opts
+    )
     out = _run(both, "torch")
     want = dense_oracle(both)
     _assert_close(out, want, torch.float32)
@@ -94,8 +116,9 @@ def test_a_sequence_never_reads_another_ones_blocks():
 def test_batched_prefills_equal_one_call_per_chunk(kind, softcap, monkeypatch):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
     seqs = BATCHES["prefills_together"]
-    b = make_paged_batch(seqs, num_heads=4, num_kv_heads=2, head_size=16, block_size=4,
-                         opts=opts, seed=7)  # fmt: skip
+    b = make_paged_batch(
+        seqs, num_heads=4, num_kv_heads=2, head_size=16, block_size=4, opts=opts, seed=7
+    )
     prefills = [i for i, (_, ql) in enumerate(seqs) if ql > 1]
     together = _run(b, "torch")
     assert reference._prefill_plan(_inputs(b), prefills) is not None  # the padded path ran
@@ -123,9 +146,14 @@ TRITON_BATCHES = ["cached_prefix_mid_block", "decodes", "mixed"]
 def test_triton_matches_reference(batch, kind, gqa):
     opts = AttentionOptions(scale=0.3, **KINDS[kind])
     b = make_paged_batch(
-        BATCHES[batch], num_heads=2 * gqa, num_kv_heads=2, head_size=16, block_size=4,
-        opts=opts, seed=7,
-    )  # fmt: skip
+        BATCHES[batch],
+        num_heads=2 * gqa,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        seed=7,
+    )
     got = _run(b, "triton")
     _assert_close(got, dense_oracle(b), torch.float32)
     torch.testing.assert_close(got, _run(b, "torch"), rtol=2e-5, atol=2e-5)
@@ -138,9 +166,15 @@ def test_triton_matches_reference(batch, kind, gqa):
 def test_triton_softcap_sinks_gqa(kind, softcap, sinks, gqa):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
     b = make_paged_batch(
-        BATCHES["mixed"], num_heads=2 * gqa, num_kv_heads=2, head_size=16, block_size=4,
-        opts=opts, with_sinks=sinks, seed=3,
-    )  # fmt: skip
+        BATCHES["mixed"],
+        num_heads=2 * gqa,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        with_sinks=sinks,
+        seed=3,
+    )
     _assert_close(_run(b, "triton"), dense_oracle(b), torch.float32)
 
 
@@ -150,18 +184,30 @@ def test_triton_softcap_sinks_gqa(kind, softcap, sinks, gqa):
 def test_triton_split_kv(segments, kind, sinks):
     opts = AttentionOptions(scale=0.3, **KINDS[kind])
     b = make_paged_batch(
-        [(70, 1), (5, 1), (129, 1)], num_heads=4, num_kv_heads=2, head_size=16, block_size=4,
-        opts=opts, with_sinks=sinks, seed=11,
-    )  # fmt: skip
+        [(70, 1), (5, 1), (129, 1)],
+        num_heads=4,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        with_sinks=sinks,
+        seed=11,
+    )
     _assert_close(_run(b, "triton", num_segments=segments), dense_oracle(b), torch.float32)
 
 
 def test_triton_fp16_and_odd_block_size():
     opts = AttentionOptions(scale=0.25, sliding_window=11)
     b = make_paged_batch(
-        [(23, 6), (40, 1)], num_heads=4, num_kv_heads=2, head_size=32, block_size=5,
-        opts=opts, dtype=torch.float16, seed=5,
-    )  # fmt: skip
+        [(23, 6), (40, 1)],
+        num_heads=4,
+        num_kv_heads=2,
+        head_size=32,
+        block_size=5,
+        opts=opts,
+        dtype=torch.float16,
+        seed=5,
+    )
     got = _run(b, "triton")
     assert got.dtype == torch.float16
     _assert_close(got.float(), dense_oracle(b), torch.float16)
@@ -172,7 +218,14 @@ def test_triton_fp16_and_odd_block_size():
 def test_triton_head_sizes(head_size, dtype):
     opts = AttentionOptions(scale=head_size**-0.5, sliding_window=9, softcap=20.0)
     b = make_paged_batch(
-        [(10, 5), (21, 1)], num_heads=4, num_kv_heads=2, head_size=head_size, block_size=4,
-        opts=opts, dtype=dtype, with_sinks=True, seed=head_size,
-    )  # fmt: skip
+        [(10, 5), (21, 1)],
+        num_heads=4,
+        num_kv_heads=2,
+        head_size=head_size,
+        block_size=4,
+        opts=opts,
+        dtype=dtype,
+        with_sinks=True,
+        seed=head_size,
+    )
     _assert_close(_run(b, "triton").float(), dense_oracle(b), dtype)

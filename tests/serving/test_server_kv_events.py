@@ -23,9 +23,11 @@ def test_the_mirror_follows_the_server(tok_ckpt: Path) -> None:
     ctx = zmq.Context()
     sub = MirrorSubscriber(ctx, topic="kv")
     live, engine = start_server(
-        tok_ckpt, kv_events_endpoint=sub.endpoint, kv_events_topic="kv",
+        tok_ckpt,
+        kv_events_endpoint=sub.endpoint,
+        kv_events_topic="kv",
         kv_events_replay_endpoint="tcp://127.0.0.1:*",
-    )  # fmt: skip
+    )
     try:
         llm = engine.llm
         sub.replay_endpoint = llm.kv_events.replay_endpoint

@@ -99,8 +99,9 @@ def test_a_client_that_goes_away_is_aborted(slow_server: Any, stream: bool) -> N
         import json
 
         conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=60)
-        conn.request("POST", "/v1/completions", json.dumps(body),
-                     {"Content-Type": "application/json"})  # fmt: skip
+        conn.request(
+            "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
+        )
         wait_until(lambda: _value(metrics(live.url), "hybridkv:num_requests_running") == 1)
         conn.close()
     # 50 tokens take >= 2.5 s (>= 50 ms a step); the abort comes before they are done.

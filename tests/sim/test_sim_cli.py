@@ -38,9 +38,17 @@ def assert_one_line_error(rc: int, out: str, err: str, *needles: str) -> None:
 def test_table_and_json_of_two_budgets_and_two_policies(capsys, one_full, write_trace, tmp_path):
     out_json = tmp_path / "out.json"
     rc, out, err = simulate(
-        capsys, str(one_full), "--trace", str(write_trace(ROWS)), "--memory", "1MB,2MB",
-        "--policy", "lru,lru", "--json", str(out_json),
-    )  # fmt: skip
+        capsys,
+        str(one_full),
+        "--trace",
+        str(write_trace(ROWS)),
+        "--memory",
+        "1MB,2MB",
+        "--policy",
+        "lru,lru",
+        "--json",
+        str(out_json),
+    )
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("Replay of ")
@@ -56,11 +64,27 @@ def test_table_and_json_of_two_budgets_and_two_policies(capsys, one_full, write_
     assert first["token_hit_rate"] == 1536 / 2924
     assert first["memory_bytes"] == 10**6 and data[2]["memory_bytes"] == 2 * 10**6
     for key in (
-        "layout", "policy", "trace", "prompt_tokens", "hit_tokens", "prefill_tokens",
-        "decode_tokens", "output_tokens", "preemptions", "cached_blocks", "cached_bytes",
-        "peak_blocks_in_use", "peak_blocks_by_kind", "ttft_p50_s", "ttft_p99_s",
-        "output_tokens_per_s", "makespan_s", "replay_seconds", "num_blocks", "page_bytes",
-    ):  # fmt: skip
+        "layout",
+        "policy",
+        "trace",
+        "prompt_tokens",
+        "hit_tokens",
+        "prefill_tokens",
+        "decode_tokens",
+        "output_tokens",
+        "preemptions",
+        "cached_blocks",
+        "cached_bytes",
+        "peak_blocks_in_use",
+        "peak_blocks_by_kind",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "output_tokens_per_s",
+        "makespan_s",
+        "replay_seconds",
+        "num_blocks",
+        "page_bytes",
+    ):
         assert key in first
     assert first["cached_bytes"]["full"] == first["cached_blocks"]["full"] * 512
     assert f"results written to {out_json}" in out
@@ -69,9 +93,19 @@ def test_table_and_json_of_two_budgets_and_two_policies(capsys, one_full, write_
 def test_one_run_writes_one_json_object(capsys, one_full, write_trace, tmp_path):
     out_json = tmp_path / "one.json"
     rc, _, err = simulate(
-        capsys, str(one_full), "--trace", str(write_trace(ROWS)), "--memory", "1MB",
-        "--json", str(out_json), "--requests", "2", "--arrivals", "closed",
-    )  # fmt: skip
+        capsys,
+        str(one_full),
+        "--trace",
+        str(write_trace(ROWS)),
+        "--memory",
+        "1MB",
+        "--json",
+        str(out_json),
+        "--requests",
+        "2",
+        "--arrivals",
+        "closed",
+    )
     assert rc == 0, err
     data = json.loads(out_json.read_text())
     assert data["num_requests"] == 2 and data["arrivals"] == "closed"
@@ -81,17 +115,33 @@ def test_one_run_writes_one_json_object(capsys, one_full, write_trace, tmp_path)
 def test_plot_writes_a_png_for_two_budgets(capsys, one_full, write_trace, tmp_path):
     png = tmp_path / "hit.png"
     rc, out, err = simulate(
-        capsys, str(one_full), "--trace", str(write_trace(ROWS)), "--memory", "1MB,2MB",
-        "--plot", str(png),
-    )  # fmt: skip
+        capsys,
+        str(one_full),
+        "--trace",
+        str(write_trace(ROWS)),
+        "--memory",
+        "1MB,2MB",
+        "--plot",
+        str(png),
+    )
     assert rc == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"figure written to {png}" in out
 
 
 def test_progress_bar_goes_to_stderr(capsys, one_full, write_trace):
-    rc = main(["simulate", str(one_full), "--trace", str(write_trace(ROWS)), "--memory", "1MB",
-               "--active-params", "1e9"])  # fmt: skip
+    rc = main(
+        [
+            "simulate",
+            str(one_full),
+            "--trace",
+            str(write_trace(ROWS)),
+            "--memory",
+            "1MB",
+            "--active-params",
+            "1e9",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0
     assert "one-full 1 MB lru" in err and "3/3" in err
@@ -137,8 +187,9 @@ def test_bad_input_is_one_line_and_exit_2(capsys, one_full, write_trace, rows, a
 def test_a_budget_below_one_request_names_the_minimum(capsys, one_full, write_trace):
     path = str(write_trace(ROWS))
     rc, out, err = simulate(capsys, str(one_full), "--trace", path, "--memory", "20KB")
-    assert_one_line_error(rc, out, err, "memory: 20,000 bytes cannot hold one request",
-                          f"{MIN_BYTES:,} bytes")  # fmt: skip
+    assert_one_line_error(
+        rc, out, err, "memory: 20,000 bytes cannot hold one request", f"{MIN_BYTES:,} bytes"
+    )
     rc, _, _ = simulate(capsys, str(one_full), "--trace", path, "--memory", f"{MIN_BYTES}")
     assert rc == 0
     # A later budget too small fails before the first replay (nothing printed).
@@ -162,9 +213,19 @@ def test_fixed_output_tokens_and_sha256_vs_xxhash_agree(capsys, one_full, write_
     for algo in ("sha256", "xxhash"):
         out_json = tmp_path / f"{algo}.json"
         rc, _, err = simulate(
-            capsys, str(one_full), "--trace", str(write_trace(ROWS)), "--memory", "1MB",
-            "--output-tokens", "2", "--hash-algo", algo, "--json", str(out_json),
-        )  # fmt: skip
+            capsys,
+            str(one_full),
+            "--trace",
+            str(write_trace(ROWS)),
+            "--memory",
+            "1MB",
+            "--output-tokens",
+            "2",
+            "--hash-algo",
+            algo,
+            "--json",
+            str(out_json),
+        )
         assert rc == 0, err
         results.append(json.loads(out_json.read_text()))
     assert results[0]["output_tokens"] == 3 * 2

@@ -158,8 +158,10 @@ layers: [full, swa, swa, chunk]
         flops = 2e6 * sum(e - s for s, e in chunks)
         read = 2e6
         for kind, span, width, n in [
-            ("full", 0, 128, 1), ("sliding_window", 32, 64, 2), ("chunked_local", 48, 128, 1)
-        ]:  # fmt: skip
+            ("full", 0, 128, 1),
+            ("sliding_window", 32, 64, 2),
+            ("chunked_local", 48, 128, 1),
+        ]:
             for s, e in chunks:
                 flops += 4 * width * n * sum(naive_keys(kind, span, p) for p in range(s, e))
                 read += 2 * width * 2 * n * tokens_read(kind, span, s, e)
