@@ -1,0 +1,99 @@
+"""The light core: what needs only the core install imports no heavy package.
+
+Each check runs in a fresh interpreter (this test process has torch loaded
+already) and fails if a module of an extra shows up in ``sys.modules``. A
+lazy import that someone turns back into a top-level one fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hybridkv.extras import MissingExtraError, install_command, require
+
+HEAVY = ("torch", "transformers", "triton", "matplotlib", "jinja2", "safetensors")
+
+# Runs the core's public paths: specs, the manager and coordinators on a hybrid
+# config, the planner and layouts (YAML), `hybridkv plan` and `hybridkv --help`.
+CORE_PATHS = """
+import contextlib, io, json, sys
+
+import hybridkv
+from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, Request, SlidingWindowSpec
+from hybridkv.cli import main
+from hybridkv.coordinators import HybridKVCacheCoordinator  # noqa: F401
+from hybridkv.layouts import dump_layout, layout_from_dict, shipped_layout
+from hybridkv.planning import get_kv_cache_config, plan_kv_cache
+
+full = FullAttentionSpec(4, 2, 8, "bf16")
+assert full.dtype == "bfloat16" and full.page_size_bytes == 2 * 4 * 2 * 8 * 2
+assert MambaSpec(4, ((3, 4), (2, 4)), ("fp32", "bf16")).state_size_bytes == 48 + 16
+specs = {"layers.0": full, "layers.1": SlidingWindowSpec(4, 2, 8, "bf16", sliding_window=4)}
+config = get_kv_cache_config(specs, 1 << 20, max_model_len=256)
+manager = KVCacheManager(config, 256)
+req = Request("r", list(range(200)))  # 200 tokens: token_ids' long-list path too
+assert manager.allocate_slots(req, 64) is not None
+layout = shipped_layout("tiny-jamba")
+assert layout_from_dict(__import__("yaml").safe_load(dump_layout(layout))) == layout
+assert plan_kv_cache(layout, 1 << 22, block_size=4).num_blocks > 1
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    assert main(["plan", "gemma-3-27b", "--memory", "80GB", "--verbose"]) == 0
+    try:
+        main(["--help"])
+    except SystemExit as e:
+        assert e.code == 0
+assert "Capacity" in out.getvalue() and "simulate" in out.getvalue()
+print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+"""
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+    script = f"HEAVY = {HEAVY!r}\n" + textwrap.dedent(code)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return loaded
+
+
+def test_core_paths_import_no_extra() -> None:
+    assert _heavy_modules_after(CORE_PATHS) == []
+
+
+def test_the_check_sees_a_heavy_import() -> None:
+    # The probe itself works: importing the engine does load torch.
+    assert "torch" in _heavy_modules_after(
+        "import sys, json\nfrom hybridkv.engine import LLM\n"
+        "print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))"
+    )
+
+
+def test_missing_extra_names_the_pip_command() -> None:
+    with pytest.raises(MissingExtraError, match=r"pip install 'hybridkv\[plot\]'") as e:
+        require("hybridkv_no_such_module.sub", "plot", "hybridkv plan --plot")
+    assert str(e.value).startswith("hybridkv plan --plot needs the 'plot' extra")
+    assert isinstance(e.value, ValueError)  # the CLI reports it as a one-line user error
+    assert install_command("engine") == "pip install 'hybridkv[engine]'"
+    with pytest.raises(ValueError, match="unknown extra"):
+        install_command("gpu")
+
+
+def test_a_broken_dependency_is_not_reported_as_a_missing_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the module asked for (or a parent) counts as missing: a module that
+    # is installed but fails to import its own dependency surfaces unchanged.
+    (tmp_path / "hybridkv_broken_mod.py").write_text("import hybridkv_missing_dep\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as e:
+        require("hybridkv_broken_mod", "engine")
+    assert e.value.name == "hybridkv_missing_dep"
+    assert not isinstance(e.value, MissingExtraError)
