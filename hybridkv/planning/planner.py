@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-from hybridkv.layouts import ModelLayout
 from hybridkv.planning.capacity import Capacity, capacity
 from hybridkv.planning.grouping import (
     Grouping,
@@ -57,6 +57,9 @@ from hybridkv.specs import (
 )
 from hybridkv.specs.base import check_positive_int
 from hybridkv.units import format_bytes
+
+if TYPE_CHECKING:
+    from hybridkv.layouts import ModelLayout
 
 
 @dataclass(frozen=True)
@@ -121,11 +124,26 @@ class KVCachePlan(PagePlan):
         return self.kv_cache_config.num_blocks
 
 
+def _as_layout(value: object) -> ModelLayout | None:
+    """``value`` if it is a ``ModelLayout``, else None.
+
+    ``hybridkv.layouts`` (pydantic models: 0.2-0.6 s to import on the CI box) is imported
+    only here, so that ``import hybridkv.planning`` and planning from specs
+    stay light; a caller holding a layout has imported it already.
+    """
+    if isinstance(value, dict):
+        return None
+    from hybridkv.layouts import ModelLayout
+
+    return value if isinstance(value, ModelLayout) else None
+
+
 def _specs_of(
     layout_or_specs: ModelLayout | dict[str, KVCacheSpec], block_size: int
 ) -> dict[str, KVCacheSpec]:
-    if isinstance(layout_or_specs, ModelLayout):
-        return layout_or_specs.kv_cache_specs(block_size)
+    layout = _as_layout(layout_or_specs)
+    if layout is not None:
+        return layout.kv_cache_specs(block_size)
     if not isinstance(layout_or_specs, dict) or not all(
         isinstance(s, KVCacheSpec) for s in layout_or_specs.values()
     ):
@@ -210,9 +228,10 @@ def plan_pages(
     check_positive_int(block_size, "block_size")
     check_positive_int(alignment, "alignment")
     if max_model_len is None:
-        if not isinstance(layout_or_specs, ModelLayout):
+        layout = _as_layout(layout_or_specs)
+        if layout is None:
             raise ValueError("max_model_len is required when planning from specs")
-        max_model_len = layout_or_specs.max_model_len
+        max_model_len = layout.max_model_len
     check_positive_int(max_model_len, "max_model_len")
     mnbt = max_num_batched_tokens or min(8192, max_model_len)
     check_positive_int(mnbt, "max_num_batched_tokens")

@@ -10,10 +10,13 @@ Building it is pure: it only calls ``plan_kv_cache`` and ``baselines``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hybridkv.layouts import ModelLayout
 from hybridkv.planning import STRATEGIES, KVCachePlan, plan_kv_cache
 from hybridkv.report.baselines import Baselines, baselines
+
+if TYPE_CHECKING:
+    from hybridkv.layouts import ModelLayout
 
 
 @dataclass(frozen=True)

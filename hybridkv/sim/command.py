@@ -19,10 +19,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hybridkv.layouts import ModelLayout
-from hybridkv.report.resolve import resolve_layout
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.devices import DEVICES, device_profile
@@ -31,6 +29,9 @@ from hybridkv.sim.options import ARRIVALS, SimOptions
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.table import memory_label, render_results
 from hybridkv.sim.trace import TraceRequest, load_trace
+
+if TYPE_CHECKING:
+    from hybridkv.layouts import ModelLayout
 
 EXIT_USER_ERROR = 2
 
@@ -125,6 +126,7 @@ def _prepare(
     """Check everything and return (layout, requests, cost model, one options per run)."""
     # Imported here: the replay drives the engine's scheduler, which needs torch
     # (``hybridkv.cli`` checks the engine extra before it runs this command).
+    from hybridkv.report.resolve import resolve_layout
     from hybridkv.sim.replay import plan_replay, replay_max_model_len
 
     budgets = [parse_memory(m) for m in _items(args.memory, "--memory")]
