@@ -13,7 +13,14 @@ from factories import req, run_step
 
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, SlidingWindowSpec
 from hybridkv.layouts import layout_from_dict, shipped_layout, shipped_names
-from hybridkv.planning import get_kv_cache_config, plan_kv_cache, unify_packed, unify_vllm
+from hybridkv.planning import (
+    fit_memory,
+    get_kv_cache_config,
+    plan_kv_cache,
+    plan_pages,
+    unify_packed,
+    unify_vllm,
+)
 from hybridkv.planning.grouping import buckets_of, choose_grouping, make_grouping
 from hybridkv.report.baselines import baselines
 
@@ -222,6 +229,22 @@ def test_budget_too_small_names_the_minimum() -> None:
     plan_kv_cache(layout, need)  # exactly the minimum fits
     with pytest.raises(ValueError, match="cannot hold"):
         plan_kv_cache(layout, need - 1)
+    assert ok.min_memory_bytes == need
+
+
+def test_plan_is_the_page_plan_fitted_to_memory() -> None:
+    # plan_kv_cache = fit_memory(plan_pages(...)): the engine sizes its budget from
+    # the PagePlan and fits that same plan, without planning again.
+    layout = shipped_layout("tiny-jamba")
+    pages = plan_pages(layout, block_size=4, grouping="auto")
+    plan = fit_memory(pages, 1 << 22)
+    assert plan == plan_kv_cache(layout, 1 << 22, block_size=4, grouping="auto")
+    assert plan.grouping is pages.grouping and plan.unified is pages.unified
+    assert plan.page_bytes == pages.page_bytes and plan.block_size == 4
+    assert plan.num_blocks == (1 << 22) // pages.page_bytes
+    fit_memory(pages, pages.min_memory_bytes)
+    with pytest.raises(ValueError, match="cannot hold one request"):
+        fit_memory(pages, pages.min_memory_bytes - 1)
 
 
 def test_capacity_vs_naive() -> None:
