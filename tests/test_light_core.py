@@ -8,15 +8,17 @@ lazy import that someone turns back into a top-level one fails here.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
 from core_paths import CORE_PATHS, HEAVY
 
-from hybridkv.extras import MissingExtraError, install_command, require
+from hybridkv.extras import EXTRAS, MissingExtraError, install_command, require
 
 
 def _heavy_modules_after(code: str) -> list[str]:
@@ -62,3 +64,18 @@ def test_a_broken_dependency_is_not_reported_as_a_missing_extra(
         require("hybridkv_broken_mod", "engine")
     assert e.value.name == "hybridkv_missing_dep"
     assert not isinstance(e.value, MissingExtraError)
+
+
+def test_pyproject_declares_the_core_and_every_extra() -> None:
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    core = {
+        re.split(r"[<>=!~; \[]", d, maxsplit=1)[0].lower() for d in meta["project"]["dependencies"]
+    }
+    assert core == {"pydantic", "pyyaml", "xxhash"}
+    extras = meta["project"]["optional-dependencies"]
+    assert set(extras) == set(EXTRAS)  # install_command names only extras that exist
+    assert "hybridkv[engine]" in extras["demo"]
+    engine = " ".join(extras["engine"])
+    for package in ("torch", "numpy", "transformers", "safetensors", "tqdm", "jinja2", "triton"):
+        assert package in engine
+    assert extras["plot"] == ["matplotlib>=3.8"] and extras["cpu"] == []
