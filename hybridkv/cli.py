@@ -26,7 +26,7 @@ from hybridkv.user_errors import report
 ENGINE_COMMANDS = {
     "demo": ("demo", ("torch", "transformers", "gguf")),
     "generate": ("engine", ("torch", "transformers")),
-    "serve": ("engine", ("torch", "transformers")),
+    "serve": ("serve", ("torch", "transformers")),  # serve implies engine
     "simulate": ("engine", ("torch",)),
 }
 

@@ -7,10 +7,12 @@ comes with an extra of ``pyproject.toml``::
     engine   torch, numpy, transformers, safetensors, tqdm, jinja2, triton (Linux):
              the CPU/GPU engine, its kernels, KV buffers, ``generate``, ``simulate``
     plot     matplotlib: ``hybridkv plan --plot``, ``simulate --plot``
-    serve    fastapi, uvicorn, prometheus-client: ``hybridkv serve``
+    serve    engine + fastapi, uvicorn, prometheus-client: ``hybridkv serve``
     events   pyzmq, msgspec: KV cache events
+    cluster  serve + sglang-router, openai: replicas behind SGLang's gateway
     demo     engine + gguf, accelerate and the Gemma 3 270M package: ``hybridkv demo``
     cpu      nothing to install, but a C compiler (``cc``) at run time: the native kernels
+    mamba    einops (mamba-ssm itself: ``make mamba``); dev: the test and lint tools
 
 Code at a boundary (an engine entry point, a plot, a kernel module) calls
 ``require(module, extra)`` before it needs the module; a missing module then

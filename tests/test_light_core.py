@@ -74,7 +74,7 @@ def test_pyproject_declares_the_core_and_every_extra() -> None:
     assert core == {"pydantic", "pyyaml", "xxhash"}
     extras = meta["project"]["optional-dependencies"]
     assert set(extras) == set(EXTRAS)  # install_command names only extras that exist
-    assert "hybridkv[engine]" in extras["demo"]
+    assert "hybridkv[engine]" in extras["demo"] and "hybridkv[engine]" in extras["serve"]
     engine = " ".join(extras["engine"])
     for package in ("torch", "numpy", "transformers", "safetensors", "tqdm", "jinja2", "triton"):
         assert package in engine
