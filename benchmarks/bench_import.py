@@ -158,9 +158,10 @@ def _row(name: str, times: list[float], loaded: Any = ()) -> dict[str, Any]:
     }
 
 
-def render(rows: list[dict[str, Any]], repeats: int) -> str:
+def render(rows: list[dict[str, Any]], repeats: int, load: float) -> str:
     lines = [
-        f"{repeats} fresh processes per case, median (min-max). Machine: {machine()}.",
+        f"{repeats} fresh processes per case, median (min-max). Machine: {machine()}; "
+        f"load average before the run {load:.1f} (a shared box: compare rows of one run).",
         "",
         "| case | median | min - max | target | extras imported | peak RSS |",
         "| --- | ---: | ---: | ---: | --- | ---: |",
@@ -189,8 +190,9 @@ def main() -> None:
     ap.add_argument("--memory", default="80GB")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args()
+    load = os.getloadavg()[0]
     rows = measure(args.repeats, args.src, args.layout, args.memory)
-    sys.stdout.write(render(rows, args.repeats))
+    sys.stdout.write(render(rows, args.repeats, load))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 
