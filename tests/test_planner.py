@@ -266,6 +266,8 @@ def test_capacity_vs_naive() -> None:
 
 def test_bad_arguments() -> None:
     layout = shipped_layout("tiny-gemma3")
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        plan_kv_cache(layout.kv_cache_specs(16), GB, max_model_len=64, block_size=0)  # specs too
     with pytest.raises(ValueError, match="grouping must be one of"):
         plan_kv_cache(layout, GB, grouping="best")
     with pytest.raises(ValueError, match="unification must be one of"):

@@ -157,7 +157,7 @@ def allocate_kv_cache(
     This is where the planner meets torch: it is imported here, not at module
     import (``hybridkv.planning`` itself runs without torch).
     """
-    torch = require("torch", "engine")
+    torch = require("torch", "engine", "allocate_kv_cache")
     if not kv_cache_config.kv_cache_tensors:
         raise ValueError("the KVCacheConfig describes no tensors (kv_cache_tensors is empty)")
     n = kv_cache_config.num_blocks

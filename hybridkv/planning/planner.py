@@ -304,7 +304,6 @@ def plan_kv_cache(
     budget cannot hold one request of ``max_model_len`` tokens, naming the
     minimum.
     """
-    check_positive_int(available_memory_bytes, "available_memory_bytes")
     pages = plan_pages(
         layout_or_specs,
         block_size=block_size,
