@@ -18,7 +18,7 @@ from hybridkv import (
     MambaSpec,
     SlidingWindowSpec,
 )
-from hybridkv.specs.dtypes import to_torch_dtype
+from hybridkv.specs.dtypes import DTYPE_ALIASES, DTYPE_BYTES, dtype_name, to_torch_dtype
 
 
 # -- page sizes ------------------------------------------------------------------
@@ -55,6 +55,15 @@ def test_dtype_names_and_torch_dtypes_are_normalised_to_one_name() -> None:
     mamba = MambaSpec(4, shapes=((2, 3), (3, 4)), dtypes=(torch.float32, "bf16"))
     assert mamba.dtypes == ("float32", "bfloat16")
     assert mamba == MambaSpec(4, shapes=((2, 3), (3, 4)), dtypes=("fp32", torch.bfloat16))
+
+
+def test_the_size_table_matches_torch() -> None:
+    # The specs size pages from DTYPE_BYTES without torch; torch must agree.
+    for name, size in DTYPE_BYTES.items():
+        assert to_torch_dtype(name).itemsize == size, name
+        assert getattr(torch, name) is to_torch_dtype(name)
+    for alias, name in DTYPE_ALIASES.items():
+        assert dtype_name(alias) == name and dtype_name(alias.upper()) == name
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int4", torch.float64, torch.int32, 2])

@@ -3,7 +3,7 @@
 A spec stores its dtype as a canonical name (``"bfloat16"``, ``"float8_e4m3fn"``...).
 ``dtype_name`` accepts a canonical name, an alias (``"bf16"``, ``"fp16"``...) or a
 ``torch.dtype`` (recognised by its type, so torch is never imported here), and
-returns the canonical name; ``dtype_bytes`` gives its element size.
+returns the canonical name; ``DTYPE_BYTES`` gives its element size.
 ``to_torch_dtype`` is the one place a name becomes a ``torch.dtype``: it
 imports torch, so only code that makes tensors calls it.
 """
@@ -66,11 +66,6 @@ def dtype_name(value: Any, field: str = "dtype") -> str:
         f"{field}={value!r} is not a known dtype; use a torch.dtype or one of "
         f"{sorted([*DTYPE_BYTES, *DTYPE_ALIASES])}"
     )
-
-
-def dtype_bytes(value: Any) -> int:
-    """Bytes of one element of ``value`` (anything ``dtype_name`` accepts)."""
-    return DTYPE_BYTES[dtype_name(value)]
 
 
 def to_torch_dtype(value: Any, field: str = "dtype") -> torch.dtype:
