@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ import pytest
 from core_paths import CORE_PATHS, HEAVY
 
 REPO = Path(__file__).resolve().parents[1]
+PACKAGED = ("pyproject.toml", "README.md", "hybridkv", "kernels", "configs")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 # Run inside the bare venv: each needs the engine extra and must say so.
 NEEDS_ENGINE = """
@@ -54,9 +57,17 @@ def _run(cmd: list[str], cwd: str | None = None) -> subprocess.CompletedProcess[
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin`` folder of a venv holding the project and its core dependencies only."""
     tmp = tmp_path_factory.mktemp("bare")
+    # Build from a copy of what the wheel holds, so that setuptools' build/ stays out of the repo.
+    src = tmp / "src"
+    src.mkdir()
+    for name in PACKAGED:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=IGNORED)
+        else:
+            shutil.copy2(REPO / name, src / name)
     dist = tmp / "dist"
     flags = ["-q", "--no-deps", "--no-build-isolation", "-w", str(dist)]
-    wheel = _run([sys.executable, "-m", "pip", "wheel", *flags, str(REPO)])
+    wheel = _run([sys.executable, "-m", "pip", "wheel", *flags, str(src)])
     assert wheel.returncode == 0, wheel.stderr
     (built,) = dist.glob("hybridkv-*.whl")
     venv = _run([sys.executable, "-m", "venv", str(tmp / "venv")])
