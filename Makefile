@@ -16,12 +16,14 @@ $(VENV)/.base:
 	$(PIP) install -q $(TORCH)
 	touch $@
 
+# The core install needs only pydantic, pyyaml and xxhash; every target here also runs
+# the engine, its kernels or the plots, so the venv gets those extras (torch CPU first).
 $(VENV)/.installed: $(VENV)/.base pyproject.toml
-	$(PIP) install -q -e .
+	$(PIP) install -q -e '.[engine,plot]'
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.installed pyproject.toml
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e '.[engine,plot,serve,events,dev]'
 	touch $@
 
 # mamba-ssm (optional): an sdist whose build wants CUDA; installed as pure Python

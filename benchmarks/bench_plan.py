@@ -36,6 +36,7 @@ from vllm_grouping_check import load_vllm_grouping, vllm_groups  # noqa: E402
 
 from hybridkv.layouts import ModelLayout, shipped_layout, shipped_names  # noqa: E402
 from hybridkv.planning import KVCachePlan, plan_kv_cache  # noqa: E402
+from hybridkv.report.baselines import baselines  # noqa: E402
 
 DEFAULT_VLLM_SRC = Path.home() / ".cache" / "hybridkv-vllm-baseline" / "src" / "vllm-0.33.0"
 SYNTHETIC = ("tiny-", "toy-", "20full-")
@@ -83,13 +84,14 @@ def short_rows(memory: int, mml: int) -> list[str]:
             continue
         layout = shipped_layout(name)
         auto = plan_kv_cache(layout, memory, grouping="auto", max_model_len=mml)
-        va, aa = auto.vllm_grouping, auto.grouping
+        base = baselines(auto)
+        va, aa = base.vllm_grouping, auto.grouping
         if va == aa:
             continue
         rows.append(
             f"| {name} | {va.num_groups} / {va.padding_layers} | {_pct(va.waste_fraction)} | "
             f"{aa.num_groups} / {aa.padding_layers} | {_pct(aa.waste_fraction)} | "
-            f"{auto.gain_over_vllm_grouping:.3f}x |"
+            f"{base.gain_over_vllm_grouping:.3f}x |"
         )
     return rows
 
@@ -111,12 +113,13 @@ def run(memory: int, vllm_src: Path | None) -> tuple[list[str], list[str]]:
             ours = [list(g.layers) for g in vllm.grouping.groups]
             same = "yes" if vllm_groups(fn, vllm.unified.specs) == ours else "**NO**"
         va, aa = vllm.grouping, auto.grouping
+        base = baselines(auto)
         grouping_rows.append(
             f"| {name} | {mml:,}{note} | {va.num_groups} / {va.padding_layers} | "
             f"{_pct(va.waste_fraction)} | {aa.num_groups} / {aa.padding_layers} | "
-            f"{_pct(aa.waste_fraction)} | {auto.gain_over_vllm_grouping:.3f}x | "
-            f"{_tokens(auto.hybrid.kv_tokens)} | {_tokens(auto.naive.kv_tokens)} | "
-            f"{auto.gain_over_naive:.2f}x | {same} |"
+            f"{_pct(aa.waste_fraction)} | {base.gain_over_vllm_grouping:.3f}x | "
+            f"{_tokens(auto.hybrid.kv_tokens)} | {_tokens(base.naive.kv_tokens)} | "
+            f"{base.gain_over_naive:.2f}x | {same} |"
         )
         if any(g.spec.kind == "mamba" for g in auto.grouping.groups):
             unify_rows.append(

@@ -41,6 +41,7 @@ from hybridkv.specs import (
     MambaSpec,
     SlidingWindowSpec,
 )
+from hybridkv.specs.dtypes import to_torch_dtype
 
 PLANNING_FUNCTIONS = (
     "create_kv_cache_group_specs",
@@ -65,7 +66,7 @@ def vllm_spec(spec: Any, vl: SimpleNamespace) -> Any:
         return ki.MambaSpec(
             block_size=spec.block_size,
             shapes=spec.shapes,
-            dtypes=spec.dtypes,
+            dtypes=tuple(to_torch_dtype(d) for d in spec.dtypes),
             page_size_padded=spec.page_size_padded,
             mamba_type=getattr(vl.MambaAttentionBackendEnum, spec.mamba_type.upper()),
             mamba_cache_mode="align",
@@ -74,7 +75,7 @@ def vllm_spec(spec: Any, vl: SimpleNamespace) -> Any:
         block_size=spec.block_size,
         num_kv_heads=spec.num_kv_heads,
         head_size=spec.head_size,
-        dtype=spec.dtype,
+        dtype=to_torch_dtype(spec.dtype),
     )
     if isinstance(spec, SlidingWindowSpec):
         return ki.SlidingWindowSpec(sliding_window=spec.sliding_window, **attn)

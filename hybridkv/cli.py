@@ -3,6 +3,10 @@
 Each subcommand prints a user error as one ``hybridkv COMMAND: error: ...``
 line and exits with status 2 (``hybridkv.user_errors``); argparse does the
 same for bad arguments.
+
+``--help`` and ``plan`` need only the core install: the modules that register
+the subcommands import nothing heavy, and a subcommand that needs an extra
+(``ENGINE_COMMANDS``) checks for it first, naming the ``pip install`` to run.
 """
 
 from __future__ import annotations
@@ -12,9 +16,27 @@ import sys
 
 from hybridkv import __version__
 from hybridkv.engine.cli_generate import add_generate_parser, run_generate
+from hybridkv.extras import MissingExtraError, require
 from hybridkv.report.command import add_plan_parser, run_plan
 from hybridkv.serving.command import add_serve_parser, run_serve
 from hybridkv.sim.command import add_simulate_parser, run_simulate
+from hybridkv.user_errors import report
+
+# Subcommand -> (the extra it needs, the modules of that extra it imports).
+ENGINE_COMMANDS = {
+    "demo": ("demo", ("torch", "transformers", "gguf")),
+    "generate": ("engine", ("torch", "transformers")),
+    "serve": ("serve", ("torch", "transformers")),  # serve implies engine
+    "simulate": ("engine", ("torch",)),
+}
+
+
+def _check_extras(command: str) -> None:
+    """Raise ``MissingExtraError`` if ``command`` needs a module that is not installed."""
+    if command in ENGINE_COMMANDS:
+        extra, modules = ENGINE_COMMANDS[command]
+        for module in modules:
+            require(module, extra, f"hybridkv {command}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     add_simulate_parser(sub)
     add_serve_parser(sub)
     args = parser.parse_args(argv)
+    try:
+        _check_extras(args.command)
+    except MissingExtraError as e:
+        return report(args.command, e)
     if args.command == "demo":
         from hybridkv.engine.demo import main as demo
 

@@ -31,10 +31,12 @@ Which entries are real, per cache policy:
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from hybridkv.managers.tail_alignment import on_grid
+
+if TYPE_CHECKING:
+    import torch
 
 #: A request holds its running state and the snapshot it resumed from (or is
 #: writing) in each Mamba group.
@@ -99,7 +101,10 @@ def save_slots(
     entry (0 = the null block: no snapshot kept there); ``query_ends``: the
     flat index one past each sequence's last token. A token saves its state
     when it ends a block or its sequence's step, and its entry is real.
+    (The engine's runner calls this; torch is imported here, not with the module.)
     """
+    import torch
+
     last = torch.zeros(positions.shape[0], dtype=torch.bool)
     last[query_ends - 1] = True
     keep = ((positions + 1) % block_size == 0) | last

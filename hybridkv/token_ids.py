@@ -11,12 +11,12 @@ non-integers and out-of-range values in one pass, and since a ``bool`` packs as
 
 from __future__ import annotations
 
+import functools
 import operator
 from array import array
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
-
-import numpy as np
 
 TOKEN_ID_LIMIT = 2**32
 
@@ -25,8 +25,23 @@ TOKEN_ID_LIMIT = 2**32
 _NUMPY_MIN_FROM = 64
 
 
+@functools.cache
+def _numpy() -> ModuleType | None:
+    """numpy when installed (the ``engine`` extra), imported at the first long id list.
+
+    The core does not depend on numpy: without it ``min`` gives the same
+    answer, only slower on long prompts.
+    """
+    try:
+        import numpy
+    except ModuleNotFoundError:
+        return None
+    return numpy
+
+
 def _min_id(packed: array[int]) -> int:
-    if len(packed) < _NUMPY_MIN_FROM:
+    np = _numpy() if len(packed) >= _NUMPY_MIN_FROM else None
+    if np is None:
         return min(packed)
     return int(np.frombuffer(packed, dtype=np.uint32).min())
 

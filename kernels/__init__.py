@@ -22,9 +22,11 @@ checked signature minus ``backend``; the attention and cache-write ops also
 ``X_native``.
 
 Importable only as ``hybridkv.kernels``: a top-level ``kernels`` package would
-shadow Hugging Face's hub-kernels package.
+shadow Hugging Face's hub-kernels package. Needs the ``engine`` extra (torch):
+without it, importing raises ``MissingExtraError`` naming the ``pip install``.
 """
 
+from hybridkv.kernels import _requires  # noqa: F401  (first: checks the engine extra)
 from hybridkv.kernels.attention import (
     AttentionMetadata,
     AttentionOptions,

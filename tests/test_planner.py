@@ -13,8 +13,16 @@ from factories import req, run_step
 
 from hybridkv import FullAttentionSpec, KVCacheManager, MambaSpec, SlidingWindowSpec
 from hybridkv.layouts import layout_from_dict, shipped_layout, shipped_names
-from hybridkv.planning import get_kv_cache_config, plan_kv_cache, unify_packed, unify_vllm
+from hybridkv.planning import (
+    fit_memory,
+    get_kv_cache_config,
+    plan_kv_cache,
+    plan_pages,
+    unify_packed,
+    unify_vllm,
+)
 from hybridkv.planning.grouping import buckets_of, choose_grouping, make_grouping
+from hybridkv.report.baselines import baselines
 
 GB = 10**9
 
@@ -80,7 +88,7 @@ def test_gemma3_27b_vllm_vs_auto() -> None:
     short = plan_kv_cache(layout, 80 * GB, grouping="auto", max_model_len=1024)
     assert (short.grouping.num_groups, short.grouping.padding_layers) == (5, 3)
     assert short.grouping.group_size == 13
-    assert short.hybrid.max_concurrency > short.vllm_hybrid.max_concurrency
+    assert short.hybrid.max_concurrency > baselines(short).vllm_hybrid.max_concurrency
     # At 128k a full-attention padding layer costs 8192 blocks per request and a
     # sliding one 577: the 5-group plan pads the full group (3 x 8192) and loses
     # to vLLM's (8 x 577), so auto keeps g = 10.
@@ -100,7 +108,7 @@ def test_twenty_full_thirty_sliding() -> None:
     auto = plan_kv_cache(layout, 80 * GB, grouping="auto", max_model_len=8192)
     assert (auto.grouping.group_size, auto.grouping.num_groups) == (10, 5)
     assert auto.grouping.padding_layers == 0
-    assert auto.gain_over_vllm_grouping > 1.0
+    assert baselines(auto).gain_over_vllm_grouping > 1.0
 
 
 def test_auto_uses_largest_when_counts_are_close() -> None:
@@ -221,26 +229,45 @@ def test_budget_too_small_names_the_minimum() -> None:
     plan_kv_cache(layout, need)  # exactly the minimum fits
     with pytest.raises(ValueError, match="cannot hold"):
         plan_kv_cache(layout, need - 1)
+    assert ok.min_memory_bytes == need
+
+
+def test_plan_is_the_page_plan_fitted_to_memory() -> None:
+    # plan_kv_cache = fit_memory(plan_pages(...)): the engine sizes its budget from
+    # the PagePlan and fits that same plan, without planning again.
+    layout = shipped_layout("tiny-jamba")
+    pages = plan_pages(layout, block_size=4, grouping="auto")
+    plan = fit_memory(pages, 1 << 22)
+    assert plan == plan_kv_cache(layout, 1 << 22, block_size=4, grouping="auto")
+    assert plan.grouping is pages.grouping and plan.unified is pages.unified
+    assert plan.page_bytes == pages.page_bytes and plan.block_size == 4
+    assert plan.num_blocks == (1 << 22) // pages.page_bytes
+    fit_memory(pages, pages.min_memory_bytes)
+    with pytest.raises(ValueError, match="cannot hold one request"):
+        fit_memory(pages, pages.min_memory_bytes - 1)
 
 
 def test_capacity_vs_naive() -> None:
     layout = shipped_layout("gemma-3-27b")
     plan = plan_kv_cache(layout, 80 * GB)
+    base = baselines(plan)
     # Naive: 62 layers x 131072 tokens x 2 x 16 x 128 x 2 B per request.
     naive_req = 62 * 131072 * 2 * 16 * 128 * 2
-    assert plan.naive.bytes_per_request == naive_req
-    assert plan.naive.max_concurrency == pytest.approx(80 * GB / naive_req)
+    assert base.naive.bytes_per_request == naive_req
+    assert base.naive.max_concurrency == pytest.approx(80 * GB / naive_req)
     # Hybrid: full group 8192 blocks, each sliding group cdiv(1023 + 8192, 16) + 1.
     per_block = 10 * 16 * 2 * 16 * 128 * 2
     blocks = 8192 + 6 * (-(-(1023 + 8192) // 16) + 1)
     assert plan.grouping.bytes_per_request == blocks * per_block
     assert plan.hybrid.max_concurrency == pytest.approx((plan.num_blocks - 1) / blocks)
     assert plan.hybrid.kv_tokens == int(plan.hybrid.max_concurrency * 131072)
-    assert plan.gain_over_naive > 4.0
+    assert base.gain_over_naive > 4.0
 
 
 def test_bad_arguments() -> None:
     layout = shipped_layout("tiny-gemma3")
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        plan_kv_cache(layout.kv_cache_specs(16), GB, max_model_len=64, block_size=0)  # specs too
     with pytest.raises(ValueError, match="grouping must be one of"):
         plan_kv_cache(layout, GB, grouping="best")
     with pytest.raises(ValueError, match="unification must be one of"):
@@ -281,7 +308,8 @@ def test_every_shipped_layout_plans(name: str, unification: str) -> None:
         layout.kv_cache_specs(16)
     )
     assert plan.hybrid.max_concurrency >= 1.0
-    assert plan.grouping.waste_bytes_per_request <= plan.vllm_grouping.waste_bytes_per_request
+    vllm = baselines(plan).vllm_grouping
+    assert plan.grouping.waste_bytes_per_request <= vllm.waste_bytes_per_request
     assert cfg.num_blocks == 80 * GB // plan.page_bytes
 
 

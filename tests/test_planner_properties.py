@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from hybridkv.planning import plan_kv_cache
 from hybridkv.planning.grouping import choose_grouping
+from hybridkv.report.baselines import baselines
 from hybridkv.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -140,7 +141,7 @@ def test_plan_invariants(
     vllm = choose_grouping(
         plan.unified, "vllm", max_model_len=mml, max_num_batched_tokens=min(mml, 256)
     )
-    assert plan.vllm_grouping == vllm
+    assert baselines(plan).vllm_grouping == vllm
     if grouping == "auto":
         assert plan.grouping.waste_bytes_per_request <= vllm.waste_bytes_per_request
         assert plan.grouping.num_groups <= max(vllm.num_groups, max_groups)

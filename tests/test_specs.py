@@ -18,6 +18,7 @@ from hybridkv import (
     MambaSpec,
     SlidingWindowSpec,
 )
+from hybridkv.specs.dtypes import DTYPE_ALIASES, DTYPE_BYTES, dtype_name, to_torch_dtype
 
 
 # -- page sizes ------------------------------------------------------------------
@@ -41,10 +42,34 @@ def test_sliding_and_chunked_pages_match_full_attention() -> None:
     assert (f.kind, s.kind, c.kind) == ("full", "sliding_window", "chunked_local")
 
 
-def test_dtype_names_are_normalised_to_torch_dtypes() -> None:
-    assert FullAttentionSpec(4, 1, 8, "bf16").dtype is torch.bfloat16
-    assert FullAttentionSpec(4, 1, 8, "float32").dtype is torch.float32
+def test_dtype_names_and_torch_dtypes_are_normalised_to_one_name() -> None:
+    # A spec holds the canonical name; to_torch_dtype gives the torch.dtype back.
+    assert FullAttentionSpec(4, 1, 8, "bf16").dtype == "bfloat16"
+    assert to_torch_dtype(FullAttentionSpec(4, 1, 8, "bf16").dtype) is torch.bfloat16
+    assert FullAttentionSpec(4, 1, 8, torch.float32).dtype == "float32"
+    assert to_torch_dtype(FullAttentionSpec(4, 1, 8, "float32").dtype) is torch.float32
     assert FullAttentionSpec(4, 1, 8, "bf16") == FullAttentionSpec(4, 1, 8, torch.bfloat16)
+    assert hash(FullAttentionSpec(4, 1, 8, "bf16")) == hash(
+        FullAttentionSpec(4, 1, 8, torch.bfloat16)
+    )
+    mamba = MambaSpec(4, shapes=((2, 3), (3, 4)), dtypes=(torch.float32, "bf16"))
+    assert mamba.dtypes == ("float32", "bfloat16")
+    assert mamba == MambaSpec(4, shapes=((2, 3), (3, 4)), dtypes=("fp32", torch.bfloat16))
+
+
+def test_the_size_table_matches_torch() -> None:
+    # The specs size pages from DTYPE_BYTES without torch; torch must agree.
+    for name, size in DTYPE_BYTES.items():
+        assert to_torch_dtype(name).itemsize == size, name
+        assert getattr(torch, name) is to_torch_dtype(name)
+    for alias, name in DTYPE_ALIASES.items():
+        assert dtype_name(alias) == name and dtype_name(alias.upper()) == name
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int4", torch.float64, torch.int32, 2])
+def test_a_dtype_without_a_cache_size_is_refused(dtype: object) -> None:
+    with pytest.raises(ValueError, match="dtype"):
+        FullAttentionSpec(4, 1, 8, dtype)
 
 
 def test_mamba_page_is_sum_of_states() -> None:

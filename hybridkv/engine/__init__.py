@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from hybridkv.extras import require
+
 if TYPE_CHECKING:
     from hybridkv.engine.llm import LLM
     from hybridkv.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -28,5 +30,6 @@ __all__ = ["LLM", "CompletionOutput", "RequestMetrics", "RequestOutput", "Sampli
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
+        require("torch", "engine", "hybridkv.engine")
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'hybridkv.engine' has no attribute {name!r}")

@@ -14,7 +14,7 @@ import torch
 from hybridkv.kernels import resolve_backend
 from hybridkv.kernels.backend import backend_from_environment
 from hybridkv.kernels.cpu import native_status
-from hybridkv.planning import plan_kv_cache
+from hybridkv.planning import PagePlan
 
 DEFAULT_KV_CAP_BYTES = 2 << 30
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -112,13 +112,14 @@ def eos_token_ids(model_dir: Path, text_config: Any) -> frozenset[int]:
     return frozenset([eos] if isinstance(eos, int) else eos)
 
 
-def default_kv_bytes(
-    layout: Any, block_size: int, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int
-) -> int:
+def default_kv_bytes(pages: PagePlan, max_num_seqs: int) -> int:
     """Room for ``max_num_seqs`` full-length requests, capped at ``DEFAULT_KV_CAP_BYTES``
-    but never below one full-length request plus a step's worth of blocks."""
-    probe = plan_kv_cache(layout, 1 << 50, block_size=block_size, max_model_len=max_model_len,
-                          max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
-    per_request = probe.hybrid.bytes_per_request
-    floor = per_request + probe.page_bytes * (2 + max_num_batched_tokens // block_size)
+    but never below one full-length request plus a step's worth of blocks.
+
+    Read off the plan's pages (``plan_pages``), which need no budget: the
+    engine plans once and fits that plan to this many bytes (``fit_memory``).
+    """
+    per_request = pages.bytes_per_request
+    steps = 2 + pages.max_num_batched_tokens // pages.block_size
+    floor = per_request + pages.page_bytes * steps
     return max(min(per_request * max_num_seqs, DEFAULT_KV_CAP_BYTES), floor)

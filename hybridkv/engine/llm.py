@@ -3,7 +3,7 @@
 ``model`` is a local checkpoint directory (config.json + safetensors, with or
 without a tokenizer) or a ``.gguf`` file (converted once to a cached
 safetensors checkpoint, ``hybridkv.models.gguf``). The KV cache is planned by
-``plan_kv_cache`` from the model's layout (every layer kind gets its own
+``plan_pages`` + ``fit_memory`` (once) from the model's layout (every layer kind gets its own
 group and manager) and allocated once; ``kv_cache_memory_bytes`` defaults to
 room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 ``engine_setup.DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
@@ -65,7 +65,7 @@ from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_ty
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
-from hybridkv.planning import allocate_kv_cache, plan_kv_cache
+from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
 from hybridkv.specs import MambaSpec
 
 if TYPE_CHECKING:
@@ -141,12 +141,10 @@ class LLM:
         check_weight_files(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
-        memory = kv_cache_memory_bytes or default_kv_bytes(
-            layout, block_size, max_num_seqs, self.max_model_len, max_num_batched_tokens
-        )
-        self.plan = plan_kv_cache(layout, memory, block_size=block_size,
-                                  max_model_len=self.max_model_len,
-                                  max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+        pages = plan_pages(layout, block_size=block_size, max_model_len=self.max_model_len,
+                           max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+        memory = kv_cache_memory_bytes or default_kv_bytes(pages, max_num_seqs)
+        self.plan = fit_memory(pages, memory)
 
         self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
                                 progress=progress, amx=self.kernel_backend == "native")  # fmt: skip

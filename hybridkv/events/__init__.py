@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 from hybridkv.events.config import KVEventsConfig, is_bind_endpoint
 from hybridkv.events.groups import GroupEventInfo, external_hash, group_event_infos
+from hybridkv.extras import install_command
 
 if TYPE_CHECKING:
     from hybridkv.events.publisher import ZmqEventPublisher
     from hybridkv.specs import KVCacheConfig
 
-EXTRA_HINT = "pip install 'hybridkv[events]'"
+EXTRA_HINT = install_command("events")
 _OPTIONAL = ("zmq", "msgspec")
 
 

@@ -19,8 +19,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from hybridkv.layouts.hf_families import READERS, SUPPORTED_MODEL_TYPES, WRAPPERS, HFConfig
 from hybridkv.layouts.kinds import LayerKind
 from hybridkv.layouts.layout import ModelLayout
@@ -28,6 +26,14 @@ from hybridkv.layouts.yaml_io import LayoutError, layout_from_dict
 from hybridkv.user_errors import one_line
 
 DEFAULT_CACHE_DTYPE = "bfloat16"
+# A config's float dtype (torch's spellings, as str(torch.dtype) or a name) -> cache dtype.
+_FLOAT_DTYPES = {
+    "float32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+}
 
 _KIND_BASE_NAMES = {
     "full": "full",
@@ -152,14 +158,10 @@ def _config_dtype(*configs: HFConfig) -> str:
         value = getattr(config, "dtype", None)
         if value is None and not hasattr(config, "dtype"):
             value = getattr(config, "torch_dtype", None)  # transformers < 5
-        if isinstance(value, str):
-            value = getattr(torch, value.removeprefix("torch."), None)
-        if isinstance(value, torch.dtype) and value in (
-            torch.float32,
-            torch.float16,
-            torch.bfloat16,
-        ):
-            return str(value).removeprefix("torch.")
+        # A torch.dtype prints as "torch.bfloat16": no need to import torch to read it.
+        name = str(value).removeprefix("torch.") if value is not None else None
+        if name in _FLOAT_DTYPES:
+            return _FLOAT_DTYPES[name]
     return DEFAULT_CACHE_DTYPE
 
 

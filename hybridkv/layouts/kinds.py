@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from hybridkv.specs import (
@@ -32,9 +31,7 @@ PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 class _Kind(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def to_spec(
-        self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype
-    ) -> KVCacheSpec | None:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec | None:
         """The core spec of one layer of this kind (``None``: no cache)."""
         raise NotImplementedError
 
@@ -61,7 +58,7 @@ class FullAttentionLayer(_Attention):
 
     kind: Literal["full"] = "full"
 
-    def to_spec(self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype) -> KVCacheSpec:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec:
         return FullAttentionSpec(block_size, self.num_kv_heads, self.head_dim, dtype)
 
 
@@ -71,7 +68,7 @@ class SlidingWindowLayer(_Attention):
     kind: Literal["sliding_window"] = "sliding_window"
     sliding_window: PositiveInt
 
-    def to_spec(self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype) -> KVCacheSpec:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec:
         return SlidingWindowSpec(
             block_size, self.num_kv_heads, self.head_dim, dtype, self.sliding_window
         )
@@ -83,7 +80,7 @@ class ChunkedLocalLayer(_Attention):
     kind: Literal["chunked_local"] = "chunked_local"
     attention_chunk_size: PositiveInt
 
-    def to_spec(self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype) -> KVCacheSpec:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec:
         return ChunkedLocalAttentionSpec(
             block_size, self.num_kv_heads, self.head_dim, dtype, self.attention_chunk_size
         )
@@ -111,7 +108,7 @@ class Mamba1Layer(_Mamba):
     def state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (max(self.d_conv - 1, 1), self.d_inner), (self.d_inner, self.d_state)
 
-    def to_spec(self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype) -> KVCacheSpec:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec:
         return MambaSpec(block_size, self.state_shapes(), (dtype, ssm_dtype), mamba_type="mamba1")
 
 
@@ -127,7 +124,7 @@ class Mamba2Layer(_Mamba):
         conv_dim = self.n_heads * self.head_dim + 2 * self.n_groups * self.d_state
         return (max(self.d_conv - 1, 1), conv_dim), (self.n_heads, self.head_dim, self.d_state)
 
-    def to_spec(self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype) -> KVCacheSpec:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec:
         return MambaSpec(block_size, self.state_shapes(), (dtype, ssm_dtype), mamba_type="mamba2")
 
 
@@ -136,9 +133,7 @@ class NoCacheLayer(_Kind):
 
     kind: Literal["none"] = "none"
 
-    def to_spec(
-        self, block_size: int, dtype: torch.dtype, ssm_dtype: torch.dtype
-    ) -> KVCacheSpec | None:
+    def to_spec(self, block_size: int, dtype: str, ssm_dtype: str) -> KVCacheSpec | None:
         return None
 
 

@@ -24,12 +24,11 @@ from __future__ import annotations
 from collections import Counter
 from functools import cached_property
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hybridkv.layouts.kinds import LayerKind, PositiveInt
 from hybridkv.specs import KVCacheSpec
-from hybridkv.specs.base import to_torch_dtype
+from hybridkv.specs.dtypes import dtype_name
 
 LayerEntry = str | LayerKind
 
@@ -59,7 +58,7 @@ class ModelLayout(BaseModel):
         for field in ("cache_dtype", "mamba_ssm_dtype"):
             value = getattr(self, field)
             if value is not None:
-                to_torch_dtype(value, field)
+                dtype_name(value, field)
         if (self.layers is None) == (self.pattern is None):
             raise ValueError("give exactly one of 'layers' (explicit) or 'pattern' (repeated)")
         if self.pattern is not None:
@@ -103,14 +102,16 @@ class ModelLayout(BaseModel):
         return len(self.resolved_layers)
 
     @property
-    def dtype(self) -> torch.dtype:
-        return to_torch_dtype(self.cache_dtype, "cache_dtype")
+    def dtype(self) -> str:
+        """The canonical name of ``cache_dtype`` (``specs/dtypes.py``)."""
+        return dtype_name(self.cache_dtype, "cache_dtype")
 
     @property
-    def ssm_dtype(self) -> torch.dtype:
+    def ssm_dtype(self) -> str:
+        """The canonical name of the Mamba SSM state's dtype (``cache_dtype`` if unset)."""
         if self.mamba_ssm_dtype is None:
             return self.dtype
-        return to_torch_dtype(self.mamba_ssm_dtype, "mamba_ssm_dtype")
+        return dtype_name(self.mamba_ssm_dtype, "mamba_ssm_dtype")
 
     def kind_counts(self) -> dict[str, int]:
         """Number of layers per kind name (``full``, ``sliding_window``...)."""

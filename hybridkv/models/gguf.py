@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hybridkv.extras import install_command
 from hybridkv.user_errors import one_line
 
 GGUF_MAGIC = b"GGUF"
@@ -45,7 +46,7 @@ GGUF_MAGIC = b"GGUF"
 MARKER_NAME = "hybridkv-gguf.json"
 """Written last into a converted checkpoint: its presence means the directory is complete."""
 
-INSTALL_HINT = "pip install 'hybridkv[demo]'"
+INSTALL_HINT = install_command("demo")
 
 _REQUIRED_PACKAGES = ("gguf", "accelerate")
 

@@ -1,4 +1,8 @@
-"""Memory planning: page-size unification, grouping, KVCacheConfig, buffers."""
+"""Memory planning: page-size unification, grouping, KVCacheConfig, buffers.
+
+Importing it needs only the core install: torch is imported by
+``allocate_kv_cache`` alone, the one function that makes tensors.
+"""
 
 from hybridkv.planning.capacity import Capacity
 from hybridkv.planning.grouping import GROUPINGS, Grouping, PlannedGroup
@@ -9,7 +13,15 @@ from hybridkv.planning.memory import (
     allocate_kv_cache,
     layer_byte_range,
 )
-from hybridkv.planning.planner import KVCachePlan, get_kv_cache_config, plan_kv_cache
+from hybridkv.planning.planner import (
+    KVCachePlan,
+    PagePlan,
+    fit_memory,
+    get_kv_cache_config,
+    plan_capacity,
+    plan_kv_cache,
+    plan_pages,
+)
 from hybridkv.planning.unify import STRATEGIES, UnifiedSpecs, unify_packed, unify_vllm
 
 __all__ = [
@@ -21,12 +33,16 @@ __all__ = [
     "KVCacheBuffers",
     "KVCachePlan",
     "MambaCache",
+    "PagePlan",
     "PlannedGroup",
     "UnifiedSpecs",
     "allocate_kv_cache",
+    "fit_memory",
     "get_kv_cache_config",
     "layer_byte_range",
+    "plan_capacity",
     "plan_kv_cache",
+    "plan_pages",
     "unify_packed",
     "unify_vllm",
 ]

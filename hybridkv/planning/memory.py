@@ -21,11 +21,15 @@ that range; tests use it to prove that views never overlap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
+from hybridkv.extras import require
 from hybridkv.specs import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec
 from hybridkv.specs.base import prod
+from hybridkv.specs.dtypes import to_torch_dtype
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def _view(
     offset: int,
     shape: tuple[int, ...],
 ) -> torch.Tensor:
-    elem = torch.empty((), dtype=dtype).element_size()
+    elem = dtype.itemsize
     if slot % elem or offset % elem:
         raise ValueError(
             f"a {dtype} view needs {elem}-byte alignment, but the slot is {slot} bytes "
@@ -109,8 +113,8 @@ def _view(
 def _attention_views(
     buf: torch.Tensor, spec: AttentionSpec, n: int, p: _Placement, dtype: torch.dtype | None
 ) -> AttentionCache:
-    dt = spec.dtype if dtype is None else dtype
-    if torch.empty((), dtype=dt).element_size() != spec.dtype_bytes:
+    dt = to_torch_dtype(spec.dtype) if dtype is None else dtype
+    if dt.itemsize != spec.dtype_bytes:
         raise ValueError(f"dtype {dt} does not have the element size of the spec's {spec.dtype}")
     shape = (spec.block_size, spec.num_kv_heads, spec.head_size)
     half = spec.page_size_bytes // 2
@@ -125,9 +129,10 @@ def _mamba_views(buf: torch.Tensor, spec: MambaSpec, n: int, p: _Placement) -> M
         raise ValueError(
             f"Mamba views need (conv, ssm) state shapes, got {len(spec.shapes)} shapes"
         )
-    (conv_shape, ssm_shape), (conv_dt, ssm_dt) = spec.shapes, spec.dtypes
-    conv_bytes = prod(conv_shape) * torch.empty((), dtype=conv_dt).element_size()
-    ssm_elem = torch.empty((), dtype=ssm_dt).element_size()
+    (conv_shape, ssm_shape), (conv_name, ssm_name) = spec.shapes, spec.dtypes
+    conv_dt, ssm_dt = to_torch_dtype(conv_name), to_torch_dtype(ssm_name)
+    conv_bytes = prod(conv_shape) * conv_dt.itemsize
+    ssm_elem = ssm_dt.itemsize
     ssm_off = -(-conv_bytes // ssm_elem) * ssm_elem
     if ssm_off + prod(ssm_shape) * ssm_elem > spec.page_size_bytes:
         raise ValueError(
@@ -149,7 +154,10 @@ def allocate_kv_cache(
 
     ``dtype`` overrides the attention views' dtype (same element size only,
     e.g. viewing an fp8 cache as ``uint8``); ``None`` uses each spec's dtype.
+    This is where the planner meets torch: it is imported here, not at module
+    import (``hybridkv.planning`` itself runs without torch).
     """
+    torch = require("torch", "engine", "allocate_kv_cache")
     if not kv_cache_config.kv_cache_tensors:
         raise ValueError("the KVCacheConfig describes no tensors (kv_cache_tensors is empty)")
     n = kv_cache_config.num_blocks

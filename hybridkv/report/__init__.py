@@ -11,13 +11,34 @@
   side by side and the grouping choices (``--verbose``);
 - ``plot.py``: the memory-layout and capacity figure (``--plot``);
 - ``command.py``: the ``plan`` subcommand's arguments and entry point.
+
+Exports are resolved on first use: ``hybridkv --help`` imports ``command.py``
+(and so this package) to register ``plan``, and must not pay for pydantic
+and the layouts that resolving and planning need.
 """
 
-from hybridkv.report.plan_report import PlanOptions, PlanReport, build_plan_report
-from hybridkv.report.plan_table import render_plan
-from hybridkv.report.resolve import resolve_layout
-from hybridkv.report.units import compact_indices, parse_memory
-from hybridkv.units import format_bytes
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hybridkv.report.plan_report import PlanOptions, PlanReport, build_plan_report
+    from hybridkv.report.plan_table import render_plan
+    from hybridkv.report.resolve import resolve_layout
+    from hybridkv.report.units import compact_indices, parse_memory
+    from hybridkv.units import format_bytes
+
+_EXPORTS = {
+    "PlanOptions": "hybridkv.report.plan_report",
+    "PlanReport": "hybridkv.report.plan_report",
+    "build_plan_report": "hybridkv.report.plan_report",
+    "render_plan": "hybridkv.report.plan_table",
+    "resolve_layout": "hybridkv.report.resolve",
+    "compact_indices": "hybridkv.report.units",
+    "parse_memory": "hybridkv.report.units",
+    "format_bytes": "hybridkv.units",
+}
 
 __all__ = [
     "PlanOptions",
@@ -29,3 +50,9 @@ __all__ = [
     "render_plan",
     "resolve_layout",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'hybridkv.report' has no attribute {name!r}")

@@ -14,11 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hybridkv.layouts.context_length import check_max_model_len
 from hybridkv.planning import GROUPINGS, STRATEGIES
-from hybridkv.report.plan_report import PlanOptions, build_plan_report
-from hybridkv.report.plan_table import render_plan
-from hybridkv.report.resolve import resolve_layout
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
 from hybridkv.user_errors import EXIT_USER_ERROR
 from hybridkv.user_errors import report as report_error
@@ -74,6 +70,13 @@ def add_plan_parser(sub: Any) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Run ``hybridkv plan`` with parsed ``args``; 0 on success, 2 on user errors."""
+    # Imported here, not with the module: ``hybridkv --help`` registers this command
+    # without paying for pydantic and the layouts.
+    from hybridkv.layouts.context_length import check_max_model_len
+    from hybridkv.report.plan_report import PlanOptions, build_plan_report
+    from hybridkv.report.plan_table import render_plan
+    from hybridkv.report.resolve import resolve_layout
+
     try:
         if args.plot:
             from hybridkv.report.plot import plot_format

@@ -74,7 +74,7 @@ def render_choices(report: PlanReport) -> list[str]:
         marks = []
         if c.group_size == plan.grouping.group_size:
             marks.append("chosen")
-        if c.group_size == plan.vllm_grouping.group_size:
+        if c.group_size == report.baselines.vllm_grouping.group_size:
             marks.append("vllm")
         if c.num_groups > cap:
             marks.append("over cap")
@@ -90,6 +90,6 @@ def render_choices(report: PlanReport) -> list[str]:
         )
     return [
         f"Grouping choices (g = buffers; cap {cap} groups = max(vllm's "
-        f"{plan.vllm_grouping.num_groups}, --max-groups {report.options.max_groups}))",
+        f"{report.baselines.vllm_grouping.num_groups}, --max-groups {report.options.max_groups}))",
         *format_table(["g", "groups", "padding", "waste/request", "waste", "note"], rows),
     ]

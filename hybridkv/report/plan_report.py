@@ -3,15 +3,20 @@
 A report holds the plan the user asked for and the same plan under the other
 page-size unification strategy (``vllm`` <-> ``packed``), or the
 ``ValueError`` message that strategy raised (it can need more memory, or not
-apply to the model). Building it is pure: it only calls ``plan_kv_cache``.
+apply to the model), and the plan's ``Baselines`` (naive KV, vLLM's grouping).
+Building it is pure: it only calls ``plan_kv_cache`` and ``baselines``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hybridkv.layouts import ModelLayout
 from hybridkv.planning import STRATEGIES, KVCachePlan, plan_kv_cache
+from hybridkv.report.baselines import Baselines, baselines
+
+if TYPE_CHECKING:
+    from hybridkv.layouts import ModelLayout
 
 
 @dataclass(frozen=True)
@@ -50,18 +55,19 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class PlanReport:
-    """A plan, its layout and options, and the other strategy's plan or error."""
+    """A plan, its layout and options, its baselines, and the other strategy's plan or error."""
 
     layout: ModelLayout
     options: PlanOptions
     plan: KVCachePlan
+    baselines: Baselines
     other: KVCachePlan | None
     other_error: str | None
 
     @property
     def group_cap(self) -> int:
         """Most groups ``auto`` grouping may use: ``max(vllm's, --max-groups)``."""
-        return max(self.plan.vllm_grouping.num_groups, self.options.max_groups)
+        return max(self.baselines.vllm_grouping.num_groups, self.options.max_groups)
 
     def by_strategy(self) -> list[tuple[str, KVCachePlan | str]]:
         """``(strategy, plan or error message)`` for both strategies, in order."""
@@ -84,4 +90,4 @@ def build_plan_report(layout: ModelLayout, options: PlanOptions) -> PlanReport:
         error = None
     except ValueError as e:
         other, error = None, str(e)
-    return PlanReport(layout, options, plan, other, error)
+    return PlanReport(layout, options, plan, baselines(plan), other, error)

@@ -126,15 +126,15 @@ def _memory(plan: KVCachePlan) -> list[str]:
 
 
 def _capacity(report: PlanReport) -> list[str]:
-    plan = report.plan
-    vg = plan.vllm_grouping
+    plan, base = report.plan, report.baselines
+    vg = base.vllm_grouping
     rows = [
         (
             f"this plan ({plan.grouping_mode} grouping, g={plan.grouping.group_size})",
             plan.hybrid,
         ),
-        (f"vllm grouping (g={vg.group_size})", plan.vllm_hybrid),
-        ("naive (every layer full KV)", plan.naive),
+        (f"vllm grouping (g={vg.group_size})", base.vllm_hybrid),
+        ("naive (every layer full KV)", base.naive),
     ]
     table = format_table(
         ["allocation", "bytes/request", "max concurrency", "KV tokens"],
@@ -151,8 +151,8 @@ def _capacity(report: PlanReport) -> list[str]:
     return [
         f"Capacity (requests of max_model_len = {plan.max_model_len:,} tokens)",
         *table,
-        f"  gain over naive: {plan.gain_over_naive:.2f}x",
-        f"  gain over vllm grouping: {plan.gain_over_vllm_grouping:.3f}x (vllm grouping: "
+        f"  gain over naive: {base.gain_over_naive:.2f}x",
+        f"  gain over vllm grouping: {base.gain_over_vllm_grouping:.3f}x (vllm grouping: "
         f"{plural(vg.num_groups, 'group')}, {plural(vg.padding_layers, 'padding layer')}, "
         f"{100 * vg.waste_fraction:.2f}% waste)",
     ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hybridkv.extras import install_command
 from hybridkv.planning import KVCachePlan
 from hybridkv.report.plan_report import PlanReport
 from hybridkv.report.units import layer_index, plural
@@ -148,11 +149,11 @@ def _draw_layout(ax: Any, fig: Any, plan: KVCachePlan, name: str, mpl: Any) -> N
 
 
 def _bars(report: PlanReport) -> list[tuple[str, float]]:
-    plan, opts = report.plan, report.options
+    plan, opts, base = report.plan, report.options, report.baselines
     unif = plan.unified.strategy
     bars = [
-        ("naive\n(full KV)", plan.naive.max_concurrency),
-        (f"vllm\ngrouping\n({unif})", plan.vllm_hybrid.max_concurrency),
+        ("naive\n(full KV)", base.naive.max_concurrency),
+        (f"vllm\ngrouping\n({unif})", base.vllm_hybrid.max_concurrency),
         (f"this plan\n({opts.grouping},\n{unif})", plan.hybrid.max_concurrency),
     ]
     other = report.other
@@ -216,7 +217,9 @@ def save_plan_figure(report: PlanReport, path: str | Path) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as e:
-        raise PlotError(f"--plot needs matplotlib, which cannot be imported ({e})") from None
+        raise PlotError(
+            f"--plot needs matplotlib, which cannot be imported ({e}): {install_command('plot')}"
+        ) from None
     plan = report.plan
     cols = min(plan.grouping.num_groups, MAX_GROUPS)
     rows = min(plan.grouping.group_size, MAX_BUFFERS)

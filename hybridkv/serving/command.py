@@ -10,9 +10,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from hybridkv.extras import install_command
 from hybridkv.user_errors import one_line, report
 
-SERVE_EXTRA = "pip install 'hybridkv[serve]'"
+SERVE_EXTRA = install_command("serve")
 
 
 def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -5,15 +5,25 @@
 through the real ``Scheduler`` and ``KVCacheManager`` (``replay``) with step
 times from a roofline cost model (``cost_model``, ``devices``,
 ``model_params``). Each replay gives a ``SimResult``.
+
+``replay_trace`` is imported on first use: the replay drives the engine's
+scheduler, which needs the ``engine`` extra (torch), while the rest (and
+``hybridkv --help``, which registers ``simulate``) needs only the core.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from hybridkv.sim.cost_model import CostModel, StepCost
 from hybridkv.sim.devices import DEVICES, DeviceProfile, device_profile
 from hybridkv.sim.model_params import ACTIVE_PARAMS, active_params_for
 from hybridkv.sim.options import ARRIVALS, SimOptions
-from hybridkv.sim.replay import replay_trace
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.trace import TraceError, TraceRequest, load_trace
+
+if TYPE_CHECKING:
+    from hybridkv.sim.replay import replay_trace
 
 __all__ = [
     "ACTIVE_PARAMS",
@@ -31,3 +41,11 @@ __all__ = [
     "load_trace",
     "replay_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "replay_trace":
+        from hybridkv.sim.replay import replay_trace
+
+        return replay_trace
+    raise AttributeError(f"module 'hybridkv.sim' has no attribute {name!r}")

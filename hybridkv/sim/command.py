@@ -19,19 +19,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hybridkv.layouts import ModelLayout
-from hybridkv.report.resolve import resolve_layout
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.devices import DEVICES, device_profile
 from hybridkv.sim.model_params import active_params_for
 from hybridkv.sim.options import ARRIVALS, SimOptions
-from hybridkv.sim.replay import plan_replay, replay_max_model_len, replay_trace
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.table import memory_label, render_results
 from hybridkv.sim.trace import TraceRequest, load_trace
+
+if TYPE_CHECKING:
+    from hybridkv.layouts import ModelLayout
 
 EXIT_USER_ERROR = 2
 
@@ -124,6 +124,11 @@ def _prepare(
     args: argparse.Namespace,
 ) -> tuple[ModelLayout, list[TraceRequest], CostModel, list[SimOptions]]:
     """Check everything and return (layout, requests, cost model, one options per run)."""
+    # Imported here: the replay drives the engine's scheduler, which needs torch
+    # (``hybridkv.cli`` checks the engine extra before it runs this command).
+    from hybridkv.report.resolve import resolve_layout
+    from hybridkv.sim.replay import plan_replay, replay_max_model_len
+
     budgets = [parse_memory(m) for m in _items(args.memory, "--memory")]
     policies = _items(args.policy, "--policy")
     if args.plot and len(set(budgets)) < 2:
@@ -169,6 +174,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     """Run ``hybridkv simulate`` with parsed ``args``; 0 on success, 2 on user errors."""
     try:
         layout, requests, cost, runs = _prepare(args)
+        from hybridkv.sim.replay import replay_trace
+
         results = []
         for options in runs:
             desc = f"{layout.name} {memory_label(options.memory_bytes)} {options.policy}"

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hybridkv.layouts import ModelLayout
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.specs import (
     AttentionSpec,
@@ -47,6 +47,9 @@ from hybridkv.specs import (
     SlidingWindowSpec,
 )
 from hybridkv.specs.base import prod
+
+if TYPE_CHECKING:
+    from hybridkv.layouts import ModelLayout
 
 WEIGHT_BYTES_PER_PARAM = 2  # bf16 weights
 ATTENTION_FLOPS_PER_PAIR_UNIT = 4

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hybridkv.extras import install_command
 from hybridkv.report.plot import PlotError
 from hybridkv.sim.result import SimResult
 
@@ -22,7 +23,9 @@ def check_plot_available() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as e:
-        raise PlotError(f"--plot needs matplotlib, which cannot be imported ({e})") from None
+        raise PlotError(
+            f"--plot needs matplotlib, which cannot be imported ({e}): {install_command('plot')}"
+        ) from None
 
 
 def curves(results: Sequence[SimResult]) -> dict[str, list[tuple[float, float]]]:

@@ -7,11 +7,9 @@ A block of an attention layer stores K and V for ``block_size`` tokens:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import torch
-
-from hybridkv.specs.base import KVCacheSpec, cdiv, check_positive_int, to_torch_dtype
+from hybridkv.specs.base import KVCacheSpec, cdiv, check_positive_int
+from hybridkv.specs.dtypes import DTYPE_BYTES, dtype_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,18 +18,18 @@ class AttentionSpec(KVCacheSpec):
 
     num_kv_heads: int
     head_size: int
-    dtype: Any  # torch.dtype after validation; names are accepted
+    dtype: str  # a canonical name after validation (``dtypes.py``); torch.dtype accepted
 
     def __post_init__(self) -> None:
         KVCacheSpec.__post_init__(self)
         check_positive_int(self.num_kv_heads, "num_kv_heads")
         check_positive_int(self.head_size, "head_size")
-        object.__setattr__(self, "dtype", to_torch_dtype(self.dtype))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
     @property
     def dtype_bytes(self) -> int:
         """Bytes of one cache element."""
-        return int(torch.empty((), dtype=self.dtype).element_size())
+        return DTYPE_BYTES[self.dtype]
 
     @property
     def page_size_bytes(self) -> int:

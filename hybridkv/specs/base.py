@@ -11,38 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-_DTYPE_NAMES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "fp8": torch.float8_e4m3fn,
-    "fp8_e4m3": torch.float8_e4m3fn,
-    "float8_e5m2": torch.float8_e5m2,
-    "fp8_e5m2": torch.float8_e5m2,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-}
-
-
-def to_torch_dtype(value: Any, field: str = "dtype") -> torch.dtype:
-    """Normalise a ``torch.dtype`` or its name (``"bfloat16"``, ``"fp16"``...)."""
-    if isinstance(value, torch.dtype):
-        return value
-    if isinstance(value, str) and value.lower() in _DTYPE_NAMES:
-        return _DTYPE_NAMES[value.lower()]
-    raise ValueError(
-        f"{field}={value!r} is not a known dtype; use a torch.dtype or one of "
-        f"{sorted(_DTYPE_NAMES)}"
-    )
-
 
 def check_positive_int(value: Any, field: str) -> None:
     """Raise ``ValueError`` unless ``value`` is an int >= 1 (bools rejected)."""

@@ -9,11 +9,9 @@ checkpoint of the state at the end of that block's tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import torch
-
-from hybridkv.specs.base import KVCacheSpec, cdiv, check_positive_int, prod, to_torch_dtype
+from hybridkv.specs.base import KVCacheSpec, cdiv, check_positive_int, prod
+from hybridkv.specs.dtypes import DTYPE_BYTES, dtype_name
 
 MAMBA_TYPES = ("mamba1", "mamba2")
 
@@ -23,7 +21,7 @@ class MambaSpec(KVCacheSpec):
     """State shapes of one Mamba layer; ``page_size_padded`` pads the page."""
 
     shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[Any, ...]
+    dtypes: tuple[str, ...]  # canonical names after validation; torch.dtypes accepted
     page_size_padded: int | None = None
     mamba_type: str = "mamba2"
 
@@ -38,9 +36,9 @@ class MambaSpec(KVCacheSpec):
         for s in shapes:
             if not s or any(d < 1 for d in s):
                 raise ValueError(f"shapes: every dimension must be >= 1, got {s}")
-        if isinstance(self.dtypes, (str, torch.dtype)):
+        if isinstance(self.dtypes, str) or not hasattr(self.dtypes, "__iter__"):
             raise ValueError("dtypes must be a sequence with one dtype per shape")
-        dtypes = tuple(to_torch_dtype(d, "dtypes") for d in self.dtypes)
+        dtypes = tuple(dtype_name(d, "dtypes") for d in self.dtypes)
         if len(dtypes) != len(shapes):
             raise ValueError(
                 f"dtypes has {len(dtypes)} entries but shapes has {len(shapes)}; "
@@ -65,10 +63,7 @@ class MambaSpec(KVCacheSpec):
     @property
     def state_size_bytes(self) -> int:
         """Bytes of the state tensors themselves (no padding)."""
-        return sum(
-            prod(s) * torch.empty((), dtype=d).element_size()
-            for s, d in zip(self.shapes, self.dtypes, strict=True)
-        )
+        return sum(prod(s) * DTYPE_BYTES[d] for s, d in zip(self.shapes, self.dtypes, strict=True))
 
     @property
     def page_size_bytes(self) -> int:
