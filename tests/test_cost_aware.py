@@ -8,7 +8,7 @@ request (``hybridkv.managers.retention.UnitValues``).
 from __future__ import annotations
 
 import pytest
-from factories import config, full, mamba, swa
+from factories import chunked, config, full, mamba, swa
 
 from hybridkv import (
     CostAwareEvictionPolicy,
@@ -109,6 +109,30 @@ def test_floor_spacing_by_hand() -> None:
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
     assert kv._kept_points(req, hit, blocks) == (128, 256)
+
+
+@pytest.mark.parametrize(
+    ("num_chunked", "chunk", "spacing"),
+    [
+        # One chunked group, C = 4096: (p % 4096) // 16 is 0 .. 255 evenly over the
+        # hit positions p (multiples of 16), mean 127.5 pages: 32 * 127.5 * 16.
+        (1, 4096, 65_280),
+        # Llama 4 Scout's groups (configs/llama-4-scout.yaml as the planner groups
+        # it): 3 chunked groups of C = 8192 and 1 full group, block size 16.
+        # Mean 255.5 pages per chunked group: 32 * 3 * 255.5 * 16.
+        (3, 8192, 392_448),
+    ],
+)
+def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, spacing) -> None:
+    # A hit at p needs, in a chunked group, the blocks of p's chunk before p. The
+    # spacing is FLOOR_RATIO (32) x the mean of those pages over the hit positions
+    # far from the start, in full-attention tokens (one full page holds 16), rounded
+    # up to the block size: exact here, since a chunk spans a power of two of blocks.
+    specs = [chunked(16, chunk)] * num_chunked + [full(16)]
+    kv = KVCacheManager(config(64, *specs), 1 << 20, cache_policy="hybrid")
+    assert kv.coordinator.floor_tokens == spacing
+    req = Request("a", list(range(2 * spacing + 1)))
+    assert kv._kept_points(req, 0, None) == (spacing, 2 * spacing)
 
 
 def run(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
