@@ -42,7 +42,12 @@ def all_mutants(root: Path) -> list[Mutant]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
     parser.add_argument("--jobs", type=int, default=2, help="workers (sandboxes), default 2")
-    parser.add_argument("--only", default="", help="run mutants whose key contains this text")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run mutants whose key contains this text (repeat: any of them)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(
         "--recheck-equivalent",
@@ -62,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_from:
         outcomes, clean, seconds, jobs, only, commit = load(Path(args.report_from))
     else:
-        mutants = [m for m in all_mutants(ROOT) if args.only in m.key]
+        mutants = [
+            m for m in all_mutants(ROOT) if not args.only or any(t in m.key for t in args.only)
+        ]
         if args.list:
             for m in mutants:
                 print(f"{m.file}:{m.line}: {m.key}")
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             by_key[m.key] if m.key not in skip else Outcome(m, "equivalent", None, 0.0)
             for m in mutants
         ]
-        seconds, jobs, only = time.monotonic() - start, args.jobs, args.only
+        seconds, jobs, only = time.monotonic() - start, args.jobs, " | ".join(args.only)
         save(saved, outcomes, clean, seconds, jobs, only, commit)
     report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, not only)
     out.write_text(report)
