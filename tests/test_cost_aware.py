@@ -208,3 +208,25 @@ def test_ranks_by_value_only_with_a_weight() -> None:
     from hybridkv.core.eviction import LRUEvictionPolicy
 
     assert LRUEvictionPolicy(blocks).ranks_by_value is False
+
+
+@pytest.mark.parametrize("class_0_first", [True, False])
+def test_equal_keys_evict_the_lower_value_class_first(class_0_first: bool) -> None:
+    # Pool of 6, weight 1/3: key = clock / 6 + (1/3) * class / 2, so a class-1 block
+    # (value 1.5) released one step before a class-0 block (value 1) has the same
+    # key. On such a tie the lower class (less recompute saved per page) goes
+    # first, whichever class queue was made first.
+    blocks = [KVCacheBlock(i) for i in range(1, 7)]
+    for b in blocks:
+        b.block_hash = bytes([b.block_id])
+    policy = CostAwareEvictionPolicy(blocks, weight=1 / 3)
+    assert len(policy.take(6)) == 6
+    b1, b2, b3 = blocks[:3]
+    if class_0_first:
+        policy.release([b3], value=1.0)  # clock 1, key 1/6: makes class 0 first
+    policy.release([b1], value=1.5)  # class 1
+    policy.release([b2], value=1.0)  # class 0, one step later: same key as b1
+    assert b1.evict_key == b2.evict_key
+    expected = [b3, b2, b1] if class_0_first else [b2, b1]
+    assert [policy.take(1)[0] for _ in expected] == expected  # one block at a time
+    policy.check_integrity()
