@@ -230,3 +230,16 @@ def test_equal_keys_evict_the_lower_value_class_first(class_0_first: bool) -> No
     expected = [b3, b2, b1] if class_0_first else [b2, b1]
     assert [policy.take(1)[0] for _ in expected] == expected  # one block at a time
     policy.check_integrity()
+
+
+def test_an_explicit_eviction_policy_overrides_the_hybrid_ranking() -> None:
+    # ``eviction_policy`` overrides the free set's ordering under either cache policy;
+    # without it, ``hybrid`` on a layout with skips ranks by value (cost-aware).
+    from hybridkv.core.eviction import LRUEvictionPolicy
+
+    kv = KVCacheManager(
+        config(8, FULL, SWA), 64, cache_policy="hybrid", eviction_policy=LRUEvictionPolicy
+    )
+    assert type(kv.block_pool.policy) is LRUEvictionPolicy
+    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
+    assert type(kv.block_pool.policy) is CostAwareEvictionPolicy
