@@ -63,8 +63,9 @@ bench: $(VENV)/.installed
 bench-engine: $(VENV)/.demo
 	$(PY) benchmarks/bench_engine.py
 
-# Mutation testing of the core, managers, coordinators, hashing, planning and the
-# scheduler (tools/mutation; 10-20 min on 2 cores, so not part of `make test`). Writes
+# Mutation testing of the core, managers, coordinators, hashing, planning, the
+# manager API and the scheduler (tools/mutation; an estimated 30-45 min on a quiet 2-core box, so not
+# part of `make test`). Writes
 # benchmarks/results/mutation.md; fails below a 95% kill rate.
 mutation: $(VENV)/.dev $(VENV)/.mamba
 	cd tools && $(CURDIR)/$(PY) -m mutation --jobs 2

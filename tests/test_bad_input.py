@@ -180,9 +180,26 @@ class _UnknownSpec(KVCacheSpec):
         return "unknown"
 
 
-def test_spec_without_a_manager() -> None:
+@pytest.mark.parametrize("policy", ["lru", "hybrid"])
+def test_spec_without_a_manager(policy: str) -> None:
+    # Under ``hybrid`` the eviction policy is chosen first (by the groups' skips):
+    # an unknown spec must still be the same ValueError, not a crash there.
     with pytest.raises(ValueError, match="no manager for _UnknownSpec"):
-        manager(8, full(4), _UnknownSpec(4))
+        manager(8, full(4), _UnknownSpec(4), cache_policy=policy)
+    with pytest.raises(ValueError, match="no manager for _UnknownSpec"):
+        manager(8, _UnknownSpec(4), full(4), cache_policy=policy)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "16", None])
+def test_bad_hybrid_tail_tokens_is_a_clear_error(bad: object) -> None:
+    with pytest.raises(ValueError, match="hybrid_tail_tokens must be an int >= 0"):
+        manager(8, full(4), cache_policy="hybrid", hybrid_tail_tokens=bad)
+
+
+@pytest.mark.parametrize("bad", [-1, -0.5, float("inf"), float("nan"), True, "2"])
+def test_bad_hybrid_value_weight_is_a_clear_error(bad: object) -> None:
+    with pytest.raises(ValueError, match="hybrid_value_weight must be a finite number >= 0"):
+        manager(8, full(4), cache_policy="hybrid", hybrid_value_weight=bad)
 
 
 def test_request_hashed_for_another_block_size() -> None:

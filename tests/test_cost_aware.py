@@ -8,7 +8,7 @@ request (``hybridkv.managers.retention.UnitValues``).
 from __future__ import annotations
 
 import pytest
-from factories import config, full, mamba, swa
+from factories import chunked, config, full, mamba, swa
 
 from hybridkv import (
     CostAwareEvictionPolicy,
@@ -111,6 +111,30 @@ def test_floor_spacing_by_hand() -> None:
     assert kv._kept_points(req, hit, blocks) == (128, 256)
 
 
+@pytest.mark.parametrize(
+    ("num_chunked", "chunk", "spacing"),
+    [
+        # One chunked group, C = 4096: (p % 4096) // 16 is 0 .. 255 evenly over the
+        # hit positions p (multiples of 16), mean 127.5 pages: 32 * 127.5 * 16.
+        (1, 4096, 65_280),
+        # Llama 4 Scout's groups (configs/llama-4-scout.yaml as the planner groups
+        # it): 3 chunked groups of C = 8192 and 1 full group, block size 16.
+        # Mean 255.5 pages per chunked group: 32 * 3 * 255.5 * 16.
+        (3, 8192, 392_448),
+    ],
+)
+def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, spacing) -> None:
+    # A hit at p needs, in a chunked group, the blocks of p's chunk before p. The
+    # spacing is FLOOR_RATIO (32) x the mean of those pages over the hit positions
+    # far from the start, in full-attention tokens (one full page holds 16), rounded
+    # up to the block size: exact here, since a chunk spans a power of two of blocks.
+    specs = [chunked(16, chunk)] * num_chunked + [full(16)]
+    kv = KVCacheManager(config(64, *specs), 1 << 20, cache_policy="hybrid")
+    assert kv.coordinator.floor_tokens == spacing
+    req = Request("a", list(range(2 * spacing + 1)))
+    assert kv._kept_points(req, 0, None) == (spacing, 2 * spacing)
+
+
 def run(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
     req = Request(rid, tokens)
     blocks, hit = kv.get_computed_blocks(req)
@@ -184,3 +208,38 @@ def test_ranks_by_value_only_with_a_weight() -> None:
     from hybridkv.core.eviction import LRUEvictionPolicy
 
     assert LRUEvictionPolicy(blocks).ranks_by_value is False
+
+
+@pytest.mark.parametrize("class_0_first", [True, False])
+def test_equal_keys_evict_the_lower_value_class_first(class_0_first: bool) -> None:
+    # Pool of 6, weight 1/3: key = clock / 6 + (1/3) * class / 2, so a class-1 block
+    # (value 1.5) released one step before a class-0 block (value 1) has the same
+    # key. On such a tie the lower class (less recompute saved per page) goes
+    # first, whichever class queue was made first.
+    blocks = [KVCacheBlock(i) for i in range(1, 7)]
+    for b in blocks:
+        b.block_hash = bytes([b.block_id])
+    policy = CostAwareEvictionPolicy(blocks, weight=1 / 3)
+    assert len(policy.take(6)) == 6
+    b1, b2, b3 = blocks[:3]
+    if class_0_first:
+        policy.release([b3], value=1.0)  # clock 1, key 1/6: makes class 0 first
+    policy.release([b1], value=1.5)  # class 1
+    policy.release([b2], value=1.0)  # class 0, one step later: same key as b1
+    assert b1.evict_key == b2.evict_key
+    expected = [b3, b2, b1] if class_0_first else [b2, b1]
+    assert [policy.take(1)[0] for _ in expected] == expected  # one block at a time
+    policy.check_integrity()
+
+
+def test_an_explicit_eviction_policy_overrides_the_hybrid_ranking() -> None:
+    # ``eviction_policy`` overrides the free set's ordering under either cache policy;
+    # without it, ``hybrid`` on a layout with skips ranks by value (cost-aware).
+    from hybridkv.core.eviction import LRUEvictionPolicy
+
+    kv = KVCacheManager(
+        config(8, FULL, SWA), 64, cache_policy="hybrid", eviction_policy=LRUEvictionPolicy
+    )
+    assert type(kv.block_pool.policy) is LRUEvictionPolicy
+    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
+    assert type(kv.block_pool.policy) is CostAwareEvictionPolicy

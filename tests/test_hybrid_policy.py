@@ -129,13 +129,16 @@ def test_tail_keeps_hit_points_before_the_end() -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_one_full_group_makes_the_same_decisions(seed: int) -> None:
-    """No regression: without skipping groups both policies are identical."""
+@pytest.mark.parametrize("specs", [(FULL,), (FULL, full(8))], ids=["one", "two-block-sizes"])
+def test_one_full_group_makes_the_same_decisions(seed: int, specs) -> None:
+    """No regression: without skipping groups both policies are identical (also
+    with full-attention groups of two block sizes, vLLM's unification of two
+    head sizes: a block past the last common boundary is not dead to ``lru``)."""
     rng = random.Random(seed)
     prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 40))] for _ in range(4)]
     runs = []
     for policy in ("lru", "hybrid"):
-        kv = manager(FULL, num_blocks=24, policy=policy)
+        kv = manager(*specs, num_blocks=24 * len(specs), policy=policy)
         r2 = random.Random(seed)
         trace = []
         for k in range(60):
@@ -146,6 +149,31 @@ def test_one_full_group_makes_the_same_decisions(seed: int) -> None:
             trace.append((hit, kv.get_block_ids(req.request_id), out is None))
             kv.free(req)
             trace.append(tuple(b.block_id for b in kv.block_pool.policy))
+        runs.append(trace)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("second", [SWA, CHUNKED, MAMBA], ids=["sliding", "chunked", "mamba"])
+def test_without_prefix_caching_hybrid_is_lru(second) -> None:
+    """Nothing is cached, so there is nothing to keep: ``hybrid`` must release a
+    sliding window's passed blocks as ``lru`` does, and take the same blocks."""
+    runs = []
+    for policy in ("lru", "hybrid"):
+        kv = KVCacheManager(
+            config(40, FULL, second), 256, cache_policy=policy, enable_caching=False
+        )
+        trace = []
+        reqs = [Request(f"r{k}", list(range(k, k + 10 + 3 * k))) for k in range(3)]
+        for _ in range(12):  # prefill, then decode: the window passes blocks
+            for r in reqs:
+                n = r.num_tokens - r.num_computed_tokens
+                trace.append((kv.allocate_slots(r, n) is None, kv.get_block_ids(r.request_id)))
+                r.num_computed_tokens += n
+                r.append_output_token_ids(7)
+            trace.append(kv.block_pool.num_free_blocks)
+        for r in reqs:
+            kv.free(r)
+        kv.check_integrity()
         runs.append(trace)
     assert runs[0] == runs[1]
 

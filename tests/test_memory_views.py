@@ -150,3 +150,27 @@ def test_allocate_needs_tensors() -> None:
     viewed = allocate_kv_cache(cfg, dtype=torch.int16)
     cache = viewed.layers["layers.0"]
     assert isinstance(cache, AttentionCache) and cache.key.dtype == torch.int16
+
+
+def test_a_mamba_state_that_fills_its_page_exactly_gets_views() -> None:
+    # Conv (2, 32) + SSM (2, 32) in float32: 256 + 256 = 512 B, exactly the page of
+    # a 16-token fp16 attention block with one KV head of 8 (2 x 16 x 8 x 2 B): no
+    # padding, and the SSM state ends on the page's last byte.
+    from hybridkv import FullAttentionSpec, MambaSpec
+
+    attn = FullAttentionSpec(16, 1, 8, "float16")
+    state = MambaSpec(16, shapes=((2, 32), (2, 32)), dtypes=("float32", "float32"))
+    plan = plan_kv_cache(
+        {"f0": attn, "m0": state}, 10**6, max_model_len=64, max_num_batched_tokens=32
+    )
+    assert plan.slot_bytes == 512 and plan.unified.notes == ()
+    cfg = plan.kv_cache_config
+    bufs = allocate_kv_cache(cfg)
+    cache = bufs.layers["m0"]
+    assert isinstance(cache, MambaCache)
+    assert cache.conv.shape == cache.ssm.shape == (cfg.num_blocks, 2, 32)
+    for view in (cache.conv, cache.ssm):
+        view[3].fill_(1.2345679)  # float32 bytes 52 06 9e 3f: none is zero
+    t, start, end = layer_byte_range(cfg, "m0", 3)
+    assert end - start == 512
+    assert _changed(bufs) == [(t, start, end)]  # conv and SSM fill the whole page

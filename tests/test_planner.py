@@ -369,3 +369,78 @@ def test_unification_notes_say_what_changed() -> None:
     notes = unify_vllm({"a": attn, "b": big}).notes
     assert notes == ("full layers (512 B pages) use block size 32 to fill the 1024 B slot",)
     assert unify_vllm({"a": attn, "b": attn}).notes == ()
+
+
+def test_packed_attention_only_packs_a_divisor_of_both_ratio_and_layers() -> None:
+    # A 2,048 B page (4 heads) and three 512 B pages (1 head): ratio 4. Packing
+    # may use only a divisor of 4 that is at most the 3 small layers: 2. The other
+    # factor 2 is taken by the block size: 16 x 4 / 2 = 32, two layers per slot.
+    big = FullAttentionSpec(16, 4, 8, "float16")
+    small = SlidingWindowSpec(16, 1, 8, "float16", sliding_window=64)
+    u = unify_packed({"big": big, "s0": small, "s1": small, "s2": small}, pack_attention=1)
+    assert u.slot_bytes == 2048
+    assert u.specs["s0"].block_size == 32
+    assert u.pack[u.specs["s0"]] == 2
+    assert u.specs["big"].block_size == 16 and u.pack[u.specs["big"]] == 1
+
+
+def test_pack_attention_below_one_is_refused() -> None:
+    attn = FullAttentionSpec(16, 1, 8, "float16")
+    state = MambaSpec(16, shapes=((4, 100),), dtypes=("float32",))
+    for specs in ({"f0": attn, "m0": state}, {"f0": attn}):
+        with pytest.raises(ValueError, match="pack_attention must be >= 1, got 0"):
+            unify_packed(specs, pack_attention=0)
+
+
+def test_mamba_unification_sizes_by_hand() -> None:
+    attn = FullAttentionSpec(16, 1, 8, "float16")  # 32 B per token
+    state = MambaSpec(16, shapes=((4, 100),), dtypes=("float32",))  # 1,600 B
+    # Two Mamba kinds: the slot holds the larger state (1,600 B, not 800 B):
+    # block 16 x cdiv(1600, 16 x 32) = 64, slot 64 x 32 = 2,048 B.
+    half = MambaSpec(16, shapes=((4, 50),), dtypes=("float32",))
+    u = unify_vllm({"f0": attn, "m0": state, "m1": half})
+    assert (u.slot_bytes, u.specs["f0"].block_size) == (2048, 64)
+    assert u.specs["m1"].page_size_bytes == 2048
+    # Block size 32 (above the 16 B alignment): the raised size stays a multiple of
+    # 32. A 1,100 B state: 32 x cdiv(1100, 32 x 32) = 64 (not 16 x cdiv(1100, 512) = 48).
+    a32 = FullAttentionSpec(32, 1, 8, "float16")
+    s1100 = MambaSpec(32, shapes=((275,),), dtypes=("float32",))
+    u = unify_vllm({"f0": a32, "m0": s1100})
+    assert (u.slot_bytes, u.specs["f0"].block_size) == (2048, 64)
+    # Two attention page sizes (32 and 64 B per token), vLLM unification: the block
+    # size is set by the larger: 16 x cdiv(1600, 16 x 64) = 32, slot 32 x 64 = 2,048 B.
+    # The small layers fill it with a 2x block (64 tokens), one layer per slot (vLLM
+    # never packs), and the attention block size is the large-page spec's, 32.
+    wide = FullAttentionSpec(16, 2, 8, "float16")
+    u = unify_vllm({"a0": attn, "a1": attn, "b0": wide, "m0": state})
+    assert u.slot_bytes == 2048
+    assert {n: (s.block_size, u.pack[s]) for n, s in u.specs.items()} == {
+        "a0": (64, 1),
+        "a1": (64, 1),
+        "b0": (32, 1),
+        "m0": (32, 1),
+    }
+    assert u.attention_block_size == 32
+
+
+def test_unification_notes_only_for_real_changes() -> None:
+    attn = FullAttentionSpec(16, 1, 8, "float16")  # 512 B pages
+    # A 400 B state fits a 16-token page: no block size change, only padding.
+    fits = MambaSpec(16, shapes=((4, 25),), dtypes=("float32",))
+    assert unify_vllm({"f0": attn, "m0": fits}).notes == (
+        "Mamba state 400 B padded to the 512 B slot (+28.0%)",
+    )
+    # A 512 B state fills the page exactly: nothing to say.
+    exact = MambaSpec(16, shapes=((4, 32),), dtypes=("float32",))
+    assert unify_vllm({"f0": attn, "m0": exact}).notes == ()
+
+
+@pytest.mark.parametrize(("cap", "block_size"), [(32, 32), (29, 32), (28, 48), (15, 48), (14, 80)])
+def test_packed_jamba_respects_the_group_cap(cap: int, block_size: int) -> None:
+    # Jamba's 4 attention layers pack 1, 2 or 4 per slot: blocks of 80, 48 and 32
+    # tokens in 8, 15 and 29 groups. The smallest block wins among the packs whose
+    # group count is within max_packed_groups (p = 1 is always allowed).
+    layout = shipped_layout("jamba-v0.1")
+    plan = plan_kv_cache(layout, 80 * GB, unification="packed", max_packed_groups=cap)
+    assert plan.unified.attention_block_size == block_size
+    assert plan.grouping.num_groups == {32: 29, 48: 15, 80: 8}[block_size]

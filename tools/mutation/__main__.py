@@ -14,7 +14,7 @@ from .generate import generate_file
 from .mutant import Mutant
 from .report import commit_of, render, summarize
 from .results import load, save
-from .run import run
+from .run import Outcome, run
 from .targets import target_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +42,19 @@ def all_mutants(root: Path) -> list[Mutant]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__)
     parser.add_argument("--jobs", type=int, default=2, help="workers (sandboxes), default 2")
-    parser.add_argument("--only", default="", help="run mutants whose key contains this text")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run mutants whose key contains this text (repeat: any of them)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--recheck-equivalent",
+        action="store_true",
+        help="also run the mutants argued equivalent (equivalent.yaml); by default they are "
+        "reported with their argument but not run (each would run all its tests)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mutation.md"))
     parser.add_argument(
         "--report-from",
@@ -56,15 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_from:
         outcomes, clean, seconds, jobs, only, commit = load(Path(args.report_from))
     else:
-        mutants = [m for m in all_mutants(ROOT) if args.only in m.key]
+        mutants = [
+            m for m in all_mutants(ROOT) if not args.only or any(t in m.key for t in args.only)
+        ]
         if args.list:
             for m in mutants:
                 print(f"{m.file}:{m.line}: {m.key}")
             print(f"{len(mutants)} mutants")
             return 0
         start, commit = time.monotonic(), commit_of(ROOT)
-        outcomes, clean = run(ROOT, mutants, args.jobs)
-        seconds, jobs, only = time.monotonic() - start, args.jobs, args.only
+        skip = set() if args.recheck_equivalent else {m.key for m in mutants} & set(EQUIVALENT)
+        ran, clean = run(ROOT, [m for m in mutants if m.key not in skip], args.jobs)
+        by_key = {o.mutant.key: o for o in ran}
+        outcomes = [
+            by_key[m.key] if m.key not in skip else Outcome(m, "equivalent", None, 0.0)
+            for m in mutants
+        ]
+        seconds, jobs, only = time.monotonic() - start, args.jobs, " | ".join(args.only)
         save(saved, outcomes, clean, seconds, jobs, only, commit)
     report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, not only)
     out.write_text(report)

@@ -28,8 +28,11 @@ class Summary:
 
 
 def summarize(outcomes: list[Outcome], equivalent: dict[str, str]) -> Summary:
+    """Counts. A mutant not run because it is argued equivalent (status ``equivalent``)
+    counts as an equivalent survivor; one whose note has since been removed counts
+    as a survivor (it must be run again)."""
     killed = sum(o.status in ("killed", "timeout") for o in outcomes)
-    survived = [o for o in outcomes if o.status == "survived"]
+    survived = [o for o in outcomes if o.status in ("survived", "equivalent")]
     eq = sum(o.mutant.key in equivalent for o in survived)
     errors = sum(o.status == "error" for o in outcomes)
     return Summary(len(outcomes), killed, eq, len(survived) - eq, errors)
@@ -59,6 +62,7 @@ def render(
 ) -> str:
     """The report: summary, per-file and per-operator tables, survivors with arguments."""
     s = summarize(outcomes, equivalent)
+    not_run = sum(o.status == "equivalent" for o in outcomes)
     lines = [
         "# Mutation testing",
         "",
@@ -72,6 +76,8 @@ def render(
         f"- **kill rate {100 * s.rate:.1f}%**: {s.killed} killed of {s.total} mutants, "
         f"{s.equivalent} equivalent survivors (argued below) left out, "
         f"{s.survivors} other survivors, {s.errors} errors",
+        f"- {not_run} mutants argued equivalent were not run (`python -m mutation "
+        "--recheck-equivalent` runs them too; a killed one would only raise the rate)",
         "",
         "## Test sets (clean run)",
         "",
@@ -86,21 +92,29 @@ def render(
         c = by_file.setdefault(o.mutant.file, Counter())
         c["n"] += 1
         c["killed"] += o.status in ("killed", "timeout")
-        c["eq"] += o.status == "survived" and o.mutant.key in equivalent
-        c["surv"] += o.status == "survived" and o.mutant.key not in equivalent
+        survived = o.status in ("survived", "equivalent")
+        c["eq"] += survived and o.mutant.key in equivalent
+        c["surv"] += survived and o.mutant.key not in equivalent
     for f, c in sorted(by_file.items()):
         lines.append(f"| {f} | {c['n']} | {c['killed']} | {c['eq']} | {c['surv']} |")
     ops = Counter(o.mutant.description if o.mutant.start is not None else "curated"
                   for o in outcomes)  # fmt: skip
     lines += ["", "Operators: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())), ""]
-    survivors = [o for o in outcomes if o.status == "survived"]
+    survivors = [o for o in outcomes if o.status in ("survived", "equivalent")]
     lines += ["## Survivors", ""]
     if not survivors:
         lines.append("None.")
     for o in survivors:
         m = o.mutant
         why = equivalent.get(m.key)
-        verdict = f"equivalent: {why}" if why else "**not argued equivalent: needs a test**"
+        if o.status == "equivalent":
+            verdict = (
+                f"equivalent (not run): {why}"
+                if why
+                else "**not run as equivalent, but no longer argued: run it again**"
+            )
+        else:
+            verdict = f"equivalent: {why}" if why else "**not argued equivalent: needs a test**"
         lines += [f"- `{m.key}` (line {m.line})", f"  - {verdict}"]
     errors = [o for o in outcomes if o.status == "error"]
     if errors:

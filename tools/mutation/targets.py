@@ -18,6 +18,7 @@ TARGETS = (
     "hybridkv/coordinators/*.py",
     "hybridkv/hashing.py",
     "hybridkv/snapshots.py",
+    "hybridkv/kv_cache_manager.py",
     "hybridkv/planning/*.py",
     "hybridkv/engine/scheduler.py",
 )
@@ -28,13 +29,17 @@ _MANAGER_TESTS = (
     "tests/test_retention.py",
     "tests/test_snapshots.py",
     "tests/test_tail_alignment.py",
+    "tests/test_free_queue.py",
+    "tests/test_uncache.py",
     "tests/test_hybrid.py",
     "tests/test_lifecycle.py",
     "tests/test_kv_event_keys.py",
     "tests/test_walkthrough.py",
     "tests/test_isolation.py",
     "tests/test_bad_input.py",
+    "tests/hardening/test_manager_misuse.py",
     "tests/test_xxhash_collision.py",
+    "tests/test_kv_events_mirror.py",
     "tests/test_state_machine.py",
 )
 
@@ -43,6 +48,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "hybridkv/managers/": _MANAGER_TESTS,
     "hybridkv/coordinators/": _MANAGER_TESTS,
     "hybridkv/snapshots.py": _MANAGER_TESTS,
+    "hybridkv/kv_cache_manager.py": _MANAGER_TESTS,
     "hybridkv/hashing.py": (
         "tests/test_hashing.py",
         "tests/test_isolation.py",

@@ -120,6 +120,10 @@ def _run(sandbox: Path, job: dict[str, Any], tmp: Path) -> dict[str, Any]:
     if out["code"] in (1, 2):  # tests failed / interrupted (collection error, -x)
         return {"status": "killed", "test": out["test"], "seconds": seconds}
     tail = log.read_text(errors="replace")[-2000:]
+    if out["code"] == 4 and "while loading conftest" in log.read_text(errors="replace"):
+        # A conftest that imports the package (tests/hardening/conftest.py) fails to
+        # load: the mutant breaks the import (the clean run proved the arguments good).
+        return {"status": "killed", "test": "loading a conftest", "seconds": seconds}
     return {"status": "error", "test": f"pytest exit {out['code']}: {tail}", "seconds": seconds}
 
 
