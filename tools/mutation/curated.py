@@ -20,8 +20,8 @@ def _m(file: str, original: str, replacement: str, description: str) -> Mutant:
 CURATED: tuple[Mutant, ...] = (
     _m(
         "hybridkv/managers/base.py",
-        "if b.ref_cnt == 1 and not b.is_null and not (spans and in_spans(spans, i)):",
-        "if not b.is_null and not (spans and in_spans(spans, i)):",
+        "n -= sum(1 for b in blocks[lo:hi] if b.ref_cnt == 1 and not b.is_null)",
+        "n -= sum(1 for b in blocks[lo:hi] if not b.is_null)",
         "a skipped block counts as freed even when another request holds it",
     ),
     _m(
