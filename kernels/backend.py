@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-ENV_VAR = "HYBRIDKV_KERNEL_BACKEND"
+from hybridkv import env
+
+ENV_VAR = env.KERNEL_BACKEND
 BACKENDS = ("triton", "torch", "native", "mamba_ssm")
 
 
@@ -37,13 +38,13 @@ class KernelBackendError(ValueError, RuntimeError):
 
 
 def backend_from_environment() -> str | None:
-    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (read here only)."""
-    return os.environ.get(ENV_VAR) or None
+    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (``hybridkv.env``)."""
+    return env.kernel_backend()
 
 
 def interpreter_enabled() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return env.triton_interpret()
 
 
 def triton_installed() -> bool:
