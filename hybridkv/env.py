@@ -3,12 +3,12 @@
 Each is read when asked (never cached at import), so a test's ``monkeypatch.setenv``
 takes effect at the next call. An empty value counts as unset.
 
-| variable                  | what it sets                                        | default          |
-|---------------------------|-----------------------------------------------------|------------------|
-| ``HYBRIDKV_KERNEL_BACKEND`` | the kernel backend (``hybridkv.kernels.backends``)  | by device        |
-| ``HYBRIDKV_CACHE``        | root of the caches (converted checkpoints, C builds) | ~/.cache/hybridkv |
-| ``TRITON_INTERPRET``      | Triton runs kernels in its CPU interpreter ("1")    | off              |
-| ``CC``                    | the C compiler of the native CPU kernels            | ``cc``           |
+- ``HYBRIDKV_KERNEL_BACKEND``: the engine's kernel backend (``torch``, ``triton``,
+  ``native``; ``hybridkv.kernels.registry``); default: by device.
+- ``HYBRIDKV_CACHE``: root of the caches (converted checkpoints, the C build);
+  default ``~/.cache/hybridkv``.
+- ``TRITON_INTERPRET``: ``1`` runs Triton kernels in its CPU interpreter (tests).
+- ``CC``: the C compiler of the native CPU kernels; default ``cc``.
 
 Benchmarks and tools read their own variables (``VLLM_SRC``...); this module is the
 library's. Torch-free and import-free: anything may import it.

@@ -35,8 +35,12 @@ def _decode_plan(a: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.
     return plan
 
 
-def run_native(a: AttentionInputs) -> None:
-    """Write attention of ``a.q`` into ``a.out`` (arguments checked, CPU tensors)."""
+def run_native(a: AttentionInputs, num_segments: int | None = None) -> None:
+    """Write attention of ``a.q`` into ``a.out`` (arguments checked, CPU tensors).
+
+    Decode rows run in C; prefill rows run the torch reference's batched SDPA
+    (the native backend's declared fallback). No split-KV: ``num_segments``
+    does not apply."""
     plan = _decode_plan(a)
     if plan is not None:
         tables, q_rows, seq_lens = plan
