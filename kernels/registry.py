@@ -6,10 +6,13 @@ activation, greedy sampling and the Mamba ops, plus how linear layers are
 packed (``amx_linears``). Models call ``batch.ops.attention(...)`` and never
 look at a backend's name.
 
-Each backend implements what it has and names, for every op it lacks, the
-backend class that runs it instead (``fallbacks``): that is the only way an op
-comes from elsewhere, it is checked when the class is defined (every op is
-implemented or declared, never both), and ``describe()`` prints it::
+The attention, cache-write and Mamba ops run the public per-op functions
+(``unified_attention``... with ``backend=`` the backend's name); the Gemma ops
+and greedy sampling are methods each backend implements. For every op it
+lacks, a backend names the backend class that runs it instead (``fallbacks``):
+that is the only way an op comes from elsewhere, it is checked when the class
+is defined (every op is described or declared, never both), and
+``describe()`` prints it::
 
     torch   the references; every op
     triton  attention, cache write, Mamba ops in Triton; norms, RoPE, GeGLU,
@@ -31,14 +34,14 @@ import functools
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
+from hybridkv.kernels.attention import AttentionMetadata, AttentionOptions, unified_attention
 from hybridkv.kernels.backend import resolve_backend
-
-if TYPE_CHECKING:
-    from hybridkv.kernels.attention.metadata import AttentionMetadata, AttentionOptions
+from hybridkv.kernels.cache_write import reshape_and_cache
+from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn
 
 #: The ops every backend provides, in ``describe()`` order.
 OPS = (
@@ -53,15 +56,28 @@ OPS = (
 )
 
 
+def _delegate(source: type[KernelBackend], op: str) -> Any:
+    """``op`` of a ``source`` instance, as a method of another backend (a declared fallback)."""
+    run_there = getattr(source(), op)
+
+    def run(self: KernelBackend, *args: Any, **kwargs: Any) -> Any:
+        return run_there(*args, **kwargs)
+
+    run.__doc__ = f"{op} of backend {source.name!r} (declared fallback)"
+    return run
+
+
 class KernelBackend(ABC):
     """Every op a model step calls, implemented once per backend (see the module docstring).
 
-    Subclasses set ``name``, implement ops, and map each op they lack to the
-    backend class that runs it (``fallbacks``). Instances hold no state: one
-    per engine, shared.
+    Subclasses set ``name``, describe each op they run (``kernels``: op -> one
+    line) and map each op they lack to the backend class that runs it
+    (``fallbacks``). Instances hold no state: one per engine, shared.
     """
 
     name: ClassVar[str]
+    #: op -> what runs it here, one line (``describe()``); the ops this backend runs.
+    kernels: ClassVar[Mapping[str, str]] = {}
     #: op -> the backend class whose implementation this backend uses for it.
     fallbacks: ClassVar[Mapping[str, type[KernelBackend]]] = {}
     #: Whether linear layers also get the AMX decode kernel (``PackedLinear``, CPU bf16).
@@ -74,10 +90,14 @@ class KernelBackend(ABC):
         for op, source in cls.fallbacks.items():
             if op not in OPS:
                 raise TypeError(f"{cls.__name__}.fallbacks: {op!r} is not an op ({OPS})")
-            if op in cls.__dict__:
+            if op in cls.kernels or op in cls.__dict__:
                 raise TypeError(f"{cls.__name__} both implements {op!r} and takes it from "
                                 f"{source.__name__}")  # fmt: skip
-            setattr(cls, op, source.__dict__[op])
+            setattr(cls, op, _delegate(source, op))
+        covered = sorted([*cls.kernels, *cls.fallbacks])
+        if covered != sorted(OPS):
+            raise TypeError(f"{cls.__name__}: kernels and fallbacks must name every op once; "
+                            f"got {covered}, ops are {sorted(OPS)}")  # fmt: skip
 
     def __str__(self) -> str:
         return self.name
@@ -94,16 +114,17 @@ class KernelBackend(ABC):
         """A table: for each op, the backend that runs it and its kernel (one line each)."""
         rows = [("op", "runs on", "kernel")]
         for op in OPS:
-            doc = (getattr(type(self), op).__doc__ or "").strip().splitlines()[0]
-            via = self.runs(op)
-            rows.append((op, via if via == self.name else f"{via} (fallback)", doc))
+            source = self.fallbacks.get(op)
+            if source is None:
+                rows.append((op, self.name, self.kernels[op]))
+            else:
+                rows.append((op, f"{source.name} (fallback)", source.kernels[op]))
         rows.append(("linear", self.name, self.linear_kernels))
         width = [max(len(r[i]) for r in rows) for i in range(2)]
         lines = [f"{a:<{width[0]}}  {b:<{width[1]}}  {c}" for a, b, c in rows]
         return f"kernel backend {self.name!r}\n" + "\n".join(lines)
 
     # -- attention ---------------------------------------------------------------
-    @abstractmethod
     def attention(
         self,
         q: torch.Tensor,
@@ -114,8 +135,9 @@ class KernelBackend(ABC):
         sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``unified_attention`` (same contract): ``q [T, Hq, D]`` -> ``[T, Hq, D]``."""
+        return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks,
+                                 backend=self.name)  # fmt: skip
 
-    @abstractmethod
     def cache_write(
         self,
         key: torch.Tensor,
@@ -125,6 +147,7 @@ class KernelBackend(ABC):
         slot_mapping: torch.Tensor,
     ) -> None:
         """``reshape_and_cache`` (same contract): write new K/V rows at their slots."""
+        reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend=self.name)
 
     # -- Gemma layer ops -----------------------------------------------------------
     @abstractmethod
@@ -168,7 +191,6 @@ class KernelBackend(ABC):
         """``logits [N, V]`` -> int64 ``[N]``: each row's first maximal index."""
 
     # -- Mamba -----------------------------------------------------------------------
-    @abstractmethod
     def causal_conv1d(
         self,
         x: torch.Tensor,
@@ -181,8 +203,10 @@ class KernelBackend(ABC):
         save_state_indices: torch.Tensor,
     ) -> torch.Tensor:
         """``causal_conv1d_fn`` (same contract): varlen conv from and into state slots."""
+        return causal_conv1d_fn(x, weight, bias, activation, conv_state, query_start_loc,
+                                initial_state_indices, save_state_indices,
+                                backend=self.name)  # fmt: skip
 
-    @abstractmethod
     def selective_scan(
         self,
         x: torch.Tensor,
@@ -200,6 +224,9 @@ class KernelBackend(ABC):
         save_state_indices: torch.Tensor,
     ) -> torch.Tensor:
         """``selective_scan_fn`` (same contract): varlen Mamba1 scan over state slots."""
+        return selective_scan_fn(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state,
+                                 query_start_loc, initial_state_indices, save_state_indices,
+                                 backend=self.name)  # fmt: skip
 
 
 #: name -> ``"module:Class"``, loaded on first request.

@@ -8,12 +8,12 @@ from here the ops they have no kernel for (their ``fallbacks``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 from torch.nn import functional as F
 
-from hybridkv.kernels.attention import AttentionMetadata, AttentionOptions, unified_attention
-from hybridkv.kernels.cache_write import reshape_and_cache
-from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn
 from hybridkv.kernels.registry import KernelBackend
 
 
@@ -49,30 +49,16 @@ class TorchBackend(KernelBackend):
     """The references: every op in eager torch."""
 
     name = "torch"
-
-    def attention(
-        self,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        opts: AttentionOptions,
-        sinks: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """torch: gathered pages, batched SDPA (``attention/reference.py``)"""
-        return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks,
-                                 backend="torch")  # fmt: skip
-
-    def cache_write(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-    ) -> None:
-        """torch: one masked index_put per cache (``cache_write.py``)"""
-        reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend="torch")
+    kernels: ClassVar[Mapping[str, str]] = {
+        "attention": "torch: gathered pages, batched SDPA (attention/reference.py)",
+        "cache_write": "torch: one masked index_put per cache (cache_write.py)",
+        "add_rms_norm": "torch: fp32 norms, residual add in the activations' dtype",
+        "norm_rope": "torch: fp32 per-head norm, then rotate_half RoPE",
+        "gelu_tanh_mul": 'torch: F.gelu(approximate="tanh") * up',
+        "greedy": "torch: logits.max(-1).indices (in the logits' dtype)",
+        "causal_conv1d": "torch: one einsum over gathered taps (mamba/conv_prefill.py)",
+        "selective_scan": "torch: sequential fp32 scan (mamba/ssm_scan.py)",
+    }
 
     def add_rms_norm(
         self,
@@ -82,64 +68,18 @@ class TorchBackend(KernelBackend):
         out_scale: torch.Tensor,
         eps: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """torch: fp32 norms, residual add in the activations' dtype"""
         if h is not None:
             assert h_scale is not None, "h_scale: required with h"
             x = x + gemma_rms_norm(h, h_scale, eps)
         return x, gemma_rms_norm(x, out_scale, eps)
 
     def norm_rope(
-        self,
-        x: torch.Tensor,
-        scale: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        eps: float,
+        self, x: torch.Tensor, scale: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
     ) -> torch.Tensor:
-        """torch: fp32 per-head norm, then rotate_half RoPE"""
         return apply_rope(gemma_rms_norm(x, scale, eps), cos, sin)
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        """torch: F.gelu(approximate="tanh") * up"""
         return F.gelu(gate, approximate="tanh") * up
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
-        """torch: logits.max(-1).indices (in the logits' dtype)"""
         return max_indices(logits)
-
-    def causal_conv1d(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        activation: str | None,
-        conv_state: torch.Tensor,
-        query_start_loc: torch.Tensor,
-        initial_state_indices: torch.Tensor,
-        save_state_indices: torch.Tensor,
-    ) -> torch.Tensor:
-        """torch: one einsum over gathered taps (``mamba/conv_prefill.py``)"""
-        return causal_conv1d_fn(x, weight, bias, activation, conv_state, query_start_loc,
-                                initial_state_indices, save_state_indices,
-                                backend="torch")  # fmt: skip
-
-    def selective_scan(
-        self,
-        x: torch.Tensor,
-        dt: torch.Tensor,
-        A: torch.Tensor,
-        B: torch.Tensor,
-        C: torch.Tensor,
-        D: torch.Tensor | None,
-        z: torch.Tensor | None,
-        dt_bias: torch.Tensor | None,
-        dt_softplus: bool,
-        ssm_state: torch.Tensor,
-        query_start_loc: torch.Tensor,
-        initial_state_indices: torch.Tensor,
-        save_state_indices: torch.Tensor,
-    ) -> torch.Tensor:
-        """torch: sequential fp32 scan (``mamba/ssm_scan.py``)"""
-        return selective_scan_fn(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state,
-                                 query_start_loc, initial_state_indices, save_state_indices,
-                                 backend="torch")  # fmt: skip

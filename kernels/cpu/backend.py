@@ -16,8 +16,6 @@ from typing import ClassVar
 
 import torch
 
-from hybridkv.kernels.attention import AttentionMetadata, AttentionOptions, unified_attention
-from hybridkv.kernels.cache_write import reshape_and_cache
 from hybridkv.kernels.cpu.ops import add_norm_, argmax_rows, geglu, norm_rope_
 from hybridkv.kernels.registry import KernelBackend
 from hybridkv.kernels.torch_backend import TorchBackend
@@ -27,36 +25,20 @@ class NativeBackend(KernelBackend):
     """C kernels on the CPU; Mamba ops (and prefill attention rows) from torch."""
 
     name = "native"
+    kernels: ClassVar[Mapping[str, str]] = {
+        "attention": "C: decode rows in place from the pages; prefill rows: torch SDPA (declared)",
+        "cache_write": "C: hkv_cache_write, one memcpy per token row",
+        "add_rms_norm": "C: hkv_add_norm, residual add fused with both norms, x updated in place",
+        "norm_rope": "C: hkv_norm_rope, per-head norm + RoPE in place",
+        "gelu_tanh_mul": "C: hkv_geglu",
+        "greedy": "C: hkv_argmax_rows, no fp32 copy of bf16 logits",
+    }
     fallbacks: ClassVar[Mapping[str, type[KernelBackend]]] = {
         "causal_conv1d": TorchBackend,
         "selective_scan": TorchBackend,
     }
     amx_linears = True
     linear_kernels = "AMX tiles up to 64 rows where the CPU has AMX-BF16, else oneDNN-packed"
-
-    def attention(
-        self,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        opts: AttentionOptions,
-        sinks: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """C: decode rows in place from the pages; prefill rows: torch SDPA (declared)"""
-        return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks,
-                                 backend="native")  # fmt: skip
-
-    def cache_write(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-    ) -> None:
-        """C: hkv_cache_write, one memcpy per token row"""
-        reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend="native")
 
     def add_rms_norm(
         self,
@@ -66,26 +48,17 @@ class NativeBackend(KernelBackend):
         out_scale: torch.Tensor,
         eps: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """C: hkv_add_norm, residual add fused with both norms, x updated in place"""
         y = add_norm_(x, h, h_scale, out_scale, eps)
         assert y is not None  # out_scale given
         return x, y
 
     def norm_rope(
-        self,
-        x: torch.Tensor,
-        scale: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        eps: float,
+        self, x: torch.Tensor, scale: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
     ) -> torch.Tensor:
-        """C: hkv_norm_rope, per-head norm + RoPE in place"""
         return norm_rope_(x, scale, cos, sin, eps)
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        """C: hkv_geglu"""
         return geglu(gate, up)
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
-        """C: hkv_argmax_rows, no fp32 copy of bf16 logits"""
         return argmax_rows(logits)
