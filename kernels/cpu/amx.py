@@ -20,8 +20,8 @@ import functools
 
 import torch
 
-from hybridkv.kernels.cpu.build import NativeBuildError
-from hybridkv.kernels.cpu.ffi import c_fn
+from hybridkv.kernels.cpu.build import NativeBuildError, library
+from hybridkv.kernels.cpu.ffi import bind, c_fn
 from hybridkv.kernels.cpu.ops import check_cpu_tensor
 
 #: The tile layout's granularity: 64 output columns per group, k in steps of 32.
@@ -32,10 +32,10 @@ GROUP, KSTEP = 64, 32
 def amx_status() -> str | None:
     """None when the AMX kernel runs on this machine, else why not (one line)."""
     try:
-        init = c_fn("hkv_amx_init")
+        lib = library()
     except NativeBuildError as exc:
         return str(exc).splitlines()[0]
-    code = int(init())
+    code = int(bind(lib, "hkv_amx_init")())
     if code == 1:
         return None
     if code == 0:

@@ -71,12 +71,17 @@ PROTOTYPES: dict[str, tuple[Any, tuple[Any, ...]]] = {
 }  # fmt: skip
 
 
-@functools.cache
-def c_fn(name: str) -> Callable[..., Any]:
-    """The C function ``name`` with its prototype from ``PROTOTYPES`` (builds the library
-    on first use; ``NativeBuildError`` where it cannot)."""
+def bind(lib: Any, name: str) -> Callable[..., Any]:
+    """``lib``'s C function ``name`` with its prototype from ``PROTOTYPES`` set."""
     restype, argtypes = PROTOTYPES[name]
-    fn = getattr(library(), name)
+    fn = getattr(lib, name)
     fn.argtypes = list(argtypes)
     fn.restype = restype
     return fn
+
+
+@functools.cache
+def c_fn(name: str) -> Callable[..., Any]:
+    """The C function ``name`` of the native library, prototype set (builds the library
+    on first use; ``NativeBuildError`` where it cannot)."""
+    return bind(library(), name)
