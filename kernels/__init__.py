@@ -1,11 +1,22 @@
-"""hybridkv.kernels: ops on the shared paged KV layout.
+"""hybridkv.kernels: ops on the shared paged KV layout, and the engine's kernel backends.
 
-Each op validates its arguments once, then runs Triton on CUDA tensors or its
-pure-torch reference on CPU tensors; ``backend="triton" | "torch" | "native"``
-(or the ``HYBRIDKV_KERNEL_BACKEND`` environment variable) overrides the choice,
-and a backend that cannot run raises instead of falling back (see
-``backend.py``). ``"native"`` is the C kernels of ``hybridkv.kernels.cpu``
-(built at first use; also fused Gemma layer ops the engine calls directly).
+Two levels:
+
+- The engine holds one ``KernelBackend`` (``registry.py``: ``get_backend(name,
+  device)``; ``torch``, ``triton``, ``native``) carrying every op a model step
+  calls; ``describe()`` tells which kernel runs each op and which ops a
+  backend takes from another (declared ``fallbacks``, never silent).
+- The public ops below are what the backends run. Each validates its
+  arguments once, then runs Triton on CUDA tensors or its pure-torch reference
+  on CPU tensors; ``backend="triton" | "torch" | "native"`` (or the
+  ``HYBRIDKV_KERNEL_BACKEND`` environment variable) overrides the choice, and
+  a backend the op does not offer, or that cannot run, raises
+  ``KernelBackendError`` (``backend.py``). ``"native"`` is the C kernels of
+  ``hybridkv.kernels.cpu`` (built at first use).
+
+Importing this package needs neither Triton nor a C compiler: the Triton
+kernel modules (``*_triton.py``, ``attention/launcher.py``) and the C library
+load at the first call that runs them.
 
 - ``reshape_and_cache``: write new K/V tokens at their slots;
 - ``unified_attention`` with ``AttentionMetadata`` (built once per step and
@@ -53,13 +64,17 @@ from hybridkv.kernels.mamba import (
     ssd_scan_fn,
     ssd_state_update,
 )
+from hybridkv.kernels.registry import KernelBackend, backend_names, get_backend
 
 __all__ = [
     "AttentionMetadata",
     "AttentionOptions",
+    "KernelBackend",
     "KernelBackendError",
+    "backend_names",
     "causal_conv1d_fn",
     "causal_conv1d_update",
+    "get_backend",
     "mamba_ssm_available",
     "reshape_and_cache",
     "reshape_and_cache_native",

@@ -1,30 +1,36 @@
-"""Which implementation runs an op: Triton, the torch reference, native C, or mamba-ssm.
+"""Which implementation runs one op call: Triton, the torch reference, native C, or mamba-ssm.
 
-Every public op in ``hybridkv.kernels`` takes ``backend=None | "triton" |
-"torch" | "native"`` (Mamba decode updates also accept ``"mamba_ssm"``).
-``"native"`` (CPU tensors only) runs the compiled C kernels of
-``hybridkv.kernels.cpu`` where the op has one (unified attention's decode
-rows, ``reshape_and_cache``) and the op's torch reference where it has none
-(the Mamba ops, attention's prefill chunks). ``None`` means:
-the ``HYBRIDKV_KERNEL_BACKEND`` environment variable if it is set, else
-Triton for CUDA tensors and the torch reference for CPU tensors.
+This is the per-op layer under the engine's backend objects
+(``hybridkv.kernels.backends``): every public op in ``hybridkv.kernels`` takes
+``backend=None | "triton" | "torch" | "native" | "mamba_ssm"`` and offers the
+names its ``Implementations`` table lists. ``None`` means: the
+``HYBRIDKV_KERNEL_BACKEND`` environment variable if it is set, else Triton for
+CUDA tensors and the torch reference for CPU tensors.
 
-There is no silent fallback: asking for Triton where it cannot run (CPU
-tensors without ``TRITON_INTERPRET=1`` set before ``hybridkv.kernels`` was
-imported, or Triton not installed) raises ``KernelBackendError`` saying why.
+There is no fallback: a name the op does not offer (``"native"`` for a Mamba
+op, which has no C kernel) raises ``KernelBackendError`` ("offers only ..."),
+and so does one that cannot run here (Triton not installed, or on CPU tensors
+without ``TRITON_INTERPRET=1`` set before ``hybridkv.kernels`` was imported;
+native C where it does not build; mamba-ssm not installed). The engine's
+backend objects declare which per-op implementation each of their ops uses.
+
+Names are told apart here only (``_CHECKS``); ops look their implementation up
+in their table.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-ENV_VAR = "HYBRIDKV_KERNEL_BACKEND"
+from hybridkv import env
+
+ENV_VAR = env.KERNEL_BACKEND
 BACKENDS = ("triton", "torch", "native", "mamba_ssm")
 
 
@@ -37,17 +43,64 @@ class KernelBackendError(ValueError, RuntimeError):
 
 
 def backend_from_environment() -> str | None:
-    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (read here only)."""
-    return os.environ.get(ENV_VAR) or None
+    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (``hybridkv.env``)."""
+    return env.kernel_backend()
 
 
 def interpreter_enabled() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return env.triton_interpret()
 
 
 def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
+
+
+def _check_torch(source: str, device: torch.device) -> None:
+    """The torch reference runs on every device."""
+
+
+def _check_triton(source: str, device: torch.device) -> None:
+    if not triton_installed():
+        raise KernelBackendError(f"{source}'triton': Triton is not installed")
+    if device.type != "cuda" and not interpreter_enabled():
+        raise KernelBackendError(
+            f"{source}'triton' on {device.type} tensors needs Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before hybridkv.kernels is imported, or use backend='torch'"
+        )
+
+
+def _check_native(source: str, device: torch.device) -> None:
+    if device.type != "cpu":
+        raise KernelBackendError(f"{source}'native' runs on CPU tensors only, not {device.type}")
+    from hybridkv.kernels.cpu import native_status
+
+    why = native_status()
+    if why is not None:
+        raise KernelBackendError(f"{source}'native': {why}")
+
+
+def _check_mamba_ssm(source: str, device: torch.device) -> None:
+    from hybridkv.kernels.mamba.mamba_ssm_compat import mamba_ssm_available
+
+    if not mamba_ssm_available():
+        raise KernelBackendError(
+            "backend='mamba_ssm': mamba-ssm (and einops, triton) is not installed"
+        )
+    if device.type != "cuda" and not interpreter_enabled():
+        raise KernelBackendError(
+            f"backend='mamba_ssm' runs mamba-ssm's Triton kernel, which needs CUDA tensors "
+            f"(got {device.type}); use backend='torch'"
+        )
+
+
+#: Per backend name, a check that raises ``KernelBackendError`` where it cannot run.
+_CHECKS: Mapping[str, Callable[[str, torch.device], None]] = {
+    "torch": _check_torch,
+    "triton": _check_triton,
+    "native": _check_native,
+    "mamba_ssm": _check_mamba_ssm,
+}
 
 
 def resolve_backend(
@@ -61,40 +114,56 @@ def resolve_backend(
     """
     name = requested if requested is not None else backend_from_environment()
     if name is None:
-        name = "triton" if device.type == "cuda" else "torch"
-        if name == "triton" and not triton_installed():
+        if device.type != "cuda":
+            return "torch"
+        if not triton_installed():
             raise KernelBackendError(
                 "CUDA tensors need Triton, which is not installed; pass backend='torch' "
                 "to run the torch reference on the GPU"
             )
-        return name
+        return "triton"
     source = "backend=" if requested is not None else f"{ENV_VAR}="
     if name not in BACKENDS:
         raise KernelBackendError(f"{source}{name!r}: unknown backend; choose one of {BACKENDS}")
-    if name == "native":
-        _check_native(source, device)
-        return name if name in allowed else "torch"
     if name not in allowed:
         raise KernelBackendError(f"{source}{name!r}: this op offers only {allowed}")
-    if name == "triton":
-        if not triton_installed():
-            raise KernelBackendError(f"{source}'triton': Triton is not installed")
-        if device.type != "cuda" and not interpreter_enabled():
-            raise KernelBackendError(
-                f"{source}'triton' on {device.type} tensors needs Triton's interpreter: set "
-                "TRITON_INTERPRET=1 before hybridkv.kernels is imported, or use backend='torch'"
-            )
+    _CHECKS[name](source, device)
     return name
 
 
-def _check_native(source: str, device: torch.device) -> None:
-    if device.type != "cpu":
-        raise KernelBackendError(f"{source}'native' runs on CPU tensors only, not {device.type}")
-    from hybridkv.kernels.cpu import native_status
+@functools.cache
+def _load(path: str) -> Callable[..., Any]:
+    module, _, attr = path.partition(":")
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return fn
 
-    why = native_status()
-    if why is not None:
-        raise KernelBackendError(f"{source}'native': {why}")
+
+class Implementations:
+    """One op's implementation per backend name, in the order the op offers them.
+
+    A value is the callable, or ``"module:attr"`` for one imported at its first
+    use (the Triton and C modules, so that ``import hybridkv.kernels`` needs
+    neither Triton nor a C compiler). ``impls[name]`` is the callable.
+    """
+
+    __slots__ = ("_table", "names")
+
+    def __init__(self, **impls: Callable[..., Any] | str) -> None:
+        unknown = set(impls) - set(BACKENDS)
+        assert not unknown, f"not backend names: {sorted(unknown)}"
+        self._table = impls
+        self.names: tuple[str, ...] = tuple(impls)
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        impl = self._table[name]
+        return _load(impl) if isinstance(impl, str) else impl
+
+    def source(self, name: str) -> str:
+        """Where ``name``'s implementation lives (``module:attr``), for ``describe()``."""
+        impl = self._table[name]
+        if isinstance(impl, str):
+            return impl
+        return f"{impl.__module__}:{impl.__qualname__}"
 
 
 def pinned(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
@@ -105,7 +174,7 @@ def pinned(fn: Callable[..., Any], backend: str) -> Callable[..., Any]:
     """
     variant = functools.partial(fn, backend=backend)
     functools.update_wrapper(variant, fn)
-    suffix = "ref" if backend == "torch" else backend
+    suffix = {"torch": "ref"}.get(backend, backend)
     variant.__name__ = variant.__qualname__ = f"{fn.__name__}_{suffix}"  # type: ignore[attr-defined]
     variant.__doc__ = f"``{fn.__name__}`` on backend {backend!r} (same arguments and checks)."
     return variant

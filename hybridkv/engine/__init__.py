@@ -1,8 +1,11 @@
 """The engine: offline ``LLM`` API, scheduler, model runner and sampler.
 
-Exports are resolved lazily so that the models (which import
-``hybridkv.engine.forward_batch``) and the engine (which imports the models)
-can be imported in either order.
+Exports are resolved at first use (PEP 562) for import weight only: a
+caller of one light submodule (``hybridkv.sim`` uses the scheduler, the CLI
+its argument parser) does not load the model stack, transformers and the
+kernels. There is no import cycle to hide: models never import the engine
+(``ForwardBatch`` lives in ``hybridkv.models.batch``; see
+tests/test_import_graph.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from hybridkv.kernels import resolve_backend
+from hybridkv.kernels import KernelBackend, get_backend
 from hybridkv.kernels.backend import backend_from_environment
 from hybridkv.kernels.cpu import native_status
 from hybridkv.planning import PagePlan
@@ -61,8 +61,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def resolve_kernel_backend(requested: str | None, device: torch.device) -> str:
-    """The kernel backend every op of the engine's steps runs on.
+def resolve_kernel_backend(requested: str | None, device: torch.device) -> KernelBackend:
+    """The kernel backend every op of the engine's steps runs on, resolved once.
 
     ``requested`` (or ``$HYBRIDKV_KERNEL_BACKEND``) is checked here, so that a
     backend that cannot run fails at construction (``KernelBackendError``), not
@@ -72,19 +72,19 @@ def resolve_kernel_backend(requested: str | None, device: torch.device) -> str:
     ``RuntimeWarning`` that says why and what it costs.
     """
     if requested is not None or backend_from_environment() is not None:
-        return resolve_backend(requested, device, allowed=("triton", "torch", "native"))
+        return get_backend(requested, device)
     if device.type != "cpu":
-        return resolve_backend(None, device)
+        return get_backend(None, device)
     why = native_status()
     if why is None:
-        return "native"
+        return get_backend("native", device)
     warnings.warn(
         f"the native CPU kernels are unavailable ({why}); running the torch reference "
         "kernels instead, which are slower (kernel_backend='torch' silences this)",
         RuntimeWarning,
         stacklevel=3,
     )
-    return "torch"
+    return get_backend("torch", device)
 
 
 def positive(value: Any, name: str) -> int:

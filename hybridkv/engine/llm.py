@@ -8,7 +8,9 @@ group and manager) and allocated once; ``kv_cache_memory_bytes`` defaults to
 room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 ``engine_setup.DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
 ``kernel_backend`` (default: Triton on CUDA, the native C kernels on the CPU,
-see ``engine_setup.resolve_kernel_backend``) is fixed for the engine's life.
+see ``engine_setup.resolve_kernel_backend``) is resolved once into a
+``KernelBackend`` object (``self.kernel_backend``; ``describe()`` lists which
+kernel runs each op) that every step's batch and the sampler use.
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
@@ -147,7 +149,7 @@ class LLM:
         self.plan = fit_memory(pages, memory)
 
         self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
-                                progress=progress, amx=self.kernel_backend == "native")  # fmt: skip
+                                progress=progress, amx=self.kernel_backend.amx_linears)  # fmt: skip
         config = self.plan.kv_cache_config
         self.kv_cache_config = config
         self.kv_buffers = allocate_kv_cache(config, self.device)
@@ -291,8 +293,7 @@ class LLM:
                 s.request.metrics.first_scheduled_time = now
         logits = self.runner.execute(out.scheduled)
         samplers = [s.request for s in out.scheduled if s.samples]
-        native = self.kernel_backend == "native"
-        tokens = sample(logits, samplers, native) if samplers else []
+        tokens = sample(logits, samplers, self.kernel_backend.greedy) if samplers else []
         sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1

@@ -13,10 +13,12 @@ import hashlib
 import os
 from pathlib import Path
 
+from hybridkv import env
+
 
 def cache_root() -> Path:
-    """``$HYBRIDKV_CACHE`` or ``~/.cache/hybridkv``."""
-    return Path(os.environ.get("HYBRIDKV_CACHE") or Path.home() / ".cache" / "hybridkv")
+    """``$HYBRIDKV_CACHE`` or ``~/.cache/hybridkv`` (``hybridkv.env``)."""
+    return env.cache_root()
 
 
 def resolve_model_dir(model: str | os.PathLike[str], *, progress: bool = False) -> Path:

@@ -8,7 +8,9 @@ Mamba groups the state slot each sequence starts from (entry
 ``(start - 1) // bs``, -1 for a fresh sequence) and, per token, the slot
 receiving the state after it (the entry of every block boundary crossed and
 of the last token; -1 where that entry is the null block, i.e. not kept):
-``hybridkv.snapshots`` owns that rule.
+``hybridkv.snapshots`` owns that rule. Each step also gets the engine's kernel
+backend (``batch.ops``) and a fresh ``StepValues`` for the values its layers
+share.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from collections.abc import Sequence
 
 import torch
 
-from hybridkv.engine.forward_batch import (
+from hybridkv.engine.scheduler import ScheduledRequest
+from hybridkv.kernels import AttentionMetadata, KernelBackend
+from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.models.base import CausalLM
+from hybridkv.models.batch import (
     AttentionLayerInputs,
     ForwardBatch,
     MambaLayerInputs,
+    StepValues,
 )
-from hybridkv.engine.scheduler import ScheduledRequest
-from hybridkv.kernels import AttentionMetadata
-from hybridkv.kv_cache_manager import KVCacheManager
-from hybridkv.models.base import CausalLM
 from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
 from hybridkv.snapshots import resume_entry, save_slots
 from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
@@ -50,14 +53,14 @@ class ModelRunner:
         buffers: KVCacheBuffers,
         manager: KVCacheManager,
         device: torch.device,
-        kernel_backend: str | None = None,
+        ops: KernelBackend,
     ) -> None:
         self.model = model
         self.config = config
         self.buffers = buffers
         self.manager = manager
         self.device = device
-        self.kernel_backend = kernel_backend
+        self.ops = ops
 
     def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
         """The step's ``ForwardBatch`` (block tables built once per group)."""
@@ -111,9 +114,10 @@ class ModelRunner:
             logits_indices=torch.tensor(
                 [qstarts[i + 1] - 1 for i in sampling], dtype=torch.int64, device=dev
             ),
+            ops=self.ops,
             attention=batch_attn,
             mamba=batch_mamba,
-            kernel_backend=self.kernel_backend,
+            step=StepValues(),
         )
 
     @torch.inference_mode()

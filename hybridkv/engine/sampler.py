@@ -1,22 +1,25 @@
 """Token sampling from a step's logits (greedy, temperature, top-k, top-p).
 
 Greedy rows take the argmax (ties: the lowest id), compared in the logits'
-own dtype (bf16 -> fp32 is exact, so no fp32 copy is needed); with
-``native=True`` (the engine's ``native`` kernel backend) the C kernel
-``hybridkv.kernels.cpu.argmax_rows`` finds it. Other rows are sampled in fp32
-from ``softmax(logits / temperature)`` restricted to the ``top_k`` largest
-logits and then to the smallest set whose probability reaches ``top_p``; a
-request with a seed draws from its own generator.
+own dtype (bf16 -> fp32 is exact, so no fp32 copy is needed), found by the
+``greedy`` op the engine passes (its kernel backend's: C on ``native``).
+Other rows are sampled in fp32 from ``softmax(logits / temperature)``
+restricted to the ``top_k`` largest logits and then to the smallest set
+whose probability reaches ``top_p``; a request with a seed draws from its own
+generator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from hybridkv.engine.engine_request import EngineRequest
-from hybridkv.kernels.cpu import argmax_rows
+from hybridkv.kernels.torch_backend import max_indices
+
+#: ``logits [N, V]`` -> int64 ``[N]``, each row's first maximal index.
+GreedyOp = Callable[[torch.Tensor], torch.Tensor]
 
 
 def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -34,11 +37,11 @@ def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, requests: Sequence[EngineRequest], native: bool = False
+    logits: torch.Tensor, requests: Sequence[EngineRequest], greedy_op: GreedyOp = max_indices
 ) -> list[int]:
-    """One token per row of ``logits`` ``[N, V]`` (row ``i`` for ``requests[i]``)."""
-    # max(...).indices: the first maximal index, like argmax, and ~3x faster on CPU.
-    greedy = (argmax_rows(logits) if native else logits.max(-1).indices).tolist()
+    """One token per row of ``logits`` ``[N, V]`` (row ``i`` for ``requests[i]``);
+    greedy rows from ``greedy_op`` (the engine's ``kernel_backend.greedy``)."""
+    greedy = greedy_op(logits).tolist()
     out = []
     for i, req in enumerate(requests):
         p = req.params

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from hybridkv.engine.forward_batch import ForwardBatch
+from hybridkv.models.batch import ForwardBatch
 
 IGNORED: list[tuple[str, torch.Tensor]] = []
 

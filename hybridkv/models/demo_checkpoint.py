@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hybridkv import env
 from hybridkv.models.gguf import (
     INSTALL_HINT,
     convert_gguf,
@@ -35,13 +36,12 @@ from hybridkv.models.gguf import (
 DEMO_NAME = "gemma-3-270m-q4_k_m"
 """Sub-folder of the cache directory holding the converted checkpoint."""
 
-CACHE_ENV = "HYBRIDKV_CACHE"
+CACHE_ENV = env.CACHE
 
 
 def default_cache_dir() -> Path:
-    """`$HYBRIDKV_CACHE` if set and non-empty, else `~/.cache/hybridkv`."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "hybridkv"
+    """`$HYBRIDKV_CACHE` if set and non-empty, else `~/.cache/hybridkv` (`hybridkv.env`)."""
+    return env.cache_root()
 
 
 def demo_checkpoint(

@@ -4,7 +4,14 @@ Sliding-window and full-attention layers (``config.layer_types``), each with
 its own RoPE base (local / global ``rope_parameters``); q/k RMS norms before
 RoPE; scale ``query_pre_attn_scalar ** -0.5``; optional attention and final
 logit softcaps; embeddings scaled by ``sqrt(hidden_size)``; four norms per
-layer (Gemma's ``1 + weight``); GeGLU MLP (tanh GELU). Parameter names are the
+layer (Gemma's ``1 + weight``); GeGLU MLP (tanh GELU).
+
+One forward path for every kernel backend: each layer takes the residual
+``x`` and ``y = input_layernorm(x)``, and each residual add is one
+``ops.add_rms_norm`` with the norms around it (the next layer's input norm,
+or the final norm, computed at the end of the layer before). A backend may
+fuse that step and update ``x`` in place (``native``); the torch reference
+computes exactly what transformers' modules compute. Parameter names are the
 checkpoint's (``model.layers.{i}.self_attn.q_proj.weight`` ...); the
 multimodal wrapper's ``model.language_model.*`` names map onto them and its
 vision tower and projector are ignored on purpose.
@@ -16,13 +23,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from hybridkv.engine.forward_batch import ForwardBatch
-from hybridkv.kernels import AttentionOptions
-from hybridkv.kernels.cpu import add_norm_, geglu, norm_rope_
+from hybridkv.kernels import AttentionOptions, KernelBackend
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import (
     GemmaRMSNorm,
     PagedAttention,
@@ -66,12 +71,9 @@ class Gemma3Attention(nn.Module):
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         cos, sin = self.rotary.for_step(batch, q.dtype)
-        if batch.kernel_backend == "native":  # q/k norm + RoPE fused, in place
-            norm_rope_(q, self.q_norm.scale_fp32(), cos, sin, self.q_norm.eps)
-            norm_rope_(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
-        else:
-            q = RotaryEmbedding.rotate(self.q_norm(q), cos, sin)
-            k = RotaryEmbedding.rotate(self.k_norm(k), cos, sin)
+        ops = batch.ops
+        q = ops.norm_rope(q, self.q_norm.scale_fp32(), cos, sin, self.q_norm.eps)
+        k = ops.norm_rope(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
@@ -88,10 +90,8 @@ class Gemma3MLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, native: bool = False) -> torch.Tensor:
-        if native:
-            return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x)))
-        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+    def forward(self, x: torch.Tensor, ops: KernelBackend) -> torch.Tensor:
+        return self.down_proj(ops.gelu_tanh_mul(self.gate_proj(x), self.up_proj(x)))
 
 
 class Gemma3DecoderLayer(nn.Module):
@@ -105,28 +105,20 @@ class Gemma3DecoderLayer(nn.Module):
         self.pre_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
         self.post_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        h = self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), batch))
-        x = x + h
-        h = self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
-        return x + h
-
-    def forward_native(
+    def forward(
         self, x: torch.Tensor, y: torch.Tensor, batch: ForwardBatch, next_norm: GemmaRMSNorm
-    ) -> torch.Tensor:
-        """Native CPU path: ``y`` is ``input_layernorm(x)``; updates the residual ``x``
-        in place and returns ``next_norm(x)`` (the next layer's input norm, or the
-        final norm), each residual add fused with the norms around it."""
-        h = self.self_attn(y, batch)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` the residual, ``y = input_layernorm(x)`` -> the new residual and
+        ``next_norm`` of it (the next layer's input norm, or the final norm)."""
+        ops = batch.ops
         eps = self.post_attention_layernorm.eps
-        y = add_norm_(x, h, self.post_attention_layernorm.scale_fp32(),
-                      self.pre_feedforward_layernorm.scale_fp32(), eps)  # fmt: skip
-        assert y is not None
-        h = self.mlp(y, native=True)
-        y = add_norm_(x, h, self.post_feedforward_layernorm.scale_fp32(),
-                      next_norm.scale_fp32(), eps)  # fmt: skip
-        assert y is not None
-        return y
+        h = self.self_attn(y, batch)
+        x, y = ops.add_rms_norm(x, h, self.post_attention_layernorm.scale_fp32(),
+                                self.pre_feedforward_layernorm.scale_fp32(), eps)  # fmt: skip
+        h = self.mlp(y, ops)
+        x, y = ops.add_rms_norm(x, h, self.post_feedforward_layernorm.scale_fp32(),
+                                next_norm.scale_fp32(), eps)  # fmt: skip
+        return x, y
 
 
 class Gemma3Model(nn.Module):
@@ -142,20 +134,12 @@ class Gemma3Model(nn.Module):
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         x = self.embed_tokens(batch.input_ids)
         x = x * torch.tensor(self.embed_scale, dtype=torch.float32).to(x.dtype)
-        if batch.kernel_backend == "native":
-            return self._forward_native(x, batch)
-        for layer in self.layers:
-            x = layer(x, batch)
-        return self.norm(x)
-
-    def _forward_native(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         layers: list[Gemma3DecoderLayer] = list(self.layers)  # type: ignore[arg-type]
         first = layers[0].input_layernorm
-        y = add_norm_(x, None, None, first.scale_fp32(), first.eps)
-        assert y is not None
+        x, y = batch.ops.add_rms_norm(x, None, None, first.scale_fp32(), first.eps)
         for i, layer in enumerate(layers):
             nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
-            y = layer.forward_native(x, y, batch, nxt)
+            x, y = layer(x, y, batch, nxt)
         return y
 
 

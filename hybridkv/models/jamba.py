@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridkv.engine.forward_batch import ForwardBatch
 from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.layouts.hf_families import read_jamba
 from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.jamba_mixer import JambaMambaMixer
 from hybridkv.models.jamba_moe import JambaMLP, JambaSparseMoe, moe_checkpoint_tensors
 from hybridkv.models.layers import PagedAttention, RMSNorm

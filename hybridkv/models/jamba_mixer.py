@@ -11,8 +11,8 @@ Per token ``t`` of the flattened batch (``DI = mamba_expand * hidden_size``,
     y      = scan(x, softplus(dt + dt_proj.bias), A = -exp(A_log), B, C) + D * x
     out    = out_proj(y * silu(z))
 
-The conv and the scan run as varlen chunks (``causal_conv1d_fn``,
-``selective_scan_fn``; a decode is a chunk of one token): each sequence starts
+The conv and the scan run as varlen chunks (``batch.ops.causal_conv1d``,
+``batch.ops.selective_scan``; a decode is a chunk of one token): each sequence starts
 from its ``initial_state_indices`` slot and the states after the tokens named by
 ``save_state_indices`` are written into the layer's ``MambaCache`` views
 (conv ``[slots, W-1, DI]``, SSM ``[slots, DI, N]``, the shapes of
@@ -29,9 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hybridkv.engine.forward_batch import ForwardBatch
-from hybridkv.kernels import causal_conv1d_fn, selective_scan_fn
 from hybridkv.layouts import layer_name
+from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import RMSNorm
 
 
@@ -74,18 +73,16 @@ class JambaMambaMixer(nn.Module):
     def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         """``h [T, hidden]`` -> ``[T, hidden]``; reads and writes the layer's state slots."""
         inputs = batch.mamba[self.layer_name]
-        cache, backend = inputs.cache, batch.kernel_backend
+        cache, ops = inputs.cache, batch.ops
         slots = (inputs.query_start_loc, inputs.initial_state_indices, inputs.save_state_indices)
         x, z = self.in_proj(h).chunk(2, dim=-1)  # [T, DI] views (unit last stride)
         weight = self.conv1d.weight[:, 0]  # [DI, W]
-        x = causal_conv1d_fn(x, weight, self.conv1d.bias, "silu", cache.conv, *slots,
-                             backend=backend)  # fmt: skip
+        x = ops.causal_conv1d(x, weight, self.conv1d.bias, "silu", cache.conv, *slots)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(self.dt_layernorm(dt), self.dt_proj.weight)  # [T, DI]
         B, C = self.b_layernorm(B), self.c_layernorm(C)  # [T, N]
         A = -torch.exp(self.A_log.float())  # [DI, N]
-        y = selective_scan_fn(
-            x, dt, A, B, C, self.D.float(), z, self.dt_proj.bias.float(), True,
-            cache.ssm, *slots, backend=backend,
-        )  # fmt: skip
+        y = ops.selective_scan(
+            x, dt, A, B, C, self.D.float(), z, self.dt_proj.bias.float(), True, cache.ssm, *slots
+        )
         return self.out_proj(y)

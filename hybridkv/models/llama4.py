@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridkv.engine.forward_batch import ForwardBatch
 from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies, rope_parameters
 from hybridkv.models.llama4_moe import Llama4MLP, Llama4MoE
 from hybridkv.models.loader import CheckpointError

@@ -19,7 +19,7 @@ from hybridkv.kernels.attention.metadata import (
     AttentionOptions,
 )
 from hybridkv.kernels.attention.reference import run_reference
-from hybridkv.kernels.backend import pinned, resolve_backend
+from hybridkv.kernels.backend import Implementations, pinned, resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
 
 __all__ = [
@@ -30,6 +30,18 @@ __all__ = [
     "unified_attention_ref",
     "unified_attention_triton",
 ]
+
+
+def _run_reference(a: AttentionInputs, num_segments: int | None) -> None:
+    run_reference(a)  # no split-KV: num_segments does not apply
+
+
+#: Each implementation writes ``a.out``; Triton's and C's modules load at first use.
+_IMPLS = Implementations(
+    triton="hybridkv.kernels.attention.launcher:launch_unified_attention",
+    torch=_run_reference,
+    native="hybridkv.kernels.attention.native:run_native",
+)
 
 
 def unified_attention(
@@ -56,19 +68,10 @@ def unified_attention(
     _check(q, key_cache, value_cache, meta, sinks, out)
     if num_segments is not None and num_segments < 1:
         raise ValueError(f"num_segments: must be >= 1, got {num_segments}")
-    impl = resolve_backend(backend, q.device, allowed=("triton", "torch", "native"))
+    impl = _IMPLS[resolve_backend(backend, q.device, allowed=_IMPLS.names)]
     a = AttentionInputs(q, key_cache, value_cache, out if out is not None else torch.empty_like(q),
                         meta, opts, sinks)  # fmt: skip
-    if impl == "triton":
-        from hybridkv.kernels.attention.launcher import launch_unified_attention
-
-        launch_unified_attention(a, num_segments)
-    elif impl == "native":
-        from hybridkv.kernels.attention.native import run_native
-
-        run_native(a)
-    else:
-        run_reference(a)
+    impl(a, num_segments)
     return a.out
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -62,13 +61,48 @@ class AttentionOptions:
         return 0
 
 
+#: A gather plan's identity: (block size, sliding window, chunk size) of the layers using it.
+PlanKey = tuple[int, int | None, int | None]
+#: ``(blocks, offsets, mask, q_rows, q_valid)`` of the padded prefill batch (``reference.py``).
+PrefillPlan = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+#: ``(blocks, offsets, valid, starts)`` of the padded decode batch (``reference.py``).
+DecodePlan = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+#: ``(tables int32 [n, B], q_rows int64 [n], seq_lens int64 [n])`` of the decodes (``native.py``).
+NativeDecodePlan = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@dataclass(slots=True)
+class AttentionPlans:
+    """The index plans the attention kernels derive from one step's tables.
+
+    Every layer of a KV cache group shares its ``AttentionMetadata``, so the
+    first layer that needs a plan builds it and the others reuse it: a plan is
+    built at most once per step and ``PlanKey``. The runner makes new metadata
+    (with empty plans) every step. ``prefill[key]`` is None where padding the
+    step's chunks to one shape would cost too much (one call per chunk);
+    ``native_decode`` is None without decodes, and valid once
+    ``native_decode_built``.
+    """
+
+    prefill: dict[PlanKey, PrefillPlan | None] = field(default_factory=dict)
+    decode: dict[PlanKey, DecodePlan] = field(default_factory=dict)
+    native_decode: NativeDecodePlan | None = None
+    native_decode_built: bool = False
+
+    def clear(self) -> None:
+        """Forget every plan (tests that change a planning constant mid-step)."""
+        self.prefill.clear()
+        self.decode.clear()
+        self.native_decode, self.native_decode_built = None, False
+
+
 @dataclass(frozen=True)
 class AttentionMetadata:
     """One step's varlen batch for one KV cache group (see the module docstring).
 
-    ``derived`` caches what the torch reference derives from the tables (the
-    decode gather plan per window/chunk), so the layers of a group that share
-    this object compute it once per step.
+    ``derived`` holds the index plans the kernels derive from the tables
+    (``AttentionPlans``), so the layers of a group that share this object
+    compute each once per step.
 
     Device tensors: ``query_start_loc`` ``[S + 1]``, ``seq_lens`` ``[S]``,
     ``block_table`` ``[S, max_blocks]`` (int32 or int64). Host copies
@@ -82,8 +116,10 @@ class AttentionMetadata:
     query_lens_cpu: tuple[int, ...]
     seq_lens_cpu: tuple[int, ...]
     query_starts_cpu: tuple[int, ...]
-    #: Per-step derived index plans (torch reference), shared by the group's layers.
-    derived: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    #: Per-step index plans of the kernels, shared by the group's layers.
+    derived: AttentionPlans = field(
+        default_factory=AttentionPlans, compare=False, repr=False, hash=False
+    )
 
     @property
     def num_seqs(self) -> int:

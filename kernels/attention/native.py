@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import torch
 
-from hybridkv.kernels.attention.metadata import AttentionInputs
+from hybridkv.kernels.attention.metadata import AttentionInputs, NativeDecodePlan
 from hybridkv.kernels.attention.reference import run_prefills
 from hybridkv.kernels.cpu import decode_attention
 
 
-def _decode_plan(a: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+def _decode_plan(a: AttentionInputs) -> NativeDecodePlan | None:
     """``(tables int32 [n, B], q_rows int64 [n], seq_lens int64 [n])`` of the step's decodes,
-    built once per step (cached on the metadata), or None without decodes."""
+    built once per step (kept in ``meta.derived``), or None without decodes."""
     meta = a.meta
-    if "native_decode" in meta.derived:
-        return meta.derived["native_decode"]
+    plans = meta.derived
+    if plans.native_decode_built:
+        return plans.native_decode
     decodes = [s for s, ql in enumerate(meta.query_lens_cpu) if ql == 1]
     plan = None
     if decodes:
@@ -31,12 +32,16 @@ def _decode_plan(a: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.
             torch.tensor([meta.query_starts_cpu[s] for s in decodes], dtype=torch.int64),
             torch.tensor([meta.seq_lens_cpu[s] for s in decodes], dtype=torch.int64),
         )
-    meta.derived["native_decode"] = plan
+    plans.native_decode, plans.native_decode_built = plan, True
     return plan
 
 
-def run_native(a: AttentionInputs) -> None:
-    """Write attention of ``a.q`` into ``a.out`` (arguments checked, CPU tensors)."""
+def run_native(a: AttentionInputs, num_segments: int | None = None) -> None:
+    """Write attention of ``a.q`` into ``a.out`` (arguments checked, CPU tensors).
+
+    Decode rows run in C; prefill rows run the torch reference's batched SDPA
+    (the native backend's declared fallback). No split-KV: ``num_segments``
+    does not apply."""
     plan = _decode_plan(a)
     if plan is not None:
         tables, q_rows, seq_lens = plan

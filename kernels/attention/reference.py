@@ -19,7 +19,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hybridkv.kernels.attention.metadata import AttentionInputs, AttentionOptions
+from hybridkv.kernels.attention.metadata import (
+    AttentionInputs,
+    AttentionOptions,
+    DecodePlan,
+    PlanKey,
+    PrefillPlan,
+)
 
 #: Prefill chunks of a step share one padded attention call while the padded
 #: ``n x max_query x max_keys`` area is at most this many times the real one.
@@ -62,10 +68,7 @@ def _prefill_one(a: AttentionInputs, s: int) -> None:
     a.out[start : start + ql] = o[0].to(a.out.dtype)
 
 
-_PrefillPlan = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _prefill_plan(a: AttentionInputs, prefills: list[int]) -> _PrefillPlan | None:
+def _prefill_plan(a: AttentionInputs, prefills: list[int]) -> PrefillPlan | None:
     """Padded gather plan of a step's prefill chunks (cached on the metadata), or
     None when padding would exceed ``PREFILL_PAD_LIMIT``.
 
@@ -77,16 +80,17 @@ def _prefill_plan(a: AttentionInputs, prefills: list[int]) -> _PrefillPlan | Non
     """
     meta, opts = a.meta, a.opts
     bs = a.key_cache.shape[1]
-    key = ("prefill", bs, opts.sliding_window, opts.chunk_size)
-    if key in meta.derived:
-        return meta.derived[key]
+    key: PlanKey = (bs, opts.sliding_window, opts.chunk_size)
+    plans = meta.derived.prefill
+    if key in plans:
+        return plans[key]
     qls = [meta.query_lens_cpu[s] for s in prefills]
     sls = [meta.seq_lens_cpu[s] for s in prefills]
     los = [opts.first_visible_key(sl - ql) for sl, ql in zip(sls, qls, strict=True)]
     width = max(sl - lo for sl, lo in zip(sls, los, strict=True))
     qmax = max(qls)
     real = sum(ql * (sl - lo) for ql, sl, lo in zip(qls, sls, los, strict=True))
-    plan: _PrefillPlan | None = None
+    plan: PrefillPlan | None = None
     if len(prefills) * qmax * width <= PREFILL_PAD_LIMIT * real:
         dev = a.q.device
         sl_t = torch.tensor(sls, device=dev)[:, None]
@@ -103,7 +107,7 @@ def _prefill_plan(a: AttentionInputs, prefills: list[int]) -> _PrefillPlan | Non
         rows = torch.tensor(prefills, device=dev)[:, None]
         blocks = meta.block_table[rows, kpos // bs].long()
         plan = (blocks, kpos % bs, mask, starts + j, q_valid)
-    meta.derived[key] = plan
+    plans[key] = plan
     return plan
 
 
@@ -117,9 +121,7 @@ def _prefill_batch(a: AttentionInputs, prefills: list[int]) -> None:
     a.out[q_rows[q_valid]] = o[q_valid].to(a.out.dtype)
 
 
-def _decode_plan(
-    a: AttentionInputs, decodes: list[int]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _decode_plan(a: AttentionInputs, decodes: list[int]) -> DecodePlan:
     """Token-level gather plan of a step's decodes, cached on the metadata.
 
     Returns ``(blocks, offsets, valid, starts)``: key ``j`` of decode ``i`` is
@@ -129,10 +131,11 @@ def _decode_plan(
     """
     meta, opts = a.meta, a.opts
     bs = a.key_cache.shape[1]
-    key = ("decode", bs, opts.sliding_window, opts.chunk_size)
-    plan = meta.derived.get(key)
-    if plan is not None:
-        return plan
+    key: PlanKey = (bs, opts.sliding_window, opts.chunk_size)
+    plans = meta.derived.decode
+    found = plans.get(key)
+    if found is not None:
+        return found
     dev = a.q.device
     seq_lens = [meta.seq_lens_cpu[s] for s in decodes]
     los = [opts.first_visible_key(sl - 1) for sl in seq_lens]
@@ -145,7 +148,7 @@ def _decode_plan(
     blocks = meta.block_table[rows, pos // bs].long()
     starts = torch.tensor([meta.query_starts_cpu[s] for s in decodes], device=dev)
     plan = (blocks, pos % bs, valid, starts)
-    meta.derived[key] = plan
+    plans[key] = plan
     return plan
 
 

@@ -21,7 +21,8 @@ import functools
 import torch
 
 from hybridkv.kernels.cpu.build import NativeBuildError, library
-from hybridkv.kernels.cpu.ops import _check, _fn
+from hybridkv.kernels.cpu.ffi import bind, c_fn
+from hybridkv.kernels.cpu.ops import check_cpu_tensor
 
 #: The tile layout's granularity: 64 output columns per group, k in steps of 32.
 GROUP, KSTEP = 64, 32
@@ -34,7 +35,7 @@ def amx_status() -> str | None:
         lib = library()
     except NativeBuildError as exc:
         return str(exc).splitlines()[0]
-    code = int(lib.hkv_amx_init())
+    code = int(bind(lib, "hkv_amx_init")())
     if code == 1:
         return None
     if code == 0:
@@ -77,7 +78,7 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     n, k = weight.shape
     w = weight.detach().contiguous()
     out = torch.empty(-(-n // GROUP) * GROUP * k, dtype=torch.bfloat16)
-    _fn("hkv_amx_pack")(n, k, w.data_ptr(), out.data_ptr())
+    c_fn("hkv_amx_pack")(n, k, w.data_ptr(), out.data_ptr())
     return out
 
 
@@ -86,7 +87,7 @@ def linear(
 ) -> torch.Tensor:
     """``round(x @ W^T + bias)`` for ``x [m, k]`` bf16 (unit last stride), ``packed`` from
     ``pack_weight(W)``, ``bias`` fp32 ``[out_features]`` or None; returns bf16 ``[m, n]``."""
-    _check("x", x, torch.bfloat16, 2)
+    check_cpu_tensor("x", x, torch.bfloat16, 2)
     m, k = x.shape
     n = out_features
     if k % KSTEP or packed.dtype != torch.bfloat16 or packed.numel() != -(-n // GROUP) * GROUP * k:
@@ -100,6 +101,6 @@ def linear(
     y = torch.empty(m, n, dtype=torch.bfloat16)
     if m:
         b_ptr = bias.data_ptr() if bias is not None else 0
-        _fn("hkv_amx_linear")(m, n, k, x.data_ptr(), x.stride(0), packed.data_ptr(), b_ptr,
+        c_fn("hkv_amx_linear")(m, n, k, x.data_ptr(), x.stride(0), packed.data_ptr(), b_ptr,
                               y.data_ptr(), n)  # fmt: skip
     return y

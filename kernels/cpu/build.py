@@ -25,6 +25,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from hybridkv import env
+
 SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 FLAGS = (
     "-O3",
@@ -45,7 +47,7 @@ class NativeBuildError(RuntimeError):
 
 
 def _compiler() -> str:
-    cc = os.environ.get("CC") or "cc"
+    cc = env.c_compiler()
     path = shutil.which(cc)
     if path is None:
         raise NativeBuildError(
@@ -66,9 +68,7 @@ def _cpu_flags() -> str:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("HYBRIDKV_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "hybridkv"
-    return base / "kernels"
+    return env.cache_root() / "kernels"
 
 
 def _build(cc: str, target: Path) -> None:

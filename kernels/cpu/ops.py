@@ -16,32 +16,16 @@ header (fp32 math, rounded where the eager torch ops round).
 - ``argmax_rows(logits)``: greedy sampling, ``logits.max(-1).indices`` without
   an fp32 copy of bf16 logits (``csrc/greedy.c``).
 
-The AMX linear layers have their own module, ``amx.py``.
+The AMX linear layers have their own module, ``amx.py``; the C prototypes are in
+``ffi.py``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from collections.abc import Callable
-from typing import Any
-
 import torch
 
-from hybridkv.kernels.cpu.build import library
+from hybridkv.kernels.cpu.ffi import c_fn
 
-_CTYPES = {"B": ctypes.c_int, "I": ctypes.c_int64, "P": ctypes.c_void_p, "F": ctypes.c_float}
-#: C argument types per function, one letter each: B int flag, I int64, P pointer, F float.
-_SIGNATURES = {
-    "hkv_add_norm": "BIIPIPPIPPIF",
-    "hkv_norm_rope": "BIIIPIIPPPIF",
-    "hkv_geglu": "BIIPIPIPI",
-    "hkv_cache_write": "IIPIPIPPPIIIII",
-    "hkv_decode_attention": "BIIIIPIIPIIIPIIIPIIPPFFIIPPII",
-    "hkv_argmax_rows": "BIIPIP",
-    "hkv_amx_pack": "IIPP",
-    "hkv_amx_linear": "IIIPIPPPI",
-}
 #: Element types the kernels take (the C ``bf16`` flag: 1 for bfloat16, 0 for fp32).
 DTYPES = (torch.bfloat16, torch.float32)
 #: Longest row the norm kernels take (their fp32 row buffers live on the stack),
@@ -51,16 +35,7 @@ MAX_NORM_DIM, MAX_HEAD_DIM = 16384, 4096
 MAX_GROUP_FLOATS = 32768
 
 
-@functools.cache
-def _fn(name: str) -> Callable[..., Any]:
-    """The C function ``name`` with its ctypes signature (internal to this package)."""
-    fn = getattr(library(), name)
-    fn.argtypes = [_CTYPES[c] for c in _SIGNATURES[name]]
-    fn.restype = None
-    return fn
-
-
-def _check(name: str, t: torch.Tensor, dtype: torch.dtype, ndim: int) -> None:
+def check_cpu_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, ndim: int) -> None:
     if t.device.type != "cpu":
         raise ValueError(f"{name}: the native kernels take CPU tensors, got {t.device}")
     if t.dtype != dtype:
@@ -93,13 +68,13 @@ def add_norm_(
     """``x [R, C]``: ``x += round(norm(h) * h_weight)`` (if ``h``), then return
     ``norm(x) * out_weight`` rounded (if ``out_weight``; written into ``out`` if given)."""
     dtype = _check_dtype("x", x)
-    _check("x", x, dtype, 2)
+    check_cpu_tensor("x", x, dtype, 2)
     rows, dim = x.shape
     if dim > MAX_NORM_DIM:
         raise ValueError(f"x: rows of {dim} exceed the native norm's {MAX_NORM_DIM}")
     h_ptr, hs, wh_ptr = 0, 0, 0
     if h is not None:
-        _check("h", h, dtype, 2)
+        check_cpu_tensor("h", h, dtype, 2)
         if h.shape != x.shape:
             raise ValueError(f"h: shape {tuple(h.shape)} differs from x's {tuple(x.shape)}")
         if h_weight is None:
@@ -111,13 +86,13 @@ def add_norm_(
         _check_weight("out_weight", out_weight, dim)
         if out is None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        _check("out", out, dtype, 2)
+        check_cpu_tensor("out", out, dtype, 2)
         if out.shape != x.shape:
             raise ValueError(f"out: shape {tuple(out.shape)} differs from x's {tuple(x.shape)}")
         wo_ptr, o_ptr, os = out_weight.data_ptr(), out.data_ptr(), out.stride(0)
     if rows:
         bf16 = dtype == torch.bfloat16
-        _fn("hkv_add_norm")(bf16, rows, dim, h_ptr, hs, wh_ptr, x.data_ptr(), x.stride(0),
+        c_fn("hkv_add_norm")(bf16, rows, dim, h_ptr, hs, wh_ptr, x.data_ptr(), x.stride(0),
                             wo_ptr, o_ptr, os, eps)  # fmt: skip
     return out if out_weight is not None else None
 
@@ -133,20 +108,20 @@ def norm_rope_(
     or None for none), then RoPE with ``cos``/``sin`` ``[T, D]`` or ``[T, 1, D]``
     (x's dtype, rotate_half layout). Returns ``x``."""
     dtype = _check_dtype("x", x)
-    _check("x", x, dtype, 3)
+    check_cpu_tensor("x", x, dtype, 3)
     t, heads, dim = x.shape
     if dim % 2 or dim > MAX_HEAD_DIM:
         raise ValueError(f"x: head size {dim} must be even and <= {MAX_HEAD_DIM}")
     cos, sin = cos.reshape(t, dim), sin.reshape(t, dim)
-    _check("cos", cos, dtype, 2)
-    _check("sin", sin, dtype, 2)
+    check_cpu_tensor("cos", cos, dtype, 2)
+    check_cpu_tensor("sin", sin, dtype, 2)
     if cos.stride() != sin.stride():
         raise ValueError("cos and sin must share strides")
     if weight is not None:
         _check_weight("weight", weight, dim)
     if t:
         w_ptr = weight.data_ptr() if weight is not None else 0
-        _fn("hkv_norm_rope")(dtype == torch.bfloat16, t, heads, dim, x.data_ptr(), x.stride(0),
+        c_fn("hkv_norm_rope")(dtype == torch.bfloat16, t, heads, dim, x.data_ptr(), x.stride(0),
                              x.stride(1), w_ptr, cos.data_ptr(), sin.data_ptr(), cos.stride(0),
                              eps)  # fmt: skip
     return x
@@ -155,14 +130,14 @@ def norm_rope_(
 def geglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """``round(round(gelu_tanh(gate)) * up)`` for ``[R, C]`` inputs (a new tensor)."""
     dtype = _check_dtype("gate", gate)
-    _check("gate", gate, dtype, 2)
-    _check("up", up, dtype, 2)
+    check_cpu_tensor("gate", gate, dtype, 2)
+    check_cpu_tensor("up", up, dtype, 2)
     if gate.shape != up.shape:
         raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} differ in shape")
     out = torch.empty(gate.shape, dtype=dtype)
     rows, cols = gate.shape
     if rows:
-        _fn("hkv_geglu")(dtype == torch.bfloat16, rows, cols, gate.data_ptr(), gate.stride(0),
+        c_fn("hkv_geglu")(dtype == torch.bfloat16, rows, cols, gate.data_ptr(), gate.stride(0),
                          up.data_ptr(), up.stride(0), out.data_ptr(), out.stride(0))  # fmt: skip
     return out
 
@@ -185,7 +160,7 @@ def cache_write(
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     slots = slots.contiguous()
     size = key.element_size()
-    _fn("hkv_cache_write")(key.shape[0], hkv * d * size, key.data_ptr(), key.stride(0) * size,
+    c_fn("hkv_cache_write")(key.shape[0], hkv * d * size, key.data_ptr(), key.stride(0) * size,
                            value.data_ptr(), value.stride(0) * size, slots.data_ptr(),
                            key_cache.data_ptr(), value_cache.data_ptr(),
                            key_cache.stride(0) * size, key_cache.stride(1) * size,
@@ -224,7 +199,7 @@ def decode_attention(
             "(its per-thread buffers live on the stack); use backend='torch'"
         )
     ks, vs = key_cache.stride(), value_cache.stride()
-    _fn("hkv_decode_attention")(
+    c_fn("hkv_decode_attention")(
         dtype == torch.bfloat16, n, hq, hkv, d, q.data_ptr(), q.stride(0), q.stride(1),
         key_cache.data_ptr(), ks[0], ks[1], ks[2], value_cache.data_ptr(), vs[0], vs[1], vs[2],
         tables.data_ptr(), tables.stride(0), key_cache.shape[1],
@@ -238,12 +213,12 @@ def argmax_rows(logits: torch.Tensor) -> torch.Tensor:
     """``logits [N, V]`` (bf16 or fp32) -> int64 ``[N]``: each row's first maximal index,
     as ``logits.max(-1).indices`` (a row with NaN: its first NaN)."""
     dtype = _check_dtype("logits", logits)
-    _check("logits", logits, dtype, 2)
+    check_cpu_tensor("logits", logits, dtype, 2)
     rows, cols = logits.shape
     if cols == 0:
         raise ValueError("logits: rows are empty")
     out = torch.empty(rows, dtype=torch.int64)
     if rows:
-        _fn("hkv_argmax_rows")(dtype == torch.bfloat16, rows, cols, logits.data_ptr(),
+        c_fn("hkv_argmax_rows")(dtype == torch.bfloat16, rows, cols, logits.data_ptr(),
                                logits.stride(0), out.data_ptr())  # fmt: skip
     return out

@@ -30,11 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from hybridkv.kernels.backend import (
-    KernelBackendError,
-    interpreter_enabled,
     resolve_backend,
 )
 from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_tensor
@@ -134,35 +131,9 @@ def check_conv(a: ConvArgs) -> int:
     return n
 
 
-def conv_kernel_flags(a: ConvArgs, block_d: int) -> dict[str, int | bool]:
-    """The conv kernels' ``W``/``BLOCK_W``/``BLOCK_D``/``HAS_BIAS``/``SILU`` constexprs."""
-    width = a.weight.shape[1]
-    return {
-        "W": width,
-        "BLOCK_W": triton.next_power_of_2(width - 1),
-        "BLOCK_D": block_d,
-        "HAS_BIAS": a.bias is not None,
-        "SILU": a.activation == "silu",
-    }
-
-
-def pick_backend(backend: str | None, device: torch.device, *, mamba_ssm: bool = False) -> str:
-    """``resolve_backend`` for a Mamba op; ``mamba_ssm`` offers mamba-ssm's Triton kernel."""
-    allowed = ("triton", "torch", "mamba_ssm") if mamba_ssm else ("triton", "torch")
-    name = resolve_backend(backend, device, allowed=allowed)
-    if name == "mamba_ssm":
-        from hybridkv.kernels.mamba.mamba_ssm_compat import mamba_ssm_available
-
-        if not mamba_ssm_available():
-            raise KernelBackendError(
-                "backend='mamba_ssm': mamba-ssm (and einops, triton) is not installed"
-            )
-        if device.type != "cuda" and not interpreter_enabled():
-            raise KernelBackendError(
-                f"backend='mamba_ssm' runs mamba-ssm's Triton kernel, which needs CUDA tensors "
-                f"(got {device.type}); use backend='torch'"
-            )
-    return name
+def pick_backend(backend: str | None, device: torch.device, offered: tuple[str, ...]) -> str:
+    """``resolve_backend`` for a Mamba op that ``offered`` (its ``Implementations.names``)."""
+    return resolve_backend(backend, device, allowed=offered)
 
 
 def mamba_ssm_step(

@@ -36,239 +36,26 @@ per-chunk states live in an fp32 scratch buffer ``[chunks, heads, P, N]``.
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
-from hybridkv.kernels.backend import pinned
-from hybridkv.kernels.mamba._common import check_chunk_size, chunk_layout, pick_backend
-from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.backend import Implementations, pinned
+from hybridkv.kernels.mamba._common import check_chunk_size, pick_backend
 from hybridkv.kernels.mamba.args import ScanArgs
 from hybridkv.kernels.mamba.ssd_scan import check_ssd_args, ssd_reference
 
 DEFAULT_CHUNK_SIZE = 64  # mamba-ssm tiles its chunks in 64-token blocks too
 # tl.dot's smallest tile is 16 on every GPU: the chunk, P and N blocks are at least that.
-_MIN_TILE = 16
-# fp32 matmuls in IEEE precision: tf32 would cost ~1e-3 relative error in the
-# states, far above the fp32 tolerance of the references.
-_DOT_PRECISION = "ieee"
+MIN_TILE = 16
 
 
-@triton.jit
-def _chunk_dt(  # type: ignore[no-untyped-def]
-    dt_ptr, A_ptr, dt_bias_ptr, h, tok, tmask, stride_dt_t,
-    DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
-):  # fmt: skip
-    """``(dt [Q], cum [Q])``: effective dt (0 past the chunk) and cumulative dt * A."""
-    dt = tl.load(dt_ptr + tok * stride_dt_t + h, mask=tmask, other=0.0).to(tl.float32)
-    if HAS_DT_BIAS:
-        dt += tl.load(dt_bias_ptr + h).to(tl.float32)
-    if DT_SOFTPLUS:
-        dt = softplus(dt)
-    dt = tl.where(tmask, dt, 0.0)
-    cum = tl.cumsum(dt * tl.load(A_ptr + h).to(tl.float32), axis=0)
-    return dt, cum
+def _reference(a: ScanArgs, chunk_size: int) -> torch.Tensor:
+    return ssd_reference(a)  # the sequential reference: same states, no chunks
 
 
-@triton.jit
-def _chunk_state_kernel(  # type: ignore[no-untyped-def]
-    x_ptr, dt_ptr, A_ptr, B_ptr, dt_bias_ptr, bounds_ptr, states_ptr, dA_sum_ptr,
-    num_chunks, n_heads, head_dim, d_state, heads_per_group,
-    stride_x_t, stride_x_h, stride_dt_t, stride_B_t, stride_B_g,
-    stride_st_c, stride_st_h, stride_st_p,
-    DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, Q: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
-    # Phase 1, one program per (chunk, head, block of head_dim).
-    c = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n = tl.arange(0, BLOCK_N)
-    i = tl.arange(0, Q)
-    start = tl.load(bounds_ptr + c).to(tl.int64)
-    end = tl.load(bounds_ptr + num_chunks + c).to(tl.int64)
-    tok = start + i
-    tmask = tok < end
-    dt, cum = _chunk_dt(
-        dt_ptr, A_ptr, dt_bias_ptr, h, tok, tmask, stride_dt_t, DT_SOFTPLUS, HAS_DT_BIAS
-    )
-    total = tl.sum(tl.where(i == Q - 1, cum, 0.0), axis=0)  # dt is 0 past the chunk
-    w = tl.exp(total - cum) * dt  # [Q]
-    g = h // heads_per_group
-    xT = tl.load(  # [BLOCK_P, Q]
-        x_ptr + tok[None, :] * stride_x_t + h * stride_x_h + p[:, None],
-        mask=tmask[None, :] & (p[:, None] < head_dim), other=0.0,
-    ).to(tl.float32)  # fmt: skip
-    B = tl.load(  # [Q, BLOCK_N]
-        B_ptr + tok[:, None] * stride_B_t + g * stride_B_g + n[None, :],
-        mask=tmask[:, None] & (n[None, :] < d_state), other=0.0,
-    ).to(tl.float32)  # fmt: skip
-    contrib = tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)  # [BLOCK_P, BLOCK_N]
-    offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
-    tl.store(states_ptr + offs, contrib, mask=(p[:, None] < head_dim) & (n[None, :] < d_state))
-    tl.store(dA_sum_ptr + c * n_heads + h, total)
-
-
-@triton.jit
-def _state_passing_kernel(  # type: ignore[no-untyped-def]
-    states_ptr, dA_sum_ptr, bounds_ptr, first_ptr, state_ptr, init_ptr, save_ptr,
-    num_chunks, n_heads, head_dim, d_state,
-    stride_st_c, stride_st_h, stride_st_p, stride_s_slot, stride_s_h, stride_s_p,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    # Phase 2, one program per (sequence, head, block of head_dim), over its chunks.
-    s = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n = tl.arange(0, BLOCK_N)
-    nmask = n < d_state
-    m2 = (p[:, None] < head_dim) & nmask[None, :]
-    init = tl.load(init_ptr + s).to(tl.int64)
-    s_offs = h * stride_s_h + p[:, None] * stride_s_p + n[None, :]
-    m2i = (p[:, None] < tl.where(init >= 0, head_dim, 0)) & nmask[None, :]
-    st = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + s_offs, mask=m2i, other=0.0)
-    st = st.to(tl.float32)
-    # All of the initial state is read before any save may overwrite it.
-    tl.debug_barrier()
-    st_offs = h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
-    sdt = state_ptr.dtype.element_ty
-    c0 = tl.load(first_ptr + s)
-    c1 = tl.load(first_ptr + s + 1)
-    for c in range(c0, c1):
-        ptrs = states_ptr + c * stride_st_c + st_offs
-        contrib = tl.load(ptrs, mask=m2, other=0.0)
-        tl.store(ptrs, st, mask=m2)  # what chunk c starts from
-        st = tl.exp(tl.load(dA_sum_ptr + c * n_heads + h)) * st + contrib
-        last = tl.load(bounds_ptr + num_chunks + c).to(tl.int64) - 1
-        save = tl.load(save_ptr + last).to(tl.int64)
-        tl.store(
-            state_ptr + tl.maximum(save, 0) * stride_s_slot + s_offs,
-            st.to(sdt),
-            mask=(p[:, None] < tl.where(save >= 0, head_dim, 0)) & nmask[None, :],
-        )
-
-
-@triton.jit
-def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
-    bounds_ptr, states_ptr, state_ptr, save_ptr, out_ptr,
-    num_chunks, head_dim, d_state, heads_per_group,
-    stride_x_t, stride_x_h, stride_dt_t, stride_B_t, stride_B_g, stride_C_t, stride_C_g,
-    stride_z_t, stride_z_h, stride_out_t, stride_out_h,
-    stride_st_c, stride_st_h, stride_st_p, stride_s_slot, stride_s_h, stride_s_p,
-    DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
-    # Phase 3, one program per (chunk, head, block of head_dim).
-    c = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n = tl.arange(0, BLOCK_N)
-    i = tl.arange(0, Q)
-    pmask = p < head_dim
-    nmask = n < d_state
-    start = tl.load(bounds_ptr + c).to(tl.int64)
-    end = tl.load(bounds_ptr + num_chunks + c).to(tl.int64)
-    tok = start + i
-    tmask = tok < end
-    dt, cum = _chunk_dt(
-        dt_ptr, A_ptr, dt_bias_ptr, h, tok, tmask, stride_dt_t, DT_SOFTPLUS, HAS_DT_BIAS
-    )
-    g = h // heads_per_group
-    qn = tmask[:, None] & nmask[None, :]
-    B = tl.load(B_ptr + tok[:, None] * stride_B_t + g * stride_B_g + n[None, :], mask=qn, other=0.0)
-    B = B.to(tl.float32)  # [Q, BLOCK_N]
-    C = tl.load(C_ptr + tok[:, None] * stride_C_t + g * stride_C_g + n[None, :], mask=qn, other=0.0)
-    C = C.to(tl.float32)
-    qp = tmask[:, None] & pmask[None, :]
-    x = tl.load(x_ptr + tok[:, None] * stride_x_t + h * stride_x_h + p[None, :], mask=qp, other=0.0)
-    x = x.to(tl.float32)  # [Q, BLOCK_P]
-    st_offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
-    h0 = tl.load(states_ptr + st_offs, mask=pmask[:, None] & nmask[None, :], other=0.0)
-    # Inter-chunk: the state the chunk starts from, decayed to each token.
-    y = tl.dot(C, tl.trans(h0), input_precision=DOT_PRECISION) * tl.exp(cum)[:, None]
-    # Intra-chunk: causal (C B^T) * exp(cum_i - cum_j) * dt_j, times x.
-    causal = i[:, None] >= i[None, :]
-    decay = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], float("-inf")))
-    cb = tl.dot(C, tl.trans(B), input_precision=DOT_PRECISION)  # [Q, Q]
-    y += tl.dot(cb * decay * dt[None, :], x, input_precision=DOT_PRECISION)
-    if HAS_D:
-        y += tl.load(D_ptr + h).to(tl.float32) * x
-    if HAS_Z:
-        z_ptrs = z_ptr + tok[:, None] * stride_z_t + h * stride_z_h + p[None, :]
-        y *= silu(tl.load(z_ptrs, mask=qp, other=0.0).to(tl.float32))
-    o_ptrs = out_ptr + tok[:, None] * stride_out_t + h * stride_out_h + p[None, :]
-    tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=qp)
-    # Saves inside the chunk (its last token's save is phase 2's): the k-th one
-    # is found by rank, so the loop runs once per save, not once per token.
-    inner = tok < end - 1
-    slots = tl.load(save_ptr + tok, mask=inner, other=-1).to(tl.int64)
-    saving = (slots >= 0).to(tl.int32)
-    rank = tl.cumsum(saving, axis=0) - 1
-    xT = tl.trans(x)  # [BLOCK_P, Q]
-    s_offs = h * stride_s_h + p[:, None] * stride_s_p + n[None, :]
-    for k in range(tl.sum(saving, axis=0)):
-        pick = (saving > 0) & (rank == k)
-        at = tl.sum(tl.where(pick, i, 0), axis=0)
-        slot = tl.sum(tl.where(pick, slots, 0), axis=0)
-        cum_at = tl.sum(tl.where(pick, cum, 0.0), axis=0)
-        w = tl.where(i <= at, tl.exp(tl.where(i <= at, cum_at - cum, 0.0)) * dt, 0.0)
-        st = tl.exp(cum_at) * h0 + tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)
-        tl.store(
-            state_ptr + slot * stride_s_slot + s_offs,
-            st.to(state_ptr.dtype.element_ty),
-            mask=pmask[:, None] & nmask[None, :],
-        )
-
-
-def _blocks(head_dim: int, d_state: int) -> tuple[int, int]:
-    block_n = max(_MIN_TILE, triton.next_power_of_2(d_state))
-    # Up to 64 rows of head_dim per program: a [64, N] fp32 state tile (N <= 128 typical).
-    block_p = max(_MIN_TILE, min(64, triton.next_power_of_2(head_dim)))
-    return block_p, block_n
-
-
-def _launch(a: ScanArgs, q: int) -> torch.Tensor:
-    x, dt, B, C, z, ssm_state, qsl = a.x, a.dt, a.B, a.C, a.z, a.ssm_state, a.query_start_loc
-    num_tokens, n_heads, head_dim = x.shape
-    n_groups, d_state = B.shape[1], B.shape[2]
-    out = torch.empty((num_tokens, n_heads, head_dim), dtype=x.dtype, device=x.device)
-    if num_tokens == 0:
-        return out
-    bounds, first = chunk_layout(qsl, num_tokens, q)
-    num_chunks = bounds.shape[1]
-    states = torch.empty(
-        (num_chunks, n_heads, head_dim, d_state), dtype=torch.float32, device=x.device
-    )
-    dA_sum = torch.empty((num_chunks, n_heads), dtype=torch.float32, device=x.device)
-    block_p, block_n = _blocks(head_dim, d_state)
-    p_blocks = triton.cdiv(head_dim, block_p)
-    D, z_, dt_bias = a.optional_ptrs(a.A)
-    flags = a.kernel_flags()
-    hpg = n_heads // n_groups
-    sts = (states.stride(0), states.stride(1), states.stride(2))
-    sss = (ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2))
-    _chunk_state_kernel[(num_chunks, n_heads, p_blocks)](
-        x, dt, a.A, B, dt_bias, bounds, states, dA_sum,
-        num_chunks, n_heads, head_dim, d_state, hpg,
-        x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), *sts,
-        DT_SOFTPLUS=flags["DT_SOFTPLUS"], HAS_DT_BIAS=flags["HAS_DT_BIAS"], Q=q,
-        BLOCK_P=block_p, BLOCK_N=block_n, DOT_PRECISION=_DOT_PRECISION,
-    )  # fmt: skip
-    _state_passing_kernel[(qsl.shape[0] - 1, n_heads, p_blocks)](
-        states, dA_sum, bounds, first, ssm_state, a.initial_state_indices, a.save_state_indices,
-        num_chunks, n_heads, head_dim, d_state, *sts, *sss,
-        BLOCK_P=block_p, BLOCK_N=block_n,
-    )  # fmt: skip
-    zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
-    _chunk_scan_kernel[(num_chunks, n_heads, p_blocks)](
-        x, dt, a.A, B, C, D, z_, dt_bias, bounds, states, ssm_state, a.save_state_indices, out,
-        num_chunks, head_dim, d_state, hpg,
-        x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0),
-        C.stride(1), zs[0], zs[1], out.stride(0), out.stride(1), *sts, *sss,
-        **flags, Q=q, BLOCK_P=block_p, BLOCK_N=block_n, DOT_PRECISION=_DOT_PRECISION,
-    )  # fmt: skip
-    return out
+#: The op's implementation per backend (Triton's module loaded at first use).
+_IMPLS = Implementations(
+    triton="hybridkv.kernels.mamba.ssd_chunk_scan_triton:launch",
+    torch=_reference,
+)
 
 
 def ssd_chunk_scan_fn(
@@ -301,10 +88,8 @@ def ssd_chunk_scan_fn(
         ssm_state, query_start_loc, initial_state_indices, save_state_indices,
     )  # fmt: skip
     check_ssd_args(a)
-    check_chunk_size(chunk_size, _MIN_TILE, "tl.dot's smallest tile")
-    if pick_backend(backend, x.device) == "triton":
-        return _launch(a, chunk_size)
-    return ssd_reference(a)
+    check_chunk_size(chunk_size, MIN_TILE, "tl.dot's smallest tile")
+    return _IMPLS[pick_backend(backend, x.device, _IMPLS.names)](a, chunk_size)
 
 
 ssd_chunk_scan_fn_ref = pinned(ssd_chunk_scan_fn, "torch")

@@ -20,7 +20,11 @@ from mamba_oracle import (
     varlen_oracle,
 )
 
-from hybridkv.kernels.mamba import selective_chunk_scan_fn, selective_scan_fn, ssm_chunk_scan
+from hybridkv.kernels.mamba import (
+    selective_chunk_scan_fn,
+    selective_scan_fn,
+    ssm_chunk_scan_triton,
+)
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}  # as test_mamba_ssm
 KEYS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
@@ -98,7 +102,7 @@ def test_odd_shapes_strided_inputs(monkeypatch):
     """d_state 9, d_inner 18 in channel blocks of 4 (the last one partial; a
     smaller register budget than on GPUs keeps the interpreter's per-element
     associative scan fast), non-contiguous x/dt/B/C, int32 indices."""
-    monkeypatch.setattr(ssm_chunk_scan, "_BLOCK_ELEMS", 1024)
+    monkeypatch.setattr(ssm_chunk_scan_triton, "_BLOCK_ELEMS", 1024)  # the launcher's tiles
     sc = Scenario("odd", (17, 3), (4, -1), ((5, 4), (15, 5), (16, 6), (19, 7)))
     p = _params(20, 18, 9, torch.float32, True, True, seed=6)
     g = torch.Generator().manual_seed(7)

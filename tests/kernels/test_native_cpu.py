@@ -188,8 +188,10 @@ def test_bad_inputs_raise():
 def test_backend_resolution():
     cpu = torch.device("cpu")
     assert resolve_backend("native", cpu, allowed=("triton", "torch", "native")) == "native"
-    # Ops without a native kernel (the Mamba ops) run their torch reference.
-    assert resolve_backend("native", cpu) == "torch"
+    # Ops without a native kernel (the Mamba ops) refuse it: no silent remap to torch
+    # (the engine's native backend declares their torch fallback instead).
+    with pytest.raises(KernelBackendError, match="offers only"):
+        resolve_backend("native", cpu)
     with pytest.raises(KernelBackendError, match="CPU tensors only"):
         resolve_backend("native", torch.device("cuda"), allowed=("native",))
 

@@ -1,8 +1,8 @@
 """``PagedAttention``: write a layer's new K/V into its pages, then attend.
 
 The layer finds its inputs in the step's ``ForwardBatch`` by name, writes
-``k``/``v`` at the slots the manager gave out (``reshape_and_cache``) and runs
-``unified_attention`` over the group's block tables. Its window, chunk,
+``k``/``v`` at the slots the manager gave out (``batch.ops.cache_write``) and
+runs ``batch.ops.attention`` over the group's block tables. Its window, chunk,
 softcap and scale are fixed per layer (``AttentionOptions``).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hybridkv.engine.forward_batch import ForwardBatch
-from hybridkv.kernels import AttentionOptions, reshape_and_cache, unified_attention
+from hybridkv.kernels import AttentionOptions
+from hybridkv.models.batch import ForwardBatch
 
 
 class PagedAttention(nn.Module):
@@ -34,8 +34,6 @@ class PagedAttention(nn.Module):
         """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` -> ``[T, Hq, D]``."""
         inputs = batch.attention[self.layer_name]
         cache = inputs.cache
-        backend = batch.kernel_backend
-        reshape_and_cache(k, v, cache.key, cache.value, inputs.slot_mapping, backend=backend)
-        return unified_attention(
-            q, cache.key, cache.value, inputs.metadata, self.options, sinks=sinks, backend=backend
-        )
+        ops = batch.ops
+        ops.cache_write(k, v, cache.key, cache.value, inputs.slot_mapping)
+        return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options, sinks)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def _normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
-    x = x.float()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+from hybridkv.kernels.torch_backend import gemma_rms_norm
+from hybridkv.kernels.torch_backend import rms_normalize as _normalize
 
 
 class RMSNorm(nn.Module):
@@ -37,10 +35,10 @@ class GemmaRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (_normalize(x, self.eps) * (1.0 + self.weight.float())).type_as(x)
+        return gemma_rms_norm(x, 1.0 + self.weight.float(), self.eps)
 
     def scale_fp32(self) -> torch.Tensor:
-        """``1 + weight`` in fp32, contiguous: what the native fused norms take.
+        """``1 + weight`` in fp32, contiguous: the scale the backends' fused Gemma ops take.
 
         Cached, and recomputed when the weight is replaced or changed in place.
         """

@@ -13,7 +13,7 @@ Parameter (so tied weights, ``named_parameters`` and the loader see no change)
 plus the packed copy: weights are held twice (the cost of the speed).
 The packed copy is a snapshot: call ``pack_linears`` after loading weights.
 
-``pack_linears(model, amx=True)`` (the engine's ``native`` kernel backend) also
+``pack_linears(model, amx=True)`` (backends with ``amx_linears``: ``native``) also
 packs each weight for the AMX kernel of ``hybridkv.kernels.cpu.amx`` where this
 CPU has AMX-BF16 and ``in_features`` is a multiple of 32: products of at most
 ``AMX_MAX_ROWS`` rows (decode steps) run there, larger ones on oneDNN. On the
@@ -22,6 +22,16 @@ decode shapes of Gemma 3 270M that kernel is 1.1-1.4x faster than oneDNN's
 that oneDNN picks other kernels and the last bit of a few outputs can differ.
 Such weights are held three times. ``PackedLinear.kernel_for(rows)`` says which
 kernel a product of ``rows`` rows runs on.
+
+Why this stays a module swapped at load, not a ``KernelBackend.linear`` op: the
+packed copies are snapshots of loaded weights (made once, after loading); the
+original ``weight`` must stay the Parameter that ties, loads and reports; and
+every product would otherwise pay a dispatch hop on the hottest call. The
+backend decides only whether AMX is used (``KernelBackend.amx_linears``, passed
+to ``pack_linears`` by the loader) and says so in ``describe()``. The oneDNN
+calls (``torch.ops.mkldnn._reorder_linear_weight`` / ``_linear_pointwise``)
+are torch's private ops, the ones inductor's freezing pass emits; they are
+confined to this module, and ``packing_supported`` checks oneDNN is there.
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hybridkv.kernels.torch_backend import apply_rope
+
 if TYPE_CHECKING:
-    from hybridkv.engine.forward_batch import ForwardBatch
+    from hybridkv.models.batch import ForwardBatch
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -48,12 +50,6 @@ def _llama3(inv: torch.Tensor, p: Mapping[str, Any]) -> torch.Tensor:
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
     return torch.where(medium, smoothed, scaled)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[-x2, x1]`` for ``x = [x1, x2]`` along the last dimension."""
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, Any]:
@@ -94,11 +90,12 @@ class RopeFrequencies(nn.Module):
 
     def for_step(self, batch: ForwardBatch, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos_sin(batch.positions, *args)``, computed once per step for all layers
-        with the same RoPE form and parameters (cached on ``batch.derived``)."""
+        with the same RoPE form and parameters (kept in ``batch.step.rope``)."""
         key = (type(self).__name__, self.head_dim, repr(sorted(self.params.items())), *args)
-        found = batch.derived.get(key)
+        tables = batch.step.rope
+        found = tables.get(key)
         if found is None:
-            found = batch.derived[key] = self.cos_sin(batch.positions, *args)
+            found = tables[key] = self.cos_sin(batch.positions, *args)
         return found
 
 
@@ -115,5 +112,5 @@ class RotaryEmbedding(RopeFrequencies):
 
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x`` ``[T, H, D]`` with precomputed cos/sin."""
-        return x * cos + rotate_half(x) * sin
+        """Rotate ``x`` ``[T, H, D]`` with precomputed cos/sin (the torch reference's)."""
+        return apply_rope(x, cos, sin)

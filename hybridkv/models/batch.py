@@ -1,6 +1,8 @@
 """``ForwardBatch``: what one engine step hands every layer of a model.
 
-The runner builds it once per step; models only read it. The batch is
+The runner (``hybridkv.engine.runner``) builds it once per step; models only
+read it. It lives with the models, which consume it, so that imports run one
+way: engine -> models -> kernels. The batch is
 flattened (varlen): sequence ``s`` owns tokens
 ``query_starts[s]:query_starts[s+1]`` of ``input_ids`` and ``positions``.
 
@@ -14,17 +16,35 @@ flattened (varlen): sequence ``s`` owns tokens
   block-boundary checkpoints and the final state (``managers/mamba.py``).
 - ``logits_indices`` are the rows whose logits are needed (the last new token
   of every sequence that samples this step), in sequence order.
+- ``ops`` is the engine's ``KernelBackend``: every kernel a layer runs
+  (``batch.ops.attention(...)``, ``batch.ops.add_rms_norm(...)``...).
+- ``step`` holds the per-step values several layers share (``StepValues``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from hybridkv.kernels import AttentionMetadata
+from hybridkv.kernels import AttentionMetadata, KernelBackend
 from hybridkv.planning import AttentionCache, MambaCache
+
+#: A RoPE table's identity: (form, head size, its rope parameters, extra cos_sin args).
+RopeKey = tuple[object, ...]
+
+
+@dataclass(slots=True)
+class StepValues:
+    """Values several layers derive from one step's batch and share.
+
+    The runner makes a new, empty one for each step (so nothing outlives the
+    step); the first layer that needs a value computes it and the others read
+    it. ``rope``: cos/sin ``[T, 1, D]`` per RoPE form and parameters
+    (``RopeFrequencies.for_step``).
+    """
+
+    rope: dict[RopeKey, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,11 +74,10 @@ class ForwardBatch:
     positions: torch.Tensor  # [T] int64
     query_starts_cpu: tuple[int, ...]  # S + 1 host ints
     logits_indices: torch.Tensor  # [N] int64
+    ops: KernelBackend
     attention: dict[str, AttentionLayerInputs] = field(default_factory=dict)
     mamba: dict[str, MambaLayerInputs] = field(default_factory=dict)
-    kernel_backend: str | None = None
-    #: Per-step values layers derive from the batch and share (RoPE cos/sin).
-    derived: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    step: StepValues = field(default_factory=StepValues, compare=False, repr=False)
 
     @property
     def num_tokens(self) -> int:

@@ -1,0 +1,50 @@
+"""Every environment variable hybridkv reads, read here and nowhere else.
+
+Each is read when asked (never cached at import), so a test's ``monkeypatch.setenv``
+takes effect at the next call. An empty value counts as unset.
+
+- ``HYBRIDKV_KERNEL_BACKEND``: the engine's kernel backend (``torch``, ``triton``,
+  ``native``; ``hybridkv.kernels.registry``); default: by device.
+- ``HYBRIDKV_CACHE``: root of the caches (converted checkpoints, the C build);
+  default ``~/.cache/hybridkv``.
+- ``TRITON_INTERPRET``: ``1`` runs Triton kernels in its CPU interpreter (tests).
+- ``CC``: the C compiler of the native CPU kernels; default ``cc``.
+
+Benchmarks and tools read their own variables (``VLLM_SRC``...); this module is the
+library's. Torch-free and import-free: anything may import it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+KERNEL_BACKEND = "HYBRIDKV_KERNEL_BACKEND"
+CACHE = "HYBRIDKV_CACHE"
+TRITON_INTERPRET = "TRITON_INTERPRET"
+CC = "CC"
+
+
+def _get(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def kernel_backend() -> str | None:
+    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty."""
+    return _get(KERNEL_BACKEND)
+
+
+def cache_root() -> Path:
+    """``$HYBRIDKV_CACHE`` (``~`` expanded) if set, else ``~/.cache/hybridkv``."""
+    root = _get(CACHE)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "hybridkv"
+
+
+def triton_interpret() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET`` not 0)."""
+    return os.environ.get(TRITON_INTERPRET, "0") not in ("", "0")
+
+
+def c_compiler() -> str:
+    """``$CC``, else ``cc``."""
+    return _get(CC) or "cc"
