@@ -107,11 +107,12 @@ def test_a_skipped_block_that_another_request_holds_frees_nothing() -> None:
     assert new is not None and new.get_block_ids() == ([1],)
     for tok in (109, 110, 111):  # tokens 9-11 fit in A's block at position 2
         assert decode(kv, a, tok) is not None
-    assert kv.get_block_ids("a") == ([0, 2, 1],) and ref_counts(kv) == [1, 1, 2, 1]
+    # (Block 0, the null block, is never ref counted.)
+    assert kv.get_block_ids("a") == ([0, 2, 1],) and ref_counts(kv) == [0, 1, 2, 1]
     # n=12: A drops block 2, but B still holds it: net need 1 new block, 0 free.
     assert decode(kv, a, 112) is None
     assert kv.get_block_ids("a") == ([0, 2, 1],) and kv.get_block_ids("b") == ([0, 2, 3],)
-    assert ref_counts(kv) == [1, 1, 2, 1] and free_ids(kv) == []
+    assert ref_counts(kv) == [0, 1, 2, 1] and free_ids(kv) == []
     kv.check_integrity()
     # Once B is gone, A's block 2 is freed (cached: to the tail) and B's 3 pays for it.
     kv.free(b)
@@ -170,6 +171,26 @@ def test_sliding_hit_with_only_the_window_cached() -> None:
     assert cached_ids(kv) - set(kv.get_block_ids("x")[0]) == {4, 5}
     # The prefix is gone but a sliding window does not need it.
     assert hit_ids(kv, req("c", 21)) == ([0, 0, 0, 4, 5],)
+
+
+def test_the_null_block_is_never_ref_counted() -> None:
+    # A sliding hit starts with null entries; adopting it must not count them
+    # (a null ref count of 1 would pass for "freed by a skip" in the count of
+    # net free blocks, and a full pool would then raise instead of saying None).
+    kv = manager(8, swa(4, 6))
+    a = req("a", 20)
+    admit(kv, a)
+    decode(kv, a, 120)
+    kv.free(a)
+    c = req("c", 21)
+    assert hit_ids(kv, c) == ([0, 0, 0, 4, 5],)
+    admit(kv, c)
+    assert kv.get_block_ids("c")[0][:3] == [0, 0, 0]
+    assert kv.block_pool.null_block.ref_cnt == 0
+    kv.check_integrity()
+    kv.free(c)
+    assert kv.block_pool.null_block.ref_cnt == 0
+    kv.check_integrity()
 
 
 def test_hybrid_hit_is_the_fixed_point_of_all_groups() -> None:

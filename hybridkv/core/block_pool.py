@@ -5,7 +5,8 @@ block) live together here because eviction must update both at once. Which
 free block is reused next is the eviction policy's business.
 
 Invariants (``check_integrity``):
-- block 0 is the null block: never free, never cached, never handed out;
+- block 0 is the null block: never free, never cached, never handed out, never
+  ref counted (its ref count stays 0);
 - a block is free (in the policy) iff its ref count is 0;
 - free + in-use blocks == ``num_blocks - 1``;
 - a block has a hash iff the index maps ``(hash, group_id)`` to it, and the
@@ -101,10 +102,15 @@ class BlockPool:
         return blocks
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """A hit: ref count + 1; blocks that were free leave the free set."""
+        """A hit: ref count + 1; blocks that were free leave the free set.
+
+        The null block is never counted: its ref count stays 0.
+        """
         remove = self.policy.remove
         for b in blocks:
-            if b.ref_cnt == 0 and not b.is_null:
+            if b.ref_cnt == 0:
+                if b.is_null:
+                    continue
                 remove(b)
             b.ref_cnt += 1
 
@@ -250,6 +256,7 @@ class BlockPool:
         null = self.null_block
         assert null.is_null and null.block_hash is None, "null block was cached"
         assert null.prev_free is None and null.next_free is None, "null block is free"
+        assert null.ref_cnt == 0, f"null block ref count {null.ref_cnt}: it is never counted"
         free = list(self.policy)
         assert len(free) == self.policy.num_free_blocks
         free_ids = {b.block_id for b in free}

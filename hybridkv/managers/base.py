@@ -174,7 +174,7 @@ class SingleTypeKVCacheManager(ABC):
                 blocks = st.blocks
                 for lo, hi, is_kept in segments(self.kept_spans(kept), st.num_skipped, stop):
                     if not is_kept:
-                        n -= sum(1 for b in blocks[lo:hi] if b.ref_cnt == 1 and not b.is_null)
+                        n -= sum(1 for b in blocks[lo:hi] if b.ref_cnt == 1)  # null: ref count 0
         return n
 
     def _num_new_real_blocks(
