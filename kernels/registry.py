@@ -33,12 +33,12 @@ from __future__ import annotations
 import functools
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
 
-from hybridkv.kernels.attention import AttentionMetadata, AttentionOptions, unified_attention
+from hybridkv.kernels.attention import unified_attention
 from hybridkv.kernels.backend import resolve_backend
 from hybridkv.kernels.cache_write import reshape_and_cache
 from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn
@@ -64,6 +64,17 @@ def _delegate(source: type[KernelBackend], op: str) -> Any:
         return run_there(*args, **kwargs)
 
     run.__doc__ = f"{op} of backend {source.name!r} (declared fallback)"
+    return run
+
+
+def _public_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A method running the public op ``fn`` with ``backend=`` this backend's name
+    (``fn``'s arguments, checks and docstring)."""
+
+    def run(self: KernelBackend, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, backend=self.name, **kwargs)
+
+    functools.update_wrapper(run, fn)
     return run
 
 
@@ -124,30 +135,11 @@ class KernelBackend(ABC):
         lines = [f"{a:<{width[0]}}  {b:<{width[1]}}  {c}" for a, b, c in rows]
         return f"kernel backend {self.name!r}\n" + "\n".join(lines)
 
-    # -- attention ---------------------------------------------------------------
-    def attention(
-        self,
-        q: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        opts: AttentionOptions,
-        sinks: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """``unified_attention`` (same contract): ``q [T, Hq, D]`` -> ``[T, Hq, D]``."""
-        return unified_attention(q, key_cache, value_cache, meta, opts, sinks=sinks,
-                                 backend=self.name)  # fmt: skip
-
-    def cache_write(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-    ) -> None:
-        """``reshape_and_cache`` (same contract): write new K/V rows at their slots."""
-        reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend=self.name)
+    # -- the public per-op functions, pinned to this backend -----------------------
+    #: ``unified_attention`` (same contract): ``q [T, Hq, D]`` -> ``[T, Hq, D]``.
+    attention = _public_op(unified_attention)
+    #: ``reshape_and_cache`` (same contract): write new K/V rows at their slots.
+    cache_write = _public_op(reshape_and_cache)
 
     # -- Gemma layer ops -----------------------------------------------------------
     @abstractmethod
@@ -190,43 +182,11 @@ class KernelBackend(ABC):
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """``logits [N, V]`` -> int64 ``[N]``: each row's first maximal index."""
 
-    # -- Mamba -----------------------------------------------------------------------
-    def causal_conv1d(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        activation: str | None,
-        conv_state: torch.Tensor,
-        query_start_loc: torch.Tensor,
-        initial_state_indices: torch.Tensor,
-        save_state_indices: torch.Tensor,
-    ) -> torch.Tensor:
-        """``causal_conv1d_fn`` (same contract): varlen conv from and into state slots."""
-        return causal_conv1d_fn(x, weight, bias, activation, conv_state, query_start_loc,
-                                initial_state_indices, save_state_indices,
-                                backend=self.name)  # fmt: skip
-
-    def selective_scan(
-        self,
-        x: torch.Tensor,
-        dt: torch.Tensor,
-        A: torch.Tensor,
-        B: torch.Tensor,
-        C: torch.Tensor,
-        D: torch.Tensor | None,
-        z: torch.Tensor | None,
-        dt_bias: torch.Tensor | None,
-        dt_softplus: bool,
-        ssm_state: torch.Tensor,
-        query_start_loc: torch.Tensor,
-        initial_state_indices: torch.Tensor,
-        save_state_indices: torch.Tensor,
-    ) -> torch.Tensor:
-        """``selective_scan_fn`` (same contract): varlen Mamba1 scan over state slots."""
-        return selective_scan_fn(x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state,
-                                 query_start_loc, initial_state_indices, save_state_indices,
-                                 backend=self.name)  # fmt: skip
+    # -- Mamba (public per-op functions, pinned to this backend) --------------------
+    #: ``causal_conv1d_fn`` (same contract): varlen conv from and into state slots.
+    causal_conv1d = _public_op(causal_conv1d_fn)
+    #: ``selective_scan_fn`` (same contract): varlen Mamba1 scan over state slots.
+    selective_scan = _public_op(selective_scan_fn)
 
 
 #: name -> ``"module:Class"``, loaded on first request.

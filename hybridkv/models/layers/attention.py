@@ -36,4 +36,4 @@ class PagedAttention(nn.Module):
         cache = inputs.cache
         ops = batch.ops
         ops.cache_write(k, v, cache.key, cache.value, inputs.slot_mapping)
-        return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options, sinks)
+        return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options, sinks=sinks)
