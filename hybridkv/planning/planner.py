@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hybridkv.planning.capacity import Capacity, capacity
 from hybridkv.planning.grouping import (
@@ -321,22 +321,8 @@ def plan_kv_cache(
 def get_kv_cache_config(
     layout_or_specs: ModelLayout | dict[str, KVCacheSpec],
     available_memory_bytes: int,
-    *,
-    block_size: int = 16,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    grouping: str = "auto",
-    unification: str = "vllm",
-    max_groups: int = 8,
+    **options: Any,
 ) -> KVCacheConfig:
-    """The ``KVCacheConfig`` of ``plan_kv_cache`` (same arguments)."""
-    return plan_kv_cache(
-        layout_or_specs,
-        available_memory_bytes,
-        block_size=block_size,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens,
-        grouping=grouping,
-        unification=unification,
-        max_groups=max_groups,
-    ).kv_cache_config
+    """The ``KVCacheConfig`` of ``plan_kv_cache`` (vLLM's name; the same
+    keyword options, checked there)."""
+    return plan_kv_cache(layout_or_specs, available_memory_bytes, **options).kv_cache_config
