@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hf_configs import TINY_JAMBA_LAYERS
 from transformers import (
     AutoConfig,
     BambaConfig,
@@ -359,16 +360,7 @@ def test_tiny_jamba_matches_the_shipped_tiny_layout(tmp_path: Path) -> None:
     JambaConfig(
         **COMMON,
         num_hidden_layers=4,
-        attn_layer_period=2,
-        attn_layer_offset=1,
-        expert_layer_period=2,
-        expert_layer_offset=1,
-        num_experts=2,
-        num_experts_per_tok=1,
-        mamba_d_state=8,
-        mamba_d_conv=4,
-        mamba_expand=2,
-        mamba_dt_rank=8,
+        **TINY_JAMBA_LAYERS,
     ).save_pretrained(tmp_path)
     layout = layout_from_hf_config(tmp_path)
     assert layout.resolved_layers == shipped_layout("tiny-jamba").resolved_layers

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hf_configs import TINY_JAMBA_LAYERS
 
 COMMON: dict[str, Any] = dict(
     vocab_size=512,
@@ -86,16 +87,7 @@ def jamba_config(**overrides: Any) -> Any:
     kw = dict(
         COMMON,
         num_hidden_layers=4,
-        attn_layer_period=2,
-        attn_layer_offset=1,
-        expert_layer_period=2,
-        expert_layer_offset=1,
-        num_experts=2,
-        num_experts_per_tok=1,
-        mamba_d_state=8,
-        mamba_d_conv=4,
-        mamba_expand=2,
-        mamba_dt_rank=8,
+        **TINY_JAMBA_LAYERS,
     )
     kw.update(overrides)
     return JambaConfig(**kw)

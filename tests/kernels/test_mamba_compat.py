@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from hf_configs import TINY_JAMBA_LAYERS
 from mamba_oracle import state_views
 
 from hybridkv.kernels.backend import KernelBackendError
@@ -89,16 +90,7 @@ def test_loader_leaves_mamba_ssm_unimportable():
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        attn_layer_period=2,
-        attn_layer_offset=1,
-        expert_layer_period=2,
-        expert_layer_offset=1,
-        num_experts=2,
-        num_experts_per_tok=1,
-        mamba_d_state=8,
-        mamba_d_conv=4,
-        mamba_expand=2,
-        mamba_dt_rank=8,
+        **TINY_JAMBA_LAYERS,
     )
     model = jamba.JambaForCausalLM(cfg).eval()
     with torch.no_grad():
