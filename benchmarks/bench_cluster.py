@@ -236,6 +236,7 @@ def play(url: str, convs: list[list[str]], concurrency: int, max_tokens: int) ->
 
 def checkpoint(path: Path) -> Path:
     """A random Gemma 3 (5 sliding + 1 full layer) whose prefill costs ~1 ms/token here."""
+    sys.path.insert(0, str(ROOT / "tests"))  # tiny_checkpoints imports hf_configs
     sys.path.insert(0, str(ROOT / "tests" / "engine"))
     from tiny_checkpoints import gemma3_config, save_checkpoint, save_word_tokenizer
 

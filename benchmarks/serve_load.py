@@ -142,6 +142,7 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serving"))
     from live_server import start_server  # type: ignore[import-not-found]
