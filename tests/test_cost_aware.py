@@ -228,6 +228,7 @@ def test_equal_keys_evict_the_lower_value_class_first(class_0_first: bool) -> No
     policy.release([b2], value=1.0)  # class 0, one step later: same key as b1
     assert b1.evict_key == b2.evict_key
     expected = [b3, b2, b1] if class_0_first else [b2, b1]
+    assert list(policy)[-len(expected) :] == expected  # iteration follows take's order
     assert [policy.take(1)[0] for _ in expected] == expected  # one block at a time
     policy.check_integrity()
 

@@ -146,8 +146,9 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         return out
 
     def __iter__(self) -> Iterator[KVCacheBlock]:
+        """The free blocks in the order ``take`` reuses them (equal keys: lower class first)."""
         yield from self.first
-        yield from heapq.merge(*self.classes.values(), key=lambda b: b.evict_key)
+        yield from heapq.merge(*self.classes.values(), key=lambda b: (b.evict_key, b.free_class))
 
     def check_integrity(self) -> None:
         self.first.check_integrity()
