@@ -231,3 +231,31 @@ def test_under_pressure_dead_blocks_go_before_kept_ones(
     b.num_computed_tokens = 12
     kv.free(b)
     assert run(kv, "c", [*range(24), 99]) == hit
+
+
+def test_freed_units_are_valued_by_hand() -> None:
+    """Weight 1, FULL + SWA (window 8, block 4), tail 0: exact value classes and keys.
+
+    A (32 tokens) keeps only E = 32: full blocks 0-7 and sliding blocks 6, 7
+    (the window of 32) are 10 pages saving 32 tokens: 3.2 per page, class
+    floor(2 log2 3.2) = 3; sliding blocks 0-5 are dead (the head, no class).
+    B = A's 32 tokens + 4 hits 32 and keeps H = 32 and E = 36. Unit 36 holds
+    B's new full block and its sliding block 8 (7 is unit 32's): 4 tokens over
+    2 pages = 2.0, capped by the shallower 3.2: class 2. Unit 32 is A's again:
+    class 3. Release: unit 36 first, then unit 32 deepest first; each keyed
+    block's key is clock / 63 + weight * class / 2 (63 usable blocks).
+    """
+    kv = manager(FULL, SWA, weight=1.0)
+    pol = kv.block_pool.policy
+    run(kv, "a", list(range(32)))
+    a_units = [8, 16, 7, 15, 6, 5, 4, 3, 2, 1]  # full ids 1-8, sliding ids 15, 16
+    assert [b.block_id for b in pol][:6] == [14, 13, 12, 11, 10, 9]  # dead sliding
+    keyed = [(b.block_id, b.free_class, b.evict_key) for b in pol if b.free_class is not None]
+    assert keyed == [(i, 3, pytest.approx(k / 63 + 1.5)) for k, i in enumerate(a_units, 1)]
+    assert run(kv, "b", [*range(32), *range(100, 104)]) == 32
+    keyed = [(b.block_id, b.free_class, b.evict_key) for b in pol if b.free_class is not None]
+    b_units = [(14, 2), (13, 2)] + [(i, 3) for i in a_units]
+    assert keyed == [
+        (i, cls, pytest.approx(clock / 63 + cls / 2))
+        for clock, (i, cls) in enumerate(b_units, len(a_units) + 1)
+    ]
