@@ -259,3 +259,48 @@ def test_freed_units_are_valued_by_hand() -> None:
         (i, cls, pytest.approx(clock / 63 + cls / 2))
         for clock, (i, cls) in enumerate(b_units, len(a_units) + 1)
     ]
+
+
+def test_tail_states_are_valued_by_what_they_save_by_hand() -> None:
+    """Weight 1, FULL + two Mamba groups (block 4), tail 8, E = 24: tail points
+    16, 20, 24 each get a state per Mamba group (table entries 3, 4, 5).
+
+    E's unit (full block 5, both entry-5 states) and every full block belong to
+    main point 24: 24 tokens over 6 full + 2 state pages = 3.0, class 3. A tail
+    point's own states are worth what dropping them loses over their 2 pages,
+    capped at 3.0: point 20 loses 4 tokens (a hit falls to 16): 2.0, class 2;
+    point 16 loses 8 (to 8): 4.0, capped: class 3. Release: unit 24, 20, 16,
+    each deepest position first, groups in order; key = clock / 63 + class / 2.
+    """
+    kv = manager(FULL, MAMBA, MAMBA, tail=8, weight=1.0)
+    req = Request("a", list(range(24)))
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, 24, hit, blocks).get_block_ids() == (
+        [1, 2, 3, 4, 5, 6],
+        [7, 8, 9],  # entries 3, 4, 5 (the others stay null)
+        [10, 11, 12],
+    )
+    req.num_computed_tokens = 24
+    kv.free(req)
+    order = [(6, 3), (9, 3), (12, 3), (5, 3), (8, 2), (11, 2), (4, 3), (7, 3), (10, 3)]
+    order += [(3, 3), (2, 3), (1, 3)]
+    keys = {i: pytest.approx(clock / 63 + cls / 2) for clock, (i, cls) in enumerate(order, 1)}
+    pol = kv.block_pool.policy
+    got = {b.block_id: (b.free_class, b.evict_key) for b in pol if b.free_class is not None}
+    assert got == {i: (cls, keys[i]) for i, cls in order}
+
+
+def test_the_tail_rounds_down_to_the_hit_step() -> None:
+    """hybrid_tail_tokens=10 on blocks of 4 is a tail of 8 (points 16, 20, 24 at
+    E = 24), not 12 (which would keep 12 too)."""
+
+    def queue_after_free(tail: int) -> list[int]:
+        kv = manager(FULL, SWA, tail=tail)
+        req = Request("a", list(range(24)))
+        blocks, hit = kv.get_computed_blocks(req)
+        assert kv.allocate_slots(req, 24, hit, blocks) is not None
+        req.num_computed_tokens = 24
+        kv.free(req)
+        return [b.block_id for b in kv.block_pool.policy]
+
+    assert queue_after_free(10) == queue_after_free(8) != queue_after_free(12)
