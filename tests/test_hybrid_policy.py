@@ -121,6 +121,35 @@ def test_mamba_branch_point_gets_a_state() -> None:
     assert run(kv, "c", c) == 20
 
 
+def test_full_hit_tokens_is_where_every_full_group_matches() -> None:
+    """The branch point is how far the full-attention groups *together* match:
+    with group 1's third block out of the cache, groups 0 and 1 share 8 tokens
+    (group 0 alone would match 16)."""
+    kv = manager(FULL, FULL, MAMBA)
+    run(kv, "a", list(range(20)))
+    holder = Request("b", list(range(21)))  # hits a's 20 tokens: holds a's blocks
+    blocks, hit = kv.get_computed_blocks(holder)
+    assert hit == 20 and kv.allocate_slots(holder, 1, hit, blocks) is not None
+    third = kv.coordinator.get_blocks("b")[1][2]
+    assert third is blocks.blocks[1][2]
+    kv.block_pool.uncache(third)
+    c = Request("c", [*range(16), *range(900, 908)])
+    blocks, hit = kv.get_computed_blocks(c)
+    assert [len(g) for g in blocks.blocks[:2]] == [hit // 4, hit // 4]
+    assert blocks.full_hit_tokens == 8
+    kv.check_integrity()
+
+
+def test_full_hit_tokens_is_the_hit_without_a_full_group() -> None:
+    """No full-attention group: the branch point is the hit itself, not a
+    sliding group's longer match (here 16, while Mamba has no state there)."""
+    kv = manager(SWA, MAMBA)
+    run(kv, "a", list(range(20)))  # Mamba states at 20 (the end) only
+    c = Request("c", [*range(18), *range(900, 906)])
+    blocks, hit = kv.get_computed_blocks(c)
+    assert hit == 0 and blocks.full_hit_tokens == 0
+
+
 def test_tail_keeps_hit_points_before_the_end() -> None:
     kv = manager(FULL, MAMBA, tail=8)
     run(kv, "a", list(range(30)))  # states at 20, 24, 28 (the last 8 tokens' boundaries)

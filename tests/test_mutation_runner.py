@@ -20,6 +20,7 @@ from mutation.mutant import Mutant, MutationError  # noqa: E402
 from mutation.run import Worker  # noqa: E402
 from mutation.targets import target_files  # noqa: E402
 from mutation.targets import tests_for as mapped_tests  # noqa: E402
+from mutation.worker import files_in_order  # noqa: E402
 
 
 @pytest.mark.parametrize("m", CURATED, ids=lambda m: m.description)
@@ -82,3 +83,100 @@ def test_worker_kills_spares_and_restores(tmp_path: Path) -> None:
     finally:
         w.close()
     assert (tmp_path / "calc.py").read_bytes() == original
+
+
+_CALC = """SCALE = 2
+
+
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    if a > b:
+        return a - b
+    return -(b - a)
+
+
+def unused(a):
+    return a * SCALE
+
+
+def table():
+    return [add(1, 1)]
+"""
+
+_TESTS = """import pytest
+from hybridkv.calc import add, sub, table
+
+
+@pytest.fixture(scope="module")
+def shared():
+    return table()
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_sub():
+    assert sub(1, 3) == -2
+
+
+def test_shared(shared):
+    assert shared == [2]
+
+
+def test_other(shared):
+    assert True
+"""
+
+
+def test_selection_runs_only_the_tests_that_reach_a_mutant(tmp_path: Path) -> None:
+    """Per-test coverage on a tiny package: a line one test runs selects that test;
+    a line run at import selects the whole set; a line only a module-scoped fixture
+    runs selects every test of that module; a line no test runs selects none."""
+    from mutation.coverage_map import CoverageMap
+
+    (tmp_path / "hybridkv").mkdir()
+    (tmp_path / "hybridkv" / "__init__.py").write_text("")
+    (tmp_path / "hybridkv" / "calc.py").write_text(_CALC)
+    (tmp_path / "test_calc.py").write_text(_TESTS)
+    source = _CALC.encode()
+    w = Worker(tmp_path, warm=("pytest",))
+    try:
+        r = w.run("hybridkv/calc.py", source, ("test_calc.py",), 120.0, {}, coverage=True)
+    finally:
+        w.close()
+    assert r["status"] == "survived", r
+    cov = CoverageMap.merge([r["coverage"]])
+
+    def chosen(text: str) -> tuple[str, ...] | str:
+        at = source.index(text.encode())
+        s = cov.select("hybridkv/calc.py", source, at, len(text))
+        return "whole" if s.whole else s.tests
+
+    # add() runs in test_add and in the module-scoped fixture: every test of the module.
+    assert set(chosen("a + b")) == {
+        "test_calc.py::test_add",
+        "test_calc.py::test_sub",
+        "test_calc.py::test_shared",
+        "test_calc.py::test_other",
+    }
+    assert chosen("a > b") == ("test_calc.py::test_sub",)
+    assert chosen("-(b - a)") == ("test_calc.py::test_sub",)
+    assert chosen("return a - b") == ()  # test_sub takes the other branch
+    assert chosen("a * SCALE") == ()  # nobody calls unused()
+    assert chosen("SCALE = 2") == "whole"  # run at import
+    assert chosen("def sub(a, b)") == "whole"
+
+
+def test_files_run_cheapest_first_and_keep_their_node_ids() -> None:
+    durations = {"a.py::t1": 3.0, "a.py::t2": 1.0, "b.py::t": 2.0, "c.py::t": 0.5}
+    tests = ["a.py::t1", "b.py", "new.py", "a.py::t2", "c.py::t"]
+    assert files_in_order(tests, durations) == [
+        ["new.py"],
+        ["c.py::t"],
+        ["b.py"],
+        ["a.py::t1", "a.py::t2"],
+    ]

@@ -44,6 +44,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)
         )
         self._order = order
+        # Full-attention groups come first: after this many, ``length`` is where
+        # they all match (the branch point, ``last_full_hit_tokens``).
+        self._num_closed = sum(m.prefix_closed for m in self.managers)
 
     def find_longest_cache_hit(
         self, block_hashes: list[bytes], max_length: int, token_ids: list[int] | None
@@ -53,10 +56,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         views: dict[int, list[bytes]] = {}
         length = max_length
         full_hit: int | None = None
+        closed = self._num_closed
         changed = True
         while changed:
             changed = False
-            for gid in self._order:
+            for k, gid in enumerate(self._order):
+                if k == closed and closed and full_hit is None:
+                    full_hit = length  # every full-attention group matches this far
                 m = managers[gid]
                 bs = m.block_size
                 cur = hits[gid]
@@ -69,11 +75,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     if view is None:
                         view = views[m.hash_stride] = m.group_hashes(block_hashes)
                     cur = m.find_longest_cache_hit(view, length, token_ids)
-                    if m.prefix_closed and full_hit is None:
-                        full_hit = len(cur) * bs
                 hits[gid] = cur
                 if len(cur) * bs < length:
                     length = len(cur) * bs
                     changed = True
-        self.last_full_hit_tokens = length if full_hit is None else max(full_hit, length)
+        # No full-attention group (closed == 0), or only those: the hit itself.
+        self.last_full_hit_tokens = length if full_hit is None or not closed else full_hit
         return tuple(h if h is not None else [] for h in hits), length

@@ -55,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the mutants argued equivalent (equivalent.yaml); by default they are "
         "reported with their argument but not run (each would run all its tests)",
     )
+    parser.add_argument(
+        "--no-select",
+        action="store_true",
+        help="run each mutant on its file's whole test set, not only the tests that execute "
+        "its statement (a check of the coverage-based selection; slower)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mutation.md"))
     parser.add_argument(
         "--report-from",
@@ -65,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     saved = out.with_suffix(".json")
     if args.report_from:
-        outcomes, clean, seconds, jobs, only, commit = load(Path(args.report_from))
+        outcomes, clean, seconds, jobs, only, commit, select = load(Path(args.report_from))
     else:
         mutants = [
             m for m in all_mutants(ROOT) if not args.only or any(t in m.key for t in args.only)
@@ -77,15 +83,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         start, commit = time.monotonic(), commit_of(ROOT)
         skip = set() if args.recheck_equivalent else {m.key for m in mutants} & set(EQUIVALENT)
-        ran, clean = run(ROOT, [m for m in mutants if m.key not in skip], args.jobs)
+        todo = [m for m in mutants if m.key not in skip]
+        ran, clean = run(ROOT, todo, args.jobs, select=not args.no_select)
         by_key = {o.mutant.key: o for o in ran}
         outcomes = [
             by_key[m.key] if m.key not in skip else Outcome(m, "equivalent", None, 0.0)
             for m in mutants
         ]
         seconds, jobs, only = time.monotonic() - start, args.jobs, " | ".join(args.only)
-        save(saved, outcomes, clean, seconds, jobs, only, commit)
-    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, not only)
+        select = not args.no_select
+        save(saved, outcomes, clean, seconds, jobs, only, commit, select)
+    report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, select, not only)
     out.write_text(report)
     s = summarize(outcomes, EQUIVALENT)
     print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "

@@ -58,6 +58,7 @@ def render(
     seconds: float,
     jobs: int,
     commit: str,
+    select: bool,
     check_stale: bool = True,
 ) -> str:
     """The report: summary, per-file and per-operator tables, survivors with arguments."""
@@ -69,6 +70,12 @@ def render(
         "`make mutation` (tools/mutation): generated and curated mutants of the core, the",
         "managers, the coordinators, hashing, planning and the scheduler; each runs the tests",
         "mapped to its file (tools/mutation/targets.py) with `-x` in a sandboxed copy.",
+        (
+            "Selection: only the mapped tests that execute the mutant's statement in a clean "
+            "run under per-test coverage (tools/mutation/coverage_map.py)."
+            if select
+            else "Selection: none (`--no-select`): every mutant ran its whole mapped set."
+        ),
         "",
         f"- run at commit {commit}; Python {platform.python_version()}, {jobs} jobs on "
         f"{platform.machine()}; equivalence notes as of {commit_of(root)}",

@@ -19,8 +19,10 @@ def save(
     jobs: int,
     only: str,
     commit: str,
+    select: bool,
 ) -> None:
     data: dict[str, Any] = {"seconds": seconds, "jobs": jobs, "only": only, "commit": commit}
+    data["select"] = select
     data["clean"] = [{"tests": list(k), "seconds": c.seconds} for k, c in clean.items()]
     data["outcomes"] = [
         {**asdict(o.mutant), "status": o.status, "test": o.test, "run_seconds": o.seconds}
@@ -31,7 +33,8 @@ def save(
 
 def load(
     path: Path,
-) -> tuple[list[Outcome], dict[tuple[str, ...], Clean], float, int, str, str]:
+) -> tuple[list[Outcome], dict[tuple[str, ...], Clean], float, int, str, str, bool]:
+    """A saved run; runs saved before selection existed ran whole sets (``select`` False)."""
     data = json.loads(path.read_text())
     outcomes = []
     for row in data["outcomes"]:
@@ -39,4 +42,5 @@ def load(
         row["tests"] = tuple(row["tests"])
         outcomes.append(Outcome(Mutant(**row), status, test, seconds))
     clean = {tuple(c["tests"]): Clean(c["seconds"], {}) for c in data["clean"]}
-    return outcomes, clean, data["seconds"], data["jobs"], data["only"], data["commit"]
+    select = bool(data.get("select", False))
+    return outcomes, clean, data["seconds"], data["jobs"], data["only"], data["commit"], select

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .coverage_map import CoverageMap
 from .mutant import Mutant
 from .sandbox import check_imports, make_sandbox, sandbox_env, tracked_files
 from .targets import tests_for
@@ -90,10 +91,12 @@ class Worker:
         tests: tuple[str, ...],
         timeout: float,
         durations: dict[str, float],
+        coverage: bool = False,
     ) -> dict[str, Any]:
         assert self.proc.stdin is not None
         job: dict[str, Any] = {"file": file, "source": source.decode("latin-1")}
         job |= {"tests": list(tests), "timeout": timeout, "durations": durations}
+        job |= {"coverage": coverage}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         return self._read()
@@ -104,8 +107,9 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-Job = tuple[str, bytes, tuple[str, ...], float, dict[str, float]]
-"""file, source, tests, timeout, clean test times (to run cheap tests first)"""
+Job = tuple[str, bytes, tuple[str, ...], float, dict[str, float], bool]
+"""file, source, tests, timeout, clean test times (to run cheap tests first),
+coverage (a clean run that records what each test executes)"""
 
 
 def _execute(
@@ -160,8 +164,11 @@ def run(
     mutants: list[Mutant],
     jobs: int,
     progress: Callable[[str], None] = print,
+    select: bool = True,
 ) -> tuple[list[Outcome], dict[tuple[str, ...], Clean]]:
-    """Run ``mutants``; returns their outcomes and the clean time of each test set."""
+    """Run ``mutants``; returns their outcomes and the clean time of each test set.
+    ``select``: each mutant runs only the tests that execute its statement
+    (``coverage_map``); False: its whole test set."""
     before = _source_state(root)
     sets = sorted({m.tests or tests_for(m.file) for m in mutants})
     with tempfile.TemporaryDirectory(prefix="hybridkv-mutation-") as tmp:
@@ -171,7 +178,8 @@ def run(
         workers = [Worker(sb) for sb in sandboxes]
         try:
             clean = _baseline(root, workers, sets, mutants, progress)
-            outcomes = _mutants(root, workers, mutants, clean, progress)
+            coverage = _coverage(root, workers, sets, mutants, progress) if select else None
+            outcomes = _mutants(root, workers, mutants, clean, coverage, progress)
         finally:
             for w in workers:
                 w.close()
@@ -195,7 +203,7 @@ def _baseline(
     for m in mutants:
         first.setdefault(m.tests or tests_for(m.file), m.file)
     clean_jobs: list[Job] = [
-        (first[s], (root / first[s]).read_bytes(), s, 3600.0, {}) for s in sets
+        (first[s], (root / first[s]).read_bytes(), s, 3600.0, {}, False) for s in sets
     ]
     results = _execute(workers, clean_jobs)
     for s, r in zip(sets, results, strict=True):
@@ -205,7 +213,7 @@ def _baseline(
     clean = {
         s: Clean(float(r["seconds"]), r["durations"]) for s, r in zip(sets, results, strict=True)
     }
-    canaries: list[Job] = [(first[s], _canary(root, first[s]), s, 600.0, {}) for s in sets]
+    canaries: list[Job] = [(first[s], _canary(root, first[s]), s, 600.0, {}, False) for s in sets]
     for s, r in zip(sets, _execute(workers, canaries), strict=True):
         if r["status"] != "killed":
             raise RuntimeError(f"a broken {first[s]} was not killed by {s}: {r}")
@@ -213,19 +221,60 @@ def _baseline(
     return clean
 
 
+def _coverage(
+    root: Path,
+    workers: list[Worker],
+    sets: list[tuple[str, ...]],
+    mutants: list[Mutant],
+    progress: Callable[[str], None],
+) -> CoverageMap:
+    """Each test set once more, unmutated, under coverage with a context per test."""
+    first: dict[tuple[str, ...], str] = {}
+    for m in mutants:
+        first.setdefault(m.tests or tests_for(m.file), m.file)
+    start = time.monotonic()
+    jobs: list[Job] = [
+        (first[s], (root / first[s]).read_bytes(), s, 3600.0, {}, True) for s in sets
+    ]
+    results = _execute(workers, jobs)
+    for s, r in zip(sets, results, strict=True):
+        if r["status"] != "survived" or not r.get("coverage"):
+            raise RuntimeError(f"the unmutated code fails {s} under coverage: {r}")
+    progress(f"coverage: {len(sets)} test sets in {time.monotonic() - start:.0f} s")
+    return CoverageMap.merge(r["coverage"] for r in results)
+
+
 def _mutants(
     root: Path,
     workers: list[Worker],
     mutants: list[Mutant],
     clean: dict[tuple[str, ...], Clean],
+    coverage: CoverageMap | None,
     progress: Callable[[str], None],
 ) -> list[Outcome]:
     sources = {f: (root / f).read_bytes() for f in {m.file for m in mutants}}
     jobs: list[Job] = []
-    for m in mutants:
+    index: list[int] = []  # jobs[k] runs mutants[index[k]]
+    unreached: dict[int, Outcome] = {}
+    for i, m in enumerate(mutants):
         tests = m.tests or tests_for(m.file)
-        timeout = TIMEOUT_FACTOR * clean[tests].seconds + TIMEOUT_SLACK_S
-        jobs.append((m.file, m.apply(sources[m.file]), tests, timeout, clean[tests].durations))
+        seconds = clean[tests].seconds
+        if coverage is not None and not m.tests:
+            source = sources[m.file]
+            chosen = coverage.select(m.file, source, m.locate(source), len(m.original.encode()))
+            if chosen.unreached:
+                lines = f"{chosen.lines[0]}-{chosen.lines[-1]}"
+                unreached[i] = Outcome(m, "survived", f"no mapped test runs lines {lines}", 0.0)
+                continue
+            if not chosen.whole:
+                tests = chosen.tests
+                seconds = sum(clean_of(clean, m).durations.get(t, 0.0) for t in tests)
+        timeout = TIMEOUT_FACTOR * seconds + TIMEOUT_SLACK_S
+        durations = clean_of(clean, m).durations
+        jobs.append((m.file, m.apply(sources[m.file]), tests, timeout, durations, False))
+        index.append(i)
+    if unreached:
+        progress(f"{len(unreached)} mutants on lines no mapped test runs: survivors, not run")
     start = time.monotonic()
     lock = threading.Lock()
     count = [0]
@@ -236,11 +285,17 @@ def _mutants(
             elapsed = time.monotonic() - start
             progress(
                 f"[{count[0]:4d}/{len(jobs)} {elapsed:6.0f} s] {r['status']:8s} "
-                f"{r['seconds']:5.1f} s  {mutants[i].key}"
+                f"{r['seconds']:5.1f} s  {mutants[index[i]].key}"
             )
 
     results = _execute(workers, jobs, done)
-    return [
-        Outcome(m, r["status"], r.get("test"), float(r["seconds"]))
-        for m, r in zip(mutants, results, strict=True)
-    ]
+    ran = {
+        index[k]: Outcome(mutants[index[k]], r["status"], r.get("test"), float(r["seconds"]))
+        for k, r in enumerate(results)
+    }
+    return [ran[i] if i in ran else unreached[i] for i in range(len(mutants))]
+
+
+def clean_of(clean: dict[tuple[str, ...], Clean], m: Mutant) -> Clean:
+    """The clean run of ``m``'s test set."""
+    return clean[m.tests or tests_for(m.file)]

@@ -3,7 +3,8 @@
 Protocol (one JSON object per line): the runner writes a job
 ``{"file", "source" (the mutated file, latin-1), "tests", "timeout"}``; the
 worker writes the mutated file into its sandbox, forks, and the child runs
-``pytest -x`` on the tests in-process; the worker puts the original bytes back
+``pytest -x`` on the tests in-process, one file at a time, cheapest first; the
+worker puts the original bytes back
 (in ``finally``, checked) and answers ``{"status", "test", "seconds"}`` with
 status ``killed``, ``survived`` or ``timeout`` (or ``error`` with a reason).
 
@@ -28,13 +29,26 @@ from typing import Any
 _PYTEST_ARGS = ("-x", "-q", "--no-header", "-p", "no:cacheprovider", "--hypothesis-seed=0")
 
 
-class _Plugin:
-    """pytest plugin: runs cheap tests first, records times and the first failure.
+def files_in_order(tests: list[str], durations: dict[str, float]) -> list[list[str]]:
+    """``tests`` (files or node ids) grouped by file, cheapest file first (by its
+    tests' total time in the clean run; files unknown to it first).
 
-    Order: modules by their total time in the clean run, then tests by their own
-    time (tests unknown to the clean run first). A module stays together, so
-    module-scoped fixtures are built once.
+    The child runs one ``pytest.main`` per group and stops at the first that
+    fails: a mutant the first file kills never pays for collecting the others.
     """
+    files: dict[str, list[str]] = {}
+    for t in tests:
+        files.setdefault(t.split("::")[0], []).append(t)
+    total: dict[str, float] = {}
+    for nodeid, seconds in durations.items():
+        name = nodeid.split("::")[0]
+        total[name] = total.get(name, 0.0) + seconds
+    return [files[f] for f in sorted(files, key=lambda f: (total.get(f, 0.0), f))]
+
+
+class _Plugin:
+    """pytest plugin: runs a file's cheap tests first, records times and the first
+    failure (tests unknown to the clean run first)."""
 
     def __init__(self, durations: dict[str, float]) -> None:
         self.durations = durations
@@ -42,16 +56,7 @@ class _Plugin:
         self.test: str | None = None
 
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
-        module: dict[str, float] = {}
-        for item in items:
-            name = item.nodeid.split("::")[0]
-            module[name] = module.get(name, 0.0) + self.durations.get(item.nodeid, 0.0)
-
-        def key(item: Any) -> tuple[float, str, float]:
-            name = item.nodeid.split("::")[0]
-            return module[name], name, self.durations.get(item.nodeid, 0.0)
-
-        items.sort(key=key)
+        items.sort(key=lambda item: self.durations.get(item.nodeid, 0.0))
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         self.seen[report.nodeid] = self.seen.get(report.nodeid, 0.0) + report.duration
@@ -72,11 +77,28 @@ def _child(sandbox: Path, job: dict[str, Any], log: Path, result: Path) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.chdir(sandbox)
+        if job.get("coverage"):
+            from .coverage_map import measure
+
+            # Not -x: every test must run (and pass) to record what it executes.
+            measured = measure(str(sandbox), job["tests"], _PYTEST_ARGS[1:])
+            code = measured["code"]
+            result.write_text(json.dumps({"code": code, "test": None, "coverage": measured}))
+            return
         import pytest
 
-        plugin = _Plugin(job.get("durations", {}))
-        code = int(pytest.main([*_PYTEST_ARGS, *job["tests"]], plugins=[plugin]))
-        result.write_text(json.dumps({"code": code, "test": plugin.test, "durations": plugin.seen}))
+        durations = job.get("durations", {})
+        seen: dict[str, float] = {}
+        test = None
+        code = 0
+        for group in files_in_order(job["tests"], durations):
+            plugin = _Plugin(durations)
+            code = int(pytest.main([*_PYTEST_ARGS, *group], plugins=[plugin]))
+            seen |= plugin.seen
+            if code != 0:
+                test = plugin.test
+                break
+        result.write_text(json.dumps({"code": code, "test": test, "durations": seen}))
     finally:
         os._exit(code)
 
@@ -115,7 +137,8 @@ def _run(sandbox: Path, job: dict[str, Any], tmp: Path) -> dict[str, Any]:
             "status": "survived",
             "test": None,
             "seconds": seconds,
-            "durations": out["durations"],
+            "durations": out.get("durations", {}),
+            "coverage": out.get("coverage"),
         }
     if out["code"] in (1, 2):  # tests failed / interrupted (collection error, -x)
         return {"status": "killed", "test": out["test"], "seconds": seconds}
