@@ -75,7 +75,7 @@ def test_blocks_another_request_holds_count_no_pages() -> None:
     kv = manager(full(4), swa(4, 8), weight=1.0)
     a, _ = admit(kv, "a", list(range(24)))
     assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12])
-    b, hit = admit(kv, "b", [*range(12), 900, 901, 902, 903])
+    _, hit = admit(kv, "b", [*range(12), 900, 901, 902, 903])
     assert hit == 12 and kv.get_block_ids("b") == ([1, 2, 3, 13], [0, 8, 9, 14])
     kv.free(a)
     kv.check_integrity()
