@@ -89,7 +89,7 @@ class KVCacheCoordinator(ABC):
             for m in self.managers
         ]
         #: Tokens the full-attention groups alone matched in the last
-        #: ``find_longest_cache_hit`` (the branch point; 0 without such groups).
+        #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
 

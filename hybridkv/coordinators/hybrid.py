@@ -61,7 +61,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         while changed:
             changed = False
             for k, gid in enumerate(self._order):
-                if k == closed and closed and full_hit is None:
+                if k == closed and full_hit is None and closed:
                     full_hit = length  # every full-attention group matches this far
                 m = managers[gid]
                 bs = m.block_size
@@ -79,6 +79,6 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 if len(cur) * bs < length:
                     length = len(cur) * bs
                     changed = True
-        # No full-attention group (closed == 0), or only those: the hit itself.
-        self.last_full_hit_tokens = length if full_hit is None or not closed else full_hit
+        # No full-attention group, or only those: the hit itself.
+        self.last_full_hit_tokens = length if full_hit is None else full_hit
         return tuple(h if h is not None else [] for h in hits), length
