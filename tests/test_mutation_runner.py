@@ -171,12 +171,14 @@ def test_selection_runs_only_the_tests_that_reach_a_mutant(tmp_path: Path) -> No
     assert chosen("def sub(a, b)") == "whole"
 
 
-def test_files_run_cheapest_first_and_keep_their_node_ids() -> None:
-    durations = {"a.py::t1": 3.0, "a.py::t2": 1.0, "b.py::t": 2.0, "c.py::t": 0.5}
-    tests = ["a.py::t1", "b.py", "new.py", "a.py::t2", "c.py::t"]
+def test_files_run_cheapest_first_in_sessions_of_cheap_files() -> None:
+    durations = {"a.py::t1": 3.0, "a.py::t2": 1.0, "b.py::t": 1.5, "c.py::t": 0.4}
+    durations["d.py::t"] = 0.5
+    tests = ["a.py::t1", "b.py", "new.py", "a.py::t2", "c.py::t", "d.py"]
+    # new (0) + c (0.4) + d (0.5) fit in 2 s; b (1.5) would not: its own session;
+    # a (4.0) is slower than a session: alone.
     assert files_in_order(tests, durations) == [
-        ["new.py"],
-        ["c.py::t"],
+        ["new.py", "c.py::t", "d.py"],
         ["b.py"],
         ["a.py::t1", "a.py::t2"],
     ]

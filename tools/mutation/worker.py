@@ -3,8 +3,8 @@
 Protocol (one JSON object per line): the runner writes a job
 ``{"file", "source" (the mutated file, latin-1), "tests", "timeout"}``; the
 worker writes the mutated file into its sandbox, forks, and the child runs
-``pytest -x`` on the tests in-process, one file at a time, cheapest first; the
-worker puts the original bytes back
+``pytest -x`` on the tests in-process, cheapest files first, in a few sessions
+(``files_in_order``); the worker puts the original bytes back
 (in ``finally``, checked) and answers ``{"status", "test", "seconds"}`` with
 status ``killed``, ``survived`` or ``timeout`` (or ``error`` with a reason).
 
@@ -29,12 +29,20 @@ from typing import Any
 _PYTEST_ARGS = ("-x", "-q", "--no-header", "-p", "no:cacheprovider", "--hypothesis-seed=0")
 
 
+#: Cheap files share one pytest session up to this much clean time: a session
+#: costs its collection, so one per file would slow survivors, and one for all
+#: would make every kill pay for collecting the slow files too.
+GROUP_SECONDS = 2.0
+
+
 def files_in_order(tests: list[str], durations: dict[str, float]) -> list[list[str]]:
     """``tests`` (files or node ids) grouped by file, cheapest file first (by its
-    tests' total time in the clean run; files unknown to it first).
+    tests' total time in the clean run; files unknown to it first), then
+    consecutive files merged into sessions of at most ``GROUP_SECONDS`` (a file
+    slower than that alone).
 
-    The child runs one ``pytest.main`` per group and stops at the first that
-    fails: a mutant the first file kills never pays for collecting the others.
+    The child runs one ``pytest.main`` per session and stops at the first that
+    fails: a mutant the cheap tests kill never pays for collecting the slow ones.
     """
     files: dict[str, list[str]] = {}
     for t in tests:
@@ -43,7 +51,16 @@ def files_in_order(tests: list[str], durations: dict[str, float]) -> list[list[s
     for nodeid, seconds in durations.items():
         name = nodeid.split("::")[0]
         total[name] = total.get(name, 0.0) + seconds
-    return [files[f] for f in sorted(files, key=lambda f: (total.get(f, 0.0), f))]
+    sessions: list[list[str]] = []
+    spent = 0.0
+    for f in sorted(files, key=lambda f: (total.get(f, 0.0), f)):
+        cost = total.get(f, 0.0)
+        if not sessions or spent + cost > GROUP_SECONDS:
+            sessions.append([])
+            spent = 0.0
+        sessions[-1] += files[f]
+        spent += cost
+    return sessions
 
 
 class _Plugin:
