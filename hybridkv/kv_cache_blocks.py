@@ -15,12 +15,19 @@ class KVCacheBlocks:
     alone matched (>= the hit; the ``hybrid`` policy's branch point).
     ``pool``: the block pool a prefix hit came from (set by
     ``get_computed_blocks``), so that adopting it checks ownership in O(1);
-    blocks from anywhere else are checked one by one.
+    blocks from anywhere else are checked one by one. ``generation`` and
+    ``hashes``: the pool's ``generation`` when the hit was found, and the block
+    hashes (the request's own list) it was found for: adopting it for the same
+    request at the same generation skips the per-block staleness check (no
+    cached block has left the index since). Pass a hit to ``allocate_slots``
+    as it was returned.
     """
 
     blocks: tuple[list[KVCacheBlock], ...]
     full_hit_tokens: int = 0
     pool: object | None = field(default=None, repr=False, compare=False)
+    generation: int = field(default=-1, repr=False, compare=False)
+    hashes: object | None = field(default=None, repr=False, compare=False)
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         """Block ids per group (0 marks the null block)."""

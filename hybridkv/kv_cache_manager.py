@@ -225,8 +225,10 @@ class KVCacheManager:
             self.prefix_cache_stats.record(
                 request.num_tokens, num_hit, preempted=request.num_preemptions > 0
             )
-        hit = KVCacheBlocks(blocks, self.coordinator.last_full_hit_tokens, self.block_pool)
-        return hit, num_hit
+        pool = self.block_pool
+        full_hit = self.coordinator.last_full_hit_tokens
+        hashes = request.live_block_hashes
+        return KVCacheBlocks(blocks, full_hit, pool, pool.generation, hashes), num_hit
 
     def allocate_slots(
         self,
@@ -369,8 +371,15 @@ class KVCacheManager:
             )
         self._bind(request)
         hashes = request.live_block_hashes
-        if new_computed_blocks.pool is not self.block_pool:
+        own = new_computed_blocks.pool is self.block_pool
+        if not own:
             self._check_own_blocks(blocks)
+        # Found by this pool for this request, and nothing left the index since.
+        fresh = (
+            own
+            and new_computed_blocks.generation == self.block_pool.generation
+            and new_computed_blocks.hashes is hashes
+        )
         for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):
             if len(group_blocks) * m.block_size != num_new_computed_tokens:
                 raise ValueError(
@@ -378,6 +387,8 @@ class KVCacheManager:
                     f"{len(group_blocks) * m.block_size} tokens, not "
                     f"num_new_computed_tokens={num_new_computed_tokens}"
                 )
+            if fresh:
+                continue
             view = m.group_hashes(hashes)
             for i, b in enumerate(group_blocks):
                 if not b.is_null and (b.block_hash != view[i] or b.group_id != m.group_id):

@@ -126,6 +126,17 @@ def test_stale_hit_after_eviction_is_rejected_and_changes_nothing() -> None:
     kv.check_integrity()
 
 
+def test_stale_hit_after_an_eviction_with_events_is_rejected() -> None:
+    """With events on, eviction takes the general path (it emits BlockRemoved):
+    it too makes an earlier hit stale."""
+    kv = manager(5, full(4), enable_kv_cache_events=True)
+    b, blocks = _cached_prefix_and_hit(kv)
+    prefill(kv, req("c", toks(12, start=500)))  # evicts A's 2nd block
+    with pytest.raises(ValueError, match="stale"):
+        kv.allocate_slots(b, 1, 8, blocks)
+    kv.check_integrity()
+
+
 def test_stale_hit_after_reset_is_rejected() -> None:
     kv = manager(5, full(4))
     b, blocks = _cached_prefix_and_hit(kv)

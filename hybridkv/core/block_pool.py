@@ -59,6 +59,10 @@ class BlockPool:
         self.cached: list[dict[bytes, KVCacheBlock]] = [{} for _ in range(num_groups)]
         self.duplicates: dict[tuple[int, bytes], dict[int, KVCacheBlock]] = {}
         self.events: list[KVCacheEvent] = []
+        #: Bumped whenever a cached block may have left the index (an eviction,
+        #: an uncache, a reset): a prefix hit found at the same generation is
+        #: still valid block for block.
+        self.generation = 0
 
     # -- queries -------------------------------------------------------------
     @property
@@ -95,9 +99,19 @@ class BlockPool:
         The caller checked ``n <= num_free_blocks``.
         """
         blocks = self.policy.take(n)
+        cached, duplicates = self.cached, self.duplicates
+        quiet = not self.enable_kv_cache_events
         for b in blocks:
-            if b.block_hash is not None:
-                self._evict(b)
+            h = b.block_hash
+            if h is not None:
+                self.generation += 1
+                index = cached[b.group_id]  # type: ignore[index]
+                # The common case inline: the key's only block, no event to send.
+                if quiet and index.get(h) is b and (b.group_id, h) not in duplicates:
+                    del index[h]
+                    b.block_hash = b.group_id = b.token_ids = None
+                else:
+                    self._evict(b)
             b.ref_cnt = 1
         return blocks
 
@@ -143,24 +157,40 @@ class BlockPool:
                 self.policy.release(released)
 
     # -- the prefix index ----------------------------------------------------
-    def cache_block(
-        self, block: KVCacheBlock, block_hash: bytes, group_id: int, token_ids: list[int]
-    ) -> bool:
-        """Enter a full, computed block into the index under its key.
+    def cache_run(
+        self,
+        blocks: list[KVCacheBlock],
+        hashes: list[bytes],
+        group_id: int,
+        token_ids: list[int],
+        block_size: int,
+        start: int,
+        stop: int,
+    ) -> list[int]:
+        """Enter ``blocks[start:stop]`` (full and computed) into the index: block
+        ``i`` under ``hashes[i]`` with tokens ``token_ids[i * block_size:][:block_size]``.
 
-        Returns True when the key is new to the index (the block is its
-        primary), False when the block is a duplicate of a cached key.
+        Null blocks and blocks already cached are skipped. Returns the indices
+        whose keys were new to the index (each block is then its key's
+        primary); a block under a key already cached becomes a duplicate.
         """
-        block.block_hash = block_hash
-        block.group_id = group_id
-        block.token_ids = token_ids
         index = self.cached[group_id]
-        primary = index.get(block_hash)
-        if primary is None:
-            index[block_hash] = block
-            return True
-        self.duplicates.setdefault((group_id, block_hash), {})[block.block_id] = block
-        return False
+        duplicates = self.duplicates
+        new: list[int] = []
+        for i in range(start, stop):
+            b = blocks[i]
+            if b.is_null or b.block_hash is not None:
+                continue
+            h = hashes[i]
+            b.block_hash = h
+            b.group_id = group_id
+            b.token_ids = token_ids[i * block_size : (i + 1) * block_size]
+            if h in index:
+                duplicates.setdefault((group_id, h), {})[b.block_id] = b
+            else:
+                index[h] = b
+                new.append(i)
+        return new
 
     def uncache(self, block: KVCacheBlock) -> None:
         """Take a block in use out of the prefix index (its content is not
@@ -173,6 +203,7 @@ class BlockPool:
     def _evict(self, block: KVCacheBlock) -> None:
         h, gid = block.block_hash, block.group_id
         assert h is not None and gid is not None
+        self.generation += 1
         index = self.cached[gid]
         key = (gid, h)
         if index.get(h) is block:
@@ -232,6 +263,7 @@ class BlockPool:
         for index in self.cached:
             index.clear()
         self.duplicates.clear()
+        self.generation += 1
         if self.enable_kv_cache_events:
             self.events.append(AllBlocksCleared())
         return True

@@ -258,16 +258,9 @@ class SingleTypeKVCacheManager(ABC):
         if num_full <= start:
             return
         hashes = self.group_hashes(block_hashes)
-        blocks = st.blocks
         pool = self.pool
         gid = self.group_id
-        stored = []
-        for i in range(start, num_full):
-            b = blocks[i]
-            if b.is_null or b.block_hash is not None:
-                continue
-            if pool.cache_block(b, hashes[i], gid, token_ids[i * bs : (i + 1) * bs]):
-                stored.append(i)
+        stored = pool.cache_run(st.blocks, hashes, gid, token_ids, bs, start, num_full)
         st.num_cached = num_full
         if stored and pool.enable_kv_cache_events:
             for first, stop in consecutive_runs(stored):
