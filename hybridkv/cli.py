@@ -4,9 +4,11 @@ Each subcommand prints a user error as one ``hybridkv COMMAND: error: ...``
 line and exits with status 2 (``hybridkv.user_errors``); argparse does the
 same for bad arguments.
 
-``--help`` and ``plan`` need only the core install: the modules that register
+``--help``, ``plan``, ``walkthrough`` and ``simulate`` (the engine's scheduler
+on a cost model, no model) need only the core install: the modules that register
 the subcommands import nothing heavy, and a subcommand that needs an extra
-(``ENGINE_COMMANDS``) checks for it first, naming the ``pip install`` to run.
+(``ENGINE_COMMANDS``) checks for it first, naming the ``pip install`` to run
+(``simulate --plot`` checks for ``plot`` itself).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ ENGINE_COMMANDS = {
     "demo": ("demo", ("torch", "transformers", "gguf")),
     "generate": ("engine", ("torch", "transformers")),
     "serve": ("serve", ("torch", "transformers")),  # serve implies engine
-    "simulate": ("engine", ("torch",)),
 }
 
 

@@ -5,7 +5,8 @@ The core (specs, block pool, managers, coordinators, planner, layouts,
 comes with an extra of ``pyproject.toml``::
 
     engine   torch, numpy, transformers, safetensors, tqdm, jinja2, triton (Linux):
-             the CPU/GPU engine, its kernels, KV buffers, ``generate``, ``simulate``
+             the CPU/GPU engine, its kernels, KV buffers, ``generate`` (``simulate``
+             needs only the core: the scheduler on a cost model)
     plot     matplotlib: ``hybridkv plan --plot``, ``simulate --plot``
     serve    engine + fastapi, uvicorn, prometheus-client: ``hybridkv serve``
     events   pyzmq, msgspec: KV cache events

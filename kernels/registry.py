@@ -1,14 +1,15 @@
 """The engine's kernel backends: one ``KernelBackend`` object per engine, by name.
 
 A backend carries every op the models and the sampler call (``OPS``): paged
-attention and its cache write, the fused Gemma norms and RoPE, the GeGLU
-activation, greedy sampling and the Mamba ops, plus how linear layers are
+attention and its cache write, the norms (Llama's ``rms_norm``, the fused Gemma
+residual norms) and RoPE (Gemma's norm + RoPE, Llama 4's interleaved form), the
+GeGLU activation, greedy sampling and the Mamba ops, plus how linear layers are
 packed (``amx_linears``). Models call ``batch.ops.attention(...)`` and never
 look at a backend's name.
 
 The attention, cache-write and Mamba ops run the public per-op functions
-(``unified_attention``... with ``backend=`` the backend's name); the Gemma ops
-and greedy sampling are methods each backend implements. For every op it
+(``unified_attention``... with ``backend=`` the backend's name); the norm,
+RoPE and activation ops and greedy sampling are methods each backend implements. For every op it
 lacks, a backend names the backend class that runs it instead (``fallbacks``):
 that is the only way an op comes from elsewhere, it is checked when the class
 is defined (every op is described or declared, never both), and
@@ -18,8 +19,9 @@ is defined (every op is described or declared, never both), and
     triton  attention, cache write, Mamba ops in Triton; norms, RoPE, GeGLU,
             greedy from torch (declared)
     native  C kernels on the CPU: cache write, decode attention (its prefill
-            rows: the torch reference, declared in the op), norms, RoPE, GeGLU,
-            greedy; Mamba ops from torch (declared)
+            rows: the torch reference, declared in the op), Gemma norms and
+            RoPE, GeGLU, greedy; Llama's rms_norm, interleaved RoPE and the
+            Mamba ops from torch (declared)
 
 The registry maps a name to its class by ``"module:Class"`` so that a backend's
 module (and Triton, and the C build) loads only when that backend is asked for;
@@ -47,8 +49,10 @@ from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn
 OPS = (
     "attention",
     "cache_write",
+    "rms_norm",
     "add_rms_norm",
     "norm_rope",
+    "rope_pairwise",
     "gelu_tanh_mul",
     "greedy",
     "causal_conv1d",
@@ -141,7 +145,16 @@ class KernelBackend(ABC):
     #: ``reshape_and_cache`` (same contract): write new K/V rows at their slots.
     cache_write = _public_op(reshape_and_cache)
 
-    # -- Gemma layer ops -----------------------------------------------------------
+    # -- norms and RoPE ------------------------------------------------------------
+    @abstractmethod
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        """Llama's RMS norm of ``x [..., C]`` over the last dimension, a new tensor.
+
+        Normalised in fp32, cast back to ``x``'s dtype, then multiplied by
+        ``weight [C]`` (in the product's promoted dtype, as Hugging Face's
+        ``LlamaRMSNorm``); ``weight=None``: the weightless ("L2") norm.
+        """
+
     @abstractmethod
     def add_rms_norm(
         self,
@@ -173,6 +186,15 @@ class KernelBackend(ABC):
         ``x`` may be rotated in place and returned: use the result.
         """
 
+    @abstractmethod
+    def rope_pairwise(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Llama 4's RoPE of ``x [T, H, D]`` on adjacent pairs ``(x[2j], x[2j+1])``, a new tensor.
+
+        ``cos/sin [T, 1, D / 2]`` fp32 (frequency ``j`` per pair); the rotation
+        runs in fp32 and is cast back to ``x``'s dtype.
+        """
+
+    # -- activation ----------------------------------------------------------------
     @abstractmethod
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         """``gelu_tanh(gate) * up`` rounded as eager torch rounds (GeGLU), a new tensor."""

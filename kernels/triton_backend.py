@@ -1,8 +1,8 @@
 """``triton``: attention, the cache write and the Mamba ops as Triton kernels.
 
 CUDA tensors, or CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``,
-tests only). The elementwise Gemma ops and greedy sampling have no Triton
-kernel: they come from the torch reference (``fallbacks``), which on CUDA is
+tests only). The elementwise ops (norms, RoPE, GeGLU) and greedy sampling
+have no Triton kernel: they come from the torch reference (``fallbacks``), which on CUDA is
 one or two eager kernels each. This module does not import Triton; the kernel
 modules the ops reach do, at their first call.
 """
@@ -27,8 +27,10 @@ class TritonBackend(KernelBackend):
         "selective_scan": "Triton: sequential scan per (sequence, channel block) (ssm_scan_triton)",
     }
     fallbacks: ClassVar[Mapping[str, type[KernelBackend]]] = {
+        "rms_norm": TorchBackend,
         "add_rms_norm": TorchBackend,
         "norm_rope": TorchBackend,
+        "rope_pairwise": TorchBackend,
         "gelu_tanh_mul": TorchBackend,
         "greedy": TorchBackend,
     }

@@ -1,5 +1,7 @@
-"""The core's public paths as a script, for a fresh interpreter (``test_light_core``,
-``test_bare_install``): it runs them and prints which ``HEAVY`` modules got imported.
+"""The core's public paths as scripts, for a fresh interpreter (``test_light_core``,
+``test_bare_install``): each runs them and prints which ``HEAVY`` modules got imported.
+``CORE_PATHS``: the manager, the planner, ``hybridkv plan`` and ``--help``;
+``SIMULATE``: ``hybridkv simulate`` (the engine's scheduler, no model).
 """
 
 HEAVY = ("torch", "transformers", "triton", "matplotlib", "jinja2", "safetensors")
@@ -35,5 +37,33 @@ with contextlib.redirect_stdout(out):
     except SystemExit as e:
         assert e.code == 0
 assert "Capacity" in out.getvalue() and "simulate" in out.getvalue()
+print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+"""
+
+# `hybridkv simulate` of a small token trace on the shipped tiny-jamba layout (the
+# engine's scheduler on the cost model): argv[1] is a folder to write the trace and
+# the --json results into. Checks the run and prints the HEAVY modules it imported.
+SIMULATE = """
+import contextlib, io, json, sys
+from pathlib import Path
+
+from hybridkv.cli import main
+
+folder = Path(sys.argv[1])
+doc = list(range(10, 42))  # 32 shared tokens: 2 blocks of 16
+rows = [{"timestamp": 20 * i, "prompt_token_ids": doc + [100 + i] * (3 + 5 * i),
+         "output_length": 2 + i % 3} for i in range(7)]
+trace = folder / "trace.jsonl"
+trace.write_text("".join(json.dumps(r) + "\\n" for r in rows), encoding="utf-8")
+argv = ["simulate", "tiny-jamba", "--trace", str(trace), "--memory", "4MiB,8MiB",
+        "--policy", "lru,hybrid", "--active-params", "1e9", "--no-progress",
+        "--json", str(folder / "results.json")]
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    assert main(argv) == 0
+results = json.loads((folder / "results.json").read_text())
+assert [r["num_requests"] for r in results] == [7] * 4, results
+assert all(r["hit_tokens"] > 0 and r["ttft_p99_s"] > r["ttft_p50_s"] for r in results), results
+assert "tiny-jamba" in out.getvalue()
 print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
 """

@@ -4,8 +4,9 @@ Builds the project's wheel (no build isolation: the test venv's setuptools),
 installs it into a fresh venv with pip resolving only ``[project]
 dependencies`` (pydantic, pyyaml, xxhash; from the configured index or wheel
 folders), then runs there the manager, the planner and ``hybridkv plan``
-(``core_paths.CORE_PATHS``), and checks that what needs an extra fails with
-the ``pip install`` command to run. Takes 20-40 s.
+(``core_paths.CORE_PATHS``) and ``hybridkv simulate`` (``core_paths.SIMULATE``,
+whose results must equal this venv's), and checks that what needs an extra
+fails with the ``pip install`` command to run. Takes 20-40 s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from core_paths import CORE_PATHS, HEAVY
+from core_paths import CORE_PATHS, HEAVY, SIMULATE
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGED = ("pyproject.toml", "README.md", "hybridkv", "kernels", "configs")
@@ -105,6 +106,36 @@ def test_manager_planner_and_plan_run_without_extras(bare: Path, tmp_path: Path)
     assert plot.stderr.strip().endswith("pip install 'hybridkv[plot]'"), plot.stderr
 
 
+def _simulate_results(python: str, folder: Path) -> list[dict]:
+    """``SIMULATE``'s results run by ``python`` in ``folder``, without the wall time."""
+    folder.mkdir()
+    done = _run([python, "-c", f"HEAVY = {HEAVY!r}\n{SIMULATE}", str(folder)], cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    results: list[dict] = json.loads((folder / "results.json").read_text())
+    for r in results:
+        del r["replay_seconds"], r["trace"]
+    return results
+
+
+def test_simulate_runs_without_extras_and_gives_the_same_results(
+    bare: Path, tmp_path: Path
+) -> None:
+    # Without numpy or tqdm too (the bare venv has neither), figures identical to
+    # this venv's, which has every extra.
+    here = _simulate_results(sys.executable, tmp_path / "here")
+    assert _simulate_results(str(bare / "python"), tmp_path / "bare") == here
+    trace = str(tmp_path / "here" / "trace.jsonl")
+    simulate = [str(bare / "hybridkv"), "simulate", "tiny-jamba", "--trace", trace]
+    cli = _run([*simulate, "--memory", "4MiB", "--active-params", "1e9"], cwd="/")
+    assert cli.returncode == 0, cli.stderr
+    assert "tiny-jamba" in cli.stdout and "7/7 req" in cli.stderr  # the progress line
+    figure = str(tmp_path / "never-written.png")
+    plot = _run([*simulate, "--memory", "4MiB,8MiB", "--plot", figure], cwd="/")
+    assert plot.returncode == 2
+    assert plot.stderr.strip().endswith("pip install 'hybridkv[plot]'"), plot.stderr
+
+
 def test_what_needs_an_extra_names_the_pip_command(bare: Path) -> None:
     done = _run([str(bare / "python"), "-c", NEEDS_ENGINE], cwd="/")
     assert done.returncode == 0, done.stderr
@@ -114,7 +145,6 @@ def test_what_needs_an_extra_names_the_pip_command(bare: Path) -> None:
         assert error is not None and error.endswith("pip install 'hybridkv[engine]'"), error
     for argv, extra in (
         (["generate", "model", "--prompt", "hi"], "engine"),
-        (["simulate", "tiny-jamba", "--trace", "t.jsonl", "--memory", "1GiB"], "engine"),
         (["demo"], "demo"),
     ):
         cli = _run([str(bare / "hybridkv"), *argv], cwd="/")

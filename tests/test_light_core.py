@@ -16,15 +16,19 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from core_paths import CORE_PATHS, HEAVY
+from core_paths import CORE_PATHS, HEAVY, SIMULATE
 
 from hybridkv.extras import EXTRAS, MissingExtraError, install_command, require
 
 
-def _heavy_modules_after(code: str) -> list[str]:
+def _heavy_modules_after(code: str, *args: str) -> list[str]:
     script = f"HEAVY = {HEAVY!r}\n" + textwrap.dedent(code)
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
@@ -33,6 +37,12 @@ def _heavy_modules_after(code: str) -> list[str]:
 
 def test_core_paths_import_no_extra() -> None:
     assert _heavy_modules_after(CORE_PATHS) == []
+
+
+def test_simulate_imports_no_extra(tmp_path: Path) -> None:
+    # The replay drives the engine's scheduler and requests: none of them may need torch.
+    assert _heavy_modules_after(SIMULATE, str(tmp_path)) == []
+    assert (tmp_path / "results.json").is_file()
 
 
 def test_the_check_sees_a_heavy_import() -> None:

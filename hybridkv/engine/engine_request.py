@@ -3,19 +3,23 @@
 The token ids, computed count and block hashes live in the manager-facing
 ``hybridkv.Request`` (``.core``); this adds what the scheduler and the sampler
 need. ``num_cached_tokens`` is the prefix hit at first admission (a resumed
-request's re-admission hits do not change it).
+request's re-admission hits do not change it). It imports torch only for a
+seeded request's generator, so that ``hybridkv simulate`` (the scheduler on
+these requests, no model) runs on the core install.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from hybridkv.engine.outputs import RequestMetrics
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.request import Request
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RequestStatus(enum.Enum):
@@ -60,6 +64,8 @@ class EngineRequest:
         self.metrics = RequestMetrics(arrival_time or time.monotonic())
         self.generator: torch.Generator | None = None
         if params.seed is not None:
+            import torch  # here: only a seeded request needs torch (the simulator never seeds)
+
             self.generator = torch.Generator().manual_seed(params.seed)
 
     @property

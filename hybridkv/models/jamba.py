@@ -8,10 +8,10 @@ mixer (``jamba_mixer``). Its feed-forward is a sparse MoE where ``i %
 expert_layer_period == expert_layer_offset`` (and ``num_experts > 1``), else a
 SwiGLU MLP (``jamba_moe``). Pre-norm residual blocks (``input_layernorm``,
 ``pre_ff_layernorm``, Llama-style RMSNorm), ``final_layernorm``, no embedding
-scale. Attention has no positional encoding (no RoPE: the Mamba layers carry
-order), attends causally over everything, scale ``head_dim ** -0.5`` with
-``head_dim = hidden_size // num_attention_heads``. ``lm_head`` is untied
-unless ``tie_word_embeddings``.
+scale; every norm (the mixer's too) is ``batch.ops.rms_norm``. Attention has no
+positional encoding (no RoPE: the Mamba layers carry order), attends causally
+over everything, scale ``head_dim ** -0.5`` with ``head_dim = hidden_size //
+num_attention_heads``. ``lm_head`` is untied unless ``tie_word_embeddings``.
 """
 
 from __future__ import annotations
@@ -79,14 +79,14 @@ class JambaDecoderLayer(nn.Module):
         self.pre_ff_layernorm = RMSNorm(config.hidden_size, eps)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        h = self.input_layernorm(x)
+        h = self.input_layernorm(x, batch.ops)
         if self.self_attn is not None:
             h = self.self_attn(h, batch)
         else:
             assert self.mamba is not None
             h = self.mamba(h, batch)
         x = x + h
-        return x + self.feed_forward(self.pre_ff_layernorm(x))
+        return x + self.feed_forward(self.pre_ff_layernorm(x, batch.ops))
 
 
 class JambaModel(nn.Module):
@@ -103,7 +103,7 @@ class JambaModel(nn.Module):
         x = self.embed_tokens(batch.input_ids)
         for layer in self.layers:
             x = layer(x, batch)
-        return self.final_layernorm(x)
+        return self.final_layernorm(x, batch.ops)
 
 
 class JambaForCausalLM(CausalLM):

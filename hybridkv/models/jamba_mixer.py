@@ -79,8 +79,8 @@ class JambaMambaMixer(nn.Module):
         weight = self.conv1d.weight[:, 0]  # [DI, W]
         x = ops.causal_conv1d(x, weight, self.conv1d.bias, "silu", cache.conv, *slots)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-        dt = F.linear(self.dt_layernorm(dt), self.dt_proj.weight)  # [T, DI]
-        B, C = self.b_layernorm(B), self.c_layernorm(C)  # [T, N]
+        dt = F.linear(self.dt_layernorm(dt, ops), self.dt_proj.weight)  # [T, DI]
+        B, C = self.b_layernorm(B, ops), self.c_layernorm(C, ops)  # [T, N]
         A = -torch.exp(self.A_log.float())  # [DI, N]
         y = ops.selective_scan(
             x, dt, A, B, C, self.D.float(), z, self.dt_proj.bias.float(), True, cache.ssm, *slots

@@ -17,9 +17,11 @@ transformers does:
   attention_chunk_size``; ``full_attention`` layers see the whole prefix. This
   is what ``hybridkv.layouts`` plans (a chunked group and a full group).
 
-Scale ``head_dim ** -0.5``; pre-norm decoder layers (two RMSNorms); dense
-SwiGLU MLP layers and MoE layers (``config.moe_layers``, from
-``interleave_moe_layer_step``) in ``llama4_moe``. Parameter names are the
+Scale ``head_dim ** -0.5``; pre-norm decoder layers (two RMSNorms). The norms,
+the L2 qk-norm and the RoPE run on the step's kernel backend
+(``batch.ops.rms_norm``, ``batch.ops.rope_pairwise``). Dense SwiGLU MLP
+layers and MoE layers (``config.moe_layers``, from ``interleave_moe_layer_step``)
+in ``llama4_moe``. Parameter names are the
 checkpoint's (``model.layers.{i}.feed_forward.experts.gate_up_proj`` ...); the
 multimodal wrapper's ``language_model.*`` names map onto them and its vision
 model and projector are ignored on purpose.
@@ -34,6 +36,7 @@ import torch
 from torch import nn
 
 from hybridkv.kernels import AttentionOptions
+from hybridkv.kernels.torch_backend import apply_rope_pairwise
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.batch import ForwardBatch
@@ -73,12 +76,6 @@ def temperature_scales(
     return torch.log1p(steps) * attn_scale + 1.0
 
 
-def l2_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Weightless RMS norm over the last dimension, in fp32, cast back."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
 class InterleavedRotary(RopeFrequencies):
     """RoPE on adjacent pairs ``(x[2j], x[2j+1])``, in fp32 (see the module docstring)."""
 
@@ -89,11 +86,9 @@ class InterleavedRotary(RopeFrequencies):
 
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x`` ``[T, H, D]``: pair ``(a, b)`` -> ``(a cos - b sin, a sin + b cos)``."""
-        pairs = x.float().unflatten(-1, (-1, 2))  # [T, H, D / 2, 2]
-        a, b = pairs[..., 0], pairs[..., 1]
-        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)
-        return out.flatten(-2).to(x.dtype)
+        """Rotate ``x`` ``[T, H, D]``: pair ``(a, b)`` -> ``(a cos - b sin, a sin + b cos)``
+        (the torch reference of ``ops.rope_pairwise``; the model calls the op)."""
+        return apply_rope_pairwise(x, cos, sin)
 
 
 class Llama4Attention(nn.Module):
@@ -126,11 +121,12 @@ class Llama4Attention(nn.Module):
         q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        ops = batch.ops
         if self.rotary is not None:
             cos, sin = self.rotary.for_step(batch)
-            q, k = InterleavedRotary.rotate(q, cos, sin), InterleavedRotary.rotate(k, cos, sin)
-        if self.qk_norm_eps is not None:
-            q, k = l2_norm(q, self.qk_norm_eps), l2_norm(k, self.qk_norm_eps)
+            q, k = ops.rope_pairwise(q, cos, sin), ops.rope_pairwise(k, cos, sin)
+        if self.qk_norm_eps is not None:  # weightless ("L2") norm, after RoPE
+            q, k = ops.rms_norm(q, None, self.qk_norm_eps), ops.rms_norm(k, None, self.qk_norm_eps)
         if self.temperature is not None:
             scales = temperature_scales(batch.positions, *self.temperature)
             q = (q * scales[:, None, None]).to(q.dtype)
@@ -150,8 +146,8 @@ class Llama4DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch)
-        return x + self.feed_forward(self.post_attention_layernorm(x))
+        x = x + self.self_attn(self.input_layernorm(x, batch.ops), batch)
+        return x + self.feed_forward(self.post_attention_layernorm(x, batch.ops))
 
 
 class Llama4Model(nn.Module):
@@ -168,7 +164,7 @@ class Llama4Model(nn.Module):
         x = self.embed_tokens(batch.input_ids)
         for layer in self.layers:
             x = layer(x, batch)
-        return self.norm(x)
+        return self.norm(x, batch.ops)
 
 
 class Llama4ForCausalLM(CausalLM):

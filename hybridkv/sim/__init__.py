@@ -6,9 +6,11 @@ through the real ``Scheduler`` and ``KVCacheManager`` (``replay``) with step
 times from a roofline cost model (``cost_model``, ``devices``,
 ``model_params``). Each replay gives a ``SimResult``.
 
-``replay_trace`` is imported on first use: the replay drives the engine's
-scheduler, which needs the ``engine`` extra (torch), while the rest (and
-``hybridkv --help``, which registers ``simulate``) needs only the core.
+Everything here needs only the core install (no torch, numpy or tqdm; checked
+by ``tests/test_light_core.py`` and ``tests/test_bare_install.py``).
+``replay_trace`` is imported on first use, for import weight only: it loads
+the engine's scheduler and the layouts (pydantic), which ``hybridkv --help``,
+registering ``simulate``, does not need.
 """
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ def _prepare(
     args: argparse.Namespace,
 ) -> tuple[ModelLayout, list[TraceRequest], CostModel, list[SimOptions]]:
     """Check everything and return (layout, requests, cost model, one options per run)."""
-    # Imported here: the replay drives the engine's scheduler, which needs torch
-    # (``hybridkv.cli`` checks the engine extra before it runs this command).
+    # Imported here, for import weight only: ``hybridkv --help`` registers this command
+    # without loading the scheduler and the layouts (pydantic).
     from hybridkv.report.resolve import resolve_layout
     from hybridkv.sim.replay import plan_replay, replay_max_model_len
 

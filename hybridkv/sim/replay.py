@@ -25,13 +25,9 @@ after their figures are taken.
 
 from __future__ import annotations
 
-import sys
 import time
 from array import array
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
 
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
@@ -42,6 +38,8 @@ from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.options import SimOptions
+from hybridkv.sim.percentile import percentiles
+from hybridkv.sim.progress import ProgressLine
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.trace import OUTPUT_TOKEN_BASE, TraceRequest
 from hybridkv.specs import MambaSpec
@@ -141,7 +139,7 @@ def replay_trace(
     now = first_arrival
     k, n_req = 0, len(requests)
     waiting, running = scheduler.waiting, scheduler.running
-    bar = _progress_bar(n_req, desc) if progress else None
+    bar = ProgressLine(n_req, desc) if progress else None
     try:
         while k < n_req or waiting or running:
             while k < n_req and len(waiting) < horizon:
@@ -202,7 +200,7 @@ def replay_trace(
     finally:
         if bar is not None:
             bar.close()
-    p50, p99 = (float(x) for x in np.percentile(np.frombuffer(ttfts), [50, 99]))
+    p50, p99 = percentiles(ttfts, (50, 99))
     return SimResult(
         layout=layout.name,
         policy=options.policy,
@@ -230,9 +228,3 @@ def replay_trace(
         makespan_s=last_finish - first_arrival,
         replay_seconds=time.perf_counter() - wall,
     )
-
-
-def _progress_bar(total: int, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="req", file=sys.stderr, dynamic_ncols=True)

@@ -4,7 +4,8 @@ Cache write, decode attention read in place from the paged cache, the fused
 Gemma residual norms, q/k norm + RoPE, GeGLU and greedy argmax run in C
 (``ops.py``); linear layers also get the AMX decode kernel where the CPU has
 it (``amx.py``, through ``PackedLinear``). Declared fallbacks to the torch
-reference: the Mamba ops (no C kernel; ``fallbacks``) and, inside
+reference: Llama's ``rms_norm``, Llama 4's interleaved RoPE and the Mamba ops
+(no C kernel; ``fallbacks``) and, inside
 ``attention``, the prefill rows (matmul-bound: torch's batched SDPA is as fast
 as C would be; ``attention/native.py``).
 """
@@ -22,7 +23,7 @@ from hybridkv.kernels.torch_backend import TorchBackend
 
 
 class NativeBackend(KernelBackend):
-    """C kernels on the CPU; Mamba ops (and prefill attention rows) from torch."""
+    """C kernels on the CPU; Llama norm and RoPE, Mamba ops, prefill attention rows: torch."""
 
     name = "native"
     kernels: ClassVar[Mapping[str, str]] = {
@@ -34,6 +35,8 @@ class NativeBackend(KernelBackend):
         "greedy": "C: hkv_argmax_rows, no fp32 copy of bf16 logits",
     }
     fallbacks: ClassVar[Mapping[str, type[KernelBackend]]] = {
+        "rms_norm": TorchBackend,
+        "rope_pairwise": TorchBackend,
         "causal_conv1d": TorchBackend,
         "selective_scan": TorchBackend,
     }

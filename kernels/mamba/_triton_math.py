@@ -1,5 +1,6 @@
 """Triton helpers shared by the Mamba kernels: ``@triton.jit`` math (fp32 in, fp32
-out) and the conv kernels' constexpr flags. Imported only by the ``*_triton`` modules."""
+out), a state tile's load from and save to its slot, and the conv kernels'
+constexpr flags. Imported only by the ``*_triton`` modules."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ def softplus(x):  # type: ignore[no-untyped-def]
 @triton.jit
 def silu(x):  # type: ignore[no-untyped-def]
     return x * tl.sigmoid(x)
+
+
+@triton.jit
+def load_state(state_ptr, slot, stride_slot, offs, rows, num_rows, cols_mask):  # type: ignore[no-untyped-def]
+    """A state tile (``offs``: ``[rows, cols]`` offsets within a slot) of slot ``slot``, in
+    fp32; zeros where ``slot < 0`` (the sequence starts from no state), where
+    ``rows >= num_rows`` and where ``cols_mask`` is false."""
+    # A negative slot reads nothing: no row is below 0 (slot 0's address is never read).
+    mask = (rows[:, None] < tl.where(slot >= 0, num_rows, 0)) & cols_mask[None, :]
+    tile = tl.load(state_ptr + tl.maximum(slot, 0) * stride_slot + offs, mask=mask, other=0.0)
+    return tile.to(tl.float32)
+
+
+@triton.jit
+def save_state(state_ptr, slot, stride_slot, offs, tile, rows, num_rows, cols_mask):  # type: ignore[no-untyped-def]
+    """Store ``tile`` in the state's dtype at ``offs`` of slot ``slot``; nothing where
+    ``slot < 0`` (no save), ``rows >= num_rows`` or ``cols_mask`` is false."""
+    mask = (rows[:, None] < tl.where(slot >= 0, num_rows, 0)) & cols_mask[None, :]
+    ptrs = state_ptr + tl.maximum(slot, 0) * stride_slot + offs
+    tl.store(ptrs, tile.to(state_ptr.dtype.element_ty), mask=mask)
 
 
 def conv_kernel_flags(a: ConvArgs, block_d: int) -> dict[str, int | bool]:

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridkv.kernels.mamba._triton_math import conv_kernel_flags, silu
+from hybridkv.kernels.mamba._triton_math import conv_kernel_flags, load_state, silu
 from hybridkv.kernels.mamba.args import ConvPrefillArgs
 
 _BLOCK_D = 128  # channels per program (the ring buffer is [W - 1, BLOCK_D] registers)
@@ -34,12 +34,8 @@ def _conv_prefill_kernel(  # type: ignore[no-untyped-def]
     start = tl.load(qsl_ptr + s).to(tl.int64)
     end = tl.load(qsl_ptr + s + 1).to(tl.int64)
     init = tl.load(init_ptr + s).to(tl.int64)
-    i_ptrs = state_ptr + tl.maximum(init, 0) * stride_s_slot + rows[:, None] * stride_s_row
-    ring = tl.load(
-        i_ptrs + cols[None, :],
-        mask=(rows[:, None] < tl.where(init >= 0, W - 1, 0)) & cmask[None, :],
-        other=0.0,
-    ).to(tl.float32)
+    offs = rows[:, None] * stride_s_row + cols[None, :]
+    ring = load_state(state_ptr, init, stride_s_slot, offs, rows, W - 1, cmask)
     # All of the initial state is read before any save may overwrite it.
     tl.debug_barrier()
     w_last = tl.load(w_ptr + cols * stride_w_c + (W - 1) * stride_w_k, mask=cmask, other=0.0)

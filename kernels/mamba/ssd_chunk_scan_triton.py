@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from hybridkv.kernels.mamba._common import chunk_layout
-from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba._triton_math import load_state, save_state, silu, softplus
 from hybridkv.kernels.mamba.args import ScanArgs
 from hybridkv.kernels.mamba.ssd_chunk_scan import MIN_TILE as _MIN_TILE
 
@@ -90,13 +90,10 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
     m2 = (p[:, None] < head_dim) & nmask[None, :]
     init = tl.load(init_ptr + s).to(tl.int64)
     s_offs = h * stride_s_h + p[:, None] * stride_s_p + n[None, :]
-    m2i = (p[:, None] < tl.where(init >= 0, head_dim, 0)) & nmask[None, :]
-    st = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + s_offs, mask=m2i, other=0.0)
-    st = st.to(tl.float32)
+    st = load_state(state_ptr, init, stride_s_slot, s_offs, p, head_dim, nmask)
     # All of the initial state is read before any save may overwrite it.
     tl.debug_barrier()
     st_offs = h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
-    sdt = state_ptr.dtype.element_ty
     c0 = tl.load(first_ptr + s)
     c1 = tl.load(first_ptr + s + 1)
     for c in range(c0, c1):
@@ -106,11 +103,7 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
         st = tl.exp(tl.load(dA_sum_ptr + c * n_heads + h)) * st + contrib
         last = tl.load(bounds_ptr + num_chunks + c).to(tl.int64) - 1
         save = tl.load(save_ptr + last).to(tl.int64)
-        tl.store(
-            state_ptr + tl.maximum(save, 0) * stride_s_slot + s_offs,
-            st.to(sdt),
-            mask=(p[:, None] < tl.where(save >= 0, head_dim, 0)) & nmask[None, :],
-        )
+        save_state(state_ptr, save, stride_s_slot, s_offs, st, p, head_dim, nmask)
 
 
 @triton.jit

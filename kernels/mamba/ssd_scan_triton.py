@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba._triton_math import load_state, save_state, silu, softplus
 from hybridkv.kernels.mamba.args import ScanArgs
 
 
@@ -34,10 +34,8 @@ def _ssd_scan_kernel(  # type: ignore[no-untyped-def]
     start = tl.load(qsl_ptr + s).to(tl.int64)
     end = tl.load(qsl_ptr + s + 1).to(tl.int64)
     init = tl.load(init_ptr + s).to(tl.int64)
-    m2i = (p[:, None] < tl.where(init >= 0, head_dim, 0)) & nmask[None, :]
     offs = h * stride_s_h + p[:, None] * stride_s_p + n[None, :]
-    st = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + offs, mask=m2i, other=0.0)
-    st = st.to(tl.float32)
+    st = load_state(state_ptr, init, stride_s_slot, offs, p, head_dim, nmask)
     # All of the initial state is read before any save may overwrite it.
     tl.debug_barrier()
     A = tl.load(A_ptr + h).to(tl.float32)
@@ -45,7 +43,6 @@ def _ssd_scan_kernel(  # type: ignore[no-untyped-def]
         D = tl.load(D_ptr + h).to(tl.float32)
     if HAS_DT_BIAS:
         dt_bias = tl.load(dt_bias_ptr + h).to(tl.float32)
-    sdt = state_ptr.dtype.element_ty
     for t in range(start, end):
         x = tl.load(x_ptr + t * stride_x_t + h * stride_x_h + p, mask=pmask, other=0.0)
         x = x.to(tl.float32)
@@ -66,12 +63,7 @@ def _ssd_scan_kernel(  # type: ignore[no-untyped-def]
         o_ptrs = out_ptr + t * stride_out_t + h * stride_out_h + p
         tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=pmask)
         save = tl.load(save_ptr + t).to(tl.int64)
-        s_ptrs = state_ptr + tl.maximum(save, 0) * stride_s_slot + offs
-        tl.store(
-            s_ptrs,
-            st.to(sdt),
-            mask=(p[:, None] < tl.where(save >= 0, head_dim, 0)) & nmask[None, :],
-        )
+        save_state(state_ptr, save, stride_s_slot, offs, st, p, head_dim, nmask)
 
 
 def launch(a: ScanArgs) -> torch.Tensor:

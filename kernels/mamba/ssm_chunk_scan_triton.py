@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from hybridkv.kernels.mamba._common import chunk_layout
-from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba._triton_math import load_state, save_state, silu, softplus
 from hybridkv.kernels.mamba.args import ScanArgs
 
 _BLOCK_ELEMS = 8192
@@ -89,9 +89,7 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
     A = tl.load(A_ptr + m[:, None] * stride_A_m + n[None, :], mask=m2, other=0.0).to(tl.float32)
     init = tl.load(init_ptr + s).to(tl.int64)
     s_offs = m[:, None] * stride_s_m + n[None, :]
-    m2i = (m[:, None] < tl.where(init >= 0, d_inner, 0)) & nmask[None, :]
-    h = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + s_offs, mask=m2i, other=0.0)
-    h = h.to(tl.float32)
+    h = load_state(state_ptr, init, stride_s_slot, s_offs, m, d_inner, nmask)
     # All of the initial state is read before any save may overwrite it.
     tl.debug_barrier()
     st_offs = m[:, None] * stride_st_m + n[None, :]
@@ -102,11 +100,7 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
         total = tl.load(dtsum_ptr + c * d_inner + m, mask=mmask, other=0.0)
         h = tl.exp(A * total[:, None]) * h + contrib
         save = tl.load(save_ptr + tl.load(bounds_ptr + num_chunks + c) - 1).to(tl.int64)
-        tl.store(
-            state_ptr + tl.maximum(save, 0) * stride_s_slot + s_offs,
-            h.to(state_ptr.dtype.element_ty),
-            mask=(m[:, None] < tl.where(save >= 0, d_inner, 0)) & nmask[None, :],
-        )
+        save_state(state_ptr, save, stride_s_slot, s_offs, h, m, d_inner, nmask)
 
 
 @triton.jit

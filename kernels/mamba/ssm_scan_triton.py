@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridkv.kernels.mamba._triton_math import silu, softplus
+from hybridkv.kernels.mamba._triton_math import load_state, save_state, silu, softplus
 from hybridkv.kernels.mamba.args import ScanArgs
 
 
@@ -33,10 +33,8 @@ def _ssm_scan_kernel(  # type: ignore[no-untyped-def]
     start = tl.load(qsl_ptr + s).to(tl.int64)
     end = tl.load(qsl_ptr + s + 1).to(tl.int64)
     init = tl.load(init_ptr + s).to(tl.int64)
-    m2i = (m[:, None] < tl.where(init >= 0, d_inner, 0)) & nmask[None, :]
     offs = m[:, None] * stride_s_m + n[None, :]
-    h = tl.load(state_ptr + tl.maximum(init, 0) * stride_s_slot + offs, mask=m2i, other=0.0)
-    h = h.to(tl.float32)
+    h = load_state(state_ptr, init, stride_s_slot, offs, m, d_inner, nmask)
     # All of the initial state is read before any save may overwrite it.
     tl.debug_barrier()
     A = tl.load(A_ptr + m[:, None] * stride_A_m + n[None, :], mask=m2, other=0.0).to(tl.float32)
@@ -44,7 +42,6 @@ def _ssm_scan_kernel(  # type: ignore[no-untyped-def]
         D = tl.load(D_ptr + m, mask=mmask, other=0.0).to(tl.float32)
     if HAS_DT_BIAS:
         dt_bias = tl.load(dt_bias_ptr + m, mask=mmask, other=0.0).to(tl.float32)
-    sdt = state_ptr.dtype.element_ty
     for t in range(start, end):
         x = tl.load(x_ptr + t * stride_x_t + m, mask=mmask, other=0.0).to(tl.float32)
         dt = tl.load(dt_ptr + t * stride_dt_t + m, mask=mmask, other=0.0).to(tl.float32)
@@ -62,10 +59,7 @@ def _ssm_scan_kernel(  # type: ignore[no-untyped-def]
             y *= silu(tl.load(z_ptr + t * stride_z_t + m, mask=mmask, other=0.0).to(tl.float32))
         tl.store(out_ptr + t * stride_out_t + m, y.to(out_ptr.dtype.element_ty), mask=mmask)
         save = tl.load(save_ptr + t).to(tl.int64)
-        s_ptrs = state_ptr + tl.maximum(save, 0) * stride_s_slot + offs
-        tl.store(
-            s_ptrs, h.to(sdt), mask=(m[:, None] < tl.where(save >= 0, d_inner, 0)) & nmask[None, :]
-        )
+        save_state(state_ptr, save, stride_s_slot, offs, h, m, d_inner, nmask)
 
 
 def launch(a: ScanArgs) -> torch.Tensor:

@@ -28,7 +28,7 @@ def test_the_registered_backends() -> None:
 def test_fallbacks_are_declared_and_described() -> None:
     triton_ops = TritonBackend()
     assert {op for op in OPS if triton_ops.runs(op) != "triton"} == {
-        "add_rms_norm", "norm_rope", "gelu_tanh_mul", "greedy"
+        "rms_norm", "add_rms_norm", "norm_rope", "rope_pairwise", "gelu_tanh_mul", "greedy"
     }  # fmt: skip
     logits = torch.tensor([[0.0, 2.0, 2.0], [3.0, 1.0, 0.0]])
     assert TritonBackend().greedy(logits).tolist() == [1, 0]
@@ -37,11 +37,13 @@ def test_fallbacks_are_declared_and_described() -> None:
     assert "attention       triton" in table
 
 
-def test_native_declares_its_mamba_fallback() -> None:
+def test_native_declares_its_llama_and_mamba_fallbacks() -> None:
     from hybridkv.kernels.cpu.backend import NativeBackend
 
     native = NativeBackend()
-    assert [op for op in OPS if native.runs(op) != "native"] == ["causal_conv1d", "selective_scan"]
+    assert [op for op in OPS if native.runs(op) != "native"] == [
+        "rms_norm", "rope_pairwise", "causal_conv1d", "selective_scan"
+    ]  # fmt: skip
     assert native.amx_linears and not TorchBackend.amx_linears
     assert "prefill rows: torch" in native.describe()
 
