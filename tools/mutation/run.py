@@ -192,6 +192,14 @@ def run(
     return outcomes, clean
 
 
+def _first_files(mutants: list[Mutant]) -> dict[tuple[str, ...], str]:
+    """Each test set, and the first file whose mutants run it."""
+    first: dict[tuple[str, ...], str] = {}
+    for m in mutants:
+        first.setdefault(m.tests or tests_for(m.file), m.file)
+    return first
+
+
 def _baseline(
     root: Path,
     workers: list[Worker],
@@ -199,9 +207,7 @@ def _baseline(
     mutants: list[Mutant],
     progress: Callable[[str], None],
 ) -> dict[tuple[str, ...], Clean]:
-    first: dict[tuple[str, ...], str] = {}
-    for m in mutants:
-        first.setdefault(m.tests or tests_for(m.file), m.file)
+    first = _first_files(mutants)
     clean_jobs: list[Job] = [
         (first[s], (root / first[s]).read_bytes(), s, 3600.0, {}, False) for s in sets
     ]
@@ -229,9 +235,7 @@ def _coverage(
     progress: Callable[[str], None],
 ) -> CoverageMap:
     """Each test set once more, unmutated, under coverage with a context per test."""
-    first: dict[tuple[str, ...], str] = {}
-    for m in mutants:
-        first.setdefault(m.tests or tests_for(m.file), m.file)
+    first = _first_files(mutants)
     start = time.monotonic()
     jobs: list[Job] = [
         (first[s], (root / first[s]).read_bytes(), s, 3600.0, {}, True) for s in sets
