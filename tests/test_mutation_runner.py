@@ -153,7 +153,7 @@ def test_selection_runs_only_the_tests_that_reach_a_mutant(tmp_path: Path) -> No
 
     def chosen(text: str) -> tuple[str, ...] | str:
         at = source.index(text.encode())
-        s = cov.select("hybridkv/calc.py", source, at, len(text))
+        s = cov.select("hybridkv/calc.py", source, at, len(text), ("test_calc.py",))
         return "whole" if s.whole else s.tests
 
     # add() runs in test_add and in the module-scoped fixture: every test of the module.
@@ -169,6 +169,9 @@ def test_selection_runs_only_the_tests_that_reach_a_mutant(tmp_path: Path) -> No
     assert chosen("a * SCALE") == ()  # nobody calls unused()
     assert chosen("SCALE = 2") == "whole"  # run at import
     assert chosen("def sub(a, b)") == "whole"
+    # Only the mutant's mapped test files: another set's tests never join its run.
+    at = source.index(b"a > b")
+    assert cov.select("hybridkv/calc.py", source, at, 5, ("other_test.py",)).tests == ()
 
 
 def test_files_run_cheapest_first_in_sessions_of_cheap_files() -> None:

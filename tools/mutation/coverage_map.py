@@ -142,9 +142,13 @@ class CoverageMap:
                     lines.setdefault(f, {}).setdefault(int(n), set()).update(c)
         return cls(lines, nodeids)
 
-    def select(self, file: str, source: bytes, at: int, length: int) -> Selection:
+    def select(
+        self, file: str, source: bytes, at: int, length: int, mapped: tuple[str, ...]
+    ) -> Selection:
         """The tests for a mutant of ``length`` bytes at byte ``at`` of ``file``
-        (module docstring)."""
+        (module docstring), among the test files ``mapped`` to ``file``: the
+        map also holds what other files' test sets run, which this mutant's
+        run must not take in."""
         first = source[:at].count(b"\n") + 1
         last = first + source[at : at + length].count(b"\n")
         span = self._statement(file, source, first, last)
@@ -164,7 +168,9 @@ class CoverageMap:
                 chosen.update((n, None) for n in self.nodeids if n.startswith(base))
             else:
                 chosen[c] = None
-        return Selection(tuple(chosen), False, lines)
+        allowed = set(mapped)
+        tests = tuple(n for n in chosen if n.split("::")[0] in allowed)
+        return Selection(tests, False, lines)
 
     def _statement(self, file: str, source: bytes, first: int, last: int) -> tuple[int, int] | None:
         """First and last line of the innermost statement (a compound one's header)

@@ -265,7 +265,8 @@ def _mutants(
         seconds = clean[tests].seconds
         if coverage is not None and not m.tests:
             source = sources[m.file]
-            chosen = coverage.select(m.file, source, m.locate(source), len(m.original.encode()))
+            at, length = m.locate(source), len(m.original.encode())
+            chosen = coverage.select(m.file, source, at, length, tests)
             if chosen.unreached:
                 lines = f"{chosen.lines[0]}-{chosen.lines[-1]}"
                 unreached[i] = Outcome(m, "survived", f"no mapped test runs lines {lines}", 0.0)
