@@ -47,6 +47,9 @@ def test_request_longer_than_max_model_len() -> None:
         kv.get_computed_blocks(long)
     with pytest.raises(ValueError, match="max_model_len"):
         kv.allocate_slots(long, 17)
+    # Even a step that stays within max_model_len: the request itself is too long.
+    with pytest.raises(ValueError, match="'long' has 17 tokens, more than max_model_len=16"):
+        kv.allocate_slots(long, 8)
     r = req("r", 10)
     with pytest.raises(ValueError, match="max_model_len"):
         kv.allocate_slots(r, 20)  # 0 + 20 computed > 16
@@ -137,6 +140,21 @@ def test_stale_hit_after_an_eviction_with_events_is_rejected() -> None:
     kv.check_integrity()
 
 
+def test_stale_hit_after_its_blocks_are_uncached_is_rejected() -> None:
+    """A holds its blocks; B finds them as a hit; A's step then fails and its
+    uncomputed blocks leave the cache: B's hit is stale."""
+    kv = manager(6, full(4))
+    a = req("a", 8)
+    assert kv.allocate_slots(a, 8) is not None  # blocks 1, 2 cached, not computed
+    b = req("b", 9)
+    blocks, n = kv.get_computed_blocks(b)
+    assert (blocks.get_block_ids(), n) == (([1, 2],), 8)
+    assert kv.uncache_uncomputed(a) == 2
+    with pytest.raises(ValueError, match="stale"):
+        kv.allocate_slots(b, 1, 8, blocks)
+    kv.check_integrity()
+
+
 def test_stale_hit_after_reset_is_rejected() -> None:
     kv = manager(5, full(4))
     b, blocks = _cached_prefix_and_hit(kv)
@@ -170,6 +188,21 @@ def test_inconsistent_hit_arguments() -> None:
     b.num_computed_tokens = 9
     with pytest.raises(ValueError, match="already has"):
         kv.allocate_slots(b, 1, 8, blocks)  # hits apply to new requests only
+    kv.check_integrity()
+
+
+@pytest.mark.parametrize("has", ["computed tokens", "blocks"])
+def test_hits_apply_only_to_a_request_without_progress_or_blocks(has: str) -> None:
+    """Either alone refuses a hit: computed tokens (and no blocks yet), or blocks
+    (and no computed tokens yet: its first step is still pending)."""
+    kv = manager(8, full(4))
+    b, blocks = _cached_prefix_and_hit(kv)
+    if has == "computed tokens":
+        b.num_computed_tokens = 4
+    else:
+        assert kv.allocate_slots(b, 1, 8, blocks) is not None  # b now holds blocks
+    with pytest.raises(ValueError, match="already has computed tokens or blocks"):
+        kv.allocate_slots(b, 1, 8, blocks)
     kv.check_integrity()
 
 

@@ -244,3 +244,39 @@ def test_an_explicit_eviction_policy_overrides_the_hybrid_ranking() -> None:
     assert type(kv.block_pool.policy) is LRUEvictionPolicy
     kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
     assert type(kv.block_pool.policy) is CostAwareEvictionPolicy
+    # Recency alone wherever nothing is ranked: lru, no prefix caching, or no
+    # group with skips (full attention only).
+    for cfg, kwargs in [
+        (config(8, FULL, SWA), {}),
+        (config(8, FULL, SWA), {"cache_policy": "hybrid", "enable_caching": False}),
+        (config(8, FULL, full(8)), {"cache_policy": "hybrid"}),
+    ]:
+        assert type(KVCacheManager(cfg, 64, **kwargs).block_pool.policy) is LRUEvictionPolicy
+
+
+def test_hybrid_with_an_lru_queue_puts_dead_blocks_at_the_head() -> None:
+    """``hybrid`` over an explicit LRU queue: sliding blocks no kept point needs
+    (a 24-token request, window 8 on blocks of 4: E = 24 needs entries 4-5) are
+    released evict-first, ahead of the never-used blocks; the rest go to the
+    tail in release order."""
+    from hybridkv.core.eviction import LRUEvictionPolicy
+
+    kv = KVCacheManager(
+        config(16, FULL, SWA),
+        64,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=0,
+        eviction_policy=LRUEvictionPolicy,
+    )
+    req = Request("a", list(range(24)))
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, 24, hit, blocks).get_block_ids() == (
+        [1, 2, 3, 4, 5, 6],
+        [7, 8, 9, 10, 11, 12],
+    )
+    req.num_computed_tokens = 24
+    kv.free(req)
+    kv.check_integrity()
+    queue = [b.block_id for b in kv.block_pool.policy]
+    assert queue[:4] == [10, 9, 8, 7] and queue[4:7] == [13, 14, 15]
+    assert queue[7:] == [6, 12, 5, 11, 4, 3, 2, 1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import full, hit_len, manager, req, swa
+from factories import full, hit_len, mamba, manager, req, swa
 
 
 def test_only_blocks_past_the_computed_tokens_are_uncached() -> None:
@@ -23,3 +23,17 @@ def test_a_free_block_cannot_be_uncached() -> None:
     kv = manager(8, full(4))
     with pytest.raises(ValueError, match="is free"):
         kv.block_pool.uncache(kv.block_pool.blocks[3])
+
+
+def test_null_and_partial_entries_are_not_counted() -> None:
+    """``hybrid`` (no tail) Mamba tables hold null entries past the computed tokens (no state
+    there); the last, partial blocks have no hash. 30 tokens on blocks of 4: full
+    attention caches blocks 0-6 (block 7 is partial); Mamba keeps entries 6 (the
+    last boundary, 28) and 7 (the running state, partial): 7 + 1 uncached."""
+    kv = manager(64, full(4), mamba(4), cache_policy="hybrid", hybrid_tail_tokens=0)
+    a = req("a", 30)
+    assert kv.allocate_slots(a, 30) is not None
+    assert [i for i, b in enumerate(kv.get_block_ids("a")[1]) if b] == [6, 7]
+    assert kv.uncache_uncomputed(a) == 8
+    kv.check_integrity()
+    assert not kv.block_pool.cached[0] and not kv.block_pool.cached[1]

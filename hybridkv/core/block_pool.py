@@ -105,10 +105,10 @@ class BlockPool:
             h = b.block_hash
             if h is not None:
                 self.generation += 1
-                index = cached[b.group_id]  # type: ignore[index]
-                # The common case inline: the key's only block, no event to send.
-                if quiet and index.get(h) is b and (b.group_id, h) not in duplicates:
-                    del index[h]
+                # The common case inline: the key's only block (a cached block
+                # without duplicates is its key's primary), no event to send.
+                if quiet and (b.group_id, h) not in duplicates:
+                    del cached[b.group_id][h]  # type: ignore[index]
                     b.block_hash = b.group_id = b.token_ids = None
                 else:
                     self._evict(b)

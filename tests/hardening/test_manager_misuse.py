@@ -156,3 +156,47 @@ def test_token_id_types_are_the_same_for_prompt_and_append() -> None:
         r.append_output_token_ids(False)
     with pytest.raises(ValueError, match="prompt_token_ids must be a list of token ids"):
         Request("c", 5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("differs", ["tokens", "progress"])
+def test_a_live_request_id_is_refused_when_only_tokens_or_only_progress_differ(
+    differs: str,
+) -> None:
+    kv = manager(16, full(4))
+    first = req("same", 8)
+    prefill(kv, first)  # 8 tokens computed
+    other = req("same", toks(8, start=300) if differs == "tokens" else 8)
+    other.num_computed_tokens = 8 if differs == "tokens" else 4
+    before = state(kv, "same")
+    with pytest.raises(ValueError, match="request: another Request with id 'same'"):
+        kv.allocate_slots(other, 1)
+    assert state(kv, "same") == before
+
+
+def test_a_hit_checked_block_by_block_after_an_eviction() -> None:
+    """Once a block has left the index since the lookup, a hit is checked block
+    by block: one whose blocks are intact is adopted (its null blocks
+    included); one holding the other group's blocks under the same keys is
+    stale."""
+    kv = manager(32, full(4), full(4), swa(4, 4))
+    a = req("a", 12)
+    admit(kv, a)
+    kv.free(a)
+    b = req("b", 13)
+    blocks, hit = kv.get_computed_blocks(b)
+    assert hit == 12 and blocks.get_block_ids()[2][:2] == [0, 0]  # before the window
+    swapped = KVCacheBlocks((blocks.blocks[1], blocks.blocks[0], blocks.blocks[2]))
+    before = state(kv, "b")
+    with pytest.raises(ValueError, match="stale"):
+        kv.allocate_slots(b, 1, hit, swapped)  # the same keys, the other group's blocks
+    assert state(kv, "b") == before
+    d = req("d", 13)
+    admit(kv, d)  # holds the hit's blocks: no eviction can take them
+    c = req("c", toks(kv.block_pool.num_free_blocks // 3 * 4, start=900))
+    prefill(kv, c)  # takes every free block, evicting a's first sliding blocks
+    assert kv.block_pool.generation > blocks.generation
+    kv.free(c)
+    assert kv.allocate_slots(b, 1, hit, blocks) is not None  # intact: adopted
+    shared = [t[:3] for t in kv.get_block_ids("d")]
+    assert [t[:3] for t in kv.get_block_ids("b")] == shared  # the hit: d's blocks
+    kv.check_integrity()

@@ -67,9 +67,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="re-render the report from a run's saved outcomes (after adding equivalence notes)",
     )
+    parser.add_argument(
+        "--update",
+        metavar="JSON",
+        help="re-run only the --only mutants (after adding tests) and take every other "
+        "outcome from this saved full run; the report names both commits",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     saved = out.with_suffix(".json")
+    if args.update:
+        if not args.only:
+            parser.error("--update needs --only: the mutants to re-run")
+        return _update(Path(args.update), args.only, args.jobs, not args.no_select, out)
     if args.report_from:
         outcomes, clean, seconds, jobs, only, commit, select = load(Path(args.report_from))
     else:
@@ -99,6 +109,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
           f"{s.survivors} survivors, {s.errors} errors) in {seconds / 60:.1f} min; "
           f"report: {out}")  # fmt: skip
+    return 0 if s.rate >= TARGET_RATE and not s.errors else 1
+
+
+def _update(full_run: Path, only: list[str], jobs: int, select: bool, out: Path) -> int:
+    """``--update``: re-run the mutants matching ``only``; the rest from ``full_run``."""
+    outcomes, clean, seconds, _, old_only, old_commit, old_select = load(full_run)
+    if old_only or old_select != select:
+        raise SystemExit(f"{full_run} is not a full run with the same selection")
+    before = {o.mutant.key: o for o in outcomes}
+    mutants = all_mutants(ROOT)
+    again = [m for m in mutants if any(t in m.key for t in only)]
+    missing = [m.key for m in mutants if m not in again and m.key not in before]
+    if missing:
+        raise SystemExit(f"not in {full_run}, add them to --only: {missing[:5]} ...")
+    start, commit = time.monotonic(), commit_of(ROOT)
+    todo = [m for m in again if m.key not in EQUIVALENT]
+    ran, clean_again = run(ROOT, todo, jobs, select=select)
+    by_key = {o.mutant.key: o for o in ran}
+    merged = []
+    for m in mutants:
+        if m.key in EQUIVALENT:
+            merged.append(Outcome(m, "equivalent", None, 0.0))
+        elif m.key in by_key:
+            merged.append(by_key[m.key])
+        else:
+            o = before[m.key]
+            merged.append(Outcome(m, o.status, o.test, o.seconds))
+    took = time.monotonic() - start
+    note = f"{old_commit}; {len(todo)} mutants re-run at {commit} in {took / 60:.1f} min"
+    both = clean | clean_again
+    save(out.with_suffix(".json"), merged, both, seconds, jobs, "", note, select)
+    out.write_text(render(ROOT, merged, both, EQUIVALENT, seconds, jobs, note, select))
+    s = summarize(merged, EQUIVALENT)
+    print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
+          f"{s.survivors} survivors, {s.errors} errors); report: {out}")  # fmt: skip
     return 0 if s.rate >= TARGET_RATE and not s.errors else 1
 
 
