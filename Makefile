@@ -64,7 +64,7 @@ bench-engine: $(VENV)/.demo
 	$(PY) benchmarks/bench_engine.py
 
 # Mutation testing of the core, managers, coordinators, hashing, planning, the
-# manager API and the scheduler (tools/mutation; an estimated 30-45 min on a quiet 2-core box, so not
+# manager API and the scheduler (tools/mutation; about 30 min on a quiet 2-core box, so not
 # part of `make test`). Writes
 # benchmarks/results/mutation.md; fails below a 95% kill rate.
 mutation: $(VENV)/.dev $(VENV)/.mamba
