@@ -8,7 +8,7 @@ request (``hybridkv.managers.retention.UnitValues``).
 from __future__ import annotations
 
 import pytest
-from factories import chunked, config, full, mamba, swa
+from factories import admit, chunked, config, full, mamba, swa
 
 from hybridkv import (
     CostAwareEvictionPolicy,
@@ -268,14 +268,10 @@ def test_hybrid_with_an_lru_queue_puts_dead_blocks_at_the_head() -> None:
         hybrid_tail_tokens=0,
         eviction_policy=LRUEvictionPolicy,
     )
-    req = Request("a", list(range(24)))
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, 24, hit, blocks).get_block_ids() == (
-        [1, 2, 3, 4, 5, 6],
-        [7, 8, 9, 10, 11, 12],
-    )
-    req.num_computed_tokens = 24
-    kv.free(req)
+    a = Request("a", list(range(24)))
+    _, new = admit(kv, a)
+    assert new.get_block_ids() == ([1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12])
+    kv.free(a)
     kv.check_integrity()
     queue = [b.block_id for b in kv.block_pool.policy]
     assert queue[:4] == [10, 9, 8, 7] and queue[4:7] == [13, 14, 15]
