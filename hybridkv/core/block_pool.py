@@ -104,12 +104,12 @@ class BlockPool:
         for b in blocks:
             h = b.block_hash
             if h is not None:
-                self.generation += 1
                 # The common case inline: the key's only block (a cached block
                 # without duplicates is its key's primary), no event to send.
                 if quiet and (b.group_id, h) not in duplicates:
                     del cached[b.group_id][h]  # type: ignore[index]
                     b.block_hash = b.group_id = b.token_ids = None
+                    self.generation += 1
                 else:
                     self._evict(b)
             b.ref_cnt = 1

@@ -262,6 +262,7 @@ def _mutants(
     unreached: dict[int, Outcome] = {}
     for i, m in enumerate(mutants):
         tests = m.tests or tests_for(m.file)
+        durations = clean[tests].durations
         seconds = clean[tests].seconds
         if coverage is not None and not m.tests:
             source = sources[m.file]
@@ -273,9 +274,8 @@ def _mutants(
                 continue
             if not chosen.whole:
                 tests = chosen.tests
-                seconds = sum(clean_of(clean, m).durations.get(t, 0.0) for t in tests)
+                seconds = sum(durations.get(t, 0.0) for t in tests)
         timeout = TIMEOUT_FACTOR * seconds + TIMEOUT_SLACK_S
-        durations = clean_of(clean, m).durations
         jobs.append((m.file, m.apply(sources[m.file]), tests, timeout, durations, False))
         index.append(i)
     if unreached:
@@ -299,8 +299,3 @@ def _mutants(
         for k, r in enumerate(results)
     }
     return [ran[i] if i in ran else unreached[i] for i in range(len(mutants))]
-
-
-def clean_of(clean: dict[tuple[str, ...], Clean], m: Mutant) -> Clean:
-    """The clean run of ``m``'s test set."""
-    return clean[m.tests or tests_for(m.file)]

@@ -35,6 +35,15 @@ _PYTEST_ARGS = ("-x", "-q", "--no-header", "-p", "no:cacheprovider", "--hypothes
 GROUP_SECONDS = 2.0
 
 
+def file_totals(durations: dict[str, float]) -> dict[str, float]:
+    """Each test file's total clean time, from its tests' (node id) times."""
+    total: dict[str, float] = {}
+    for nodeid, seconds in durations.items():
+        name = nodeid.split("::")[0]
+        total[name] = total.get(name, 0.0) + seconds
+    return total
+
+
 def files_in_order(tests: list[str], durations: dict[str, float]) -> list[list[str]]:
     """``tests`` (files or node ids) grouped by file, cheapest file first (by its
     tests' total time in the clean run; files unknown to it first), then
@@ -47,10 +56,7 @@ def files_in_order(tests: list[str], durations: dict[str, float]) -> list[list[s
     files: dict[str, list[str]] = {}
     for t in tests:
         files.setdefault(t.split("::")[0], []).append(t)
-    total: dict[str, float] = {}
-    for nodeid, seconds in durations.items():
-        name = nodeid.split("::")[0]
-        total[name] = total.get(name, 0.0) + seconds
+    total = file_totals(durations)
     sessions: list[list[str]] = []
     spent = 0.0
     for f in sorted(files, key=lambda f: (total.get(f, 0.0), f)):
@@ -64,8 +70,12 @@ def files_in_order(tests: list[str], durations: dict[str, float]) -> list[list[s
 
 
 class _Plugin:
-    """pytest plugin: runs a file's cheap tests first, records times and the first
-    failure (tests unknown to the clean run first)."""
+    """pytest plugin: runs cheap tests first, records times and the first failure.
+
+    Order: files by their total time in the clean run, then tests by their own
+    time (tests unknown to the clean run first). A file stays together, so
+    module-scoped fixtures are built once.
+    """
 
     def __init__(self, durations: dict[str, float]) -> None:
         self.durations = durations
@@ -73,7 +83,13 @@ class _Plugin:
         self.test: str | None = None
 
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
-        items.sort(key=lambda item: self.durations.get(item.nodeid, 0.0))
+        total = file_totals(self.durations)
+
+        def key(item: Any) -> tuple[float, str, float]:
+            name = item.nodeid.split("::")[0]
+            return total.get(name, 0.0), name, self.durations.get(item.nodeid, 0.0)
+
+        items.sort(key=key)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         self.seen[report.nodeid] = self.seen.get(report.nodeid, 0.0) + report.duration
