@@ -105,6 +105,7 @@ def test_live_stream_frames_and_a_late_subscriber_catches_up_by_replay(ctx) -> N
     with open_pub(buffer_steps=100, topic="kv@replica-0") as pub:
         for k in range(3):  # before anyone listens: lost on the live stream
             pub.publish([stored(k)])
+        pub.flush()  # publish only enqueues: send them before the subscriber connects
         sub = ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
