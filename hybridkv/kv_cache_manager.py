@@ -33,6 +33,7 @@ from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.managers import spec_manager_map
+from hybridkv.managers.base import NEVER
 from hybridkv.managers.retention import TAIL_TOKENS
 from hybridkv.request import Request
 from hybridkv.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
@@ -182,6 +183,9 @@ class KVCacheManager:
         # The Request object behind each live request id: another object with
         # the same id (other tokens) must not take over its blocks.
         self._live: dict[str, Request] = {}
+        #: Each live request's quiet horizon (``_horizon``), set by every
+        #: ``allocate_slots`` that gets past the fast path; dropped on ``free``.
+        self._quiet: dict[str, tuple[int, int, int]] = {}
 
     # -- helpers -------------------------------------------------------------
     def _bind(self, request: Request) -> None:
@@ -254,6 +258,26 @@ class KVCacheManager:
             raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
         rid = request.request_id
         live = self._live.get(rid)
+        quiet = self._quiet.get(rid)
+        if (
+            quiet is not None
+            and live is request
+            and new_computed_blocks is None
+            and not num_new_computed_tokens
+            and not num_lookahead_tokens
+        ):
+            # The common decode step: inside the request's quiet horizon no
+            # group allocates, releases or caches (``quiet_horizon``).
+            total = request.num_computed_tokens
+            after = total + num_new_tokens
+            n = request.num_tokens
+            if (
+                after <= quiet[0]
+                and total < quiet[1]
+                and min(after, n) < quiet[2]
+                and n <= self.max_model_len
+            ):
+                return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
         if live is not request and live is not None:
             self._check_same_request(live, request)
         coordinator = self.coordinator
@@ -308,7 +332,16 @@ class KVCacheManager:
                 min(num_computed_after, request.num_tokens),
                 request.lora_name,
             )
+        self._quiet[rid] = self._horizon(rid)
         return KVCacheBlocks(new_blocks)
+
+    def _horizon(self, rid: str) -> tuple[int, int, int]:
+        """``coordinator.quiet_horizon``, capped at ``max_model_len`` (the fast
+        path then never passes it) and open-ended for caching when it is off."""
+        cover, release_at, cache_at = self.coordinator.quiet_horizon(rid)
+        if not self.enable_caching:
+            cache_at = NEVER
+        return min(cover, self.max_model_len), release_at, cache_at
 
     def _check_same_request(self, live: Request, request: Request) -> None:
         """``request`` reuses a live request's id: fine only for the same tokens.
@@ -430,6 +463,7 @@ class KVCacheManager:
                 f"request must be a hybridkv.Request or a request id (str), got {request!r}"
             )
         self._live.pop(rid, None)
+        self._quiet.pop(rid, None)
         return self.coordinator.free(rid)
 
     def uncache_uncomputed(self, request: Request) -> int:
@@ -438,6 +472,7 @@ class KVCacheManager:
         computes them: call this before freeing a request whose step failed, so
         no later request hits blocks that were never written."""
         computed = request.num_computed_tokens
+        self._quiet.pop(request.request_id, None)
         n = 0
         for m in self.coordinator.managers:
             st = m.states.get(request.request_id)
@@ -482,6 +517,9 @@ class KVCacheManager:
         self.coordinator.check_integrity()
         live = set(self.coordinator.managers[0].states)
         assert set(self._live) <= live, "a freed request is still registered as live"
+        for rid, quiet in self._quiet.items():
+            assert rid in live, f"request {rid!r} is freed but keeps a quiet horizon"
+            assert quiet == self._horizon(rid), f"request {rid!r}: stale quiet horizon"
         holders: dict[int, int] = {}
         for m in self.coordinator.managers:
             for st in m.states.values():

@@ -6,7 +6,7 @@ never a float or a str. Violations raise ``ValueError`` naming the field.
 
 The checks stay C-speed on long prompts: ``array("I", ids)`` rejects
 non-integers and out-of-range values in one pass, and since a ``bool`` packs as
-0 or 1, the Python-level scan for bools runs only when a 0 or 1 was packed.
+0 or 1, only the items packed as 0 or 1 are looked at in Python.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ def _numpy() -> ModuleType | None:
     return numpy
 
 
-def _min_id(packed: array[int]) -> int:
+def _zeros_and_ones(packed: array[int]) -> list[int]:
+    """Positions of the packed 0s and 1s (where a bool could have been)."""
     np = _numpy() if len(packed) >= _NUMPY_MIN_FROM else None
     if np is None:
-        return min(packed)
-    return int(np.frombuffer(packed, dtype=np.uint32).min())
+        return [i for i, t in enumerate(packed) if t <= 1] if min(packed) <= 1 else []
+    return np.flatnonzero(np.frombuffer(packed, dtype=np.uint32) <= 1).tolist()
 
 
 def pack_token_ids(ids: list[Any], field: str) -> array[int]:
@@ -52,8 +53,8 @@ def pack_token_ids(ids: list[Any], field: str) -> array[int]:
         packed = array("I", ids)
     except (OverflowError, TypeError) as e:
         raise ValueError(f"{field} must be ints in [0, 2**32): {e}") from None
-    if packed and _min_id(packed) <= 1:
-        bad = [t for t in ids if isinstance(t, bool)]
+    if packed:
+        bad = [ids[i] for i in _zeros_and_ones(packed) if isinstance(ids[i], bool)]
         if bad:
             raise ValueError(f"{field} must be ints in [0, 2**32), not bools: got {bad[:5]}")
     return packed

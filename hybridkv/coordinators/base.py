@@ -17,7 +17,7 @@ from operator import itemgetter
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
-from hybridkv.managers.base import RequestBlockState
+from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.managers.retention import (
     BEYOND,
     FinalPoints,
@@ -153,6 +153,22 @@ class KVCacheCoordinator(ABC):
             if m.has_skips and m.release_stop(st, total_computed) > st.num_skipped:
                 return False
         return True
+
+    def quiet_horizon(self, request_id: str) -> tuple[int, int, int]:
+        """How far a live request can go with nothing to do in any group:
+        ``(cover, release_at, cache_at)``. While the tokens needing slots stay
+        ``<= cover``, the computed tokens ``< release_at`` and the tokens to
+        cache ``< cache_at``, ``allocate`` and ``cache_blocks`` change nothing
+        (each bound is never above the true one). Valid until the request's
+        tables change (an ``allocate`` that acts, ``free``)."""
+        cover = release_at = cache_at = NEVER
+        for m in self.managers:
+            st = m.states[request_id]
+            bs = m.block_size
+            cover = min(cover, len(st.blocks) * bs)
+            release_at = min(release_at, m.next_release_at(st))
+            cache_at = min(cache_at, (st.num_cached + 1) * bs)
+        return cover, release_at, cache_at
 
     def cache_blocks(
         self,

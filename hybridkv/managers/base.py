@@ -35,6 +35,9 @@ from hybridkv.managers.retention import in_spans, kept_spans, segments
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs.base import KVCacheSpec
 
+#: A token count no request reaches ("never", for ``next_release_at``).
+NEVER = 1 << 62
+
 
 class RequestBlockState:
     """One request's block table in one group, and how much of it is settled.
@@ -126,6 +129,35 @@ class SingleTypeKVCacheManager(ABC):
     def first_needed_block(self, num_tokens: int) -> int:
         """Table index of the first block a query at ``num_tokens`` reads."""
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
+
+    def min_tokens_skipping(self, num_skipped: int) -> int:
+        """Smallest ``n`` with ``get_num_skipped_tokens(n) >= num_skipped`` (> 0);
+        ``NEVER`` if no length skips that many. Kinds override it in closed form;
+        this default searches, relying on the rule being non-decreasing."""
+        if self.get_num_skipped_tokens(NEVER) < num_skipped:
+            return NEVER
+        lo, hi = num_skipped - 1, num_skipped  # skipped(n) <= n, so n >= num_skipped
+        while self.get_num_skipped_tokens(hi) < num_skipped:
+            lo, hi = hi, min(2 * hi, NEVER)
+        while hi - lo > 1:  # skipped(lo) < num_skipped <= skipped(hi)
+            mid = (lo + hi) // 2
+            if self.get_num_skipped_tokens(mid) >= num_skipped:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def next_release_at(self, st: RequestBlockState) -> int:
+        """The fewest computed tokens at which ``release_stop`` could pass
+        ``st.num_skipped`` (``NEVER`` for a kind without skips). Never above the
+        true point: below it, ``remove_skipped_blocks`` has nothing to do."""
+        if not self.has_skips:
+            return NEVER
+        n = self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
+        if n >= NEVER or not self.hybrid:
+            return n
+        step = self.hit_step
+        return self.tail + -(-n // step) * step
 
     def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
         """Table entries before this index are released once ``total_computed_tokens``

@@ -30,6 +30,9 @@ class MambaManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)
 
+    def min_tokens_skipping(self, num_skipped: int) -> int:
+        return num_skipped + 1
+
     def _real(self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]) -> list[int]:
         return snapshot_entries(
             have,

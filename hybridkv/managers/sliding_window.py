@@ -29,3 +29,6 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def min_tokens_skipping(self, num_skipped: int) -> int:
+        return num_skipped + self.sliding_window - 1

@@ -36,6 +36,7 @@ from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import ModelLayout
 from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind
+from hybridkv.sim.collector import collector_paused
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.options import SimOptions
 from hybridkv.sim.percentile import percentiles
@@ -140,66 +141,71 @@ def replay_trace(
     k, n_req = 0, len(requests)
     waiting, running = scheduler.waiting, scheduler.running
     bar = ProgressLine(n_req, desc) if progress else None
-    try:
-        while k < n_req or waiting or running:
-            while k < n_req and len(waiting) < horizon:
-                tr = requests[k]
-                arrival = 0.0 if closed else tr.arrival_s
-                if arrival > now:
-                    if not waiting and not running:
-                        now = arrival  # idle: jump to the next arrival
-                    else:
-                        break
-                rid = str(k)
-                params = SamplingParams(max_tokens=tr.output_length, ignore_eos=True)
-                ids = tr.prompt_token_ids()
-                req = EngineRequest(rid, ids, params, max_model_len=max_model_len)
-                scheduler.add_request(req)
-                live[rid] = _Live(arrival, next_out)
-                next_out += tr.output_length
-                k += 1
-            out = scheduler.schedule()
-            if not out.scheduled:
-                if out.preempted:
-                    continue
-                raise RuntimeError(
-                    f"no request can be scheduled ({len(waiting)} waiting, none running) with "
-                    f"{config.num_blocks} blocks: the plan should hold one request"
-                )
-            in_use = usable - pool.num_free_blocks
-            if in_use > peak:
-                peak = in_use
-                if in_use >= peak_sampled + peak_step:
-                    peak_sampled = in_use
-                    peak_by_kind = blocks_in_use_by_kind(manager, (r.request_id for r in running))
-            chunks = []
-            sampled: dict[str, int] = {}
-            for s in out.scheduled:
-                req = s.request
-                start, end = s.start, s.start + s.num_tokens
-                chunks.append((start, end))
-                if end == req.num_tokens:
-                    rid = req.request_id
-                    sampled[rid] = live[rid].out_base + req.num_output_tokens
-                    if s.num_tokens == 1 and start >= req.core.num_prompt_tokens:
-                        decode += 1
+    with collector_paused() as collector:
+        try:
+            while k < n_req or waiting or running:
+                while k < n_req and len(waiting) < horizon:
+                    tr = requests[k]
+                    arrival = 0.0 if closed else tr.arrival_s
+                    if arrival > now:
+                        if not waiting and not running:
+                            now = arrival  # idle: jump to the next arrival
+                        else:
+                            break
+                    rid = str(k)
+                    params = SamplingParams(max_tokens=tr.output_length, ignore_eos=True)
+                    ids = tr.prompt_token_ids()
+                    req = EngineRequest(rid, ids, params, max_model_len=max_model_len)
+                    scheduler.add_request(req)
+                    live[rid] = _Live(arrival, next_out)
+                    next_out += tr.output_length
+                    k += 1
+                out = scheduler.schedule()
+                if not out.scheduled:
+                    if out.preempted:
                         continue
-                prefill += s.num_tokens
-            now += cost.step(chunks).seconds
-            steps += 1
-            finished = scheduler.update(out, sampled, now)
-            for req in finished:
-                rec = live.pop(req.request_id)
-                first = req.metrics.first_token_time
-                assert first is not None and req.num_cached_tokens is not None
-                ttfts.append(first - rec.arrival)
-                hit_tokens += req.num_cached_tokens
-                last_finish = now
-            if bar is not None and finished:
-                bar.update(len(finished))
-    finally:
-        if bar is not None:
-            bar.close()
+                    raise RuntimeError(
+                        f"no request can be scheduled ({len(waiting)} waiting, none running) with "
+                        f"{config.num_blocks} blocks: the plan should hold one request"
+                    )
+                in_use = usable - pool.num_free_blocks
+                if in_use > peak:
+                    peak = in_use
+                    if in_use >= peak_sampled + peak_step:
+                        peak_sampled = in_use
+                        peak_by_kind = blocks_in_use_by_kind(
+                            manager, (r.request_id for r in running)
+                        )
+                chunks = []
+                sampled: dict[str, int] = {}
+                for s in out.scheduled:
+                    req = s.request
+                    start, end = s.start, s.start + s.num_tokens
+                    chunks.append((start, end))
+                    if end == req.num_tokens:
+                        rid = req.request_id
+                        sampled[rid] = live[rid].out_base + req.num_output_tokens
+                        if s.num_tokens == 1 and start >= req.core.num_prompt_tokens:
+                            decode += 1
+                            continue
+                    prefill += s.num_tokens
+                now += cost.step(chunks).seconds
+                steps += 1
+                finished = scheduler.update(out, sampled, now)
+                for req in finished:
+                    rec = live.pop(req.request_id)
+                    first = req.metrics.first_token_time
+                    assert first is not None and req.num_cached_tokens is not None
+                    ttfts.append(first - rec.arrival)
+                    hit_tokens += req.num_cached_tokens
+                    last_finish = now
+                if finished:
+                    collector.tick(len(finished))
+                    if bar is not None:
+                        bar.update(len(finished))
+        finally:
+            if bar is not None:
+                bar.close()
     p50, p99 = percentiles(ttfts, (50, 99))
     return SimResult(
         layout=layout.name,

@@ -158,6 +158,18 @@ def test_token_id_types_are_the_same_for_prompt_and_append() -> None:
         Request("c", 5)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("n", [10, 300])  # below and above the numpy cut-over
+def test_a_bool_among_many_zeros_and_ones_is_found(n: int) -> None:
+    ids = [i % 3 for i in range(n)]  # zeros and ones everywhere: all are looked at
+    assert list(Request("ok", ids).all_token_ids) == ids
+    for pos, bad in [(0, False), (n - 1, True), (n // 2, True)]:
+        with_bool = list(ids)
+        with_bool[pos] = bad
+        with pytest.raises(ValueError, match=rf"not bools: got \[{bad}\]"):
+            Request("b", with_bool)
+    assert list(Request("big", [2**32 - 1, 7] * n).all_token_ids)[:2] == [2**32 - 1, 7]
+
+
 @pytest.mark.parametrize("differs", ["tokens", "progress"])
 def test_a_live_request_id_is_refused_when_only_tokens_or_only_progress_differ(
     differs: str,
