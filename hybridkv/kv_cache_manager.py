@@ -169,6 +169,7 @@ class KVCacheManager:
             enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
             eviction_policy=eviction_policy,
+            record_token_ids=self._verify_tokens,
         )
         self.coordinator = get_kv_cache_coordinator(
             kv_cache_config,

@@ -86,3 +86,19 @@ def test_no_false_refusals_with_mixed_block_sizes(algo: str) -> None:
     assert kv.get_block_ids("a") == ([1, 2, 3], [4, 5, 6, 7, 8, 9])
     assert hit_ids(kv, req("b", 13)) == ([1, 2, 3], [0, 0, 0, 0, 0, 9])
     assert hit_ids(kv, req("c", 11)) == ([1, 2], [0, 0, 0, 7])
+
+
+@pytest.mark.parametrize(("algo", "recorded"), [("xxhash", True), ("sha256", False)])
+def test_token_ids_are_recorded_only_where_hits_check_them(algo: str, recorded: bool) -> None:
+    kv = manager(10, full(4), swa(4, 4), hash_algo=algo)
+    assert kv.block_pool.record_token_ids is recorded
+    a = req("a", 9)
+    admit(kv, a)  # two full blocks per group cached
+    cached = [b for b in kv.block_pool.blocks if b.block_hash is not None]
+    assert len(cached) == 4
+    want = [[100, 101, 102, 103], [104, 105, 106, 107]]
+    assert sorted(b.token_ids or [] for b in cached) == (sorted(want * 2) if recorded else [[]] * 4)
+    kv.check_integrity()
+    kv.free(a)
+    assert hit_len(kv, req("b", 9)) == 8
+    kv.check_integrity()

@@ -9,8 +9,8 @@ class KVCacheBlock:
     - ``ref_cnt``: how many live requests hold the block in a block table.
     - ``block_hash`` / ``group_id``: set while the block is in the prefix cache
       (the cache key is ``(block_hash, group_id)``); ``None`` otherwise.
-    - ``token_ids``: the block's token ids, recorded when it was cached (checked
-      on hits with a non-cryptographic hash, and by integrity checks).
+    - ``token_ids``: the block's token ids, recorded when it was cached if the
+      pool checks them on hits (a non-cryptographic hash); else None.
     - ``prev_free`` / ``next_free``: intrusive links of the free queue.
     - ``free_class`` / ``evict_key``: where a cost-aware policy queued the
       free block (``hybridkv.core.cost_aware``).

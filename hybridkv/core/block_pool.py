@@ -42,6 +42,7 @@ class BlockPool:
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
         eviction_policy: PolicyFactory | None = None,
+        record_token_ids: bool = True,
     ) -> None:
         if num_blocks < 2:
             raise ValueError(
@@ -50,6 +51,9 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.enable_kv_cache_events = enable_kv_cache_events
+        #: Cached blocks keep their token ids (for ``get_cached_block``'s check,
+        #: needed only with a non-cryptographic hash); else ``token_ids`` stays None.
+        self.record_token_ids = record_token_ids
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
@@ -174,22 +178,22 @@ class BlockPool:
         whose keys were new to the index (each block is then its key's
         primary); a block under a key already cached becomes a duplicate.
         """
-        index = self.cached[group_id]
+        claim = self.cached[group_id].setdefault
         duplicates = self.duplicates
+        record = self.record_token_ids
         new: list[int] = []
-        for i in range(start, stop):
-            b = blocks[i]
-            if b.is_null or b.block_hash is not None:
-                continue
-            h = hashes[i]
-            b.block_hash = h
-            b.group_id = group_id
-            b.token_ids = token_ids[i * block_size : (i + 1) * block_size]
-            if h in index:
-                duplicates.setdefault((group_id, h), {})[b.block_id] = b
-            else:
-                index[h] = b
-                new.append(i)
+        i = start
+        for b, h in zip(blocks[start:stop], hashes[start:stop], strict=True):
+            if b.block_hash is None and not b.is_null:
+                b.block_hash = h
+                b.group_id = group_id
+                if record:
+                    b.token_ids = token_ids[i * block_size : (i + 1) * block_size]
+                if claim(h, b) is b:  # the key was new: b is its primary
+                    new.append(i)
+                else:
+                    duplicates.setdefault((group_id, h), {})[b.block_id] = b
+            i += 1
         return new
 
     def uncache(self, block: KVCacheBlock) -> None:
@@ -317,4 +321,7 @@ class BlockPool:
                 f"{b}: hash set but not indexed, or indexed without hash"
             )
             if b.block_hash is not None:
-                assert b.token_ids is not None, f"{b} cached without token ids"
+                assert (b.token_ids is not None) == self.record_token_ids, (
+                    f"{b}: token ids recorded {b.token_ids is not None}, "
+                    f"expected {self.record_token_ids}"
+                )
