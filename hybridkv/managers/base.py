@@ -26,6 +26,8 @@ here checks free space: the coordinator counts first, then acts.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from itertools import filterfalse
+from operator import attrgetter
 from typing import ClassVar
 
 from hybridkv.core.block import KVCacheBlock
@@ -34,6 +36,9 @@ from hybridkv.core.events import consecutive_runs
 from hybridkv.managers.retention import in_spans, kept_spans, segments
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs.base import KVCacheSpec
+
+_ref_cnt = attrgetter("ref_cnt")
+_is_null = attrgetter("is_null")
 
 #: A token count no request reaches ("never", for ``next_release_at``).
 NEVER = 1 << 62
@@ -205,8 +210,8 @@ class SingleTypeKVCacheManager(ABC):
             if stop > st.num_skipped:
                 blocks = st.blocks
                 for lo, hi, is_kept in segments(self.kept_spans(kept), st.num_skipped, stop):
-                    if not is_kept:
-                        n -= sum(1 for b in blocks[lo:hi] if b.ref_cnt == 1)  # null: ref count 0
+                    if not is_kept:  # blocks only this request holds (null: ref count 0)
+                        n -= list(map(_ref_cnt, blocks[lo:hi])).count(1)
         return n
 
     def _num_new_real_blocks(
@@ -243,18 +248,18 @@ class SingleTypeKVCacheManager(ABC):
         if stop <= start:
             return
         null = self.null_block
-        removed = []
+        removed: list[KVCacheBlock] = []
         hybrid = self.hybrid
         retained = st.retained
         for lo, hi, is_kept in reversed(segments(self.kept_spans(st.kept), start, stop)):
-            for i in range(hi - 1, lo - 1, -1):  # tail first
-                b = blocks[i]
-                if not b.is_null:
-                    blocks[i] = null
-                    if is_kept:
+            if is_kept:
+                for i in range(hi - 1, lo - 1, -1):  # tail first
+                    b = blocks[i]
+                    if not b.is_null:
                         retained.append((i, b))
-                    else:
-                        removed.append(b)
+            else:  # tail first, in C
+                removed += filterfalse(_is_null, reversed(blocks[lo:hi]))
+            blocks[lo:hi] = [null] * (hi - lo)
         st.num_skipped = stop
         self.pool.free_blocks(removed, evict_first=hybrid)
 
@@ -338,10 +343,11 @@ class SingleTypeKVCacheManager(ABC):
         end = min(max_length // self.block_size, len(hashes))
         found: list[KVCacheBlock] = []  # blocks end-1, end-2, ... verified so far
         i = end - 1
+        get = self.pool.cached[self.group_id].get
         while end > 0:
             first = self.first_needed_block(end * self.block_size)
             while i >= first:
-                b = self._lookup(hashes, i, token_ids)
+                b = get(hashes[i]) if token_ids is None else self._lookup(hashes, i, token_ids)
                 if b is None:
                     break
                 found.append(b)

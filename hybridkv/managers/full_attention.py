@@ -7,6 +7,9 @@ from typing import ClassVar
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import SingleTypeKVCacheManager
 
+#: Blocks looked up per slice of a hit scan (a miss wastes at most this many).
+_SCAN_SLICE = 64
+
 
 class FullAttentionManager(SingleTypeKVCacheManager):
     """Hits scan left to right and stop at the first miss."""
@@ -21,15 +24,18 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         self, hashes: list[bytes], max_length: int, token_ids: list[int] | None = None
     ) -> list[KVCacheBlock]:
         n = min(max_length // self.block_size, len(hashes))
-        out: list[KVCacheBlock] = []
         if token_ids is None:
+            # Looked up in C, a slice at a time: stop at the first miss.
             get = self.pool.cached[self.group_id].get
-            for i in range(n):
-                b = get(hashes[i])
-                if b is None:
+            hit: list[KVCacheBlock | None] = []
+            for lo in range(0, n, _SCAN_SLICE):
+                part = list(map(get, hashes[lo : min(lo + _SCAN_SLICE, n)]))
+                if None in part:
+                    hit += part[: part.index(None)]
                     break
-                out.append(b)
-            return out
+                hit += part
+            return hit  # type: ignore[return-value]  # no None before the first miss
+        out: list[KVCacheBlock] = []
         for i in range(n):
             found = self._lookup(hashes, i, token_ids)
             if found is None:
