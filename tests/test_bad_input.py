@@ -180,6 +180,8 @@ def test_inconsistent_hit_arguments() -> None:
         kv.allocate_slots(b, 1, 8, None)  # tokens without blocks
     with pytest.raises(ValueError, match="num_new_computed_tokens=4"):
         kv.allocate_slots(b, 5, 4, blocks)  # 2 blocks cover 8, not 4
+    with pytest.raises(ValueError, match="num_new_computed_tokens=0"):
+        kv.allocate_slots(b, 9, 0, blocks)  # blocks without tokens: cover 8, not 0
     with pytest.raises(ValueError, match="groups"):
         kv.allocate_slots(b, 1, 8, KVCacheBlocks((*blocks.blocks, [])))
     with pytest.raises(ValueError, match="num_new_computed_tokens"):

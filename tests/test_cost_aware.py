@@ -121,6 +121,11 @@ def test_floor_spacing_by_hand() -> None:
         # it): 3 chunked groups of C = 8192 and 1 full group, block size 16.
         # Mean 255.5 pages per chunked group: 32 * 3 * 255.5 * 16.
         (3, 8192, 392_448),
+        # C = 96: 6 blocks, mean 2.5 pages: 32 * 2.5 * 16. The 1024 samples are not
+        # whole chunks: from 16 << 20 (block 4 of a chunk) the 4 left over fall on
+        # blocks 4, 5, 0, 1, whose mean is the chunk's (from 16 << 19 or 16 << 21:
+        # on blocks 2-5, mean 3.5, spacing 1296).
+        (1, 96, 1280),
     ],
 )
 def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, spacing) -> None:

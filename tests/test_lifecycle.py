@@ -228,6 +228,8 @@ def test_reset_prefix_cache() -> None:
     kv.take_events()
     assert kv.reset_prefix_cache() is False  # blocks 1 and 2 are in use
     assert cached_ids(kv) == {1, 2} and kv.take_events() == []
+    stats = kv.make_prefix_cache_stats()
+    assert stats is not None and stats.reset is False  # a failed reset is not counted
     kv.free(a)
     assert kv.reset_prefix_cache() is True
     assert cached_ids(kv) == set()

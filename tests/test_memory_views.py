@@ -21,7 +21,7 @@ from hybridkv.planning import (
     layer_byte_range,
     plan_kv_cache,
 )
-from hybridkv.specs import KVCacheConfig
+from hybridkv.specs import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
 CASES = [
     ("tiny-gemma3", "vllm"),
@@ -174,3 +174,22 @@ def test_a_mamba_state_that_fills_its_page_exactly_gets_views() -> None:
     t, start, end = layer_byte_range(cfg, "m0", 3)
     assert end - start == 512
     assert _changed(bufs) == [(t, start, end)]  # conv and SSM fill the whole page
+
+
+def test_views_need_the_element_alignment_of_their_dtype() -> None:
+    """Views count in elements, so a slot or offset that is not a multiple of
+    the element size would be rounded down in silence: a hand-made config
+    with either is refused, naming both."""
+    from hybridkv import FullAttentionSpec, MambaSpec
+
+    attn = FullAttentionSpec(1, 1, 8, "float16")  # 32-byte pages
+    odd_slot = KVCacheConfig(4, [KVCacheTensor(4 * 33, ["a"])], [KVCacheGroupSpec(["a"], attn)])
+    with pytest.raises(ValueError, match="slot is 33 bytes and the offset 0"):
+        allocate_kv_cache(odd_slot)
+    # A float32 conv state and a float16 SSM state: 6-byte pages. Two layers of one
+    # group share a 12-byte slot, so the second one's conv state starts at byte 6.
+    state = MambaSpec(4, shapes=((1,), (1,)), dtypes=("float32", "float16"))
+    group = KVCacheGroupSpec(["m0", "m1"], state)
+    odd_offset = KVCacheConfig(4, [KVCacheTensor(4 * 12, ["m0", "m1"])], [group])
+    with pytest.raises(ValueError, match="slot is 12 bytes and the offset 6"):
+        allocate_kv_cache(odd_offset)

@@ -134,6 +134,17 @@ def test_snapshot_entries_keep_grid_boundaries_and_the_step_end() -> None:
     assert snapshot_entries(0, 14, 1100, align=512, kept=(160,), **args) == [1, 11, 12, 13]
 
 
+def test_snapshot_entries_on_the_grid_are_hit_boundaries_only() -> None:
+    """Mamba blocks of 4 under a hit step of 8 (full attention on blocks of 8):
+    entries end at every multiple of 4, hits land only on multiples of 8. Tail
+    32 of 40 tokens, grid 16: states at 16 (entry 3) and 32 (entry 7), and the
+    end and running state (entry 9). 12 and 28 have a multiple of 16 within a
+    step above them (on_grid), but no hit lands there: no state."""
+    assert on_grid(12, 16, 8) and on_grid(28, 16, 8)
+    args = dict(block_size=4, caching=True, hybrid=True, tail=32, step=8, align=16)
+    assert snapshot_entries(0, 10, 40, **args) == [3, 7, 9]
+
+
 def manager(align: int | None) -> KVCacheManager:
     """Full attention + Mamba, block 4, tail 16 (grid candidates 8 and 16)."""
     return KVCacheManager(

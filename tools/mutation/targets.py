@@ -26,6 +26,7 @@ TARGETS = (
 _MANAGER_TESTS = (
     "tests/test_hybrid_policy.py",
     "tests/test_hybrid_release_by_hand.py",
+    "tests/test_hybrid_running_by_hand.py",
     "tests/test_cost_aware.py",
     "tests/test_retention.py",
     "tests/test_snapshots.py",
