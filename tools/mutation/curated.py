@@ -20,8 +20,8 @@ def _m(file: str, original: str, replacement: str, description: str) -> Mutant:
 CURATED: tuple[Mutant, ...] = (
     _m(
         "hybridkv/managers/base.py",
-        "n -= sum(1 for b in blocks[lo:hi] if b.ref_cnt == 1)",
-        "n -= sum(1 for b in blocks[lo:hi])",
+        "n -= list(map(_ref_cnt, blocks[lo:hi])).count(1)",
+        "n -= hi - lo",
         "a skipped block counts as freed even when another request holds it",
     ),
     _m(
