@@ -110,7 +110,7 @@ class BlockPool:
             if h is not None:
                 # The common case inline: the key's only block (a cached block
                 # without duplicates is its key's primary), no event to send.
-                if quiet and (b.group_id, h) not in duplicates:
+                if quiet and (not duplicates or (b.group_id, h) not in duplicates):
                     del cached[b.group_id][h]  # type: ignore[index]
                     b.block_hash = b.group_id = b.token_ids = None
                     self.generation += 1

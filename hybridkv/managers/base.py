@@ -202,9 +202,9 @@ class SingleTypeKVCacheManager(ABC):
             kept = st.kept
         required = -(-num_tokens // self.block_size)
         n = self._num_new_real_blocks(have, required, num_tokens, kept) if required > have else 0
-        for b in new_computed_blocks:
-            if b.ref_cnt == 0 and not b.is_null:
-                n += 1
+        if new_computed_blocks:  # free hit blocks leave the free set (null: ref count 0)
+            n += list(map(_ref_cnt, new_computed_blocks)).count(0)
+            n -= new_computed_blocks.count(self.null_block)
         if st is not None and self.has_skips:
             stop = self.release_stop(st, total_computed_tokens)
             if stop > st.num_skipped:
