@@ -99,6 +99,16 @@ def admit(kv: KVCacheManager, r: Request) -> tuple[int, KVCacheBlocks]:
     return num_hit, new
 
 
+def serve(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
+    """A whole request: admit it with its prefix hit, compute the prompt, free it,
+    check the manager; returns the hit."""
+    r = Request(rid, tokens)
+    num_hit, _ = admit(kv, r)
+    kv.free(r)
+    kv.check_integrity()
+    return num_hit
+
+
 def decode(kv: KVCacheManager, r: Request, token: int) -> KVCacheBlocks | None:
     """Append a sampled token and allocate its slot (one decode step)."""
     r.append_output_token_ids(token)

@@ -8,7 +8,7 @@ request (``hybridkv.managers.retention.UnitValues``).
 from __future__ import annotations
 
 import pytest
-from factories import admit, chunked, config, full, mamba, swa
+from factories import admit, chunked, config, full, mamba, serve, swa
 
 from hybridkv import (
     CostAwareEvictionPolicy,
@@ -140,16 +140,6 @@ def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, 
     assert kv._kept_points(req, 0, None) == (spacing, 2 * spacing)
 
 
-def run(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
-    req = Request(rid, tokens)
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
-    req.num_computed_tokens = len(tokens)
-    kv.free(req)
-    kv.check_integrity()
-    return hit
-
-
 @pytest.mark.parametrize(("weight", "a_hit", "b_hit"), [(3.0, 40, 0), (0.0, 0, 8)])
 def test_a_valuable_old_unit_outlives_a_cheap_new_one(weight, a_hit, b_hit) -> None:
     # 15 usable blocks, no tail. A: 40 tokens = 10 full blocks + 1 state (at 40),
@@ -165,9 +155,9 @@ def test_a_valuable_old_unit_outlives_a_cheap_new_one(weight, a_hit, b_hit) -> N
     )
     a = list(range(40))
     b = list(range(100, 108))
-    assert run(kv, "a", a) == 0
-    assert run(kv, "b", b) == 0
-    assert run(kv, "c", list(range(200, 212))) == 0
+    assert serve(kv, "a", a) == 0
+    assert serve(kv, "b", b) == 0
+    assert serve(kv, "c", list(range(200, 212))) == 0
     assert kv.get_computed_blocks(Request("a2", [*a, 1]))[1] == a_hit  # read-only probes
     assert kv.get_computed_blocks(Request("b2", [*b, 1]))[1] == b_hit
 

@@ -12,7 +12,7 @@ entry ``(n - 1) // bs`` (the state after the block before ``n``).
 from __future__ import annotations
 
 import pytest
-from factories import config, decode, free_ids, full, mamba, swa
+from factories import admit, config, decode, free_ids, full, mamba, serve, swa
 
 from hybridkv import KVCacheManager, Request
 
@@ -27,25 +27,6 @@ def manager(*specs, num_blocks=64, tail=0) -> KVCacheManager:
         hybrid_value_weight=0.0,
         hybrid_tail_align=0,
     )
-
-
-def serve(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
-    """Admit with the prefix hit, compute the whole prompt, free; returns the hit."""
-    req = Request(rid, tokens)
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
-    req.num_computed_tokens = len(tokens)
-    kv.free(req)
-    kv.check_integrity()
-    return hit
-
-
-def admit(kv: KVCacheManager, req: Request) -> int:
-    """Admit with the prefix hit and compute the whole prompt; returns the hit."""
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, req.num_tokens - hit, hit, blocks) is not None
-    req.num_computed_tokens = req.num_tokens
-    return hit
 
 
 def real(table: list[int]) -> list[int]:
@@ -68,7 +49,7 @@ def test_a_running_request_holds_the_window_its_admission_hit_needs(bs: int) -> 
     kv = manager(full(bs), swa(bs, bs + 1), num_blocks=16)
     assert serve(kv, "a", list(range(bs))) == 0
     b = Request("b", list(range(5 * bs)))
-    assert admit(kv, b) == bs
+    assert admit(kv, b)[0] == bs
     assert kv.get_block_ids("b") == ([1, 3, 4, 5, 6], [2, 7, 8, 9, 10])
     assert decode(kv, b, 999) is not None
     assert kv.get_block_ids("b") == ([1, 3, 4, 5, 6, 7], [0, 0, 0, 0, 10, 8])
@@ -85,7 +66,7 @@ def test_a_running_request_holds_the_blocks_of_its_tail() -> None:
     taken at once by the decode step."""
     kv = manager(full(4), swa(4, 8), tail=8)
     r = Request("r", list(range(24)))
-    assert admit(kv, r) == 0
+    assert admit(kv, r)[0] == 0
     assert kv.get_block_ids("r") == ([1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12])
     assert decode(kv, r, 999) is not None
     assert kv.get_block_ids("r") == ([1, 2, 3, 4, 5, 6, 7], [0, 0, 9, 10, 11, 12, 8])
