@@ -11,8 +11,8 @@ import math
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable
-from itertools import chain, groupby, zip_longest
-from operator import itemgetter
+from itertools import chain, groupby, repeat, zip_longest
+from operator import attrgetter, itemgetter
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
@@ -253,7 +253,7 @@ class KVCacheCoordinator(ABC):
             blocks = st.blocks
             place = _Placer(gid, bs, full, own_below, shared, dead, entries)
             for lo, hi, unit in points.spans(first, bs, st.num_skipped, len(blocks)):
-                place(enumerate(blocks[lo:hi], lo), unit)
+                place.span(blocks, lo, hi, unit)
             if st.retained:  # skipped blocks a kept point holds: few, one by one
                 unit_of = points.unit_of(first, bs)
                 for i, b in st.retained:
@@ -311,6 +311,9 @@ class KVCacheCoordinator(ABC):
         self.tail_alignment.check_integrity()
 
 
+_ref_cnt = attrgetter("ref_cnt")
+
+
 class _Placer:
     """Sorts one group's freed blocks for ``_free_hybrid``: shared ones (still
     held), dead ones (cached, but no kept point's hit needs them) and release
@@ -332,6 +335,28 @@ class _Placer:
     ) -> None:
         self.gid, self.bs, self.full, self.own_below = gid, bs, full, own_below
         self.shared, self.dead, self.entries = shared, dead, entries
+
+    def span(self, blocks: list[KVCacheBlock], lo: int, hi: int, unit: int) -> None:
+        """Place table entries ``[lo, hi)``, whose unit point is ``unit``: in bulk
+        (in C) when ``unit`` is a point and only this request holds each block
+        (ref count 1: none null, none shared), else one by one."""
+        seg = blocks[lo:hi]
+        if unit == BEYOND or list(map(_ref_cnt, seg)).count(1) != len(seg):
+            self(enumerate(seg, lo), unit)
+            return
+        bs, gid = self.bs, self.gid
+        cut = lo if self.full else min(max(self.own_below, lo), hi)  # kind 2 below, 1 from
+        for a, z, kind in ((lo, cut, 2), (cut, hi, 0 if self.full else 1)):
+            if z > a:
+                self.entries.extend(
+                    zip(
+                        repeat(unit),
+                        range((a + 1) * bs, (z + 1) * bs, bs),
+                        repeat(gid),
+                        seg[a - lo : z - lo],
+                        repeat(kind),
+                    )
+                )
 
     def __call__(self, pairs: Iterable[tuple[int, KVCacheBlock]], unit: int) -> None:
         """Place ``(index, block)`` pairs whose unit point is ``unit``."""
