@@ -41,6 +41,7 @@ _MANAGER_TESTS = (
     "tests/test_bad_input.py",
     "tests/hardening/test_manager_misuse.py",
     "tests/test_xxhash_collision.py",
+    "tests/test_quiet_horizon.py",
     "tests/test_kv_events_mirror.py",
     "tests/test_state_machine.py",
 )
