@@ -473,7 +473,6 @@ class KVCacheManager:
         computes them: call this before freeing a request whose step failed, so
         no later request hits blocks that were never written."""
         computed = request.num_computed_tokens
-        self._quiet.pop(request.request_id, None)
         n = 0
         for m in self.coordinator.managers:
             st = m.states.get(request.request_id)

@@ -151,13 +151,29 @@ def test_next_release_at_is_the_first_length_that_releases(layout: str, hybrid: 
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_closed_forms_agree_with_the_generic_search(layout: str) -> None:
+def test_min_tokens_skipping_is_exact_per_kind_and_a_lower_bound_by_default(layout: str) -> None:
     kv = manager(8, *LAYOUTS[layout])
     for m in kv.coordinator.managers:
+        if not m.has_skips:
+            continue
         for s in range(1, 60):
-            generic = SingleTypeKVCacheManager.min_tokens_skipping(m, s)
-            assert m.min_tokens_skipping(s) == generic
-            if generic < NEVER:
-                assert (
-                    m.get_num_skipped_tokens(generic) >= s > m.get_num_skipped_tokens(generic - 1)
-                )
+            exact = next(n for n in range(s, 400) if m.get_num_skipped_tokens(n) >= s)
+            assert m.min_tokens_skipping(s) == exact, (type(m).__name__, s)
+            assert SingleTypeKVCacheManager.min_tokens_skipping(m, s) == s <= exact
+
+
+def test_a_step_inside_the_horizon_still_refuses_bad_calls() -> None:
+    """The fast path answers only what the full path would: a hit passed for a
+    live request, or a request grown past max_model_len, still fail."""
+    kv = manager(20, full(4), swa(4, 8), max_model_len=16)
+    r = req("r", 10)
+    prefill(kv, r)
+    assert kv._quiet["r"][0] == 12  # 11 tokens would be inside the horizon
+    hit, _ = kv.get_computed_blocks(req("other", 10))
+    assert any(hit.blocks)
+    with pytest.raises(ValueError, match="prefix hits .* apply only to a new or preempted"):
+        kv.allocate_slots(r, 1, 0, hit)
+    r.append_output_token_ids(list(range(7)))  # 17 tokens > max_model_len 16
+    with pytest.raises(ValueError, match="max_model_len"):
+        kv.allocate_slots(r, 1)
+    kv.check_integrity()

@@ -136,21 +136,11 @@ class SingleTypeKVCacheManager(ABC):
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
 
     def min_tokens_skipping(self, num_skipped: int) -> int:
-        """Smallest ``n`` with ``get_num_skipped_tokens(n) >= num_skipped`` (> 0);
-        ``NEVER`` if no length skips that many. Kinds override it in closed form;
-        this default searches, relying on the rule being non-decreasing."""
-        if self.get_num_skipped_tokens(NEVER) < num_skipped:
-            return NEVER
-        lo, hi = num_skipped - 1, num_skipped  # skipped(n) <= n, so n >= num_skipped
-        while self.get_num_skipped_tokens(hi) < num_skipped:
-            lo, hi = hi, min(2 * hi, NEVER)
-        while hi - lo > 1:  # skipped(lo) < num_skipped <= skipped(hi)
-            mid = (lo + hi) // 2
-            if self.get_num_skipped_tokens(mid) >= num_skipped:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        """A lower bound on the fewest tokens at which ``get_num_skipped_tokens``
+        reaches ``num_skipped`` (> 0): ``num_skipped`` itself, as no length skips
+        more than itself. Kinds override it with the exact value; a lower bound
+        only makes ``next_release_at`` earlier (the fast path rarer), never wrong."""
+        return num_skipped
 
     def next_release_at(self, st: RequestBlockState) -> int:
         """The fewest computed tokens at which ``release_stop`` could pass
@@ -159,7 +149,7 @@ class SingleTypeKVCacheManager(ABC):
         if not self.has_skips:
             return NEVER
         n = self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
-        if n >= NEVER or not self.hybrid:
+        if not self.hybrid:
             return n
         step = self.hit_step
         return self.tail + -(-n // step) * step
