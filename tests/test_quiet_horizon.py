@@ -173,6 +173,8 @@ def test_a_step_inside_the_horizon_still_refuses_bad_calls() -> None:
     assert any(hit.blocks)
     with pytest.raises(ValueError, match="prefix hits .* apply only to a new or preempted"):
         kv.allocate_slots(r, 1, 0, hit)
+    with pytest.raises(ValueError, match="num_new_computed_tokens"):
+        kv.allocate_slots(r, 1, 4)  # hit tokens without their blocks
     r.append_output_token_ids(list(range(7)))  # 17 tokens > max_model_len 16
     with pytest.raises(ValueError, match="max_model_len"):
         kv.allocate_slots(r, 1)
