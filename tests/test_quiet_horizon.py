@@ -171,7 +171,7 @@ def test_a_step_inside_the_horizon_still_refuses_bad_calls() -> None:
     assert kv._quiet["r"][0] == 12  # 11 tokens would be inside the horizon
     hit, _ = kv.get_computed_blocks(req("other", 10))
     assert any(hit.blocks)
-    with pytest.raises(ValueError, match="prefix hits .* apply only to a new or preempted"):
+    with pytest.raises(ValueError, match=r"prefix hits .* apply only to a new or preempted"):
         kv.allocate_slots(r, 1, 0, hit)
     with pytest.raises(ValueError, match="num_new_computed_tokens"):
         kv.allocate_slots(r, 1, 4)  # hit tokens without their blocks

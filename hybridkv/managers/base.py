@@ -309,11 +309,9 @@ class SingleTypeKVCacheManager(ABC):
         k = self.hash_stride
         return block_hashes if k == 1 else block_hashes[k - 1 :: k]
 
-    def _lookup(
-        self, hashes: list[bytes], i: int, token_ids: list[int] | None
-    ) -> KVCacheBlock | None:
-        if token_ids is None:
-            return self.pool.cached[self.group_id].get(hashes[i])
+    def _lookup(self, hashes: list[bytes], i: int, token_ids: list[int]) -> KVCacheBlock | None:
+        """Block ``i``'s cached block if it also holds those tokens (the check a
+        non-cryptographic hash needs; without it, scans read the index directly)."""
         bs = self.block_size
         return self.pool.get_cached_block(
             hashes[i], self.group_id, token_ids[i * bs : (i + 1) * bs]
