@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Iterable
-from itertools import chain, groupby, repeat, zip_longest
-from operator import attrgetter, itemgetter
+from itertools import chain, zip_longest
 
+from hybridkv.coordinators.hybrid_release import release_hybrid
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
-from hybridkv.managers.retention import (
-    BEYOND,
-    FinalPoints,
-    UnitValues,
-    floor_spacing,
-    release_order,
-)
+from hybridkv.managers.retention import FinalPoints, floor_spacing
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs import KVCacheConfig
 
@@ -225,7 +217,7 @@ class KVCacheCoordinator(ABC):
         return True
 
     def _free_hybrid(self, states: list[RequestBlockState]) -> None:
-        """``hybrid`` release: unneeded blocks evict-first, then unit by unit.
+        """``hybrid`` release (``hybridkv.coordinators.hybrid_release``).
 
         The kept points are the request's own plus ``E``, the end of what it
         cached (``hybridkv.managers.retention``).
@@ -236,58 +228,7 @@ class KVCacheCoordinator(ABC):
         points = FinalPoints(
             states[0].kept, end, self.managers[0].tail, lcm, self.tail_alignment.align
         )
-        dead: list[KVCacheBlock] = []
-        shared: list[KVCacheBlock] = []
-        # (unit point, end position, group, block, kind): kind 0 full attention,
-        # 1 a block other points may need, 2 a tail point's own state.
-        entries: list[tuple[int, int, int, KVCacheBlock, int]] = []
-        full_units: dict[int, int] = {}
-        extra_pages: dict[int, int] = {}
-        ranked = self.pool.policy.ranks_by_value
-        for gid, (m, st) in enumerate(zip(self.managers, states, strict=True)):
-            bs = m.block_size
-            full = not m.has_skips
-            first = None if full else m.first_needed_block
-            # Blocks before E's needed range are needed by lower points only.
-            own_below = m.first_needed_block(end) if self._point_local[gid] else 0
-            blocks = st.blocks
-            place = _Placer(gid, bs, full, own_below, shared, dead, entries)
-            for lo, hi, unit in points.spans(first, bs, st.num_skipped, len(blocks)):
-                place.span(blocks, lo, hi, unit)
-            if st.retained:  # skipped blocks a kept point holds: few, one by one
-                unit_of = points.unit_of(first, bs)
-                for i, b in st.retained:
-                    place(((i, b),), unit_of(i))
-        pool = self.pool
-        pool.free_blocks(shared)
-        pool.free_blocks(dead, evict_first=True)
-        if not ranked:  # recency only: one release, in unit order
-            pool.free_blocks([e[3] for e in release_order(entries)])
-            return
-        # Pages per (unit, kind), counted in C: kind 0 full, else the others.
-        for (unit, kind), n in Counter(map(itemgetter(0, 4), entries)).items():
-            if unit != BEYOND:
-                pages = extra_pages if kind else full_units
-                pages[unit] = pages.get(unit, 0) + n
-        values = UnitValues(points, full_units, extra_pages)
-        # Consecutive entries of one (unit, kind) share a value; adjacent runs
-        # of equal value are released together.
-        run: list[KVCacheBlock] = []
-        run_value: float | None = None
-        for (unit, kind), group in groupby(release_order(entries), itemgetter(0, 4)):
-            if unit == BEYOND:
-                v = None
-            elif kind == 0:
-                v = values.of_full(unit)
-            else:
-                v = values.of_other(unit, kind == 1)
-            if v != run_value and run:
-                pool.free_blocks(run, value=run_value)
-                run = []
-            run_value = v
-            run.extend(map(itemgetter(3), group))
-        if run:
-            pool.free_blocks(run, value=run_value)
+        release_hybrid(self.managers, states, self.pool, points, self._point_local)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (empty if unknown)."""
@@ -309,67 +250,3 @@ class KVCacheCoordinator(ABC):
             assert m.tail_alignment is self.tail_alignment, "groups disagree on the tail"
             m.check_integrity()
         self.tail_alignment.check_integrity()
-
-
-_ref_cnt = attrgetter("ref_cnt")
-
-
-class _Placer:
-    """Sorts one group's freed blocks for ``_free_hybrid``: shared ones (still
-    held), dead ones (cached, but no kept point's hit needs them) and release
-    entries ``(unit, end position, group, block, kind)``; kind 0 full
-    attention, 1 a block other points may need (or no point), 2 a tail
-    point's own state (before ``own_below``)."""
-
-    __slots__ = ("bs", "dead", "entries", "full", "gid", "own_below", "shared")
-
-    def __init__(
-        self,
-        gid: int,
-        bs: int,
-        full: bool,
-        own_below: int,
-        shared: list[KVCacheBlock],
-        dead: list[KVCacheBlock],
-        entries: list[tuple[int, int, int, KVCacheBlock, int]],
-    ) -> None:
-        self.gid, self.bs, self.full, self.own_below = gid, bs, full, own_below
-        self.shared, self.dead, self.entries = shared, dead, entries
-
-    def span(self, blocks: list[KVCacheBlock], lo: int, hi: int, unit: int) -> None:
-        """Place table entries ``[lo, hi)``, whose unit point is ``unit``: in bulk
-        (in C) when ``unit`` is a point and only this request holds each block
-        (ref count 1: none null, none shared), else one by one."""
-        seg = blocks[lo:hi]
-        if unit == BEYOND or list(map(_ref_cnt, seg)).count(1) != len(seg):
-            self(enumerate(seg, lo), unit)
-            return
-        bs, gid = self.bs, self.gid
-        cut = lo if self.full else min(max(self.own_below, lo), hi)  # kind 2 below, 1 from
-        for a, z, kind in ((lo, cut, 2), (cut, hi, 0 if self.full else 1)):
-            if z > a:
-                self.entries.extend(
-                    zip(
-                        repeat(unit),
-                        range((a + 1) * bs, (z + 1) * bs, bs),
-                        repeat(gid),
-                        seg[a - lo : z - lo],
-                        repeat(kind),
-                    )
-                )
-
-    def __call__(self, pairs: Iterable[tuple[int, KVCacheBlock]], unit: int) -> None:
-        """Place ``(index, block)`` pairs whose unit point is ``unit``."""
-        beyond = unit == BEYOND
-        gid, bs, full, own_below = self.gid, self.bs, self.full, self.own_below
-        shared, dead, entries = self.shared, self.dead, self.entries
-        for i, b in pairs:
-            if b.is_null:
-                continue
-            if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
-                shared.append(b)
-            elif beyond and b.block_hash is not None:
-                dead.append(b)  # no kept point's hit needs it
-            else:
-                kind = 1 if beyond else 0 if full else 2 if i < own_below else 1
-                entries.append((unit, (i + 1) * bs, gid, b, kind))

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.eviction import EvictionPolicy
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
+from hybridkv.core.free_stack import FreeBlockStack
 
 #: Pool turnovers one value doubling is worth (tuned on the Mooncake
 #: conversation trace, ``benchmarks/results/cache.md``).
@@ -55,7 +56,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
             raise ValueError(f"weight must be >= 0, got {weight!r}")
         self.weight = weight
         self.ranks_by_value = weight > 0
-        self.first = FreeKVCacheBlockQueue(blocks)  # evict-first and hashless blocks
+        self.first = FreeBlockStack(blocks)  # evict-first and hashless blocks
         for b in blocks:
             b.free_class = _NO_CLASS
         self.classes: dict[int, FreeKVCacheBlockQueue] = {}

@@ -1,0 +1,267 @@
+"""How a finished request's blocks return to the free set under ``hybrid``.
+
+``release_hybrid`` sorts every block of the request's tables into:
+
+- *shared*: others still hold it (ref count > 1); its count drops, no order;
+- *dead*: cached, but no kept hit point needs it; released evict-first;
+- *entries*: the rest, each in the hit unit of the smallest kept point that
+  needs it (``FinalPoints``), released unit by unit: the largest unit first,
+  within a unit the deepest position first, then the lowest group. Under a
+  policy that ranks by value, each run of one unit and kind is released with
+  what the unit saves per page (``UnitValues``).
+
+This is the hot path of a freed request (thousands of blocks), so the
+placement is per span, not per block: a span of blocks only this request
+holds is placed with C-level ``zip`` / ``extend``, and each entry carries one
+integer sort key (unit rank, then end position) so the release order is a
+single sort. The result is exactly the block-by-block rule above
+(``tests/test_hybrid_release.py`` checks it against that form).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import chain, groupby, repeat
+from operator import attrgetter, itemgetter
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block_pool import BlockPool
+from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
+from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues
+
+#: Bits of an entry's sort key below its unit's rank: the end position.
+_POS_BITS = 40
+
+_ref_cnt = attrgetter("ref_cnt")
+_hash = attrgetter("block_hash")
+_is_one = (1).__eq__
+_key = itemgetter(0)
+_block = itemgetter(2)
+_unit_kind = itemgetter(3)
+
+
+def release_hybrid(
+    managers: Sequence[SingleTypeKVCacheManager],
+    states: Sequence[RequestBlockState],
+    pool: BlockPool,
+    points: FinalPoints,
+    point_local: Sequence[bool],
+) -> None:
+    """Release one request's tables (module docstring). ``point_local[g]``:
+    group ``g``'s hit point needs a block of its own (a Mamba state), so its
+    blocks below ``E``'s needed range are kind 2 (a tail point's own state)."""
+    end = points.end
+    place = _Placer(points.points)
+    for gid, (m, st) in enumerate(zip(managers, states, strict=True)):
+        bs = m.block_size
+        full = not m.has_skips
+        first = None if full else m.first_needed_block
+        place.group(gid, bs, full, m.first_needed_block(end) if point_local[gid] else 0)
+        place.spans(st.blocks, points.spans(first, bs, st.num_skipped, len(st.blocks)))
+        if st.retained:  # skipped blocks a kept point holds: few
+            unit_of = points.unit_of(first, bs)
+            units = [unit_of(i) for i, _ in st.retained]
+            for unit, same in groupby(zip(units, st.retained, strict=True), itemgetter(0)):
+                place(map(itemgetter(1), same), unit)
+    pool.free_blocks(place.shared)
+    pool.free_blocks(place.dead, evict_first=True)
+    entries = place.entries
+    # Entries came group by group, so a stable sort on the key alone (reverse
+    # keeps equal keys in order) leaves equal positions in group order.
+    entries.sort(key=_key, reverse=True)
+    if not pool.policy.ranks_by_value:  # recency only: one release, in unit order
+        pool.free_blocks(list(map(_block, entries)))
+        return
+    full_units: dict[int, int] = {}
+    extra_pages: dict[int, int] = {}
+    for (unit, kind), n in zip(place.unit_kinds, place.counts, strict=True):
+        if unit != BEYOND:
+            pages = extra_pages if kind else full_units
+            pages[unit] = pages.get(unit, 0) + n
+    values = UnitValues(points, full_units, extra_pages)
+    value_of = [
+        None
+        if unit == BEYOND
+        else values.of_full(unit)
+        if kind == 0
+        else values.of_other(unit, kind == 1)
+        for unit, kind in place.unit_kinds
+    ]
+    # Consecutive entries of one (unit, kind) share a value; adjacent runs of
+    # equal value are released together.
+    run: list[KVCacheBlock] = []
+    run_value: float | None = None
+    for uk, group in groupby(entries, _unit_kind):
+        v = value_of[uk]
+        if v != run_value and run:
+            pool.free_blocks(run, value=run_value)
+            run = []
+        run_value = v
+        run.extend(map(_block, group))
+    if run:
+        pool.free_blocks(run, value=run_value)
+
+
+class _Placer:
+    """Sorts a freed request's blocks, group by group (``release_hybrid``).
+
+    ``entries`` holds ``(key, group, block, unit kind id)``: ``key`` is the
+    unit's rank among the points (``BEYOND`` last) shifted above the block's
+    end position; the id indexes ``unit_kinds`` ``(unit, kind)``, whose
+    entries ``counts`` counts. Kind 0 is full attention, 1 a block other
+    points may need (or no point), 2 a tail point's own state (a block before
+    ``own_below``).
+    """
+
+    __slots__ = (
+        "bs",
+        "counts",
+        "dead",
+        "entries",
+        "full",
+        "gid",
+        "own_below",
+        "rank",
+        "shared",
+        "unit_kind_id",
+        "unit_kinds",
+    )
+
+    def __init__(self, points: Sequence[int]) -> None:
+        self.rank = {p: r for r, p in enumerate(points)}
+        self.rank[BEYOND] = len(points)
+        self.shared: list[KVCacheBlock] = []
+        self.dead: list[KVCacheBlock] = []
+        self.entries: list[tuple[int, int, KVCacheBlock, int]] = []
+        self.unit_kinds: list[tuple[int, int]] = []
+        self.unit_kind_id: dict[tuple[int, int], int] = {}
+        self.counts: list[int] = []
+        self.group(0, 1, True, 0)
+
+    def group(self, gid: int, bs: int, full: bool, own_below: int) -> None:
+        """Place the next group's blocks (groups in ascending order)."""
+        self.gid, self.bs, self.full, self.own_below = gid, bs, full, own_below
+
+    def _id(self, unit: int, kind: int) -> int:
+        uk = (unit, kind)
+        i = self.unit_kind_id.get(uk)
+        if i is None:
+            i = self.unit_kind_id[uk] = len(self.unit_kinds)
+            self.unit_kinds.append(uk)
+            self.counts.append(0)
+        return i
+
+    def spans(self, blocks: list[KVCacheBlock], spans: list[tuple[int, int, int]]) -> None:
+        """Place the group's table entries by ascending ``(lo, hi, unit)`` spans.
+
+        Spans of a point whose blocks only this request holds are placed in
+        one ``extend`` for the whole group (a tail has a point per block, so
+        most spans are one block long); the others go through ``span``.
+        Within a group the entries' order does not matter (their keys differ).
+        """
+        if not spans:
+            return
+        start = spans[0][0]
+        refs = list(map(_ref_cnt, blocks[start : spans[-1][1]]))
+        ones = None if refs.count(1) == len(refs) else bytes(map(_is_one, refs))
+        bs, full, own_below = self.bs, self.full, self.own_below
+        keys: list[range] = []
+        segs: list[list[KVCacheBlock]] = []
+        uks: list[repeat[int]] = []
+        for lo, hi, unit in spans:
+            if unit == BEYOND or (ones is not None and ones.find(0, lo - start, hi - start) >= 0):
+                self.span(blocks, lo, hi, unit)
+                continue
+            base = self.rank[unit] << _POS_BITS
+            cut = lo if full else min(max(own_below, lo), hi)  # kind 2 below, 1 from
+            for a, z, kind in ((lo, cut, 2), (cut, hi, 0 if full else 1)):
+                if z > a:
+                    uk = self._id(unit, kind)
+                    self.counts[uk] += z - a
+                    keys.append(range(base + (a + 1) * bs, base + (z + 1) * bs, bs))
+                    segs.append(blocks[a:z])
+                    uks.append(repeat(uk, z - a))
+        if keys:
+            self.entries.extend(
+                zip(
+                    chain.from_iterable(keys),
+                    repeat(self.gid),
+                    chain.from_iterable(segs),
+                    chain.from_iterable(uks),
+                )
+            )
+
+    def span(self, blocks: list[KVCacheBlock], lo: int, hi: int, unit: int) -> None:
+        """Place table entries ``[lo, hi)``, whose unit point is ``unit``:
+        runs that only this request holds (ref count 1: none null, none
+        shared) in bulk, the others one by one."""
+        seg = blocks[lo:hi]
+        refs = list(map(_ref_cnt, seg))
+        if refs.count(1) == len(seg):
+            self._held(seg, lo, unit)
+            return
+        ones = bytes(map(_is_one, refs))
+        i, n = 0, len(seg)
+        while i < n:
+            j = ones.find(0, i)
+            if j < 0:
+                j = n
+            if j > i:
+                self._held(seg[i:j], lo + i, unit)
+            if j == n:
+                return
+            k = ones.find(1, j)
+            if k < 0:
+                k = n
+            self(zip(range(lo + j, lo + k), seg[j:k], strict=True), unit)
+            i = k
+
+    def _held(self, seg: list[KVCacheBlock], lo: int, unit: int) -> None:
+        """Place ``seg`` (table entries from ``lo``), every block held by this
+        request alone, in bulk."""
+        hi = lo + len(seg)
+        pieces: tuple[tuple[int, int, int], ...]
+        if unit == BEYOND:
+            hashless = list(map(_hash, seg)).count(None)
+            if not hashless:
+                self.dead += seg  # no kept point's hit needs them
+                return
+            if hashless != len(seg):
+                self(zip(range(lo, hi), seg, strict=True), unit)
+                return
+            pieces = ((lo, hi, 1),)
+        else:
+            cut = lo if self.full else min(max(self.own_below, lo), hi)
+            pieces = ((lo, cut, 2), (cut, hi, 0 if self.full else 1))
+        bs, gid = self.bs, self.gid
+        base = self.rank[unit] << _POS_BITS
+        for a, z, kind in pieces:
+            if z > a:
+                uk = self._id(unit, kind)
+                self.counts[uk] += z - a
+                self.entries.extend(
+                    zip(
+                        range(base + (a + 1) * bs, base + (z + 1) * bs, bs),
+                        repeat(gid),
+                        seg[a - lo : z - lo],
+                        repeat(uk),
+                    )
+                )
+
+    def __call__(self, pairs: Iterable[tuple[int, KVCacheBlock]], unit: int) -> None:
+        """Place ``(index, block)`` pairs whose unit point is ``unit``, one by one."""
+        beyond = unit == BEYOND
+        gid, bs, full, own_below = self.gid, self.bs, self.full, self.own_below
+        base = self.rank[unit] << _POS_BITS
+        for i, b in pairs:
+            if b.is_null:
+                continue
+            if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
+                self.shared.append(b)
+            elif beyond and b.block_hash is not None:
+                self.dead.append(b)  # no kept point's hit needs it
+            else:
+                kind = 1 if beyond else 0 if full else 2 if i < own_below else 1
+                uk = self._id(unit, kind)
+                self.counts[uk] += 1
+                self.entries.append((base + (i + 1) * bs, gid, b, uk))

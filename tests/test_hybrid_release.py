@@ -1,0 +1,167 @@
+"""``release_hybrid`` equals its block-by-block definition.
+
+The production release places blocks span by span in C and sorts entries on
+one integer key (``hybridkv.coordinators.hybrid_release``). The reference here
+is the rule itself, one block at a time: each block's unit from
+``FinalPoints.unit_of``, release order from ``release_order``, pages per
+unit counted one by one. Every ``free`` of a random hybrid workload (shared
+prefixes, kept points, tail points, preemptions, sliding / chunked / Mamba
+groups) must make the very same ``free_blocks`` calls, in the same order.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+
+import pytest
+from factories import chunked, full, mamba, manager, req, swa
+
+from hybridkv import KVCacheManager
+from hybridkv.coordinators.hybrid_release import release_hybrid
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues, release_order
+
+LAYOUTS = {
+    "sliding": (full(4), swa(4, 7), swa(4, 7)),
+    "chunked": (full(4), chunked(4, 8)),
+    "mamba": (full(4), mamba(4), mamba(4)),
+    "two-sizes": (full(2), swa(6, 10), mamba(6)),
+}
+
+Call = tuple[tuple[int, ...], bool, float | None]
+
+
+def reference(coord: Any, states: list[Any], points: FinalPoints, record: list[Call]) -> None:
+    """The release rule block by block (what ``release_hybrid`` must equal)."""
+    shared: list[KVCacheBlock] = []
+    dead: list[KVCacheBlock] = []
+    entries: list[tuple[int, int, int, KVCacheBlock, int]] = []
+    for gid, (m, st) in enumerate(zip(coord.managers, states, strict=True)):
+        bs = m.block_size
+        full_group = not m.has_skips
+        unit_of = points.unit_of(None if full_group else m.first_needed_block, bs)
+        own_below = m.first_needed_block(points.end) if coord._point_local[gid] else 0
+        pairs = [(i, st.blocks[i]) for i in range(st.num_skipped, len(st.blocks))]
+        for i, b in [*pairs, *st.retained]:
+            unit = unit_of(i)
+            beyond = unit == BEYOND
+            if b.is_null:
+                continue
+            if b.ref_cnt > 1:
+                shared.append(b)
+            elif beyond and b.block_hash is not None:
+                dead.append(b)
+            else:
+                kind = 1 if beyond else 0 if full_group else 2 if i < own_below else 1
+                entries.append((unit, (i + 1) * bs, gid, b, kind))
+    record.append((tuple(b.block_id for b in shared), False, None))
+    record.append((tuple(b.block_id for b in dead), True, None))
+    full_units: dict[int, int] = {}
+    extra_pages: dict[int, int] = {}
+    for unit, _, _, _, kind in entries:
+        if unit != BEYOND:
+            pages = extra_pages if kind else full_units
+            pages[unit] = pages.get(unit, 0) + 1
+    values = UnitValues(points, full_units, extra_pages)
+    run: list[KVCacheBlock] = []
+    run_value: float | None = None
+    for (unit, kind), group in groupby(release_order(entries), itemgetter(0, 4)):
+        if unit == BEYOND:
+            v = None
+        elif kind == 0:
+            v = values.of_full(unit)
+        else:
+            v = values.of_other(unit, kind == 1)
+        if v != run_value and run:
+            record.append((tuple(b.block_id for b in run), False, run_value))
+            run = []
+        run_value = v
+        run.extend(e[3] for e in group)
+    if run:
+        record.append((tuple(b.block_id for b in run), False, run_value))
+
+
+def recorded(kv: KVCacheManager, release: Any) -> list[Call]:
+    """The ``free_blocks`` calls ``release(record)`` makes, without acting."""
+    pool = kv.block_pool
+    calls: list[Call] = []
+
+    def fake(blocks: Any, *, evict_first: bool = False, value: float | None = None) -> None:
+        calls.append((tuple(b.block_id for b in blocks), evict_first, value))
+
+    pool.free_blocks = fake  # type: ignore[method-assign]
+    try:
+        release(calls)
+    finally:
+        del pool.free_blocks
+    return [c for c in calls if c[0]]
+
+
+def checked(kv: KVCacheManager, counter: list[int]) -> None:
+    """Wrap ``kv``'s hybrid free: compare with the reference, then free."""
+    coord = kv.coordinator
+    real = coord._free_hybrid
+
+    def free_hybrid(states: list[Any]) -> None:
+        lcm = coord.block_size_lcm
+        end = min(
+            st.num_cached * m.block_size for m, st in zip(coord.managers, states, strict=True)
+        )
+        end -= end % lcm
+        points = FinalPoints(
+            states[0].kept, end, coord.managers[0].tail, lcm, coord.tail_alignment.align
+        )
+        mine = recorded(
+            kv,
+            lambda _: release_hybrid(
+                coord.managers, states, kv.block_pool, points, coord._point_local
+            ),
+        )
+        ref = recorded(kv, lambda calls: reference(coord, states, points, calls))
+        assert mine == [c for c in ref if c[0]]
+        counter[0] += 1
+        counter[1] += sum(len(c[0]) for c in mine)
+        real(states)
+
+    coord._free_hybrid = free_hybrid  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("tail", [0, 24])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_release_matches_the_block_by_block_rule(layout: str, tail: int) -> None:
+    kv = manager(
+        64, *LAYOUTS[layout], max_model_len=120, cache_policy="hybrid", hybrid_tail_tokens=tail
+    )
+    counter = [0, 0]
+    checked(kv, counter)
+    rng = random.Random(f"{layout}/{tail}")
+    prefixes = [[rng.randrange(1000) for _ in range(60)] for _ in range(3)]
+    live: dict[str, Any] = {}
+    for step in range(600):
+        if rng.random() < 0.3 or not live:
+            rid = f"r{step}"
+            r = req(rid, [*rng.choice(prefixes)[: rng.randrange(1, 60)], rng.randrange(1000)])
+            hit, n = kv.get_computed_blocks(r)
+            m = max(1, min(rng.randrange(1, 40), r.num_tokens - n))
+            if kv.allocate_slots(r, m, n, hit) is None:
+                kv.free(r)
+                continue
+            r.num_computed_tokens = n + m
+            live[rid] = r
+            continue
+        rid = rng.choice(sorted(live))
+        r = live[rid]
+        if r.num_computed_tokens >= r.num_tokens:
+            r.append_output_token_ids(2000 + step)
+        n = min(r.num_tokens - r.num_computed_tokens, rng.choice([1, 1, 7]))
+        done = rng.random() < 0.1 or r.num_computed_tokens + n > 110
+        if not done and kv.allocate_slots(r, n) is not None:
+            r.num_computed_tokens += n
+            continue
+        kv.free(r)  # finished, or preempted for want of blocks
+        del live[rid]
+        kv.check_integrity()
+    assert counter[0] > 50 and counter[1] > 500, counter  # the comparison ran, on real tables
