@@ -26,6 +26,7 @@ here checks free space: the coordinator counts first, then acts.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from itertools import filterfalse
 from operator import attrgetter
 from typing import ClassVar
@@ -39,6 +40,11 @@ from hybridkv.specs.base import KVCacheSpec
 
 _ref_cnt = attrgetter("ref_cnt")
 _is_null = attrgetter("is_null")
+
+
+def _is_real(block: KVCacheBlock) -> bool:
+    return not block.is_null
+
 
 #: A token count no request reaches ("never", for ``next_release_at``).
 NEVER = 1 << 62
@@ -192,9 +198,8 @@ class SingleTypeKVCacheManager(ABC):
             kept = st.kept
         required = -(-num_tokens // self.block_size)
         n = self._num_new_real_blocks(have, required, num_tokens, kept) if required > have else 0
-        if new_computed_blocks:  # free hit blocks leave the free set (null: ref count 0)
-            n += list(map(_ref_cnt, new_computed_blocks)).count(0)
-            n -= new_computed_blocks.count(self.null_block)
+        if new_computed_blocks:  # free hit blocks leave the free set
+            n += self._num_free_hit_blocks(new_computed_blocks)
         if st is not None and self.has_skips:
             stop = self.release_stop(st, total_computed_tokens)
             if stop > st.num_skipped:
@@ -203,6 +208,17 @@ class SingleTypeKVCacheManager(ABC):
                     if not is_kept:  # blocks only this request holds (null: ref count 0)
                         n -= list(map(_ref_cnt, blocks[lo:hi])).count(1)
         return n
+
+    def _num_free_hit_blocks(self, blocks: list[KVCacheBlock]) -> int:
+        """Hit blocks that are free (ref count 0; the null block, also 0, is
+        not). A window's hit is mostly leading null blocks: those are found
+        by bisection, checked in one identity pass, and skipped."""
+        null = self.null_block
+        k = bisect_left(blocks, True, key=_is_real) if self.has_skips else 0
+        if k and blocks[:k].count(null) != k:
+            k = 0  # not all leading: count everything
+        tail = blocks[k:] if k else blocks
+        return list(map(_ref_cnt, tail)).count(0) - tail.count(null)
 
     def _num_new_real_blocks(
         self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]
@@ -329,13 +345,21 @@ class SingleTypeKVCacheManager(ABC):
         needed range. ``token_ids`` turns on the stored-token check.
         """
         end = min(max_length // self.block_size, len(hashes))
+        get = self.pool.cached[self.group_id].get
+        if token_ids is None:  # the needed range looked up in C; a miss ends every longer hit
+            while end > 0:
+                first = self.first_needed_block(end * self.block_size)
+                part = list(map(get, hashes[first:end]))
+                if None not in part:
+                    return [self.null_block] * first + part  # type: ignore[operator]
+                end = first + part.index(None)
+            return []
         found: list[KVCacheBlock] = []  # blocks end-1, end-2, ... verified so far
         i = end - 1
-        get = self.pool.cached[self.group_id].get
         while end > 0:
             first = self.first_needed_block(end * self.block_size)
             while i >= first:
-                b = get(hashes[i]) if token_ids is None else self._lookup(hashes, i, token_ids)
+                b = self._lookup(hashes, i, token_ids)
                 if b is None:
                     break
                 found.append(b)
