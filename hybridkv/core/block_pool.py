@@ -104,19 +104,26 @@ class BlockPool:
         """
         blocks = self.policy.take(n)
         cached, duplicates = self.cached, self.duplicates
-        quiet = not self.enable_kv_cache_events
+        if self.enable_kv_cache_events:
+            for b in blocks:
+                if b.block_hash is not None:
+                    self._evict(b)
+                b.ref_cnt = 1
+            return blocks
+        # The common case inline: the key's only block (a cached block without
+        # duplicates is its key's primary), no event to send.
+        evicted = 0
         for b in blocks:
             h = b.block_hash
             if h is not None:
-                # The common case inline: the key's only block (a cached block
-                # without duplicates is its key's primary), no event to send.
-                if quiet and (not duplicates or (b.group_id, h) not in duplicates):
+                if duplicates and (b.group_id, h) in duplicates:
+                    self._evict(b)
+                else:
                     del cached[b.group_id][h]  # type: ignore[index]
                     b.block_hash = b.group_id = b.token_ids = None
-                    self.generation += 1
-                else:
-                    self._evict(b)
+                    evicted += 1
             b.ref_cnt = 1
+        self.generation += evicted
         return blocks
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
@@ -174,13 +181,22 @@ class BlockPool:
         """Enter ``blocks[start:stop]`` (full and computed) into the index: block
         ``i`` under ``hashes[i]`` with tokens ``token_ids[i * block_size:][:block_size]``.
 
-        Null blocks and blocks already cached are skipped. Returns the indices
-        whose keys were new to the index (each block is then its key's
-        primary); a block under a key already cached becomes a duplicate.
+        Null blocks and blocks already cached are skipped; a block under a key
+        already cached becomes a duplicate. With events on, returns the
+        indices whose keys were new to the index (each block is then its
+        key's primary: the ``BlockStored`` runs); else an empty list.
         """
         claim = self.cached[group_id].setdefault
         duplicates = self.duplicates
         record = self.record_token_ids
+        if not record and not self.enable_kv_cache_events:  # the common loop, lean
+            for b, h in zip(blocks[start:stop], hashes[start:stop], strict=True):
+                if b.block_hash is None and not b.is_null:
+                    b.block_hash = h
+                    b.group_id = group_id
+                    if claim(h, b) is not b:
+                        duplicates.setdefault((group_id, h), {})[b.block_id] = b
+            return []
         new: list[int] = []
         i = start
         for b, h in zip(blocks[start:stop], hashes[start:stop], strict=True):
@@ -194,7 +210,7 @@ class BlockPool:
                 else:
                     duplicates.setdefault((group_id, h), {})[b.block_id] = b
             i += 1
-        return new
+        return new if self.enable_kv_cache_events else []
 
     def uncache(self, block: KVCacheBlock) -> None:
         """Take a block in use out of the prefix index (its content is not
