@@ -24,6 +24,7 @@ import math
 import operator
 from functools import partial
 
+from hybridkv.admission_bound import AdmissionBound
 from hybridkv.coordinators import get_kv_cache_coordinator
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.cost_aware import DEFAULT_VALUE_WEIGHT, CostAwareEvictionPolicy
@@ -187,6 +188,14 @@ class KVCacheManager:
         #: Each live request's quiet horizon (``_horizon``), set by every
         #: ``allocate_slots`` that gets past the fast path; dropped on ``free``.
         self._quiet: dict[str, tuple[int, int, int]] = {}
+        #: Waiting requests' last full-attention hits (``cannot_admit``).
+        self._admission = AdmissionBound(
+            self.coordinator.managers,
+            self.block_pool,
+            self.coordinator.block_size_lcm,
+            max_model_len,
+            enabled=enable_caching and not log_stats,
+        )
 
     # -- helpers -------------------------------------------------------------
     def _bind(self, request: Request) -> None:
@@ -232,8 +241,20 @@ class KVCacheManager:
             )
         pool = self.block_pool
         full_hit = self.coordinator.last_full_hit_tokens
+        self._admission.remember(request, max(full_hit, num_hit))
         hashes = request.live_block_hashes
         return KVCacheBlocks(blocks, full_hit, pool, pool.generation, hashes), num_hit
+
+    def cannot_admit(self, request: Request, budget: int) -> bool:
+        """True only if admitting the waiting ``request`` now must fail:
+        ``get_computed_blocks`` then ``allocate_slots`` of
+        ``min(num_tokens - hit, budget)`` tokens would return None. Answered
+        without a hit scan from the request's last lookup
+        (``hybridkv.admission_bound``); False when unsure. Read-only."""
+        self._check_request(request)
+        if self.coordinator.has_request(request.request_id):
+            return False
+        return self._admission.cannot_admit(request, budget)
 
     def allocate_slots(
         self,
@@ -321,6 +342,7 @@ class KVCacheManager:
             return None
         if live is None:
             self._live[rid] = request
+            self._admission.forget(rid)
         if admitted:
             assert new_computed_blocks is not None
             coordinator.observe_branch(new_computed_blocks.full_hit_tokens, request.num_tokens)
@@ -465,6 +487,7 @@ class KVCacheManager:
             )
         self._live.pop(rid, None)
         self._quiet.pop(rid, None)
+        self._admission.forget(rid)
         return self.coordinator.free(rid)
 
     def uncache_uncomputed(self, request: Request) -> int:
@@ -515,6 +538,7 @@ class KVCacheManager:
         """Assert pool and table invariants, and that ref counts equal holders."""
         self.block_pool.check_integrity()
         self.coordinator.check_integrity()
+        self._admission.check_integrity()
         live = set(self.coordinator.managers[0].states)
         assert set(self._live) <= live, "a freed request is still registered as live"
         for rid, quiet in self._quiet.items():

@@ -115,9 +115,12 @@ class KVCacheCoordinator(ABC):
             return tuple([] for _ in managers)
         hit = new_computed_blocks or self._no_hit
         need = 0
+        free = self.pool.num_free_blocks
         for m, st, h in zip(managers, states, hit, strict=True):
             need += m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens, kept)
-        if need > self.pool.num_free_blocks:
+            if st is None and need > free:
+                return None  # a new table's count is never negative: the rest only adds
+        if need > free:
             return None
         # Release every group's skipped blocks before any group pops new ones:
         # the count above relies on them being back in the free set.

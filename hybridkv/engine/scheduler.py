@@ -118,6 +118,8 @@ class Scheduler:
         pending: set[tuple[int, int]] | None = None  # built on first need, then extended
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
+            if self.manager.cannot_admit(req.core, budget):
+                break  # provably no room yet: skip the hit scan (same outcome)
             blocks, hit = self.manager.get_computed_blocks(req.core)
             if hit and self.defer_pending_hits:
                 if pending is None:

@@ -114,7 +114,6 @@ def replay_trace(
         max_model_len,
         enable_caching=True,
         hash_algo=options.hash_algo,
-        log_stats=True,
         cache_policy=options.policy,
     )
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
