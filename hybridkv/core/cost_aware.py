@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.eviction import EvictionPolicy
@@ -39,6 +40,8 @@ DEFAULT_VALUE_WEIGHT = 3.0
 NEUTRAL_VALUE = 1.0
 #: Key of blocks in the evict-first queue (``free_class`` None).
 _NO_CLASS = None
+
+_hash = attrgetter("block_hash")
 
 
 def value_class(value: float) -> int:
@@ -90,21 +93,27 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         bonus = self.weight * cls / 2
         span = self.span
         clock = self.clock
-        n = 0
-        keyed = []
-        for b in blocks:
-            n += 1
-            if b.block_hash is None:
-                b.free_class = _NO_CLASS
-                first.appendleft(b)
-                continue
-            clock += 1
-            b.free_class = cls
-            b.evict_key = clock / span + bonus
-            keyed.append(b)
+        blocks = blocks if isinstance(blocks, list) else list(blocks)
+        if None in map(_hash, blocks):  # hashless ones go first, one by one
+            keyed = []
+            for b in blocks:
+                if b.block_hash is None:
+                    b.free_class = _NO_CLASS
+                    first.appendleft(b)
+                    continue
+                clock += 1
+                b.free_class = cls
+                b.evict_key = clock / span + bonus
+                keyed.append(b)
+        else:  # the common case: every block keyed
+            keyed = blocks
+            for b in blocks:
+                clock += 1
+                b.free_class = cls
+                b.evict_key = clock / span + bonus
         q.extend(keyed)
         self.clock = clock
-        self._free += n
+        self._free += len(blocks)
 
     def remove(self, block: KVCacheBlock) -> None:
         cls = block.free_class

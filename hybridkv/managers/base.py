@@ -38,6 +38,9 @@ from hybridkv.managers.retention import in_spans, kept_spans, segments
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.specs.base import KVCacheSpec
 
+#: Kept-point tuples whose spans a manager remembers (then it starts afresh).
+_SPANS_MEMO_SIZE = 4096
+
 _ref_cnt = attrgetter("ref_cnt")
 _is_null = attrgetter("is_null")
 
@@ -118,6 +121,8 @@ class SingleTypeKVCacheManager(ABC):
         #: Where branches fall (``hybridkv.managers.tail_alignment``): the
         #: coordinator's, shared by every group; dense until it sets one.
         self.tail_alignment = TailAlignment(self.block_size, 0, 0)
+        #: ``kept_spans`` by kept points (a request's are asked for every step).
+        self._spans_memo: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
 
     @property
     def tail_align(self) -> int:
@@ -173,7 +178,13 @@ class SingleTypeKVCacheManager(ABC):
         """The table ranges the kept points' hits need (``hybrid``; else none)."""
         if not self.hybrid or not kept:
             return ()
-        return kept_spans(kept, self.first_needed_block, self.block_size)
+        spans = self._spans_memo.get(kept)
+        if spans is None:
+            if len(self._spans_memo) >= _SPANS_MEMO_SIZE:
+                self._spans_memo.clear()
+            spans = kept_spans(kept, self.first_needed_block, self.block_size)
+            self._spans_memo[kept] = spans
+        return spans
 
     def is_kept(self, kept: tuple[int, ...], index: int) -> bool:
         """True when a kept point's hit needs table entry ``index`` (``hybrid``)."""

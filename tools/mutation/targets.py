@@ -19,6 +19,7 @@ TARGETS = (
     "hybridkv/hashing.py",
     "hybridkv/snapshots.py",
     "hybridkv/kv_cache_manager.py",
+    "hybridkv/admission_bound.py",
     "hybridkv/planning/*.py",
     "hybridkv/engine/scheduler.py",
 )
@@ -26,6 +27,11 @@ TARGETS = (
 _MANAGER_TESTS = (
     "tests/test_hybrid_policy.py",
     "tests/test_hybrid_release_by_hand.py",
+    "tests/test_hybrid_release.py",
+    "tests/test_free_stack.py",
+    "tests/test_free_hit_count.py",
+    "tests/test_window_hit_scan.py",
+    "tests/test_admission_bound.py",
     "tests/test_hybrid_running_by_hand.py",
     "tests/test_cost_aware.py",
     "tests/test_retention.py",
@@ -44,6 +50,7 @@ _MANAGER_TESTS = (
     "tests/test_quiet_horizon.py",
     "tests/test_kv_events_mirror.py",
     "tests/test_state_machine.py",
+    "tests/sim/test_sim_admission_bound.py",
 )
 
 TESTS: dict[str, tuple[str, ...]] = {
@@ -52,6 +59,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "hybridkv/coordinators/": _MANAGER_TESTS,
     "hybridkv/snapshots.py": _MANAGER_TESTS,
     "hybridkv/kv_cache_manager.py": _MANAGER_TESTS,
+    "hybridkv/admission_bound.py": _MANAGER_TESTS,
     "hybridkv/hashing.py": (
         "tests/test_hashing.py",
         "tests/test_isolation.py",
@@ -71,6 +79,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_scheduler_and_cli.py",
         "tests/engine/test_llm_api.py",
         "tests/engine/test_jamba_oracle.py",
+        "tests/sim/test_sim_admission_bound.py",
     ),
 }
 
