@@ -81,13 +81,16 @@ class AdmissionBound:
         full_hit = i * m.block_size
         self._last[request.request_id] = (request, full_hit)
         num_tokens = request.num_tokens
-        h = min(full_hit, num_tokens - 1)
-        h -= h % self._hit_step
+        # i < len(hashes) = num_tokens // bs: full_hit <= num_tokens - bs, below the
+        # lookup's cap (num_tokens - 1) already.
+        h = full_hit - full_hit % self._hit_step
         total = min(h + min(num_tokens - h, budget), self.max_model_len)
         need = sum(-(-total // bs) - h // bs for bs in self._base)
         return need > self.pool.num_free_blocks
 
-    def check_integrity(self) -> None:
-        """Remembered requests are keyed by their own id."""
+    def check_integrity(self, live: set[str]) -> None:
+        """Remembered requests are keyed by their own id and wait (no tables:
+        ``live`` holds the ids that have them)."""
         for rid, (request, full_hit) in self._last.items():
             assert request.request_id == rid and full_hit >= 0, rid
+            assert rid not in live, f"request {rid!r} has tables but is remembered as waiting"

@@ -538,8 +538,8 @@ class KVCacheManager:
         """Assert pool and table invariants, and that ref counts equal holders."""
         self.block_pool.check_integrity()
         self.coordinator.check_integrity()
-        self._admission.check_integrity()
         live = set(self.coordinator.managers[0].states)
+        self._admission.check_integrity(live)
         assert set(self._live) <= live, "a freed request is still registered as live"
         for rid, quiet in self._quiet.items():
             assert rid in live, f"request {rid!r} is freed but keeps a quiet horizon"

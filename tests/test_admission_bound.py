@@ -3,6 +3,7 @@ since the last lookup, and says "cannot" only when the full path fails."""
 
 from __future__ import annotations
 
+import pytest
 from factories import full, manager, req, swa
 
 
@@ -61,3 +62,52 @@ def test_no_bound_with_stats_or_for_a_request_that_has_tables() -> None:
     assert kv.allocate_slots(a, 4, n, blocks) is not None
     a.num_computed_tokens = 4
     assert not kv.cannot_admit(a, 2048)  # running, not waiting
+
+
+def test_the_bound_is_exact_at_the_edge_and_for_one_token() -> None:
+    kv, a, _ = _setup(11)  # 10 usable blocks
+    blocks, n = kv.get_computed_blocks(a)
+    assert kv.allocate_slots(a, 16, n, blocks) is not None
+    a.num_computed_tokens = 16
+    assert kv.block_pool.num_free_blocks == 2
+    c = req("c", range(900, 924))
+    kv.get_computed_blocks(c)
+    assert kv.cannot_admit(c, 5)  # 2 + 2 new blocks > 2 free
+    assert not kv.cannot_admit(c, 4)  # 1 + 1 new blocks == 2 free: it fits
+    blocks, hit = kv.get_computed_blocks(c)
+    assert kv.allocate_slots(c, 4, hit, blocks) is not None
+    c.num_computed_tokens = 4
+    d = req("d", range(700, 724))
+    kv.get_computed_blocks(d)
+    assert kv.block_pool.num_free_blocks == 0
+    assert kv.cannot_admit(d, 1)  # even one token needs a block per group
+    kv.check_integrity()
+
+
+def test_a_fully_cached_prompt_and_another_request_under_the_same_id() -> None:
+    kv, a, _ = _setup(16)
+    twin = req("a", 16)  # a's tokens: its lookup hits nothing yet
+    kv.get_computed_blocks(twin)
+    blocks, n = kv.get_computed_blocks(a)
+    assert kv.allocate_slots(a, 16, n, blocks) is not None
+    a.num_computed_tokens = 16
+    kv.free(a)  # every block of twin's prompt is cached now
+    assert not kv.cannot_admit(twin, 2048)  # the hit grew to the whole prompt: unsure
+    other = req("a", range(300, 316))  # same id, other tokens: the memo is not its
+    assert not kv.cannot_admit(other, 2048)
+
+
+def test_the_memo_forgets_admitted_and_freed_requests() -> None:
+    kv, a, b = _setup(16)
+    kv.get_computed_blocks(b)
+    kv.free(b)  # dropped while waiting
+    blocks, n = kv.get_computed_blocks(a)
+    assert kv.allocate_slots(a, 4, n, blocks) is not None  # admitted
+    assert kv._admission._last == {}
+    kv.check_integrity()
+
+
+def test_cannot_admit_checks_its_request() -> None:
+    kv, _, _ = _setup(16)
+    with pytest.raises(ValueError, match=r"must be a hybridkv\.Request"):
+        kv.cannot_admit("b", 8)  # type: ignore[arg-type]

@@ -271,3 +271,17 @@ def test_hybrid_with_an_lru_queue_puts_dead_blocks_at_the_head() -> None:
     queue = [b.block_id for b in kv.block_pool.policy]
     assert queue[:4] == [10, 9, 8, 7] and queue[4:7] == [13, 14, 15]
     assert queue[7:] == [6, 12, 5, 11, 4, 3, 2, 1]
+
+
+def test_a_release_mixing_hashless_and_keyed_blocks_keys_each_keyed_one() -> None:
+    blocks = [KVCacheBlock(i) for i in range(1, 5)]
+    policy = CostAwareEvictionPolicy(blocks, weight=1.0)
+    b1, b2, b3, b4 = policy.take(4)
+    b1.block_hash, b3.block_hash, b4.block_hash = b"1", b"3", b"4"
+    policy.release([b1, b2, b3], value=4.0)  # b2 hashless: to the head, unkeyed
+    # keys: clock / span + weight * class / 2 = k / 4 + 2 for the k-th keyed block
+    assert [b1.evict_key, b3.evict_key] == pytest.approx([1 / 4 + 2, 2 / 4 + 2])
+    policy.release([b4], value=4.0)  # the clock went on from 2
+    assert b4.evict_key == pytest.approx(3 / 4 + 2)
+    assert [b.block_id for b in policy] == [2, 1, 3, 4]
+    policy.check_integrity()

@@ -20,7 +20,7 @@ import pytest
 from factories import chunked, full, mamba, manager, req, swa
 
 from hybridkv import KVCacheManager
-from hybridkv.coordinators.hybrid_release import release_hybrid
+from hybridkv.coordinators.hybrid_release import _Placer, release_hybrid
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues, release_order
 
@@ -129,9 +129,21 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
     coord._free_hybrid = free_hybrid  # type: ignore[method-assign]
 
 
+def _span_by_span(self: _Placer, blocks: list[Any], spans: list[tuple[int, int, int]]) -> None:
+    """``_Placer.spans`` routed through ``span`` for every span (the path taken
+    when a span holds shared or null blocks), to check that path everywhere."""
+    for lo, hi, unit in spans:
+        self.span(blocks, lo, hi, unit)
+
+
+@pytest.mark.parametrize("path", ["bulk", "span by span"])
 @pytest.mark.parametrize("tail", [0, 24])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_release_matches_the_block_by_block_rule(layout: str, tail: int) -> None:
+def test_release_matches_the_block_by_block_rule(
+    layout: str, tail: int, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if path != "bulk":
+        monkeypatch.setattr(_Placer, "spans", _span_by_span)
     kv = manager(
         64, *LAYOUTS[layout], max_model_len=120, cache_policy="hybrid", hybrid_tail_tokens=tail
     )
