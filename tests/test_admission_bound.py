@@ -86,14 +86,14 @@ def test_the_bound_is_exact_at_the_edge_and_for_one_token() -> None:
 
 def test_a_fully_cached_prompt_and_another_request_under_the_same_id() -> None:
     kv, a, _ = _setup(16)
-    twin = req("a", 16)  # a's tokens: its lookup hits nothing yet
+    twin = req("t", 16)  # a's tokens: its lookup hits nothing yet
     kv.get_computed_blocks(twin)
     blocks, n = kv.get_computed_blocks(a)
     assert kv.allocate_slots(a, 16, n, blocks) is not None
     a.num_computed_tokens = 16
     kv.free(a)  # every block of twin's prompt is cached now
     assert not kv.cannot_admit(twin, 2048)  # the hit grew to the whole prompt: unsure
-    other = req("a", range(300, 316))  # same id, other tokens: the memo is not its
+    other = req("t", range(300, 316))  # same id, other tokens: the memo is not its
     assert not kv.cannot_admit(other, 2048)
 
 
