@@ -349,38 +349,30 @@ class SingleTypeKVCacheManager(ABC):
     ) -> list[KVCacheBlock]:
         """Longest valid hit of at most ``max_length`` tokens. Read-only.
 
-        Scans right to left: for a candidate end, the blocks from the first
-        needed one up to the end must all be cached; a miss at block ``i``
-        rules out every end above ``i`` (the needed range only grows with the
-        end). Returns ``hit_length // block_size`` entries, null before the
-        needed range. ``token_ids`` turns on the stored-token check.
+        For a candidate end, the blocks from the first needed one up to the
+        end must all be cached; a miss at block ``i`` rules out every end above
+        ``i`` (a longer hit needs a range that still holds ``i``), so the next
+        candidate end is the first miss. Returns ``hit_length // block_size``
+        entries, null before the needed range. ``token_ids`` turns on the
+        stored-token check.
         """
+        if token_ids is None:  # looked up in C
+            get = self.pool.cached[self.group_id].get
+
+            def look(first: int, end: int) -> list[KVCacheBlock | None]:
+                return list(map(get, hashes[first:end]))
+        else:
+
+            def look(first: int, end: int) -> list[KVCacheBlock | None]:
+                return [self._lookup(hashes, i, token_ids) for i in range(first, end)]
+
         end = min(max_length // self.block_size, len(hashes))
-        get = self.pool.cached[self.group_id].get
-        if token_ids is None:  # the needed range looked up in C; a miss ends every longer hit
-            while end > 0:
-                first = self.first_needed_block(end * self.block_size)
-                part = list(map(get, hashes[first:end]))
-                if None not in part:
-                    return [self.null_block] * first + part  # type: ignore[operator]
-                end = first + part.index(None)
-            return []
-        found: list[KVCacheBlock] = []  # blocks end-1, end-2, ... verified so far
-        i = end - 1
         while end > 0:
             first = self.first_needed_block(end * self.block_size)
-            while i >= first:
-                b = self._lookup(hashes, i, token_ids)
-                if b is None:
-                    break
-                found.append(b)
-                i -= 1
-            else:
-                found.reverse()
-                return [self.null_block] * first + found
-            end = i
-            i = end - 1
-            found = []
+            part = look(first, end)
+            if None not in part:
+                return [self.null_block] * first + part  # type: ignore[operator]
+            end = first + part.index(None)
         return []
 
     # -- release -------------------------------------------------------------
