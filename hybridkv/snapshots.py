@@ -24,7 +24,8 @@ Which entries are real, per cache policy:
 - ``lru``: every entry a step crosses (each block boundary is cached);
 - ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
   the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
-  ``managers/tail_alignment.py``, only those on its grid and the last hit boundary),
+  ``managers/tail_alignment.py``, only those on its grid and the last hit
+  boundary, as far as later requests branch there: ``managers/tail_demand.py``),
   and the request's kept points (hit, branch point, snapshot floor).
 """
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hybridkv.managers.tail_alignment import on_grid
+from hybridkv.managers.tail_alignment import tail_points
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +61,8 @@ def snapshot_entries(
     tail: int = 0,
     step: int | None = None,
     align: int = 0,
+    below: bool = True,
+    off_grid_end: bool = True,
 ) -> list[int]:
     """Entries in ``[have, required)`` that get a real state block (ascending).
 
@@ -67,7 +70,8 @@ def snapshot_entries(
     ``step``: the hit step (the lcm of every group's block size; default
     ``block_size``): ``hybrid``'s tail starts at the last hit boundary at or
     before ``num_tokens - tail``; with ``align`` (``tail_alignment``) it keeps
-    only hit boundaries ``on_grid`` and the last hit boundary (the candidate end).
+    the aligned tail's points (``tail_points`` of the last hit boundary, the
+    candidate end, with ``below`` and ``off_grid_end`` from ``tail_demand``).
     See the module docstring for each policy.
     """
     if required <= have:
@@ -78,15 +82,12 @@ def snapshot_entries(
         return list(range(have, required))
     bs = block_size
     step = step or bs
-    first = max(have, (num_tokens - tail) // step * step // bs - 1)
-    if align:  # hit boundaries on the grid, and the last hit boundary
-        last = num_tokens // step * step // bs - 1
-        real = {required - 1, last}
-        for j in range(first, last):
-            p = (j + 1) * bs
-            if p % step == 0 and on_grid(p, align, step):
-                real.add(j)
+    if align:  # the aligned tail of the last hit boundary
+        end = num_tokens // step * step
+        pts = tail_points(end, tail, step, align, below, off_grid_end)
+        real = {required - 1, *(p // bs - 1 for p in pts)}
     else:
+        first = max(have, (num_tokens - tail) // step * step // bs - 1)
         real = {required - 1, *range(first, num_tokens // bs)}
     real.update(p // bs - 1 for p in kept)
     return sorted(j for j in real if have <= j < required)

@@ -17,7 +17,8 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.managers.retention import FinalPoints, floor_spacing
-from hybridkv.managers.tail_alignment import TailAlignment
+from hybridkv.managers.tail_alignment import TailAlignment, on_grid, tail_points
+from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
 from hybridkv.specs import KVCacheConfig
 
 
@@ -56,6 +57,8 @@ class KVCacheCoordinator(ABC):
             m.tail = tail if self.hybrid else 0
             m.hit_step = self.block_size_lcm
         full_sizes = [m.block_size for m in self.managers if m.prefix_closed]
+        #: The first full-attention group (its blocks mark tail points).
+        self._full_gid = next((gid for gid, m in enumerate(self.managers) if m.prefix_closed), None)
         #: Where branches fall (``hybrid``): thins the tail (``tail_alignment``).
         self.tail_alignment = TailAlignment(
             full_sizes[0] if full_sizes else self.block_size_lcm,
@@ -85,10 +88,13 @@ class KVCacheCoordinator(ABC):
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
 
-    def observe_branch(self, branch: int, num_tokens: int) -> None:
+    def observe_branch(self, branch: int, num_tokens: int, key: bytes | None = None) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
-        ``num_tokens`` (``hybrid``: feeds ``tail_alignment``)."""
+        ``num_tokens``; ``key``: the hash of its block ending at ``branch``
+        (``hybrid``: feeds ``tail_alignment`` and its ``tail_demand``)."""
         self.tail_alignment.observe(branch, num_tokens)
+        if key is not None and branch > 0:
+            self.tail_alignment.observe_key(key)
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
@@ -228,10 +234,28 @@ class KVCacheCoordinator(ABC):
         lcm = self.block_size_lcm
         end = min(st.num_cached * m.block_size for m, st in zip(self.managers, states, strict=True))
         end -= end % lcm
-        points = FinalPoints(
-            states[0].kept, end, self.managers[0].tail, lcm, self.tail_alignment.align
-        )
+        ta = self.tail_alignment
+        tail = self.managers[0].tail
+        d = ta.demand
+        points = FinalPoints(states[0].kept, end, tail, lcm, ta.align, d.below, d.off_grid_end)
+        if ta.align and self._full_gid is not None:
+            self._mark_tail(states[self._full_gid], end, tail)
         release_hybrid(self.managers, states, self.pool, points, self._point_local)
+
+    def _mark_tail(self, full: RequestBlockState, end: int, tail: int) -> None:
+        """Mark every candidate point of the freed request's aligned tail, kept
+        or not, at the full-attention block ending there (``tail_demand``)."""
+        align, step = self.tail_alignment.align, self.block_size_lcm
+        pts = tail_points(end, tail, step, align)  # every candidate
+        grid = [p for p in pts if on_grid(p, align, step)]
+        top = grid[-1] if grid else -1
+        bs = self.managers[self._full_gid].block_size  # type: ignore[index]
+        blocks = full.blocks
+        mark = self.tail_alignment.demand.mark
+        for p in pts:
+            h = blocks[p // bs - 1].block_hash if p <= len(blocks) * bs else None
+            if h is not None:
+                mark(h, AT_END if p == top else BELOW if p < top else OFF_GRID_END)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (empty if unknown)."""

@@ -37,7 +37,7 @@ from itertools import pairwise
 from operator import itemgetter
 from typing import Any
 
-from hybridkv.managers.tail_alignment import on_grid
+from hybridkv.managers.tail_alignment import tail_points
 
 #: Sort key for blocks that no kept point covers (released first).
 BEYOND = 1 << 62
@@ -117,29 +117,36 @@ def segments(
 
 
 class FinalPoints:
-    """A freed request's kept points: its own (``kept``) and every multiple of
-    ``step`` in ``[end - tail, end]`` (the tail, see ``TAIL_TOKENS``).
+    """A freed request's kept points: its own (``kept``) and its tail
+    (``tail_alignment.tail_points``: every multiple of ``step`` in
+    ``[end - tail, end]``, see ``TAIL_TOKENS``).
 
-    With ``align`` (``tail_alignment``), the tail keeps only ``end`` and the
-    multiples of ``step`` that are ``on_grid``.
+    With ``align`` (``tail_alignment``), the tail keeps only the multiples of
+    ``step`` that are ``on_grid``, below the highest of them only if
+    ``below``, and ``end`` if it is on the grid or ``off_grid_end``
+    (``tail_demand``). ``self.end`` is the highest point kept (``end`` itself
+    unless the aligned tail dropped it): nothing past it is needed.
     """
 
     __slots__ = ("align", "end", "kept", "points", "step")
 
-    def __init__(self, kept: Sequence[int], end: int, tail: int, step: int, align: int = 0) -> None:
+    def __init__(
+        self,
+        kept: Sequence[int],
+        end: int,
+        tail: int,
+        step: int,
+        align: int = 0,
+        below: bool = True,
+        off_grid_end: bool = True,
+    ) -> None:
         self.kept = sorted({p for p in kept if 0 < p <= end})
-        self.end = end
         self.step = step
         self.align = align
-        tail_points: Sequence[int]
-        if align:  # a grid point may sit up to a step below ``end - tail``
-            lo = max(step, (end - tail) // step * step)
-            grid = range(lo, end + 1, step)
-            tail_points = [p for p in grid if p == end or on_grid(p, align, step)]
-        else:
-            tail_points = range(max(step, -(-(end - tail) // step) * step), end + 1, step)
+        tail_pts = tail_points(end, tail, step, align, below, off_grid_end)
         #: All of them, tail included, ascending (``unit_of`` runs per block).
-        self.points = sorted({*self.kept, *tail_points})
+        self.points = sorted({*self.kept, *tail_pts})
+        self.end = self.points[-1] if self.points else end
 
     def saved_by(self, point: int) -> int:
         """Tokens a hit loses when tail point ``point``'s own state goes.

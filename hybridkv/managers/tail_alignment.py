@@ -20,14 +20,18 @@ the prompt: a match cut by the prompt's end says nothing) and, once it has
 that at least ``AGREE`` of them are consistent with; else ``0``: every
 boundary (the dense tail). It keeps watching: a change of traffic moves it.
 
-``align`` is what ``FinalPoints`` and Mamba snapshots use: ``0`` dense, else
-the tail keeps only boundaries ``p`` with a multiple of ``A`` in
-``[p, p + step)`` (``on_grid``), plus the end.
+``align`` is what ``FinalPoints`` and Mamba snapshots use (``tail_points``):
+``0`` dense, else the tail keeps only boundaries ``p`` with a multiple of
+``A`` in ``[p, p + step)`` (``on_grid``), plus the end; of those, the ones
+below the highest grid point and an off-grid end only while later requests
+branch there (``tail_demand``, learned once an alignment is in force).
 """
 
 from __future__ import annotations
 
 from collections import deque
+
+from hybridkv.managers.tail_demand import TailDemand
 
 #: Observations remembered (the most recent ones).
 WINDOW = 256
@@ -43,6 +47,29 @@ def on_grid(point: int, align: int, step: int) -> bool:
     return align == 0 or -point % align < step
 
 
+def tail_points(
+    end: int, tail: int, step: int, align: int, below: bool = True, off_grid_end: bool = True
+) -> list[int]:
+    """The tail's hit points of a request whose last hit boundary is ``end``
+    (a multiple of ``step``), ascending.
+
+    Dense (``align == 0``): every multiple of ``step`` in ``[end - tail, end]``
+    (none below ``step``). Aligned: the multiples of ``step`` from the one at
+    or below ``end - tail`` up to ``end`` that are ``on_grid``; of those only
+    the highest (the aligned end) unless ``below``; and ``end`` itself if it
+    is off the grid and ``off_grid_end``, or if no grid point is there.
+    """
+    if not align:
+        return list(range(max(step, -(-(end - tail) // step) * step), end + 1, step))
+    lo = max(step, (end - tail) // step * step)  # a grid point may sit below ``end - tail``
+    grid = [p for p in range(lo, end + 1, step) if on_grid(p, align, step)]
+    if grid and not below:
+        grid = grid[-1:]
+    if end > 0 and (not grid or (grid[-1] != end and off_grid_end)):
+        grid.append(end)
+    return grid
+
+
 class TailAlignment:
     """Learns (or is fixed at) the alignment of branch points; see the module docstring.
 
@@ -50,7 +77,7 @@ class TailAlignment:
     ``A`` whatever is observed.
     """
 
-    __slots__ = ("_agree", "_candidates", "_seen", "align", "fixed", "granularity")
+    __slots__ = ("_agree", "_candidates", "_seen", "align", "demand", "fixed", "granularity")
 
     def __init__(self, granularity: int, tail: int, fixed: int | None) -> None:
         self.granularity = granularity
@@ -66,6 +93,20 @@ class TailAlignment:
         self._candidates: tuple[int, ...] = tuple(cands) if fixed is None else ()
         self._seen: deque[int] = deque()
         self._agree = [0] * len(self._candidates)
+        #: Which aligned tail points are kept (``tail_demand``).
+        self.demand = TailDemand()
+
+    def points(self, end: int, tail: int, step: int) -> list[int]:
+        """``tail_points`` under the alignment and demand in force."""
+        d = self.demand
+        return tail_points(end, tail, step, self.align, d.below, d.off_grid_end)
+
+    def observe_key(self, key: bytes) -> None:
+        """A new request branched after the full-attention block ``key``
+        (any branch past 0, even one the prompt's end cut): feeds ``demand``
+        while an alignment is in force."""
+        if self.align:
+            self.demand.observe(key)
 
     def observe(self, branch: int, num_tokens: int) -> None:
         """A new request matched ``branch`` tokens in full attention and has
@@ -86,6 +127,8 @@ class TailAlignment:
             for k, a in enumerate(self._candidates):
                 if agree[k] >= need:
                     align = a
+        if align != self.align:
+            self.demand.reset()
         self.align = align
 
     def check_integrity(self) -> None:
@@ -95,3 +138,4 @@ class TailAlignment:
         for k, a in enumerate(self._candidates):
             assert self._agree[k] == sum(-b % a < g for b in self._seen), "agreement count off"
         assert self.fixed is None or self.align == self.fixed
+        self.demand.check_integrity()
