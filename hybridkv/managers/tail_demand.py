@@ -11,10 +11,11 @@ per group:
 - ``OFF_GRID_END``: its end ``E`` itself, when ``E`` is not on the grid (a
   request that repeats it up to its end).
 
-Whether later requests branch at the last two is traffic's business: on the
-Mooncake conversation trace, about 2 % of branch points land below an aligned
-end and well under 1 % at an off-grid end, while they hold a third of what
-the tail keeps. ``TailDemand`` learns it: every freed request *marks* the
+Whether later requests branch at the last two is traffic's business. On the
+Mooncake conversation trace they almost never do (Jamba at 40 GB, first 1,500
+requests: of 1,468 admissions, 1,431 branched at an aligned end, 2 below one,
+none at an off-grid end), yet each such point holds a window or a state of
+its own. ``TailDemand`` learns it: every freed request *marks* the
 full-attention block ending at each of its tail points with the point's kind
 (a bounded memory of recent marks: metadata, no KV), whether the point is
 kept or not; every admitted request looks up the block at its branch point.

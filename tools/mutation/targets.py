@@ -37,6 +37,7 @@ _MANAGER_TESTS = (
     "tests/test_retention.py",
     "tests/test_snapshots.py",
     "tests/test_tail_alignment.py",
+    "tests/test_tail_demand.py",
     "tests/test_free_queue.py",
     "tests/test_uncache.py",
     "tests/test_hybrid.py",
