@@ -25,7 +25,7 @@ Which entries are real, per cache policy:
 - ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
   the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
   ``managers/tail_alignment.py``, only those on its grid and the last hit
-  boundary, as far as later requests branch there: ``managers/tail_demand.py``),
+  boundary),
   and the request's kept points (hit, branch point, snapshot floor).
 """
 
@@ -61,8 +61,6 @@ def snapshot_entries(
     tail: int = 0,
     step: int | None = None,
     align: int = 0,
-    below: bool = True,
-    off_grid_end: bool = True,
 ) -> list[int]:
     """Entries in ``[have, required)`` that get a real state block (ascending).
 
@@ -71,7 +69,7 @@ def snapshot_entries(
     ``block_size``): ``hybrid``'s tail starts at the last hit boundary at or
     before ``num_tokens - tail``; with ``align`` (``tail_alignment``) it keeps
     the aligned tail's points (``tail_points`` of the last hit boundary, the
-    candidate end, with ``below`` and ``off_grid_end`` from ``tail_demand``).
+    candidate end).
     See the module docstring for each policy.
     """
     if required <= have:
@@ -84,7 +82,7 @@ def snapshot_entries(
     step = step or bs
     if align:  # the aligned tail of the last hit boundary
         end = num_tokens // step * step
-        pts = tail_points(end, tail, step, align, below, off_grid_end)
+        pts = tail_points(end, tail, step, align)
         real = {required - 1, *(p // bs - 1 for p in pts)}
     else:
         first = max(have, (num_tokens - tail) // step * step // bs - 1)

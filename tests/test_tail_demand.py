@@ -1,23 +1,20 @@
 """Tail demand (``hybridkv.managers.tail_demand``): which aligned tail points
-later requests branch at, learned from marks; and what dropping a kind does
-to final points, Mamba snapshots and hits."""
+later requests branch at, learned from marks; and how its weights value what
+only those points need (final points, unit values, eviction order)."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 from factories import config, free_ids, full, mamba, swa
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.managers.retention import FinalPoints
+from hybridkv.managers.retention import FinalPoints, UnitValues
 from hybridkv.managers.tail_alignment import TailAlignment, tail_points
 from hybridkv.managers.tail_demand import (
     AT_END,
     BELOW,
     MAX_MARKS,
     MIN_OBSERVED,
-    MIN_SHARE,
     OFF_GRID_END,
     UNMARKED,
     WINDOW,
@@ -33,52 +30,52 @@ def key(i: int) -> bytes:
 # -- the learner -----------------------------------------------------------
 
 
-def test_keeps_every_kind_until_enough_admissions() -> None:
+def test_weights_are_one_until_enough_admissions() -> None:
     d = TailDemand()
     d.mark(key(1), AT_END)
     for _ in range(MIN_OBSERVED - 1):
         d.observe(key(1))
-    assert d.below and d.off_grid_end  # too few to tell
+    assert d.below_weight == d.end_weight == 1.0  # too few to tell
     d.check_integrity()
     d.observe(key(1))
-    assert not d.below and not d.off_grid_end
+    assert d.below_weight == d.end_weight == 1 / (MIN_OBSERVED + 1)
     d.check_integrity()
 
 
-def test_a_kind_needs_min_share_of_the_window() -> None:
-    n = 100
-    need = math.ceil(MIN_SHARE * n)  # 5 of 100
-    for below, kept in ((need - 1, False), (need, True)):
-        d = TailDemand()
-        d.mark(key(1), AT_END)
-        d.mark(key(2), BELOW)
-        d.mark(key(3), OFF_GRID_END)
-        for i in range(n):
-            d.observe(key(2) if i < below else key(1))
-        assert d.below is kept and not d.off_grid_end
-        d.check_integrity()
+def test_weights_are_shares_relative_to_aligned_ends() -> None:
     d = TailDemand()
+    d.mark(key(1), AT_END)
+    d.mark(key(2), BELOW)
     d.mark(key(3), OFF_GRID_END)
-    for i in range(n):
-        d.observe(key(3) if i < need else key(99))  # 99: unmarked, still counted
-    assert d.off_grid_end and not d.below
-    assert d._counts[UNMARKED] == n - need
+    for i in range(100):
+        d.observe(key(2) if i < 9 else key(3) if i < 12 else key(1) if i < 92 else key(99))
+    assert d._counts == [8, 80, 9, 3]  # key 99: unmarked, still remembered
+    assert d.below_weight == 10 / 81 and d.end_weight == 4 / 81
+    d.check_integrity()
+    # more branches below than at aligned ends: capped at 1
+    d = TailDemand()
+    d.mark(key(2), BELOW)
+    for _ in range(MIN_OBSERVED):
+        d.observe(key(2))
+    assert d.below_weight == 1.0 and d.end_weight == 1 / 1
+    assert d._counts[UNMARKED] == 0
 
 
-def test_forgets_beyond_the_window_and_brings_a_kind_back() -> None:
+def test_forgets_beyond_the_window_and_weighs_a_kind_back_up() -> None:
     d = TailDemand()
     d.mark(key(1), AT_END)
     d.mark(key(2), BELOW)
     for _ in range(WINDOW):
         d.observe(key(1))
-    assert not d.below
-    for _ in range(math.ceil(MIN_SHARE * WINDOW)):
-        d.observe(key(2))  # demand grows back: dropped points are still marked
-    assert d.below and len(d._seen) == WINDOW
+    assert d.below_weight == 1 / (WINDOW + 1)
+    for _ in range(WINDOW // 2):
+        d.observe(key(2))  # demand grows back: every point is still marked
+    assert len(d._seen) == WINDOW
+    assert d.below_weight == (WINDOW // 2 + 1) / (WINDOW // 2 + 1) == 1.0
     d.check_integrity()
     for _ in range(WINDOW):
         d.observe(key(1))
-    assert not d.below
+    assert d.below_weight == 1 / (WINDOW + 1)
     d.check_integrity()
 
 
@@ -103,9 +100,9 @@ def test_reset_forgets_everything() -> None:
     d.mark(key(1), AT_END)
     for _ in range(MIN_OBSERVED):
         d.observe(key(1))
-    assert not d.below
+    assert d.below_weight < 1
     d.reset()
-    assert d.below and d.off_grid_end and not d._marks and not d._seen
+    assert d.below_weight == d.end_weight == 1.0 and not d._marks and not d._seen
     assert d._counts == [0, 0, 0, 0]
     d.check_integrity()
 
@@ -118,8 +115,13 @@ def test_check_integrity_catches_drift() -> None:
     with pytest.raises(AssertionError, match="counts off"):
         d.check_integrity()
     d = TailDemand()
-    d.below = False
+    d.below_weight = 0.5
     with pytest.raises(AssertionError, match="before MIN_OBSERVED"):
+        d.check_integrity()
+    for _ in range(MIN_OBSERVED):
+        d.observe(key(1))
+    d.end_weight = 0.5
+    with pytest.raises(AssertionError, match="stale weights"):
         d.check_integrity()
 
 
@@ -135,67 +137,81 @@ def test_alignment_feeds_demand_only_while_aligned_and_resets_it_on_change() -> 
     t.demand.mark(key(1), AT_END)
     for _ in range(MIN_OBSERVED):
         t.observe_key(key(1))
-    assert not t.demand.below
+    assert t.demand.below_weight < 1
     t.check_integrity()
     for _ in range(WINDOW):
         t.observe(1024 + 64, 5000)  # the grid moves to 64: marks meant 512
-    assert t.align == 64 and t.demand.below and not t.demand._marks
+    assert t.align == 64 and t.demand.below_weight == 1.0 and not t.demand._marks
     t.check_integrity()
 
 
-# -- what a kind's absence changes -----------------------------------------
+# -- final points and unit values ---------------------------------------------
 
 
-def test_tail_points_by_kind() -> None:
-    # step 80, tail 480, grid 512: 480 and 960 are on the grid, 1040 is the end
+def test_tail_points() -> None:
+    # step 80, grid 512: 480 and 960 are on the grid, 1040 is the end
     assert tail_points(1040, 480, 80, 0) == [560, 640, 720, 800, 880, 960, 1040]
     assert tail_points(1040, 560, 80, 512) == [480, 960, 1040]
-    assert tail_points(1040, 560, 80, 512, below=False) == [960, 1040]
-    assert tail_points(1040, 560, 80, 512, off_grid_end=False) == [480, 960]
-    assert tail_points(1040, 560, 80, 512, False, False) == [960]
-    # an end on the grid is the aligned end: kept whatever the flags
-    assert tail_points(960, 480, 80, 512, False, False) == [960]
-    # no grid point in the tail: the end is all there is
-    assert tail_points(1000, 480, 40, 512, False, False) == [1000]
+    assert tail_points(960, 480, 80, 512) == [480, 960]
+    assert tail_points(1000, 480, 40, 512) == [1000]  # no grid point in the tail
     assert tail_points(0, 480, 80, 512) == []
 
 
-def test_final_points_end_is_the_highest_point_kept() -> None:
-    p = FinalPoints([400], 1040, 560, 80, 512, below=False, off_grid_end=False)
-    assert p.points == [400, 960] and p.end == 960
-    # a kept point above the aligned end stays the top
-    p = FinalPoints([1000], 1040, 560, 80, 512, below=False, off_grid_end=False)
-    assert p.points == [960, 1000] and p.end == 1000
-    assert FinalPoints([400], 1040, 560, 80, 512).end == 1040
-    assert FinalPoints([], 0, 560, 80, 512).end == 0
+def test_final_points_top_and_weights() -> None:
+    p = FinalPoints([400], 1040, 560, 80, 512, below_weight=0.25, end_weight=0.125)
+    assert p.tail == [480, 960, 1040] and p.points == [400, 480, 960, 1040]
+    assert p.top == 960 and p.end == 1040
+    assert [p.weight(x) for x in (400, 480, 960, 1040)] == [1.0, 0.25, 1.0, 0.125]
+    # a kept point is weighed 1 wherever it is
+    assert FinalPoints([480], 1040, 560, 80, 512, 0.25, 0.125).weight(480) == 1.0
+    # the end on the grid is the aligned end
+    on = FinalPoints([], 960, 560, 80, 512, 0.25, 0.125)
+    assert on.top == 960 and on.weight(960) == 1.0 and on.weight(480) == 0.25
+    # dense, or no grid point in the tail: the end is the top, every weight 1
+    dense = FinalPoints([], 1040, 560, 80, 0, 0.25, 0.125)
+    assert dense.top == 1040 and {dense.weight(x) for x in dense.points} == {1.0}
+    lone = FinalPoints([], 1000, 480, 40, 512, 0.25, 0.125)
+    assert lone.top == 1000 and lone.weight(1000) == 1.0
 
 
-def test_snapshot_entries_follow_the_kinds() -> None:
-    args = dict(block_size=80, caching=True, hybrid=True, tail=560, step=80, align=512)
+def test_unit_values_weigh_the_end_and_the_lower_points() -> None:
+    """Points 480 (below), 960 (aligned end), 1040 (off-grid end), step 80.
+    Full pages: 12 up to 960, 1 more to 1040. Extra pages (a Mamba state
+    each): 1 per point. Aligned end: 960 / 13; end: min(960/13, 80/2) x 1/8;
+    the lower point's state: min(960/13, 480/1) x 1/4."""
+    p = FinalPoints([], 1040, 560, 80, 512, below_weight=0.25, end_weight=0.125)
+    v = UnitValues(p, {480: 6, 960: 6, 1040: 1}, {480: 1, 960: 1, 1040: 1})
+    assert v.main == [960, 1040]
+    assert v.chain[960] == 960 / 13 and v.chain[1040] == 40 * 0.125
+    assert v.of_full(480) == v.of_full(960) == 960 / 13 and v.of_full(1040) == 5.0
+    assert v.of_other(960, False) == 960 / 13  # a main point: its chain value
+    assert v.of_other(480, False) == 960 / 13 * 0.25  # its own state, weighed
+    assert v.of_other(480, True) == 960 / 13  # needed by the aligned end too
+    # weights 1: the same split, nothing weighed
+    one = UnitValues(FinalPoints([], 1040, 560, 80, 512), {480: 6, 960: 6, 1040: 1}, {})
+    assert one.chain == {960: 960 / 12, 1040: 80.0} and one.of_other(480, False) == 80.0
+
+
+def test_snapshot_entries_keep_every_aligned_tail_point() -> None:
+    args = dict(block_size=80, caching=True, hybrid=True, tail=560, step=80)
     # 1100 tokens: entries 0-13; 480 is entry 5, 960 entry 11, 1040 entry 12,
     # the running state entry 13
-    assert snapshot_entries(0, 14, 1100, **args) == [5, 11, 12, 13]
-    assert snapshot_entries(0, 14, 1100, below=False, **args) == [11, 12, 13]
-    assert snapshot_entries(0, 14, 1100, off_grid_end=False, **args) == [5, 11, 13]
-    assert snapshot_entries(0, 14, 1100, below=False, off_grid_end=False, **args) == [11, 13]
-    dense = dict(args, align=0)  # every boundary from 480 (the flags mean nothing)
-    assert snapshot_entries(0, 14, 1100, below=False, off_grid_end=False, **dense) == list(
-        range(5, 14)
-    )
+    assert snapshot_entries(0, 14, 1100, align=512, **args) == [5, 11, 12, 13]
+    assert snapshot_entries(0, 14, 1100, **args) == list(range(5, 14))
 
 
 # -- in the manager ----------------------------------------------------------
 
 
-def jamba_like(align: int | None = 16) -> KVCacheManager:
-    """Full attention + Mamba, block 4, tail 16, grid 16."""
+def make(second: object) -> KVCacheManager:
+    """Full attention + ``second``, block 4, tail 32, grid 16, value weight 1."""
     return KVCacheManager(
-        config(256, full(4), mamba(4)),
+        config(512, full(4), second),  # type: ignore[arg-type]
         512,
         cache_policy="hybrid",
-        hybrid_tail_tokens=16,
-        hybrid_value_weight=0.0,
-        hybrid_tail_align=align,
+        hybrid_tail_tokens=32,
+        hybrid_value_weight=1.0,
+        hybrid_tail_align=16,
     )
 
 
@@ -212,108 +228,72 @@ def serve(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
 
 def conversations(kv: KVCacheManager, n: int) -> None:
     """``n`` two-turn conversations: the second turn resumes at the first's
-    aligned end (its prompt ends 8 tokens past a multiple of 16)."""
+    aligned end 32 (its prompt ends at 40, off the grid of 16)."""
     for i in range(n):
         first = [100_000 * (i + 1) + j for j in range(40)]
         assert serve(kv, f"c{i}a", first) == 0
         assert serve(kv, f"c{i}b", first[:32] + [7] * 12) == 32
 
 
-def freed_head(kv: KVCacheManager, tokens: list[int], n: int) -> tuple[set[int], list[list[int]]]:
-    """Serve ``tokens`` from scratch, free it; the first ``n`` free block ids
-    (the next evicted) and the request's block ids per group."""
+def freed_order(kv: KVCacheManager, tokens: list[int]) -> tuple[list[int], list[list[int]]]:
+    """Serve ``tokens`` from scratch and free it: its block ids in the order
+    they would be reused, and its block ids per group."""
     r = Request("r", tokens)
     assert kv.allocate_slots(r, len(tokens), 0, None) is not None
     ids = [[b.block_id for b in m.states["r"].blocks] for m in kv.coordinator.managers]
     r.num_computed_tokens = len(tokens)
     kv.free(r)
     kv.check_integrity()
-    head = set(free_ids(kv)[:n])
-    return head, ids
+    mine = {i for g in ids for i in g}
+    return [i for i in free_ids(kv) if i in mine], ids
 
 
-def test_conversation_traffic_drops_lower_and_off_grid_points() -> None:
-    kv = jamba_like()
+def test_conversation_traffic_weighs_down_lower_and_off_grid_points() -> None:
+    """A 40-token request's tail: 16 (below), 32 (aligned end), 40 (off-grid
+    end); Mamba states at entries 3, 7 and 9. Conversations only ever resume
+    at aligned ends, so what only 16 or 40 needs (the state at 16; full
+    blocks 8-9 and the state at 40) is reused before the aligned end's unit."""
+    kv = make(mamba(4))
     demand = kv.coordinator.tail_alignment.demand
     conversations(kv, MIN_OBSERVED)
     assert demand._counts[AT_END] == MIN_OBSERVED
-    assert not demand.below and not demand.off_grid_end
-    # A 40-token request: its tail candidates are 24..40 (step 4); 32 is the
-    # aligned end, 40 its off-grid end. Only 32 is kept: the full blocks past
-    # it (8, 9) and the state at 40 (entry 9) are the next evicted.
-    tokens = list(range(500, 540))
-    head, (full_ids, state_ids) = freed_head(kv, tokens, 3)
-    assert head == {full_ids[8], full_ids[9], state_ids[9]}
-    assert state_ids[7] not in head and full_ids[7] not in head
-    # Evicted, a request that repeats it resumes at 32.
-    kv.block_pool.free_blocks(kv.block_pool.get_new_blocks(3))
-    assert serve(kv, "again", tokens + [9] * 8) == 32
-    # A fresh manager keeps the end: the same blocks are not next.
-    fresh = jamba_like()
-    head, (full_ids, state_ids) = freed_head(fresh, tokens, 3)
-    assert not head & {full_ids[8], full_ids[9], state_ids[9]}
-    assert serve(fresh, "again", tokens + [9] * 8) == 40
+    assert demand.below_weight == demand.end_weight == 1 / (MIN_OBSERVED + 1)
+    order, (full_ids, states) = freed_order(kv, list(range(500, 540)))
+    rare = {full_ids[8], full_ids[9], states[3], states[9]}
+    assert set(order[:4]) == rare
+    assert set(order[4:]) == {*full_ids[:8], states[7]}
+    # unweighted (a fresh manager), the state at 16 is worth the aligned end's
+    fresh = make(mamba(4))
+    order, (full_ids, states) = freed_order(fresh, list(range(500, 540)))
+    assert states[3] not in order[:4]
 
 
-def test_dropped_points_hold_no_state_while_running() -> None:
-    kv = jamba_like()
-    conversations(kv, MIN_OBSERVED)
-    r = Request("r", list(range(500, 540)))
-    blocks, hit = kv.get_computed_blocks(r)
-    assert hit == 0
-    assert kv.allocate_slots(r, 40, 0, blocks) is not None
-    table = kv.coordinator.managers[1].states["r"].blocks
-    real = [j for j, b in enumerate(table) if not b.is_null]
-    # entry 7 (state at 32: the aligned end) and entry 9 (the running state,
-    # at 40): nothing at 24 or 28, and the end is only the running state
-    assert real == [7, 9]
-    fresh = jamba_like()
-    fresh.allocate_slots(Request("r", list(range(500, 540))), 40, 0, None)
-    table = fresh.coordinator.managers[1].states["r"].blocks
-    assert [j for j, b in enumerate(table) if not b.is_null] == [7, 9]  # 36 is off the grid too
-
-
-def test_edits_of_the_last_unit_keep_the_lower_points() -> None:
+def test_branches_below_aligned_ends_keep_the_lower_points_weighed_up() -> None:
     """Traffic that re-sends a request without its last grid unit (an edited
-    last message) branches below aligned ends: those points stay."""
-    kv = jamba_like()
+    last message) branches below aligned ends: their weight stays 1."""
+    kv = make(mamba(4))
     demand = kv.coordinator.tail_alignment.demand
     for i in range(MIN_OBSERVED):
-        base = [100_000 * (i + 1) + j for j in range(48)]  # ends on the grid
+        base = [100_000 * (i + 1) + j for j in range(48)]  # 16, 32 below; 48 on the grid
         serve(kv, f"e{i}a", base)
         assert serve(kv, f"e{i}b", base[:32] + [7] * 12) == 32
     assert demand._counts[BELOW] == MIN_OBSERVED
-    assert demand.below and not demand.off_grid_end
-    tokens = list(range(500, 548))
-    serve(kv, "r", tokens)
-    assert serve(kv, "edit", tokens[:32] + [9] * 12) == 32
+    assert demand._counts[AT_END] == 0
+    # relative to aligned ends, which nobody resumed at either: (0 + 1) / (0 + 1)
+    assert demand.below_weight == demand.end_weight == 1.0
 
 
-def test_sliding_window_blocks_of_dropped_points_go_first() -> None:
-    """Full + a 16-token sliding window, block 4, grid 16, tail 16. After
-    conversation traffic, a freed 40-token request keeps the window of its
-    aligned end 32 (blocks 4-7) and full blocks 0-7; its full blocks 8-9 and
-    window blocks 8-9 (needed only by the end 40) are released evict-first,
-    with the window blocks no point needs (0-3)."""
-    kv = KVCacheManager(
-        config(512, full(4), swa(4, 16)),
-        512,
-        cache_policy="hybrid",
-        hybrid_tail_tokens=16,
-        hybrid_value_weight=0.0,
-        hybrid_tail_align=16,
-    )
+def test_sliding_window_blocks_only_rare_points_need_go_first() -> None:
+    """Full + a 16-token sliding window, block 4. The 40-token request's
+    window blocks 0-3 serve only the point 16, 8-9 only the end 40 (with full
+    blocks 8-9): after conversation traffic they are reused before the
+    aligned end's unit (full 0-7, window 4-7)."""
+    kv = make(swa(4, 16))
     conversations(kv, MIN_OBSERVED)
-    assert not kv.coordinator.tail_alignment.demand.below
-    r = Request("r", list(range(500, 540)))
-    blocks, _ = kv.get_computed_blocks(r)
-    assert kv.allocate_slots(r, 40, 0, blocks) is not None
-    full_ids = [b.block_id for b in kv.coordinator.managers[0].states["r"].blocks]
-    win_ids = [b.block_id for b in kv.coordinator.managers[1].states["r"].blocks]
-    r.num_computed_tokens = 40
-    kv.free(r)
-    kv.check_integrity()
-    dead = {full_ids[8], full_ids[9], *(win_ids[i] for i in (0, 1, 2, 3, 8, 9))}
-    assert set(free_ids(kv)[:8]) == dead
-    kv.block_pool.free_blocks(kv.block_pool.get_new_blocks(8))  # evicted
-    assert serve(kv, "again", list(range(500, 540)) + [9] * 8) == 32
+    order, (full_ids, win) = freed_order(kv, list(range(500, 540)))
+    rare = {full_ids[8], full_ids[9], *(win[i] for i in (0, 1, 2, 3, 8, 9))}
+    assert set(order[:8]) == rare
+    assert set(order[8:]) == {*full_ids[:8], *win[4:8]}
+    fresh = make(swa(4, 16))
+    order, (full_ids, win) = freed_order(fresh, list(range(500, 540)))
+    assert not {win[0], win[1], win[2], win[3]} & set(order[:4])

@@ -17,7 +17,7 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.managers.retention import FinalPoints, floor_spacing
-from hybridkv.managers.tail_alignment import TailAlignment, on_grid, tail_points
+from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
 from hybridkv.specs import KVCacheConfig
 
@@ -237,23 +237,20 @@ class KVCacheCoordinator(ABC):
         ta = self.tail_alignment
         tail = self.managers[0].tail
         d = ta.demand
-        points = FinalPoints(states[0].kept, end, tail, lcm, ta.align, d.below, d.off_grid_end)
+        points = FinalPoints(states[0].kept, end, tail, lcm, ta.align, d.below_weight, d.end_weight)
         if ta.align and self._full_gid is not None:
-            self._mark_tail(states[self._full_gid], end, tail)
+            self._mark_tail(states[self._full_gid], points)
         release_hybrid(self.managers, states, self.pool, points, self._point_local)
 
-    def _mark_tail(self, full: RequestBlockState, end: int, tail: int) -> None:
-        """Mark every candidate point of the freed request's aligned tail, kept
-        or not, at the full-attention block ending there (``tail_demand``)."""
-        align, step = self.tail_alignment.align, self.block_size_lcm
-        pts = tail_points(end, tail, step, align)  # every candidate
-        grid = [p for p in pts if on_grid(p, align, step)]
-        top = grid[-1] if grid else -1
-        bs = self.managers[self._full_gid].block_size  # type: ignore[index]
+    def _mark_tail(self, full: RequestBlockState, points: FinalPoints) -> None:
+        """Mark each point of the freed request's aligned tail at the
+        full-attention block ending there (``tail_demand``): its aligned end,
+        the grid points below, an off-grid end above."""
+        top, bs = points.top, self.managers[self._full_gid].block_size  # type: ignore[index]
         blocks = full.blocks
         mark = self.tail_alignment.demand.mark
-        for p in pts:
-            h = blocks[p // bs - 1].block_hash if p <= len(blocks) * bs else None
+        for p in points.tail:
+            h = blocks[p // bs - 1].block_hash
             if h is not None:
                 mark(h, AT_END if p == top else BELOW if p < top else OFF_GRID_END)
 

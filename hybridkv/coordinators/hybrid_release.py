@@ -49,14 +49,20 @@ def release_hybrid(
 ) -> None:
     """Release one request's tables (module docstring). ``point_local[g]``:
     group ``g``'s hit point needs a block of its own (a Mamba state), so its
-    blocks below ``E``'s needed range are kind 2 (a tail point's own state)."""
-    end = points.end
+    blocks below ``E``'s needed range are kind 2 (a tail point's own state).
+    In an aligned tail, so are a window's or chunk's blocks below the aligned
+    end's needed range (only lower tail points need them)."""
+    end, top = points.end, points.top
     place = _Placer(points.points)
     for gid, (m, st) in enumerate(zip(managers, states, strict=True)):
         bs = m.block_size
         full = not m.has_skips
         first = None if full else m.first_needed_block
-        place.group(gid, bs, full, m.first_needed_block(end) if point_local[gid] else 0)
+        if point_local[gid]:
+            own_below = m.first_needed_block(end)
+        else:
+            own_below = m.first_needed_block(top) if points.align and not full else 0
+        place.group(gid, bs, full, own_below)
         place.spans(st.blocks, points.spans(first, bs, st.num_skipped, len(st.blocks)))
         if st.retained:  # skipped blocks a kept point holds: few
             unit_of = points.unit_of(first, bs)

@@ -45,8 +45,6 @@ class MambaManager(SingleTypeKVCacheManager):
             tail=self.tail,
             step=self.hit_step,
             align=self.tail_align,
-            below=self.tail_alignment.demand.below,
-            off_grid_end=self.tail_alignment.demand.off_grid_end,
         )
 
     def _num_new_real_blocks(

@@ -37,7 +37,7 @@ from itertools import pairwise
 from operator import itemgetter
 from typing import Any
 
-from hybridkv.managers.tail_alignment import tail_points
+from hybridkv.managers.tail_alignment import on_grid, tail_points
 
 #: Sort key for blocks that no kept point covers (released first).
 BEYOND = 1 << 62
@@ -121,14 +121,25 @@ class FinalPoints:
     (``tail_alignment.tail_points``: every multiple of ``step`` in
     ``[end - tail, end]``, see ``TAIL_TOKENS``).
 
-    With ``align`` (``tail_alignment``), the tail keeps only the multiples of
-    ``step`` that are ``on_grid``, below the highest of them only if
-    ``below``, and ``end`` if it is on the grid or ``off_grid_end``
-    (``tail_demand``). ``self.end`` is the highest point kept (``end`` itself
-    unless the aligned tail dropped it): nothing past it is needed.
+    With ``align`` (``tail_alignment``), the tail keeps only ``end`` and the
+    multiples of ``step`` that are ``on_grid``; the highest of those is the
+    *aligned end* (``top``, a main point of ``UnitValues``; ``end`` when there
+    is none). What only a grid point below it needs is weighed by
+    ``below_weight``, what only an off-grid ``end`` needs by ``end_weight``
+    (``weight``; learned by ``tail_demand``).
     """
 
-    __slots__ = ("align", "end", "kept", "points", "step")
+    __slots__ = (
+        "align",
+        "below_weight",
+        "end",
+        "end_weight",
+        "kept",
+        "points",
+        "step",
+        "tail",
+        "top",
+    )
 
     def __init__(
         self,
@@ -137,16 +148,33 @@ class FinalPoints:
         tail: int,
         step: int,
         align: int = 0,
-        below: bool = True,
-        off_grid_end: bool = True,
+        below_weight: float = 1.0,
+        end_weight: float = 1.0,
     ) -> None:
         self.kept = sorted({p for p in kept if 0 < p <= end})
+        self.end = end
         self.step = step
         self.align = align
-        tail_pts = tail_points(end, tail, step, align, below, off_grid_end)
+        self.below_weight = below_weight
+        self.end_weight = end_weight
+        #: The tail's points, ascending (``tail_points``).
+        self.tail = tail_points(end, tail, step, align)
+        #: The aligned end (``end`` in a dense tail, or when no grid point is in the tail).
+        self.top = end
+        if align and len(self.tail) > 1 and not on_grid(end, align, step):
+            self.top = self.tail[-2]
         #: All of them, tail included, ascending (``unit_of`` runs per block).
-        self.points = sorted({*self.kept, *tail_pts})
-        self.end = self.points[-1] if self.points else end
+        self.points = sorted({*self.kept, *self.tail})
+
+    def weight(self, point: int) -> float:
+        """The demand weight of what only ``point`` needs: 1 but for an
+        aligned tail's points below its aligned end (``below_weight``) and an
+        off-grid end above it (``end_weight``), unless ``point`` is kept."""
+        if not self.align or point == self.top or point in self.kept:
+            return 1.0
+        if point == self.end:
+            return self.end_weight if point > self.top else 1.0
+        return self.below_weight if point < self.top else 1.0
 
     def saved_by(self, point: int) -> int:
         """Tokens a hit loses when tail point ``point``'s own state goes.
@@ -245,32 +273,33 @@ def tail_tokens_saved(end: int, point: int, step: int) -> int:
 class UnitValues:
     """What a freed request's hit units save per page held (cost-aware eviction).
 
-    *Main points* are the request's kept points and ``E``. The unit of main
-    point ``m`` holds the full-attention blocks after the previous main point
-    and the non-full blocks ``m`` is the smallest point to need; its value is
-    ``(m - previous main point) / pages``. Values are capped by every
-    shallower unit's (``chain``): a deeper unit needs the shallower full
-    blocks, so it must never outlive them. A tail point's state (a block no
-    other point needs: a Mamba state) is worth ``tail_tokens_saved`` over its
-    own pages, capped by ``E``'s chain value. Anything else in the tail is
-    valued as ``E``'s unit: sliding windows and chunks of tail points nest
-    (a lower point needs more of them), so thinning them would drop exactly
-    the lowest points, not every other one.
+    *Main points* are the request's kept points, the aligned end (``top``)
+    and ``E``. The unit of main point ``m`` holds the full-attention blocks
+    after the previous main point and the non-full blocks ``m`` is the
+    smallest point to need; its value is ``(m - previous main point) /
+    pages``. Values are capped by every shallower unit's (``chain``): a deeper
+    unit needs the shallower full blocks, so it must never outlive them. An
+    off-grid ``E`` above the aligned end is worth its chain value times
+    ``end_weight``. A tail point's own blocks (``shared`` False: a Mamba state,
+    or in an aligned tail a window or chunk the aligned end does not need) are
+    worth ``saved_by`` over the point's pages, capped by the aligned end's
+    chain value, times the point's ``weight``. Anything else in the tail is
+    valued as the aligned end's unit: sliding windows and chunks of tail
+    points nest (a lower point needs more of them), so what a lower point
+    shares with the aligned end goes with it.
     """
 
-    __slots__ = ("chain", "end", "extra_pages", "main", "points")
+    __slots__ = ("chain", "extra_pages", "main", "points", "top")
 
     def __init__(
         self, points: FinalPoints, full_units: Mapping[int, int], extra_pages: Mapping[int, int]
     ) -> None:
         """``full_units``: full-attention pages by unit point (``FinalPoints``);
         ``extra_pages``: the other groups' pages by unit point."""
-        main = list(points.kept)
-        if points.end and (not main or main[-1] != points.end):
-            main.append(points.end)
+        main = sorted({*points.kept, points.top, points.end} - {0})
         self.main = main
         self.points = points
-        self.end = points.end
+        self.top = points.top
         self.extra_pages = extra_pages
         full_pages: dict[int, int] = {}
         for unit, n in full_units.items():
@@ -284,6 +313,8 @@ class UnitValues:
             best = min(best, (m - prev) / pages)
             chain[m] = best
             prev = m
+        if main and main[-1] > self.top:  # an off-grid E: the deepest unit
+            chain[main[-1]] *= points.weight(main[-1])
         self.chain = chain
 
     def main_owner(self, block_end: int) -> int | None:
@@ -298,12 +329,13 @@ class UnitValues:
 
     def of_other(self, point: int, shared: bool) -> float:
         """Value of a non-full block whose smallest covering point is ``point``;
-        ``shared``: not a tail point's own state (see the class docstring)."""
+        ``shared``: not a tail point's own block (see the class docstring)."""
         v = self.chain.get(point)
         if v is not None:
             return v
-        top = self.chain[self.end]
+        top = self.chain[self.top]
         if shared:
             return top
         saved = self.points.saved_by(point)
-        return min(top, saved / max(1, self.extra_pages.get(point, 0)))
+        own = min(top, saved / max(1, self.extra_pages.get(point, 0)))
+        return own * self.points.weight(point)

@@ -22,9 +22,10 @@ boundary (the dense tail). It keeps watching: a change of traffic moves it.
 
 ``align`` is what ``FinalPoints`` and Mamba snapshots use (``tail_points``):
 ``0`` dense, else the tail keeps only boundaries ``p`` with a multiple of
-``A`` in ``[p, p + step)`` (``on_grid``), plus the end; of those, the ones
-below the highest grid point and an off-grid end only while later requests
-branch there (``tail_demand``, learned once an alignment is in force).
+``A`` in ``[p, p + step)`` (``on_grid``), plus the end; what only the ones
+below the highest grid point, or an off-grid end, need is valued by how often
+later requests branch there (``tail_demand``, learned once an alignment is in
+force).
 """
 
 from __future__ import annotations
@@ -47,27 +48,18 @@ def on_grid(point: int, align: int, step: int) -> bool:
     return align == 0 or -point % align < step
 
 
-def tail_points(
-    end: int, tail: int, step: int, align: int, below: bool = True, off_grid_end: bool = True
-) -> list[int]:
+def tail_points(end: int, tail: int, step: int, align: int) -> list[int]:
     """The tail's hit points of a request whose last hit boundary is ``end``
     (a multiple of ``step``), ascending.
 
     Dense (``align == 0``): every multiple of ``step`` in ``[end - tail, end]``
     (none below ``step``). Aligned: the multiples of ``step`` from the one at
-    or below ``end - tail`` up to ``end`` that are ``on_grid``; of those only
-    the highest (the aligned end) unless ``below``; and ``end`` itself if it
-    is off the grid and ``off_grid_end``, or if no grid point is there.
+    or below ``end - tail`` up to ``end`` that are ``on_grid``, and ``end``.
     """
     if not align:
         return list(range(max(step, -(-(end - tail) // step) * step), end + 1, step))
     lo = max(step, (end - tail) // step * step)  # a grid point may sit below ``end - tail``
-    grid = [p for p in range(lo, end + 1, step) if on_grid(p, align, step)]
-    if grid and not below:
-        grid = grid[-1:]
-    if end > 0 and (not grid or (grid[-1] != end and off_grid_end)):
-        grid.append(end)
-    return grid
+    return [p for p in range(lo, end + 1, step) if p == end or on_grid(p, align, step)]
 
 
 class TailAlignment:
@@ -95,11 +87,6 @@ class TailAlignment:
         self._agree = [0] * len(self._candidates)
         #: Which aligned tail points are kept (``tail_demand``).
         self.demand = TailDemand()
-
-    def points(self, end: int, tail: int, step: int) -> list[int]:
-        """``tail_points`` under the alignment and demand in force."""
-        d = self.demand
-        return tail_points(end, tail, step, self.align, d.below, d.off_grid_end)
 
     def observe_key(self, key: bytes) -> None:
         """A new request branched after the full-attention block ``key``

@@ -12,17 +12,20 @@ per group:
   request that repeats it up to its end).
 
 Whether later requests branch at the last two is traffic's business. On the
-Mooncake conversation trace they almost never do (Jamba at 40 GB, first 1,500
+Mooncake conversation trace they rarely do (Jamba at 40 GB, first 1,500
 requests: of 1,468 admissions, 1,431 branched at an aligned end, 2 below one,
-none at an off-grid end), yet each such point holds a window or a state of
-its own. ``TailDemand`` learns it: every freed request *marks* the
-full-attention block ending at each of its tail points with the point's kind
-(a bounded memory of recent marks: metadata, no KV), whether the point is
-kept or not; every admitted request looks up the block at its branch point.
-Over the last ``WINDOW`` admissions, a kind is kept while at least
-``MIN_SHARE`` of them branched at a point of that kind (and always until
-``MIN_OBSERVED`` admissions were seen). A point kind that is dropped is still
-marked, so demand that grows back brings it back.
+none at an off-grid end; at 480 GB, where more marked blocks survive, 14 and
+3 of 1,468), yet each such point holds a window or a state of its own.
+``TailDemand`` learns it: every freed request *marks* the full-attention
+block ending at each of its tail points with the point's kind (a bounded
+memory of recent marks: metadata, no KV); every admitted request looks up the
+block at its branch point. Over the last ``WINDOW`` admissions, a kind's
+*weight* is how often requests branched at it relative to aligned ends,
+``(count + 1) / (aligned-end count + 1)``, at most 1 (and 1 until
+``MIN_OBSERVED`` admissions were seen). Cost-aware eviction multiplies the
+value of what only such a point needs by its weight
+(``retention.UnitValues``): rarely used points go first when memory is short,
+and stay while it is not.
 
 A block that is the aligned end of one request and a lower point of another
 counts as ``AT_END``: the aligned end of the first serves a branch there.
@@ -36,10 +39,8 @@ from collections import OrderedDict, deque
 UNMARKED, AT_END, BELOW, OFF_GRID_END = 0, 1, 2, 3
 #: Admissions remembered (the most recent ones).
 WINDOW = 256
-#: Admissions needed before a kind is dropped.
+#: Admissions needed before a kind's weight falls below 1.
 MIN_OBSERVED = 32
-#: Share of admissions that must branch at a kind for it to be kept.
-MIN_SHARE = 0.05
 #: Marks remembered (the most recent; a freed request leaves at most a few).
 MAX_MARKS = 16384
 
@@ -47,16 +48,16 @@ MAX_MARKS = 16384
 class TailDemand:
     """Learns which tail point kinds later requests branch at (module docstring)."""
 
-    __slots__ = ("_counts", "_marks", "_seen", "below", "off_grid_end")
+    __slots__ = ("_counts", "_marks", "_seen", "below_weight", "end_weight")
 
     def __init__(self) -> None:
         self._marks: OrderedDict[bytes, int] = OrderedDict()
         self._seen: deque[int] = deque()
         self._counts = [0, 0, 0, 0]
-        #: Keep the aligned tail's grid points below its aligned end.
-        self.below = True
-        #: Keep an off-grid end ``E``.
-        self.off_grid_end = True
+        #: Weight of the aligned tail's grid points below its aligned end.
+        self.below_weight = 1.0
+        #: Weight of an off-grid end ``E``.
+        self.end_weight = 1.0
 
     def mark(self, key: bytes, kind: int) -> None:
         """The full-attention block with hash ``key`` ends a freed request's
@@ -75,28 +76,28 @@ class TailDemand:
         counts[kind] += 1
         if len(seen) > WINDOW:
             counts[seen.popleft()] -= 1
-        n = len(seen)
-        if n >= MIN_OBSERVED:
-            need = MIN_SHARE * n
-            self.below = counts[BELOW] >= need
-            self.off_grid_end = counts[OFF_GRID_END] >= need
+        if len(seen) >= MIN_OBSERVED:
+            self.below_weight, self.end_weight = self._weights()
+
+    def _weights(self) -> tuple[float, float]:
+        c = self._counts
+        base = c[AT_END] + 1
+        return min(1.0, (c[BELOW] + 1) / base), min(1.0, (c[OFF_GRID_END] + 1) / base)
 
     def reset(self) -> None:
         """Forget the observations (the grid changed: marks of the old one
-        mean something else); both kinds are kept until relearned."""
+        mean something else); both weights are 1 until relearned."""
         self._marks.clear()
         self._seen.clear()
         self._counts = [0, 0, 0, 0]
-        self.below = self.off_grid_end = True
+        self.below_weight = self.end_weight = 1.0
 
     def check_integrity(self) -> None:
-        """Counts match the remembered observations; flags match the counts."""
+        """Counts match the remembered observations; weights match the counts."""
         assert len(self._seen) <= WINDOW and len(self._marks) <= MAX_MARKS
         assert self._counts == [sum(k == i for k in self._seen) for i in range(4)], "counts off"
         assert all(k in (AT_END, BELOW, OFF_GRID_END) for k in self._marks.values())
-        n = len(self._seen)
-        if n >= MIN_OBSERVED:
-            assert self.below == (self._counts[BELOW] >= MIN_SHARE * n)
-            assert self.off_grid_end == (self._counts[OFF_GRID_END] >= MIN_SHARE * n)
+        if len(self._seen) >= MIN_OBSERVED:
+            assert (self.below_weight, self.end_weight) == self._weights(), "stale weights"
         else:
-            assert self.below and self.off_grid_end, "a kind dropped before MIN_OBSERVED"
+            assert self.below_weight == self.end_weight == 1.0, "weighed before MIN_OBSERVED"
