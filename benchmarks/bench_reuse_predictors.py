@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Can request features beat recency at keeping full-attention KV? (issue 15's targets)
+
+The 1.5x-vLLM and 3x-lru targets on Jamba sit above the recency ceiling of
+``bench_ceiling.py``: every page holds full-attention KV, evicted least
+recently used first. This script replays the same expanded requests through
+the same all-full-attention cache (one at a time, hit = leading cached blocks,
+capped one token short of the prompt) under rankings that use what a request
+tells about its future, to see how far any of them gets:
+
+- ``lru``: recency (the ceiling);
+- ``oracle: continued``: a request that a later replayed one continues
+  (shares at least its first two 512-token hash blocks: more than the common
+  first block) keeps its blocks ahead of every other: told *whether*, not
+  when (a bound, not a policy);
+- ``feature rates, best of 12``: recency plus ``K`` x the share of requests of
+  the same feature bucket (prompt under 1,024 tokens; turn in its
+  conversation, 1-6+; log2 gap to the previous turn) continued within ``H``
+  requests, rates taken from the *whole* trace (a look ahead no online
+  policy has), the best of ``K`` in 100-3000 and ``H`` in 200-1000;
+- ``later turns first``: first turns (and prompts under 1,024 tokens) are
+  evicted before every later turn;
+- ``admit 70 %`` / ``admit 50 %``: a fixed pseudo-random share of requests
+  is cached; the others' new blocks are evicted first;
+- ``hazard``: per request, the bucket's rate of being continued at the
+  request's current age (from the whole trace); the lowest is evicted first;
+- ``belady``: offline optimal (``bench_ceiling.belady_hits``).
+
+    .venv/bin/python benchmarks/bench_reuse_predictors.py          # Jamba, 40 and 80 GB
+    .venv/bin/python benchmarks/bench_reuse_predictors.py --write  # results/cache-predictors.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import heapq
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from bench_ceiling import belady_hits, block_keys, hit_blocks, lru_hits  # noqa: E402
+from machine_info import machine  # noqa: E402
+
+from hybridkv.layouts import shipped_layout  # noqa: E402
+from hybridkv.sim import SimOptions  # noqa: E402
+from hybridkv.sim.replay import plan_replay, replay_max_model_len  # noqa: E402
+from hybridkv.sim.trace import TraceRequest, load_trace  # noqa: E402
+from hybridkv.specs import FullAttentionSpec  # noqa: E402
+
+TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+Rank = Callable[[int, int], float]  # (request index, block depth) -> priority (kept longer)
+
+
+class Conversations:
+    """Per request (of the whole trace): its parent (the latest earlier request
+    sharing its longest common 512-token prefix, if at least two hash blocks),
+    its turn, and when (if ever) it is continued."""
+
+    def __init__(self, requests: Sequence[TraceRequest]) -> None:
+        n = len(requests)
+        owner: dict[int, int] = {}
+        self.parent = [-1] * n
+        self.turn = [1] * n
+        self.next_use: list[int | None] = [None] * n
+        for i, r in enumerate(requests):
+            assert r.hash_ids is not None, "Mooncake requests only"
+            h, chain = 0, []
+            for x in r.hash_ids:
+                h = hash((h, x))
+                chain.append(h)
+            d = 0
+            while d < len(chain) and chain[d] in owner:
+                d += 1
+            if d >= 2:
+                p = owner[chain[d - 1]]
+                self.parent[i] = p
+                self.turn[i] = self.turn[p] + 1
+                if self.next_use[p] is None:
+                    self.next_use[p] = i
+            for c in chain:
+                owner[c] = i
+        self.small = [r.input_length < 1024 for r in requests]
+
+    def bucket(self, i: int) -> tuple[bool, int, int]:
+        gap = -1 if self.parent[i] < 0 else min(int(math.log2(max(1, i - self.parent[i]))), 11)
+        return self.small[i], min(self.turn[i], 6), gap
+
+    def rates_within(self, horizon: int) -> dict[tuple[bool, int, int], float]:
+        counts: defaultdict[tuple[bool, int, int], list[int]] = defaultdict(lambda: [0, 0])
+        for i, nxt in enumerate(self.next_use):
+            c = counts[self.bucket(i)]
+            c[0] += 1
+            c[1] += nxt is not None and nxt - i < horizon
+        return {k: (v[1] + 1) / (v[0] + 2) for k, v in counts.items()}
+
+    def hazard(self, limit: int) -> Callable[[int, int], float]:
+        """``(request, age) -> P(continued at this age | not yet)`` per bucket
+        and half-octave of age, over the first ``limit`` requests' outcomes."""
+        exposure: defaultdict[tuple[object, int], int] = defaultdict(int)
+        events: defaultdict[tuple[object, int], int] = defaultdict(int)
+
+        def age_bin(a: int) -> int:
+            return int(math.log2(a + 1) * 2)
+
+        for i in range(limit):
+            nxt = self.next_use[i]
+            end = nxt if nxt is not None and nxt < limit else limit
+            b = self.bucket(i)
+            for a in range(1, end - i + 1):
+                exposure[(b, age_bin(a))] += 1
+            if nxt is not None and nxt < limit:
+                events[(b, age_bin(nxt - i))] += 1
+
+        def h(i: int, age: int) -> float:
+            k = (self.bucket(i), age_bin(age))
+            return (events[k] + 0.1) / (exposure[k] + 1)
+
+        return h
+
+
+def ranked_hits(
+    keys: Sequence[list[int]], lengths: Sequence[int], bs: int, cap: int, rank: Rank
+) -> int:
+    """Hit tokens when the block with the lowest ``rank`` at insertion is evicted first."""
+    cached: dict[int, float] = {}
+    heap: list[tuple[float, int]] = []
+    hits = 0
+    for i, (ks, length) in enumerate(zip(keys, lengths, strict=True)):
+        hits += hit_blocks(ks, length, bs, cached) * bs
+        for d, k in enumerate(ks):
+            p = rank(i, d)
+            cached[k] = p
+            heapq.heappush(heap, (p, k))
+        while len(cached) > cap:
+            p, k = heapq.heappop(heap)
+            if cached.get(k) == p:
+                del cached[k]
+    return hits
+
+
+def admitted_hits(
+    keys: Sequence[list[int]], lengths: Sequence[int], bs: int, cap: int, share: float
+) -> int:
+    """LRU, but only a pseudo-random ``share`` of requests cache new blocks
+    (the others' are evicted first; blocks they hit stay as recent)."""
+    return ranked_hits(
+        keys,
+        lengths,
+        bs,
+        cap,
+        lambda i, d: i - d * 1e-6 - (0 if (i * 2654435761) % 1000 < share * 1000 else 1e9),
+    )
+
+
+def hazard_hits(
+    keys: Sequence[list[int]],
+    lengths: Sequence[int],
+    bs: int,
+    cap: int,
+    h: Callable[[int, int], float],
+) -> int:
+    """Evict, request by request, the blocks last used by the request with the
+    lowest hazard at its age (deepest first)."""
+    owner: dict[int, int] = {}
+    units: dict[int, list[int]] = {}
+    hits = 0
+    for i, (ks, length) in enumerate(zip(keys, lengths, strict=True)):
+        hits += hit_blocks(ks, length, bs, owner) * bs
+        for k in ks:
+            owner[k] = i
+        units[i] = list(ks)
+        n = len(owner)
+        if n <= cap:
+            continue
+        for _, j in sorted((h(j, i + 1 - j), j) for j in units if j != i):
+            mine = [k for k in units[j] if owner.get(k) == j]
+            while mine and n > cap:
+                del owner[mine.pop()]
+                n -= 1
+            units[j] = mine
+            if not mine:
+                del units[j]
+            if n <= cap:
+                break
+        while n > cap:
+            del owner[units[i].pop()]
+            n -= 1
+    return hits
+
+
+def run(
+    layout_name: str, gb: int, requests: Sequence[TraceRequest], conv: Conversations
+) -> dict[str, float]:
+    layout = shipped_layout(layout_name)
+    plan = plan_replay(
+        layout, SimOptions(memory_bytes=gb * 10**9), replay_max_model_len(layout, requests, None)
+    )
+    cfg = plan.kv_cache_config
+    (bs,) = {
+        g.kv_cache_spec.block_size
+        for g in cfg.kv_cache_groups
+        if type(g.kv_cache_spec) is FullAttentionSpec
+    }
+    cap = cfg.num_blocks
+    keys = [block_keys(r, bs) for r in requests]
+    lengths = [r.input_length for r in requests]
+    total = sum(lengths)
+    n = len(requests)
+    continued = [(conv.next_use[i] or n) < n for i in range(n)]  # within the replay
+    out: dict[str, float] = {}
+
+    def pct(hits: int) -> float:
+        return 100 * hits / total
+
+    out["lru"] = pct(lru_hits(keys, lengths, bs, cap))
+    out["oracle: continued"] = pct(
+        ranked_hits(
+            keys, lengths, bs, cap, lambda i, d: i - d * 1e-6 + (0 if continued[i] else -1e9)
+        )
+    )
+    best = 0.0
+    for horizon in (200, 400, 1000):
+        rates = conv.rates_within(horizon)
+        for k in (100, 300, 1000, 3000):
+            best = max(
+                best,
+                pct(
+                    ranked_hits(
+                        keys,
+                        lengths,
+                        bs,
+                        cap,
+                        lambda i, d, k=k, rates=rates: i - d * 1e-6 + k * rates[conv.bucket(i)],
+                    )
+                ),
+            )
+    out["feature rates, best of 12"] = best
+    out["later turns first"] = pct(
+        ranked_hits(
+            keys,
+            lengths,
+            bs,
+            cap,
+            lambda i, d: (
+                i - d * 1e-6 + (1e6 if conv.turn[i] >= 2 else 0) - (1e7 if conv.small[i] else 0)
+            ),
+        )
+    )
+    out["admit 70 %"] = pct(admitted_hits(keys, lengths, bs, cap, 0.7))
+    out["admit 50 %"] = pct(admitted_hits(keys, lengths, bs, cap, 0.5))
+    out["hazard"] = pct(hazard_hits(keys, lengths, bs, cap, conv.hazard(len(conv.turn))))
+    out["belady"] = pct(belady_hits(keys, lengths, bs, cap))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--requests", type=int, default=1500)
+    ap.add_argument("--layout", default="jamba-v0.1")
+    ap.add_argument("--memory", default="40,80", help="budgets in GB (10^9 bytes)")
+    ap.add_argument("--write", action="store_true", help="write results/cache-predictors.md")
+    args = ap.parse_args(argv)
+    whole = load_trace(args.trace)
+    conv = Conversations(whole)
+    requests = whole[: args.requests]
+    budgets = [int(m) for m in args.memory.split(",")]
+    results = {gb: run(args.layout, gb, requests, conv) for gb in budgets}
+    names = list(results[budgets[0]])
+    lines = [
+        "# Ranking full-attention KV by what requests tell about their future",
+        "",
+        (__doc__ or "").split("\n\n")[1].strip(),
+        "",
+        f"## {Path(args.trace).name}, first {len(requests):,} requests, {args.layout}",
+        "",
+        f"Machine: {machine()}. Generated by `benchmarks/bench_reuse_predictors.py` on "
+        f"{datetime.date.today().isoformat()}.",
+        "",
+        "| ranking | " + " | ".join(f"{gb} GB" for gb in budgets) + " |",
+        "| --- | " + " | ".join("---:" for _ in budgets) + " |",
+        *(
+            f"| {name} | " + " | ".join(f"{results[gb][name]:.2f} %" for gb in budgets) + " |"
+            for name in names
+        ),
+        "",
+    ]
+    print("\n".join(lines))
+    if args.write:
+        (HERE / "results" / "cache-predictors.md").write_text("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
