@@ -345,12 +345,9 @@ class KVCacheManager:
             self._admission.forget(rid)
         if admitted:
             assert new_computed_blocks is not None
-            branch = new_computed_blocks.full_hit_tokens
-            hashes = request.live_block_hashes
-            k = branch // self.hash_block_size - 1
-            coordinator.observe_branch(
-                branch, request.num_tokens, hashes[k] if 0 <= k < len(hashes) else None
-            )
+            branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
+            key = request.live_block_hashes[branch // self.hash_block_size - 1] if branch else None
+            coordinator.observe_branch(branch, request.num_tokens, key)
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(

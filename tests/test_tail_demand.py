@@ -139,6 +139,8 @@ def test_alignment_feeds_demand_only_while_aligned_and_resets_it_on_change() -> 
         t.observe_key(key(1))
     assert t.demand.below_weight < 1
     t.check_integrity()
+    t.observe(1024, 5000)  # the same grid again: what was learned stays
+    assert t.demand.below_weight < 1 and t.demand._marks
     for _ in range(WINDOW):
         t.observe(1024 + 64, 5000)  # the grid moves to 64: marks meant 512
     assert t.align == 64 and t.demand.below_weight == 1.0 and not t.demand._marks
@@ -170,6 +172,9 @@ def test_final_points_top_and_weights() -> None:
     # dense, or no grid point in the tail: the end is the top, every weight 1
     dense = FinalPoints([], 1040, 560, 80, 0, 0.25, 0.125)
     assert dense.top == 1040 and {dense.weight(x) for x in dense.points} == {1.0}
+    # a tail of two points: the aligned end and the end
+    two = FinalPoints([], 1040, 80, 80, 512, 0.25, 0.125)
+    assert two.tail == [960, 1040] and two.top == 960 and two.weight(1040) == 0.125
     lone = FinalPoints([], 1000, 480, 40, 512, 0.25, 0.125)
     assert lone.top == 1000 and lone.weight(1000) == 1.0
 
@@ -297,3 +302,23 @@ def test_sliding_window_blocks_only_rare_points_need_go_first() -> None:
     fresh = make(swa(4, 16))
     order, (full_ids, win) = freed_order(fresh, list(range(500, 540)))
     assert not {win[0], win[1], win[2], win[3]} & set(order[:4])
+
+
+def test_branch_points_feed_demand_from_the_first_block_on() -> None:
+    """Grid 4 on blocks of 4: every boundary is on the grid, so a freed
+    request's aligned end is its end. A branch after one block (key of block
+    0) is observed; a request with no match at all is not."""
+    kv = KVCacheManager(
+        config(64, full(4), mamba(4)),
+        64,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=8,
+        hybrid_tail_align=4,
+    )
+    demand = kv.coordinator.tail_alignment.demand
+    assert serve(kv, "a", [1, 2, 3, 4, 5, 6]) == 0  # E = 4: marks block 0
+    assert not demand._seen  # no branch, nothing observed
+    assert serve(kv, "b", [1, 2, 3, 4, 9, 9, 9]) == 4
+    assert list(demand._seen) == [AT_END]
+    assert serve(kv, "c", [7, 7, 7, 7, 7]) == 0
+    assert list(demand._seen) == [AT_END]

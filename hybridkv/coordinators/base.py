@@ -91,9 +91,10 @@ class KVCacheCoordinator(ABC):
     def observe_branch(self, branch: int, num_tokens: int, key: bytes | None = None) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
         ``num_tokens``; ``key``: the hash of its block ending at ``branch``
-        (``hybrid``: feeds ``tail_alignment`` and its ``tail_demand``)."""
+        (None when ``branch`` is 0) (``hybrid``: feeds ``tail_alignment`` and
+        its ``tail_demand``)."""
         self.tail_alignment.observe(branch, num_tokens)
-        if key is not None and branch > 0:
+        if key is not None:
             self.tail_alignment.observe_key(key)
 
     # -- allocation (atomic across groups) -----------------------------------

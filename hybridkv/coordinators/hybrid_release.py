@@ -61,7 +61,7 @@ def release_hybrid(
         if point_local[gid]:
             own_below = m.first_needed_block(end)
         else:
-            own_below = m.first_needed_block(top) if points.align and not full else 0
+            own_below = m.first_needed_block(top) if points.align else 0  # full: unused
         place.group(gid, bs, full, own_below)
         place.spans(st.blocks, points.spans(first, bs, st.num_skipped, len(st.blocks)))
         if st.retained:  # skipped blocks a kept point holds: few

@@ -161,7 +161,7 @@ class FinalPoints:
         self.tail = tail_points(end, tail, step, align)
         #: The aligned end (``end`` in a dense tail, or when no grid point is in the tail).
         self.top = end
-        if align and len(self.tail) > 1 and not on_grid(end, align, step):
+        if len(self.tail) > 1 and not on_grid(end, align, step):  # dense: all on grid
             self.top = self.tail[-2]
         #: All of them, tail included, ascending (``unit_of`` runs per block).
         self.points = sorted({*self.kept, *self.tail})
@@ -169,12 +169,11 @@ class FinalPoints:
     def weight(self, point: int) -> float:
         """The demand weight of what only ``point`` needs: 1 but for an
         aligned tail's points below its aligned end (``below_weight``) and an
-        off-grid end above it (``end_weight``), unless ``point`` is kept."""
+        off-grid end above it (``end_weight``), unless ``point`` is kept.
+        ``point`` is one of ``points``."""
         if not self.align or point == self.top or point in self.kept:
             return 1.0
-        if point == self.end:
-            return self.end_weight if point > self.top else 1.0
-        return self.below_weight if point < self.top else 1.0
+        return self.end_weight if point == self.end else self.below_weight
 
     def saved_by(self, point: int) -> int:
         """Tokens a hit loses when tail point ``point``'s own state goes.
@@ -311,10 +310,8 @@ class UnitValues:
         for m in main:
             pages = max(1, full_pages.get(m, 0) + extra_pages.get(m, 0))
             best = min(best, (m - prev) / pages)
-            chain[m] = best
+            chain[m] = best * points.weight(m)  # below 1 only for an off-grid E, the last
             prev = m
-        if main and main[-1] > self.top:  # an off-grid E: the deepest unit
-            chain[main[-1]] *= points.weight(main[-1])
         self.chain = chain
 
     def main_owner(self, block_end: int) -> int | None:

@@ -125,4 +125,5 @@ class TailAlignment:
         for k, a in enumerate(self._candidates):
             assert self._agree[k] == sum(-b % a < g for b in self._seen), "agreement count off"
         assert self.fixed is None or self.align == self.fixed
+        assert self.align or not self.demand._marks, "tail points marked without a grid"
         self.demand.check_integrity()
