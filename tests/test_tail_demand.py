@@ -5,7 +5,7 @@ only those points need (final points, unit values, eviction order)."""
 from __future__ import annotations
 
 import pytest
-from factories import config, free_ids, full, mamba, swa
+from factories import config, free_ids, full, mamba, serve, swa
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.managers.retention import FinalPoints, UnitValues
@@ -218,17 +218,6 @@ def make(second: object) -> KVCacheManager:
         hybrid_value_weight=1.0,
         hybrid_tail_align=16,
     )
-
-
-def serve(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
-    req = Request(rid, tokens)
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
-    req.num_computed_tokens = len(tokens)
-    kv.check_integrity()
-    kv.free(req)
-    kv.check_integrity()
-    return hit
 
 
 def conversations(kv: KVCacheManager, n: int) -> None:
