@@ -343,7 +343,9 @@ class KVCacheManager:
         if live is None:
             self._live[rid] = request
             self._admission.forget(rid)
-        if admitted:
+        # A request resumed after preemption matches its own earlier progress,
+        # not where it diverges from other requests: no branch to learn from.
+        if admitted and not request.num_preemptions:
             assert new_computed_blocks is not None
             branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
             key = request.live_block_hashes[branch // self.hash_block_size - 1] if branch else None

@@ -78,6 +78,9 @@ class Request:
     range hash its content hash, so two images at the same positions never
     share KV. ``cache_salt`` isolates tenants: salted requests only hit blocks
     of the same salt. ``lora_name`` keys every block by the adapter.
+    ``num_preemptions``: times the scheduler preempted it (a resumed request's
+    prefix hit is its own earlier progress: ``hybrid`` learns branch points
+    only from requests never preempted).
     """
 
     __slots__ = (

@@ -311,3 +311,33 @@ def test_branch_points_feed_demand_from_the_first_block_on() -> None:
     assert list(demand._seen) == [AT_END]
     assert serve(kv, "c", [7, 7, 7, 7, 7]) == 0
     assert list(demand._seen) == [AT_END]
+
+
+def test_a_resumed_request_is_no_branch() -> None:
+    """A preempted request, readmitted, matches its own earlier progress
+    (here 12 tokens, off the grid of 16): that is no branch point."""
+    kv = make(mamba(4))
+    ta = kv.coordinator.tail_alignment
+    ta.demand.mark(b"x", AT_END)
+    r = Request("r", list(range(1000, 1040)))
+    assert kv.allocate_slots(r, 12, 0, None) is not None
+    r.num_computed_tokens = 12
+    kv.free(r)  # preempted after 12 tokens
+    r.num_computed_tokens = 0
+    r.num_preemptions = 1
+    blocks, hit = kv.get_computed_blocks(r)
+    assert hit == 12
+    seen = (list(ta._seen), list(ta.demand._seen))
+    assert kv.allocate_slots(r, 40 - hit, hit, blocks) is not None
+    assert (list(ta._seen), list(ta.demand._seen)) == seen
+    kv.check_integrity()
+    # the same readmission of a request never preempted is one
+    s = Request("s", list(range(2000, 2040)))
+    assert kv.allocate_slots(s, 12, 0, None) is not None
+    s.num_computed_tokens = 12
+    kv.free(s)
+    s.num_computed_tokens = 0
+    blocks, hit = kv.get_computed_blocks(s)
+    assert hit == 12
+    assert kv.allocate_slots(s, 40 - hit, hit, blocks) is not None
+    assert len(ta.demand._seen) == len(seen[1]) + 1
