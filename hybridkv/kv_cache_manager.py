@@ -35,7 +35,7 @@ from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import NEVER
-from hybridkv.managers.retention import TAIL_TOKENS
+from hybridkv.managers.retention import TAIL_TOKENS, prompt_point
 from hybridkv.request import Request
 from hybridkv.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
 from hybridkv.specs.base import KVCacheSpec, check_positive_int
@@ -388,14 +388,17 @@ class KVCacheManager:
     def _kept_points(
         self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
     ) -> tuple[int, ...]:
-        """A new request's kept points (``hybrid``): its hit, its branch point
-        and the snapshot floor (``retention.FLOOR_RATIO``) below its end."""
+        """A new request's kept points (``hybrid``): its hit, its branch point,
+        its prompt's end and the snapshot floor (``retention.FLOOR_RATIO``)
+        below its end. The prompt's end is its last hit boundary, on the tail's
+        grid when one is in force (``prompt_point``)."""
         lcm = self.coordinator.block_size_lcm
         step = self.coordinator.floor_tokens
         branch = 0 if blocks is None else min(blocks.full_hit_tokens, request.num_tokens - 1)
         branch -= branch % lcm
         floor = range(step, request.num_tokens, step) if step else ()
-        return tuple(sorted({p for p in (num_hit, branch, *floor) if p > 0}))
+        prompt = prompt_point(request.num_prompt_tokens, lcm, self.coordinator.tail_alignment.align)
+        return tuple(sorted({p for p in (num_hit, branch, prompt, *floor) if p > 0}))
 
     def _check_new_computed(
         self,

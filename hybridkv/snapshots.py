@@ -26,7 +26,7 @@ Which entries are real, per cache policy:
   the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
   ``managers/tail_alignment.py``, only those on its grid and the last hit
   boundary),
-  and the request's kept points (hit, branch point, snapshot floor).
+  and the request's kept points (hit, branch point, prompt end, snapshot floor).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_floor_spacing_by_hand() -> None:
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv._kept_points(req, hit, blocks) == (128, 256)
+    assert kv._kept_points(req, hit, blocks) == (128, 256, 300)  # and the prompt's end
 
 
 @pytest.mark.parametrize(

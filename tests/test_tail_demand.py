@@ -5,10 +5,10 @@ only those points need (final points, unit values, eviction order)."""
 from __future__ import annotations
 
 import pytest
-from factories import config, free_ids, full, mamba, serve, swa
+from factories import config, decode, free_ids, full, mamba, serve, swa
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.managers.retention import FinalPoints, UnitValues
+from hybridkv.managers.retention import FinalPoints, UnitValues, prompt_point
 from hybridkv.managers.tail_alignment import TailAlignment, tail_points
 from hybridkv.managers.tail_demand import (
     AT_END,
@@ -341,3 +341,30 @@ def test_a_resumed_request_is_no_branch() -> None:
     assert hit == 12
     assert kv.allocate_slots(s, 40 - hit, hit, blocks) is not None
     assert len(ta.demand._seen) == len(seen[1]) + 1
+
+
+def test_prompt_point_is_the_last_boundary_on_the_grid() -> None:
+    assert prompt_point(1100, 80, 0) == 1040  # dense: the last boundary
+    assert prompt_point(1100, 80, 512) == 960  # 1024 lies in [960, 1040)
+    assert prompt_point(1040, 80, 512) == 960
+    assert prompt_point(400, 80, 512) == 0  # no grid point below: none
+    assert prompt_point(70, 80, 0) == 0
+
+
+def test_the_prompt_end_stays_a_hit_point_after_a_long_answer() -> None:
+    """A 40-token prompt answered with 40 tokens: the tail (32 tokens before
+    the end at 80) does not reach the prompt's aligned end 32, the kept
+    prompt point does. Another sample of the prompt resumes there."""
+    kv = make(mamba(4))
+    prompt = list(range(3000, 3040))
+    r = Request("r", prompt)
+    blocks, hit = kv.get_computed_blocks(r)
+    assert hit == 0
+    assert kv.allocate_slots(r, 40, 0, blocks) is not None
+    assert kv.coordinator.managers[0].states["r"].kept == (32,)
+    r.num_computed_tokens = 40
+    for t in range(40):
+        assert decode(kv, r, 7000 + t) is not None
+    kv.check_integrity()
+    kv.free(r)
+    assert serve(kv, "again", prompt + [1] * 8) == 32

@@ -13,6 +13,9 @@ them:
 - ``F``: the branch point, when the full-attention groups matched further
   than the common hit (``F > H``): the request diverges there from something
   cached, so later requests with the same prefix will too (Marconi's idea);
+- ``P``: the end of its prompt, aligned down to a hit boundary (on the
+  tail's grid when one is in force: ``prompt_point``), where another sample of
+  the prompt resumes, as vLLM's Mamba align mode does;
 - ``E``: the end of what the request computed, aligned down to the block
   size (taken when it is freed). Running requests hold the blocks of the last
   block boundary (one extra block per group at most) so that ``E`` is whole.
@@ -61,6 +64,20 @@ TAIL_TOKENS = 512
 #: of 8-64 for Jamba on the Mooncake conversation trace with the aligned
 #: tail (benchmarks/results/cache.md); 16 was, with the dense one.
 FLOOR_RATIO = 32
+
+
+def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
+    """``P``, a request's prompt-end kept point: the last multiple of ``step``
+    at or below the prompt's end that is ``on_grid`` for ``align`` (0: none).
+
+    Another sample of the same prompt, or a next turn that shares the prompt
+    but not this answer (the Mooncake traces' expansion), resumes there; ``E``'s
+    tail covers it only while the output is shorter than the tail.
+    """
+    p = num_prompt_tokens - num_prompt_tokens % step
+    while p > 0 and not on_grid(p, align, step):
+        p -= step
+    return p
 
 
 def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
