@@ -75,7 +75,7 @@ def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
     tail covers it only while the output is shorter than the tail.
     """
     p = num_prompt_tokens - num_prompt_tokens % step
-    while p > 0 and not on_grid(p, align, step):
+    while not on_grid(p, align, step):  # 0 is on every grid
         p -= step
     return p
 
