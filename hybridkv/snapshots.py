@@ -25,8 +25,8 @@ Which entries are real, per cache policy:
 - ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
   the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
   ``managers/tail_alignment.py``, only those on its grid and the last hit
-  boundary),
-  and the request's kept points (hit, branch point, prompt end, snapshot floor).
+  boundary), and the request's kept points (hit, branch point, prompt end,
+  snapshot floor).
 """
 
 from __future__ import annotations

@@ -56,12 +56,13 @@ class KVCacheCoordinator(ABC):
             m.hybrid = self.hybrid
             m.tail = tail if self.hybrid else 0
             m.hit_step = self.block_size_lcm
-        full_sizes = [m.block_size for m in self.managers if m.prefix_closed]
         #: The first full-attention group (its blocks mark tail points).
         self._full_gid = next((gid for gid, m in enumerate(self.managers) if m.prefix_closed), None)
         #: Where branches fall (``hybrid``): thins the tail (``tail_alignment``).
         self.tail_alignment = TailAlignment(
-            full_sizes[0] if full_sizes else self.block_size_lcm,
+            self.block_size_lcm
+            if self._full_gid is None
+            else self.managers[self._full_gid].block_size,
             hybrid_tail_tokens if self.hybrid else 0,
             hybrid_tail_align,
         )
@@ -90,8 +91,8 @@ class KVCacheCoordinator(ABC):
 
     def observe_branch(self, branch: int, num_tokens: int, key: bytes | None = None) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
-        ``num_tokens``; ``key``: the hash of its block ending at ``branch``
-        (None when ``branch`` is 0) (``hybrid``: feeds ``tail_alignment`` and
+        ``num_tokens``; ``key``: the hash of its block ending at ``branch``,
+        None when ``branch`` is 0 (``hybrid``: feeds ``tail_alignment`` and
         its ``tail_demand``)."""
         self.tail_alignment.observe(branch, num_tokens)
         if key is not None:

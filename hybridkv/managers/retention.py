@@ -305,7 +305,7 @@ class UnitValues:
     shares with the aligned end goes with it.
     """
 
-    __slots__ = ("chain", "extra_pages", "main", "points", "top")
+    __slots__ = ("chain", "extra_pages", "main", "points")
 
     def __init__(
         self, points: FinalPoints, full_units: Mapping[int, int], extra_pages: Mapping[int, int]
@@ -315,7 +315,6 @@ class UnitValues:
         main = sorted({*points.kept, points.top, points.end} - {0})
         self.main = main
         self.points = points
-        self.top = points.top
         self.extra_pages = extra_pages
         full_pages: dict[int, int] = {}
         for unit, n in full_units.items():
@@ -347,7 +346,7 @@ class UnitValues:
         v = self.chain.get(point)
         if v is not None:
             return v
-        top = self.chain[self.top]
+        top = self.chain[self.points.top]
         if shared:
             return top
         saved = self.points.saved_by(point)
