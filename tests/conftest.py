@@ -7,18 +7,46 @@
 
 Without CUDA, Triton kernels run in Triton's CPU interpreter: ``TRITON_INTERPRET``
 must be set before any ``@triton.jit`` decorator runs, so it is set here, before
-any test module imports ``hybridkv.kernels``.
+any test module imports ``hybridkv.kernels``. With CUDA (and the interpreter not
+asked for), the same ``backend="triton"`` cases run compiled on the GPU
+(``tests/triton_on_cuda.py``); a test of the CPU-only refusal asks for the
+``native_triton_checks`` fixture.
 """
 
 from __future__ import annotations
 
 import os
 
+from collections.abc import Iterator
+
+import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+_SHIM = None
+# HYBRIDKV_TEST_SHIM_DEVICE=cpu runs the shim's copies on the CPU, under the
+# interpreter: a check of the shim itself on a machine without a GPU.
+_shim_device = os.environ.get("HYBRIDKV_TEST_SHIM_DEVICE")
+if _shim_device is None and torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    _shim_device = "cuda"
+if _shim_device:
+    from triton_on_cuda import install
+
+    _SHIM = install(_shim_device)
+
+
+@pytest.fixture
+def native_triton_checks() -> Iterator[None]:
+    """The kernels' own backend checks, as a user's process has them: without CUDA
+    they are never changed; on a GPU machine the Triton-on-CUDA shim is off meanwhile."""
+    if _SHIM is None:
+        yield
+        return
+    with _SHIM.native():
+        yield
 
 for _name, _examples in (("ci", 200), ("dev", 50), ("thorough", 10_000)):
     settings.register_profile(

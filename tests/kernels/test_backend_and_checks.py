@@ -31,7 +31,7 @@ def test_environment_variable_and_explicit_override(monkeypatch):
         resolve_backend(None, CPU)
 
 
-def test_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
+def test_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch, native_triton_checks):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(KernelBackendError, match="TRITON_INTERPRET=1"):
         resolve_backend("triton", CPU)

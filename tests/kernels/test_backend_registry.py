@@ -70,7 +70,9 @@ def test_an_op_is_implemented_or_declared_never_both() -> None:
             name = "missing"
 
 
-def test_unknown_and_unrunnable_backends_fail_with_the_reason(monkeypatch) -> None:
+def test_unknown_and_unrunnable_backends_fail_with_the_reason(
+    monkeypatch, native_triton_checks
+) -> None:
     with pytest.raises(KernelBackendError, match="unknown backend"):
         get_backend("fast", CPU)
     with pytest.raises(KernelBackendError, match="offers only"):

@@ -215,7 +215,7 @@ def test_unknown_or_unoffered_backend(make, backend):
         make(backend=backend)()
 
 
-def test_triton_without_interpreter(monkeypatch):
+def test_triton_without_interpreter(monkeypatch, native_triton_checks):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(KernelBackendError, match="TRITON_INTERPRET"):
         _ssd_update(backend="triton")()

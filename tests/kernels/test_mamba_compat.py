@@ -203,7 +203,7 @@ def test_mamba_ssm_backend_in_interpreter(variant, monkeypatch):
     torch.testing.assert_close(a.conv, b.conv, atol=0, rtol=0)
 
 
-def test_mamba_ssm_backend_needs_cuda_or_interpreter(monkeypatch):
+def test_mamba_ssm_backend_needs_cuda_or_interpreter(monkeypatch, native_triton_checks):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     p = _mamba1(2, seed=9)
     sv = state_views(4, (3, 4), (D_INNER, D_STATE), seed=1)
