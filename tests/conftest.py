@@ -16,7 +16,6 @@ asked for), the same ``backend="triton"`` cases run compiled on the GPU
 from __future__ import annotations
 
 import os
-
 from collections.abc import Iterator
 
 import pytest
@@ -47,6 +46,7 @@ def native_triton_checks() -> Iterator[None]:
         return
     with _SHIM.native():
         yield
+
 
 for _name, _examples in (("ci", 200), ("dev", 50), ("thorough", 10_000)):
     settings.register_profile(

@@ -1,0 +1,54 @@
+"""``tools/gpu``: the carry packer's split and the device session's stage runner, on the CPU."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSION = ROOT / "tools" / "gpu" / "session.sh"
+
+
+def _prepare():
+    spec = importlib.util.spec_from_file_location("gpu_prepare", ROOT / "tools/gpu/prepare.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_split_parts_join_back_to_the_file_with_its_digest(tmp_path):
+    data = os.urandom(2500)
+    src = tmp_path / "model.gguf"
+    src.write_bytes(data)
+    dest = tmp_path / "carry"
+    (dest / "gguf-9").mkdir(parents=True)  # a stale part from an earlier run goes
+    parts = _prepare().split_file(src, dest, 1000)
+    assert [p.parent.name for p in parts] == ["gguf-1", "gguf-2", "gguf-3"]
+    assert [p.stat().st_size for p in parts] == [1000, 1000, 500]
+    assert not (dest / "gguf-9").exists()
+    assert b"".join(p.read_bytes() for p in parts) == data
+    digest, name = (dest / "gguf-1" / "SHA256").read_text().split()
+    assert (digest, name) == (hashlib.sha256(data).hexdigest(), "model.gguf")
+
+
+def _session(tmp_path, *stages):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PY": sys.executable}
+    return subprocess.run(
+        ["bash", str(SESSION), *stages], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_session_runs_stages_logs_them_and_refuses_unknown_ones(tmp_path):
+    run = _session(tmp_path, "noop")
+    assert run.returncode == 0, run.stderr
+    log = (tmp_path / "out" / "noop.txt").read_text()
+    assert log.startswith("== noop\n") and "== noop: exit 0 in" in log
+    (tmp_path / "out" / "noop.txt").unlink()
+    bad = _session(tmp_path, "noop", "fly")
+    assert bad.returncode == 2 and "unknown stage: fly" in bad.stderr
+    assert not (tmp_path / "out" / "noop.txt").exists()  # checked before any stage runs

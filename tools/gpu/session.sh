@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 16's checks on a lent GPU machine, stage by stage (run through the device tool).
+#
+#   bash tools/gpu/session.sh STAGE [STAGE ...]
+#
+# Stages (each logs to $OUT/<stage>.txt, which comes back; $OUT defaults to ./gpu-out):
+#   setup         nvidia-smi and versions; pip-installs .gpu-carry/wheels and hybridkv (-e, no deps)
+#   noop          nothing (a call that only carries a part of the GGUF)
+#   gguf          joins .gpu-carry/gguf-*/part, checks its SHA-256, converts it to the demo
+#                 checkpoint under $HYBRIDKV_CACHE (default /root/hybridkv-cache)
+#   kernels       pytest tests/kernels: the interpreter suite compiled on CUDA
+#                 (tests/triton_on_cuda.py) plus the GPU-only cases
+#   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA)
+#   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
+#   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
+#
+# What to carry and in which calls: tools/gpu/prepare.py. Each stage has its own time
+# limit (STAGE_TIMEOUT, seconds, default 540) so one hung stage does not eat the call.
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/gpu-out}"
+PY="${PY:-python3}"
+LIMIT="${STAGE_TIMEOUT:-540}"
+export HYBRIDKV_CACHE="${HYBRIDKV_CACHE:-/root/hybridkv-cache}"
+XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8")
+mkdir -p "$OUT"
+
+stage_setup() {
+    nvidia-smi || echo "nvidia-smi: not available"
+    "$PY" -c 'import sys, torch; print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "-")'
+    "$PY" -c 'import triton, transformers; print("triton", triton.__version__, "transformers", transformers.__version__)'
+    if compgen -G ".gpu-carry/wheels/*.whl" >/dev/null; then
+        "$PY" -m pip install --no-deps --no-index .gpu-carry/wheels/*.whl
+    fi
+    "$PY" -m pip install --no-deps --no-build-isolation -e . >/dev/null && echo "hybridkv installed (editable)"
+    "$PY" -c 'import hybridkv, pydantic; from hybridkv.kernels import unified_attention; print("import ok: hybridkv", hybridkv.__file__, "pydantic", pydantic.VERSION)'
+}
+
+stage_noop() {
+    ls -la .gpu-carry 2>/dev/null || echo "no .gpu-carry"
+}
+
+stage_gguf() {
+    local name want got
+    read -r want name < .gpu-carry/gguf-1/SHA256
+    mkdir -p "$HYBRIDKV_CACHE"
+    cat $(ls -d .gpu-carry/gguf-*/part | sort -t- -k3 -n) > "$HYBRIDKV_CACHE/$name"
+    got=$(sha256sum "$HYBRIDKV_CACHE/$name" | cut -d' ' -f1)
+    [ "$got" = "$want" ] || { echo "SHA-256 mismatch: $got, want $want"; return 1; }
+    "$PY" -c "
+import sys
+from pathlib import Path
+from hybridkv.models.demo_checkpoint import DEMO_NAME, demo_checkpoint
+from hybridkv.models.gguf import convert_gguf
+root = Path(sys.argv[1])
+convert_gguf(root / sys.argv[2], root / DEMO_NAME)
+print('demo checkpoint:', demo_checkpoint())
+" "$HYBRIDKV_CACHE" "$name"
+}
+
+# pytest-xdist (in the device image) spreads Triton's compiles over the machine's cores.
+stage_kernels() {
+    "$PY" -m pytest tests/kernels $XDIST -q -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
+}
+
+stage_engine-tests() {
+    "$PY" -m pytest tests/engine $XDIST -q -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
+}
+
+stage_bench-kernels() {
+    "$PY" benchmarks/bench_kernels.py --write && cp benchmarks/results/kernels-*.md "$OUT/" 2>/dev/null
+}
+
+stage_bench-engine() {
+    "$PY" benchmarks/bench_engine.py --dtype bfloat16 --kernel-backend triton --write &&
+        "$PY" benchmarks/bench_engine.py --dtype float32 --kernel-backend triton --write &&
+        cp benchmarks/results/engine-cuda-*.md "$OUT/" 2>/dev/null
+}
+
+for stage in "$@"; do
+    if ! declare -F "stage_$stage" >/dev/null; then
+        echo "unknown stage: $stage (see the header of $0)" >&2
+        exit 2
+    fi
+done
+status=0
+for stage in "$@"; do
+    echo "== $stage" >"$OUT/$stage.txt"
+    start=$SECONDS
+    # Stage functions run in a child shell so that `timeout` can stop them.
+    export -f "stage_$stage"
+    export PY OUT XDIST
+    timeout "$LIMIT" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
+    rc=$?
+    echo "== $stage: exit $rc in $((SECONDS - start)) s" | tee -a "$OUT/$stage.txt"
+    tail -n 25 "$OUT/$stage.txt"
+    [ $rc -eq 0 ] || status=$rc
+done
+exit $status
