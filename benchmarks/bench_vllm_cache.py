@@ -412,7 +412,10 @@ state, `R` also keeps states on multiples of R tokens.
 Token hit rate: prefix hit at first admission over prompt tokens. Cached blocks: blocks in
 the prefix cache at the end, by kind (a block id spans all layers of its group, so GB =
 blocks x the block id's bytes, the same on both sides). Cached state: the non-full kind
-(Mamba states, sliding-window blocks); peak sampled every 10 requests.
+(Mamba states, sliding-window blocks); peak sampled every 10 requests. Under `hybrid`
+the peak comes once, when the pool first fills (Jamba: request ~160 of 1,500 at 40 GB,
+~340 at 80 GB): until then every kept state stays, in room nothing else wants, and
+eviction halves them within the next 20-40 requests.
 """
 
 
