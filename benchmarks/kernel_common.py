@@ -1,0 +1,59 @@
+"""Timing and input helpers shared by the kernel benchmarks (``bench_kernels.py``)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from hybridkv.kernels import AttentionMetadata, AttentionOptions
+
+KINDS = {"full": {}, "sliding 1024": {"sliding_window": 1024}, "chunked 8192": {"chunk_size": 8192}}
+
+
+def timed(fn: Callable[[], object], device: torch.device, reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second)."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return 2 * n / timed(lambda: dst.copy_(src), device)
+
+
+def paged_decode(batch: int, ctx: int, hq: int, hkv: int, d: int, bs: int, dtype, device):
+    """Random paged caches for ``batch`` decodes at context ``ctx`` (shuffled blocks)."""
+    per = -(-ctx // bs)
+    nb = batch * per + 1
+    k = torch.randn(nb, bs, hkv, d, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    table = (torch.randperm(nb - 1, device=device)[: batch * per] + 1).view(batch, per)
+    meta = AttentionMetadata.build([1] * batch, [ctx] * batch, table.int(), device=device)
+    q = torch.randn(batch, hq, d, device=device, dtype=dtype)
+    return q, k, v, meta
+
+
+def visible_keys(ctx: int, kind: dict) -> int:
+    last = ctx - 1
+    lo = AttentionOptions(scale=1.0, **kind).first_visible_key(last)
+    return ctx - lo
