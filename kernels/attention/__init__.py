@@ -19,12 +19,14 @@ from hybridkv.kernels.attention.metadata import (
     AttentionOptions,
 )
 from hybridkv.kernels.attention.reference import run_reference
+from hybridkv.kernels.attention.tiles import TritonTiles
 from hybridkv.kernels.backend import Implementations, pinned, resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
 
 __all__ = [
     "AttentionMetadata",
     "AttentionOptions",
+    "TritonTiles",
     "unified_attention",
     "unified_attention_native",
     "unified_attention_ref",
@@ -32,8 +34,10 @@ __all__ = [
 ]
 
 
-def _run_reference(a: AttentionInputs, num_segments: int | None) -> None:
-    run_reference(a)  # no split-KV: num_segments does not apply
+def _run_reference(
+    a: AttentionInputs, num_segments: int | None, tiles: TritonTiles | None = None
+) -> None:
+    run_reference(a)  # no split-KV or tiles: num_segments and tiles do not apply
 
 
 #: Each implementation writes ``a.out``; Triton's and C's modules load at first use.
@@ -55,6 +59,7 @@ def unified_attention(
     out: torch.Tensor | None = None,
     backend: str | None = None,
     num_segments: int | None = None,
+    tiles: TritonTiles | None = None,
 ) -> torch.Tensor:
     """Attention output ``[T, Hq, D]`` in ``q``'s dtype (written into ``out`` if given).
 
@@ -63,15 +68,19 @@ def unified_attention(
       dtype as ``q`` (fp16, bf16 or fp32), any block/token/head strides;
     - ``sinks``: ``[Hq]`` per-head sink logits (gpt-oss), or ``None``;
     - ``num_segments``: force the Triton split-KV factor (tests, tuning); the
-      torch reference has no split and ignores it.
+      torch reference has no split and ignores it;
+    - ``tiles``: override the Triton launcher's tile, warp and stage choices
+      (``TritonTiles``, tuning runs); the other backends ignore it.
     """
     _check(q, key_cache, value_cache, meta, sinks, out)
     if num_segments is not None and num_segments < 1:
         raise ValueError(f"num_segments: must be >= 1, got {num_segments}")
+    if tiles is not None and not isinstance(tiles, TritonTiles):
+        raise TypeError(f"tiles: must be a TritonTiles, got {type(tiles).__name__}")
     impl = _IMPLS[resolve_backend(backend, q.device, allowed=_IMPLS.names)]
     a = AttentionInputs(q, key_cache, value_cache, out if out is not None else torch.empty_like(q),
                         meta, opts, sinks)  # fmt: skip
-    impl(a, num_segments)
+    impl(a, num_segments, tiles)
     return a.out
 
 

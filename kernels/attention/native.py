@@ -36,12 +36,14 @@ def _decode_plan(a: AttentionInputs) -> NativeDecodePlan | None:
     return plan
 
 
-def run_native(a: AttentionInputs, num_segments: int | None = None) -> None:
+def run_native(
+    a: AttentionInputs, num_segments: int | None = None, tiles: object | None = None
+) -> None:
     """Write attention of ``a.q`` into ``a.out`` (arguments checked, CPU tensors).
 
     Decode rows run in C; prefill rows run the torch reference's batched SDPA
-    (the native backend's declared fallback). No split-KV: ``num_segments``
-    does not apply."""
+    (the native backend's declared fallback). No split-KV or Triton tiles:
+    ``num_segments`` and ``tiles`` do not apply."""
     plan = _decode_plan(a)
     if plan is not None:
         tables, q_rows, seq_lens = plan

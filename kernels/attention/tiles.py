@@ -1,0 +1,58 @@
+"""``TritonTiles``: the Triton attention kernel's launch choices, for tuning runs.
+
+The launcher (``launcher.py``) picks rows per program, keys per iteration, warps
+and split-KV segments by rules its docstring gives. ``unified_attention(...,
+tiles=TritonTiles(...))`` overrides some of them for one call, so that
+``benchmarks/tune_attention.py`` can time the alternatives on a GPU without
+editing the launcher; ``None`` fields keep the rule. Every choice computes the
+same attention (the tuning script checks it); only the speed changes. The torch
+and native backends have no tiles and ignore it, as they ignore
+``num_segments``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _power_of_two(name: str, value: int | None, low: int, high: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value & (value - 1) != 0:
+        raise ValueError(f"{name}: must be a power of two, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: must be in [{low}, {high}], got {value}")
+
+
+@dataclass(frozen=True)
+class TritonTiles:
+    """Overrides of the launcher's rules (module docstring); ``None`` keeps a rule.
+
+    - ``block_m``: rows per program (query tokens x the query heads of one KV
+      head); at least 16 (``tl.dot``) and at least that head count, rounded up
+      to a power of two (the launcher raises otherwise);
+    - ``tile_n``: keys per loop iteration;
+    - ``num_warps``, ``num_stages``: Triton's launch options;
+    - ``min_tiles_per_segment``: the automatic split-KV's shortest segment, in
+      tiles of ``tile_n`` keys (``num_segments=`` still forces a split).
+    """
+
+    block_m: int | None = None
+    tile_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    min_tiles_per_segment: int | None = None
+
+    def __post_init__(self) -> None:
+        _power_of_two("block_m", self.block_m, 16, 256)
+        _power_of_two("tile_n", self.tile_n, 16, 256)
+        _power_of_two("num_warps", self.num_warps, 1, 16)
+        if self.num_stages is not None and (
+            isinstance(self.num_stages, bool)
+            or not isinstance(self.num_stages, int)
+            or not 1 <= self.num_stages <= 8
+        ):
+            raise ValueError(f"num_stages: must be an integer in [1, 8], got {self.num_stages!r}")
+        m = self.min_tiles_per_segment
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"min_tiles_per_segment: must be an integer >= 1, got {m!r}")
