@@ -12,6 +12,7 @@
 #                 (tests/triton_on_cuda.py) plus the GPU-only cases
 #   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA)
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
+#   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
 #
 # What to carry and in which calls: tools/gpu/prepare.py. Each stage has its own time
@@ -69,6 +70,10 @@ stage_engine-tests() {
 
 stage_bench-kernels() {
     "$PY" benchmarks/bench_kernels.py --write && cp benchmarks/results/kernels-*.md "$OUT/" 2>/dev/null
+}
+
+stage_tune() {
+    "$PY" benchmarks/tune_attention.py --write && cp benchmarks/results/attention-tuning-*.md "$OUT/"
 }
 
 stage_bench-engine() {
