@@ -68,6 +68,6 @@ def check_against_hf(path: Path, llm: LLM, prompts: list[list[int]], n: int) -> 
     for prompt, out, ours in zip(prompts, outs, logits, strict=True):
         tokens, ref = cached_hf_greedy(path, prompt, n)
         assert out.outputs[0].token_ids == tokens, (len(prompt), out.outputs[0].token_ids, tokens)
-        torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(ours.cpu(), ref, rtol=1e-4, atol=1e-4)  # ours may be on CUDA
     llm.manager.check_integrity()
     return outs
