@@ -14,6 +14,8 @@
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
 #   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
+#   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
+#                 transformers, each differing output explained (near-tie) or not
 #
 # What to carry and in which calls: tools/gpu/prepare.py. Each stage has its own time
 # limit (STAGE_TIMEOUT, seconds, default 540) so one hung stage does not eat the call.
@@ -88,6 +90,11 @@ for stage in "$@"; do
         exit 2
     fi
 done
+stage_divergence() {
+    "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write &&
+        cp benchmarks/results/divergence-cuda-*.md "$OUT/" 2>/dev/null
+}
+
 status=0
 for stage in "$@"; do
     echo "== $stage" >"$OUT/$stage.txt"
