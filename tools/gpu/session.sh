@@ -14,6 +14,7 @@
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
 #   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
+#   step-profile  benchmarks/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
 #   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
 #
@@ -90,6 +91,11 @@ for stage in "$@"; do
         exit 2
     fi
 done
+stage_step-profile() {
+    "$PY" benchmarks/step_profile.py --kernel-backend triton --write &&
+        cp benchmarks/results/step-profile-cuda-*.md "$OUT/" 2>/dev/null
+}
+
 stage_divergence() {
     "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write &&
         cp benchmarks/results/divergence-cuda-*.md "$OUT/" 2>/dev/null

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Is a decode step launch-bound? Where one engine step's time goes (issue 16: "use CUDA
+graphs for decode steps if the step is launch-bound; measure first").
+
+Runs ``--batch`` requests (``--length``-token prompts) until all decode, then
+times ``--steps`` decode steps, each split into:
+
+- ``schedule``: the scheduler and the KV cache manager (Python, CPU);
+- ``batch``: building the step's tensors (block tables, slots, positions);
+- ``model``: the forward pass and logits, to the point the sampled tokens are
+  back on the host (``sample`` reads them: the step's only sync);
+- ``update``: appending tokens, freeing finished requests.
+
+On CUDA it also profiles the same steps with ``torch.profiler`` and reports
+the GPU's busy time per step (kernel time summed) and kernel launches per
+step. A step whose GPU busy time is well under its model time is bound by
+launches (Python and the CUDA driver), which is what CUDA graphs remove.
+
+    python3 benchmarks/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
+        [--length 256] [--steps 32] [--kernel-backend triton] [--write]
+
+``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+PARTS = ("schedule", "batch", "model", "update")
+
+
+class StepTimer:
+    """Wraps an ``LLM``'s scheduler and runner to time each part of its steps."""
+
+    def __init__(self, llm: Any, sync: Callable[[], None]) -> None:
+        self.times: dict[str, list[float]] = {p: [] for p in PARTS}
+        self.on = False
+        self._sync = sync
+        sched, runner = llm.scheduler, llm.runner
+        self._wrap(sched, "schedule", "schedule")
+        self._wrap(sched, "update", "update")
+        self._wrap(runner, "build_batch", "batch")
+        build = runner.build_batch
+        model = runner.model
+        timer = self
+
+        def execute(work: Any) -> torch.Tensor:
+            batch = build(work)
+            t = time.perf_counter()
+            with torch.inference_mode():
+                hidden = model(batch)
+                logits = model.compute_logits(hidden[batch.logits_indices])
+            timer._sync()
+            if timer.on:
+                timer.times["model"].append(time.perf_counter() - t)
+            return logits
+
+        runner.execute = execute
+
+    def _wrap(self, obj: Any, name: str, part: str) -> None:
+        fn = getattr(obj, name)
+        timer = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            if timer.on:
+                timer.times[part].append(time.perf_counter() - t)
+            return out
+
+        setattr(obj, name, timed)
+
+
+def decode_steps(llm: Any, prompts: list[list[int]], steps: int, timer: StepTimer) -> float:
+    """Admit ``prompts``, run until all decode, then ``steps`` timed decode steps;
+    returns their mean wall seconds."""
+    from hybridkv.engine import SamplingParams
+    from hybridkv.engine.engine_request import EngineRequest
+
+    params = SamplingParams(max_tokens=10**6, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        llm.scheduler.add_request(
+            EngineRequest(f"p{i}", p, params, max_model_len=llm.max_model_len)
+        )
+    while any(r.num_output_tokens == 0 for r in llm.scheduler.running) or llm.scheduler.waiting:
+        llm.step()
+    for _ in range(3):
+        llm.step()  # warm-up decodes
+    timer.on = True
+    t = time.perf_counter()
+    for _ in range(steps):
+        llm.step()
+    wall = (time.perf_counter() - t) / steps
+    timer.on = False
+    return wall
+
+
+def gpu_profile(llm: Any, steps: int) -> tuple[float, float]:
+    """(GPU kernel seconds per step, kernel launches per step) over ``steps`` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            llm.step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.device_time for e in kernels) / 1e6  # microseconds
+    return busy / steps, len(kernels) / steps
+
+
+def main() -> int:
+    from bench_engine import corpus
+
+    from hybridkv.engine import LLM
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--length", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--kernel-backend", default=None)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    if args.model is None:
+        from hybridkv.models.demo_checkpoint import demo_checkpoint
+
+        args.model = demo_checkpoint()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    llm = LLM(args.model, dtype=getattr(torch, args.dtype), device=device,
+              kernel_backend=args.kernel_backend, max_num_seqs=args.batch,
+              max_model_len=args.length + 3 * args.steps + 64)  # fmt: skip
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    timer = StepTimer(llm, sync)
+    text = corpus(llm.tokenizer, args.length + 7 * args.batch)
+    prompts = [text[i * 7 : i * 7 + args.length] for i in range(args.batch)]
+    wall = decode_steps(llm, prompts, args.steps, timer)
+    means = {p: statistics.mean(v) if v else 0.0 for p, v in timer.times.items()}
+    lines = [f"# Decode step profile: {args.model.name}, {args.dtype}, {device}", "",
+             f"{args.batch} requests decoding ({args.length}-token prompts), {args.steps} steps, "
+             f"kernel backend {llm.kernel_backend}. Milliseconds per step.", "",
+             "| step wall | " + " | ".join(PARTS) + " | GPU busy | launches |",
+             "| ---: | " + " | ".join("---:" for _ in PARTS) + " | ---: | ---: |"]  # fmt: skip
+    busy, launches = (None, None)
+    if device == "cuda":
+        busy, launches = gpu_profile(llm, args.steps)
+    cells = [f"{wall * 1e3:.2f}", *(f"{means[p] * 1e3:.2f}" for p in PARTS)]
+    cells += ["-" if busy is None else f"{busy * 1e3:.2f}",
+              "-" if launches is None else f"{launches:.0f}"]  # fmt: skip
+    lines.append("| " + " | ".join(cells) + " |")
+    if busy is not None:
+        share = busy / means["model"] if means["model"] else 0.0
+        verdict = "launch-bound: CUDA graphs would pay" if share < 0.5 else "GPU-bound"
+        lines += ["", f"GPU busy / model time: {share:.0%} ({verdict})."]
+    print("\n".join(lines))
+    if args.write:
+        out = HERE / "results" / f"step-profile-{device}-{args.dtype}.md"
+        out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
