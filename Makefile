@@ -9,7 +9,7 @@ PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: demo test lint typecheck bench bench-engine mutation clean venv dev mamba
+.PHONY: test-triton36 demo test lint typecheck bench bench-engine mutation clean venv dev mamba
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ lint: $(VENV)/.dev $(VENV)/.mamba
 
 test: lint
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q
+
+# The Triton kernels under Triton 3.6's interpreter (the GPU machines' version; not in CI:
+# it downloads Triton 3.6).
+test-triton36: $(VENV)/.dev $(VENV)/.mamba
+	bash tools/triton36.sh
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_manager.py
