@@ -123,8 +123,10 @@ class LLM:
         self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
 
         self.model_dir = resolve_model_dir(model, progress=progress)
+        from hybridkv.models.registry import check_architecture, resolve_architecture
+
+        check_architecture(self.model_dir / "config.json")
         hf_config = read_hf_config(self.model_dir / "config.json")
-        from hybridkv.models.registry import resolve_architecture
 
         _, text_config = resolve_architecture(hf_config)
         self.dtype = resolve_dtype(dtype, text_config)

@@ -9,6 +9,8 @@ raises ``UnsupportedModelError`` listing the supported ones.
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 from typing import Any
 
 from hybridkv.models.base import CausalLM
@@ -35,10 +37,10 @@ class UnsupportedModelError(ValueError):
     """The checkpoint's architecture has no model class here."""
 
 
-def resolve_architecture(hf_config: Any) -> tuple[type[CausalLM], Any]:
-    """The model class and the text config it reads (see the module docstring)."""
-    archs = list(getattr(hf_config, "architectures", None) or [])
-    model_type = getattr(hf_config, "model_type", None)
+def architecture_name(architectures: Any, model_type: Any) -> str:
+    """The supported architecture a config names (``architectures``, else its
+    ``model_type``); ``UnsupportedModelError`` listing the supported ones if none."""
+    archs = [str(a) for a in architectures] if isinstance(architectures, (list, tuple)) else []
     name = next((a for a in archs if a in ARCHITECTURES), None)
     if name is None and not archs:
         name = _BY_MODEL_TYPE.get(str(model_type))
@@ -47,6 +49,28 @@ def resolve_architecture(hf_config: Any) -> tuple[type[CausalLM], Any]:
             f"architecture {archs or model_type!r} is not supported; supported: "
             + ", ".join(sorted(ARCHITECTURES))
         )
+    return name
+
+
+def check_architecture(config_file: Path) -> None:
+    """Raise ``UnsupportedModelError`` if ``config_file``'s raw JSON names no supported
+    architecture, before transformers parses it (some transformers versions fail on
+    an unsupported model's fields first, with a less useful error). An unreadable
+    file passes: ``read_hf_config`` says what is wrong with it."""
+    try:
+        raw = json.loads(config_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return
+    if isinstance(raw, dict):
+        architecture_name(raw.get("architectures"), raw.get("model_type"))
+
+
+def resolve_architecture(hf_config: Any) -> tuple[type[CausalLM], Any]:
+    """The model class and the text config it reads (see the module docstring)."""
+    name = architecture_name(
+        list(getattr(hf_config, "architectures", None) or []),
+        getattr(hf_config, "model_type", None),
+    )
     module, cls_name, wrapper = ARCHITECTURES[name]
     cls = getattr(importlib.import_module(module), cls_name)
     text = hf_config.get_text_config() if wrapper else hf_config

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 from test_gguf import write_tiny_gguf
+from tiny_checkpoints import converts_gguf_tokenizer
 
 from hybridkv.engine import LLM, SamplingParams
 
 
+@converts_gguf_tokenizer
 def test_llm_loads_a_gguf_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HYBRIDKV_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "tiny.gguf"

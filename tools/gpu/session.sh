@@ -7,7 +7,8 @@
 #   setup         nvidia-smi and versions; pip-installs .gpu-carry/wheels and hybridkv (-e, no deps)
 #   noop          nothing (a call that only carries a part of the GGUF)
 #   gguf          joins .gpu-carry/gguf-*/part, checks its SHA-256, converts it to the demo
-#                 checkpoint under $HYBRIDKV_CACHE (default /root/hybridkv-cache)
+#                 checkpoint under $HYBRIDKV_CACHE (default /root/hybridkv-cache) with the
+#                 carried tokenizer (.gpu-carry/tokenizer)
 #   kernels       pytest tests/kernels: the interpreter suite compiled on CUDA
 #                 (tests/triton_on_cuda.py) plus the GPU-only cases
 #   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA)
@@ -45,21 +46,25 @@ stage_noop() {
 }
 
 stage_gguf() {
-    local name want got
+    local name want got tok
     read -r want name < .gpu-carry/gguf-1/SHA256
     mkdir -p "$HYBRIDKV_CACHE"
     cat $(ls -d .gpu-carry/gguf-*/part | sort -t- -k3 -n) > "$HYBRIDKV_CACHE/$name"
     got=$(sha256sum "$HYBRIDKV_CACHE/$name" | cut -d' ' -f1)
     [ "$got" = "$want" ] || { echo "SHA-256 mismatch: $got, want $want"; return 1; }
+    # The tokenizer converted by prepare.py (transformers 5.17 converts GGUF tokenizers wrongly).
+    tok="$HYBRIDKV_CACHE/tokenizer"
+    rm -rf "$tok" && mkdir -p "$tok" && cp .gpu-carry/tokenizer/*.json "$tok/"
+    gunzip -c .gpu-carry/tokenizer/tokenizer.json.gz > "$tok/tokenizer.json"
     "$PY" -c "
 import sys
 from pathlib import Path
 from hybridkv.models.demo_checkpoint import DEMO_NAME, demo_checkpoint
 from hybridkv.models.gguf import convert_gguf
 root = Path(sys.argv[1])
-convert_gguf(root / sys.argv[2], root / DEMO_NAME)
+convert_gguf(root / sys.argv[2], root / DEMO_NAME, tokenizer_dir=sys.argv[3])
 print('demo checkpoint:', demo_checkpoint())
-" "$HYBRIDKV_CACHE" "$name"
+" "$HYBRIDKV_CACHE" "$name" "$tok"
 }
 
 # pytest-xdist (in the device image) spreads Triton's compiles over the machine's cores.
