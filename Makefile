@@ -9,7 +9,7 @@ PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: test-triton36 demo test lint typecheck bench bench-engine mutation clean venv dev mamba
+.PHONY: test-device-stack demo test lint typecheck bench bench-engine mutation clean venv dev mamba
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -55,10 +55,10 @@ lint: $(VENV)/.dev $(VENV)/.mamba
 test: lint
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q
 
-# The Triton kernels under Triton 3.6's interpreter (the GPU machines' version; not in CI:
-# it downloads Triton 3.6).
-test-triton36: $(VENV)/.dev $(VENV)/.mamba
-	bash tools/triton36.sh
+# The kernels and the engine under the GPU machines' Python stack (Triton 3.6's interpreter,
+# transformers 5.17); not in CI: it downloads them.
+test-device-stack: $(VENV)/.dev $(VENV)/.mamba
+	bash tools/device_stack.sh
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_manager.py
