@@ -51,6 +51,12 @@ def timed(fn, device: torch.device) -> float:  # type: ignore[no-untyped-def]
     return _timed(fn, device, REPS, WARMUP)
 
 
+def _emit(rows: list[str], line: str) -> None:
+    """Keep ``line`` for the report and show it now (a sweep runs for minutes)."""
+    rows.append(line)
+    print(line, flush=True)
+
+
 def _free(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -89,11 +95,11 @@ def decode_rows(
                 )
                 del kc, vc
                 _free(device)
-                rows.append(
+                _emit(
+                    rows,
                     f"| {name} | {batch} | {ctx:,} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
-                    f"{nbytes / t / bw:.0%} | {ts * 1e6:.1f} | {nbytes / ts / bw:.0%} |"
+                    f"{nbytes / t / bw:.0%} | {ts * 1e6:.1f} | {nbytes / ts / bw:.0%} |",
                 )
-                print(rows[-1], flush=True)
     return rows
 
 
@@ -146,11 +152,11 @@ def prefill_rows(
         for name, kind in KINDS.items():
             opts = AttentionOptions(scale=d**-0.5, **kind)
             t = timed(partial(unified_attention, q, kc, vc, meta, opts), device)
-            rows.append(
+            _emit(
+                rows,
                 f"| {name} | {batch} x {length:,} | {t * 1e3:.3f} | {ts * 1e3:.3f} | "
-                f"{t / ts:.2f}x |"
+                f"{t / ts:.2f}x |",
             )
-            print(rows[-1], flush=True)
         del q, kc, vc, qs, ks, vs
         _free(device)
     return rows
@@ -186,11 +192,11 @@ def mixed_rows(
             ts = timed(pre, device) + timed(dec, device)
         del kp, kd
         _free(device)
-        rows.append(
+        _emit(
+            rows,
             f"| {chunk:,} on {prefix:,} + {decodes} x {ctx:,} | {t * 1e3:.3f} | "
-            f"{ts * 1e3:.3f} | {t / ts:.2f}x |"
+            f"{ts * 1e3:.3f} | {t / ts:.2f}x |",
         )
-        print(rows[-1], flush=True)
     return rows
 
 
@@ -214,8 +220,7 @@ def cache_write_rows(
         run = partial(reshape_and_cache, key, value, kc, vc, slots, backend="triton")
         t = timed(run, device)
         nbytes = 2 * 2 * n * hkv * d * 2  # K and V, read and written, bf16
-        rows.append(f"| {n:,} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |")
-        print(rows[-1], flush=True)
+        _emit(rows, f"| {n:,} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |")
         del kc, vc, key, value
         _free(device)
     return rows
