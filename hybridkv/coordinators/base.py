@@ -77,6 +77,9 @@ class KVCacheCoordinator(ABC):
             if self.hybrid
             else 0
         )
+        #: Hits at multiples of this need nothing outside full attention: kept
+        #: for free at ``free`` (``hybrid``; 0: no such points, e.g. a window).
+        self.free_point_period = self._free_point_period() if self.hybrid else 0
         # Groups whose hit point needs one block of its own (a Mamba state):
         # only those are thinned in the tail (``UnitValues.of_other``).
         far = self.block_size_lcm << 20
@@ -88,6 +91,13 @@ class KVCacheCoordinator(ABC):
         #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
+
+    def _free_point_period(self) -> int:
+        """The common period of every group's free points (``free_point_period``), 0 if none."""
+        periods = [m.free_point_period() for m in self.managers]
+        if not all(periods):
+            return 0
+        return math.lcm(self.block_size_lcm, *periods)
 
     def observe_branch(self, branch: int, num_tokens: int, key: bytes | None = None) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
@@ -230,8 +240,8 @@ class KVCacheCoordinator(ABC):
     def _free_hybrid(self, states: list[RequestBlockState]) -> None:
         """``hybrid`` release (``hybridkv.coordinators.hybrid_release``).
 
-        The kept points are the request's own plus ``E``, the end of what it
-        cached (``hybridkv.managers.retention``).
+        The kept points are the request's own, its free points and ``E``, the
+        end of what it cached (``hybridkv.managers.retention``).
         """
         lcm = self.block_size_lcm
         end = min(st.num_cached * m.block_size for m, st in zip(self.managers, states, strict=True))
@@ -239,7 +249,16 @@ class KVCacheCoordinator(ABC):
         ta = self.tail_alignment
         tail = self.managers[0].tail
         d = ta.demand
-        points = FinalPoints(states[0].kept, end, tail, lcm, ta.align, d.below_weight, d.end_weight)
+        points = FinalPoints(
+            states[0].kept,
+            end,
+            tail,
+            lcm,
+            ta.align,
+            d.below_weight,
+            d.end_weight,
+            self.free_point_period,
+        )
         if ta.align and self._full_gid is not None:
             self._mark_tail(states[self._full_gid], points)
         release_hybrid(self.managers, states, self.pool, points, self._point_local)

@@ -146,6 +146,14 @@ class SingleTypeKVCacheManager(ABC):
         """Table index of the first block a query at ``num_tokens`` reads."""
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
 
+    def free_point_period(self) -> int:
+        """Hits at multiples of this many tokens need no block of this group
+        beyond the full-attention-like prefix it shares with the others
+        (``first_needed_block(p) == p // block_size``): 1 for a group without
+        skips (every point), 0 when only the empty hit is (a window, a state).
+        ``hybrid`` keeps such *free points* for nothing (``retention.FinalPoints``)."""
+        return 0 if self.has_skips else 1
+
     def min_tokens_skipping(self, num_skipped: int) -> int:
         """A lower bound on the fewest tokens at which ``get_num_skipped_tokens``
         reaches ``num_skipped`` (> 0): ``num_skipped`` itself, as no length skips

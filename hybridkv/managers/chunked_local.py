@@ -29,6 +29,10 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
 
+    def free_point_period(self) -> int:
+        """A hit at a chunk boundary needs none of this group's blocks."""
+        return self.attention_chunk_size
+
     def min_tokens_skipping(self, num_skipped: int) -> int:
         c = self.attention_chunk_size
         return -(-num_skipped // c) * c

@@ -144,6 +144,10 @@ class FinalPoints:
     is none). What only a grid point below it needs is weighed by
     ``below_weight``, what only an off-grid ``end`` needs by ``end_weight``
     (``weight``; learned by ``tail_demand``).
+
+    ``free_period``: hits at its multiples need nothing outside full attention
+    (chunk boundaries when every other group is chunked; 0: none). Those up
+    to ``end`` are kept points (*free points*): they hold no block of their own.
     """
 
     __slots__ = (
@@ -151,6 +155,7 @@ class FinalPoints:
         "below_weight",
         "end",
         "end_weight",
+        "free_period",
         "kept",
         "points",
         "step",
@@ -167,8 +172,11 @@ class FinalPoints:
         align: int = 0,
         below_weight: float = 1.0,
         end_weight: float = 1.0,
+        free_period: int = 0,
     ) -> None:
-        self.kept = sorted({p for p in kept if 0 < p <= end})
+        free = range(free_period, end + 1, free_period) if free_period else ()
+        self.kept = sorted({*(p for p in kept if 0 < p <= end), *free})
+        self.free_period = free_period
         self.end = end
         self.step = step
         self.align = align
@@ -191,6 +199,10 @@ class FinalPoints:
         if not self.align or point == self.top or point in self.kept:
             return 1.0
         return self.end_weight if point == self.end else self.below_weight
+
+    def is_free(self, point: int) -> bool:
+        """True when a hit at ``point`` needs nothing outside full attention."""
+        return bool(self.free_period) and point % self.free_period == 0
 
     def saved_by(self, point: int) -> int:
         """Tokens a hit loses when tail point ``point``'s own state goes.
@@ -303,9 +315,17 @@ class UnitValues:
     valued as the aligned end's unit: sliding windows and chunks of tail
     points nest (a lower point needs more of them), so what a lower point
     shares with the aligned end goes with it.
+
+    Full-attention blocks on the way to a free point (``FinalPoints.is_free``)
+    are worth at least that point's own ratio (``full_value``): its hit needs
+    nothing else, so the cap that a shallower point's window, chunk or state
+    puts on deeper units does not bind them. Such a point has no block of its
+    own to lose, so the lift stays true while the blocks are free; a point
+    with blocks of its own lifts nothing (they go first, and the lift would
+    outlive them). The shallower point's own blocks keep its chain value.
     """
 
-    __slots__ = ("chain", "extra_pages", "main", "points")
+    __slots__ = ("chain", "extra_pages", "full_value", "main", "points")
 
     def __init__(
         self, points: FinalPoints, full_units: Mapping[int, int], extra_pages: Mapping[int, int]
@@ -322,13 +342,26 @@ class UnitValues:
             if owner is not None:
                 full_pages[owner] = full_pages.get(owner, 0) + n
         chain: dict[int, float] = {}
+        ratio: dict[int, float] = {}
         prev, best = 0, float("inf")
         for m in main:
             pages = max(1, full_pages.get(m, 0) + extra_pages.get(m, 0))
-            best = min(best, (m - prev) / pages)
+            ratio[m] = (m - prev) / pages
+            best = min(best, ratio[m])
             chain[m] = best * points.weight(m)  # below 1 only for an off-grid E, the last
             prev = m
         self.chain = chain
+        #: Value of the full-attention blocks of each main point's unit: its
+        #: chain value, lifted by the free points at or past it (non-increasing).
+        self.full_value = chain
+        if points.free_period:
+            lifted: dict[int, float] = {}
+            lift = 0.0
+            for m in reversed(main):
+                if points.is_free(m):
+                    lift = max(lift, ratio[m])
+                lifted[m] = max(chain[m], lift)
+            self.full_value = lifted
 
     def main_owner(self, block_end: int) -> int | None:
         """The smallest main point at or after ``block_end`` (None: past ``E``)."""
@@ -338,7 +371,7 @@ class UnitValues:
     def of_full(self, block_end: int) -> float | None:
         """Value of a full-attention block ending at ``block_end`` (None: past ``E``)."""
         m = self.main_owner(block_end)
-        return None if m is None else self.chain[m]
+        return None if m is None else self.full_value[m]
 
     def of_other(self, point: int, shared: bool) -> float:
         """Value of a non-full block whose smallest covering point is ``point``;
