@@ -135,6 +135,11 @@ def ref_counts(kv: KVCacheManager) -> list[int]:
     return [b.ref_cnt for b in kv.block_pool.blocks]
 
 
+def free_classes(kv: KVCacheManager) -> dict[int, int]:
+    """Value class of every free block that has one (cost-aware policy), by id."""
+    return {b.block_id: b.free_class for b in kv.block_pool.policy if b.free_class is not None}
+
+
 def cached_ids(kv: KVCacheManager) -> set[int]:
     """Ids of blocks that currently hold a hash."""
     return {b.block_id for b in kv.block_pool.blocks if b.block_hash is not None}

@@ -13,33 +13,27 @@ Reading a queue: ``kv.block_pool.policy`` iterates in take order (head first).
 from __future__ import annotations
 
 import pytest
-from factories import chunked, config, full, mamba, swa
+from factories import admit, chunked, config, free_classes, full, mamba, swa
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.managers.retention import FinalPoints, UnitValues
 
 
-def manager(*specs, num_blocks=64, weight=1.0) -> KVCacheManager:
+def manager(*specs, num_blocks=64) -> KVCacheManager:
+    """``hybrid``, no tail, value weight 1."""
     return KVCacheManager(
         config(num_blocks, *specs),
         256,
         cache_policy="hybrid",
         hybrid_tail_tokens=0,
-        hybrid_value_weight=weight,
+        hybrid_value_weight=1.0,
     )
 
 
-def admit(kv: KVCacheManager, rid: str, tokens: list[int]) -> tuple[Request, int]:
+def compute(kv: KVCacheManager, rid: str, tokens: list[int]) -> tuple[Request, int]:
     """Admit with its prefix hit and compute the whole prompt; returns the hit."""
     req = Request(rid, tokens)
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
-    req.num_computed_tokens = len(tokens)
-    return req, hit
-
-
-def classes(kv: KVCacheManager) -> dict[int, int]:
-    return {b.block_id: b.free_class for b in kv.block_pool.policy if b.free_class is not None}
+    return req, admit(kv, req)[0]
 
 
 @pytest.mark.parametrize(
@@ -77,13 +71,13 @@ def test_free_points_split_the_end_unit_by_hand() -> None:
     class 3 for every one of them.
     """
     kv = manager(full(4), chunked(4, 8))
-    req, hit = admit(kv, "a", list(range(20)))
+    req, hit = compute(kv, "a", list(range(20)))
     assert hit == 0
     assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
     kv.free(req)
     kv.check_integrity()
     assert sorted(b.block_id for b in list(kv.block_pool.policy)[:4]) == [6, 7, 8, 9]
-    assert classes(kv) == {1: 4, 2: 4, 3: 4, 4: 4, 5: 2, 10: 2}
+    assert free_classes(kv) == {1: 4, 2: 4, 3: 4, 4: 4, 5: 2, 10: 2}
 
 
 def test_a_free_point_lifts_what_a_shallower_chunk_caps_by_hand() -> None:
@@ -127,11 +121,11 @@ def test_a_free_point_hit_survives_its_chunks_by_hand() -> None:
     point 16 reads no chunked block.
     """
     kv = manager(full(4), chunked(4, 8), num_blocks=16)
-    a, _ = admit(kv, "a", list(range(20)))
+    a, _ = compute(kv, "a", list(range(20)))
     kv.free(a)
     queue = [b.block_id for b in kv.block_pool.policy]
     assert queue == [9, 8, 7, 6, 11, 12, 13, 14, 15, 5, 10, 4, 3, 2, 1]
-    b, hit = admit(kv, "b", list(range(100, 120)))
+    b, hit = compute(kv, "b", list(range(100, 120)))
     assert hit == 0
     assert kv.get_block_ids("b") == ([9, 8, 7, 6, 11], [12, 13, 14, 15, 5])
     kv.free(b)

@@ -9,7 +9,7 @@ to the tail in release order (the first released is taken first among them).
 
 from __future__ import annotations
 
-from factories import config, full, swa
+from factories import config, free_classes, full, swa
 
 from hybridkv import KVCacheManager, Request
 
@@ -31,10 +31,6 @@ def admit(kv: KVCacheManager, rid: str, tokens: list[int]) -> tuple[Request, int
     assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
     req.num_computed_tokens = len(tokens)
     return req, hit
-
-
-def classes(kv: KVCacheManager) -> dict[int, int]:
-    return {b.block_id: b.free_class for b in kv.block_pool.policy if b.free_class is not None}
 
 
 def test_two_block_sizes_end_hashless_and_release_order() -> None:
@@ -80,7 +76,7 @@ def test_blocks_another_request_holds_count_no_pages() -> None:
     kv.free(a)
     kv.check_integrity()
     assert [x.block_id for x in kv.block_pool.policy][:2] == [10, 7]
-    assert classes(kv) == {4: 4, 5: 4, 6: 4, 11: 4, 12: 4}
+    assert free_classes(kv) == {4: 4, 5: 4, 6: 4, 11: 4, 12: 4}
     assert all(kv.block_pool.blocks[i].ref_cnt == 1 for i in (1, 2, 3, 8, 9))
 
 
@@ -106,4 +102,4 @@ def test_sliding_tail_blocks_are_valued_as_the_end_unit() -> None:
     kv.check_integrity()
     assert {b.block_id for b in list(kv.block_pool.policy)[:4]} == {7, 8, 13, 14}
     expected = dict.fromkeys([1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 15, 16, 17, 18], 3)
-    assert classes(kv) == expected
+    assert free_classes(kv) == expected
