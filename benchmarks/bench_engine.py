@@ -233,9 +233,11 @@ def shared_memory(llm: LLM, hf: Any, tok: Any, doc_len: int, n_req: int, new: in
         f"{theirs / mib:.1f} MiB ({held[0] * page / theirs:.3f} of it)",
         flush=True,
     )
-    return [f"| {n_req} x ({doc_len} + q) -> {new} | {held[0] * page / mib:.1f} | "
-            f"{peak[0] * page / mib:.1f} | {theirs / mib:.1f} | {held[0] * page / theirs:.3f} | "
-            f"{peak[0] * page / theirs:.3f} |"]  # fmt: skip
+    return [
+        f"| {n_req} x ({doc_len} + q) -> {new} | {held[0] * page / mib:.1f} | "
+        f"{peak[0] * page / mib:.1f} | {theirs / mib:.1f} | {held[0] * page / theirs:.3f} | "
+        f"{peak[0] * page / theirs:.3f} |"
+    ]
 
 
 def main() -> int:

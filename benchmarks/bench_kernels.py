@@ -328,8 +328,9 @@ def skip_rows() -> list[str]:
             q, k, v, meta = paged_decode(2, ctx, 4, 2, 16, 16, torch.float32, dev)
             run = partial(unified_attention, q, k, v, meta, opts, backend="triton")
             times.append(timed(run, dev, reps=3))
-        rows.append(f"| {name} | {times[0] * 1e3:.1f} | {times[1] * 1e3:.1f} | "
-                    f"{times[1] / times[0]:.2f}x |")  # fmt: skip
+        rows.append(
+            f"| {name} | {times[0] * 1e3:.1f} | {times[1] * 1e3:.1f} | {times[1] / times[0]:.2f}x |"
+        )
         print(rows[-1], flush=True)
     return rows
 

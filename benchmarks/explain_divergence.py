@@ -78,11 +78,13 @@ def first_divergence(
             lo, lt = our_logits[k].float(), their_logits[k].float()
             big = max(abs(lo[a].item()), abs(lo[b].item()), abs(lt[a].item()), abs(lt[b].item()))
             return Divergence(
-                k, a, b,
+                k,
+                a,
+                b,
                 our_margin=(lo[a] - lo[b]).item(),
                 their_margin=(lt[b] - lt[a]).item(),
                 ulp=ulp(big, dtype),
-            )  # fmt: skip
+            )
     if len(ours) != len(theirs):
         raise ValueError(f"runs of different lengths ({len(ours)}, {len(theirs)}) agree so far")
     return Divergence(None)
@@ -149,8 +151,13 @@ def main() -> int:
         args.model = demo_checkpoint()
     dtype = getattr(torch, args.dtype)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    llm = LLM(args.model, dtype=dtype, device=device, kernel_backend=args.kernel_backend,
-              max_model_len=args.length + args.new + 16)  # fmt: skip
+    llm = LLM(
+        args.model,
+        dtype=dtype,
+        device=device,
+        kernel_backend=args.kernel_backend,
+        max_model_len=args.length + args.new + 16,
+    )
     text = corpus(llm.tokenizer, args.length + 13 * args.prompts)
     prompts = [text[i * 13 : i * 13 + args.length] for i in range(args.prompts)]
     ours = _ours(llm, prompts, args.new)

@@ -139,9 +139,14 @@ def main() -> int:
 
         args.model = demo_checkpoint()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    llm = LLM(args.model, dtype=getattr(torch, args.dtype), device=device,
-              kernel_backend=args.kernel_backend, max_num_seqs=args.batch,
-              max_model_len=args.length + 3 * args.steps + 64)  # fmt: skip
+    llm = LLM(
+        args.model,
+        dtype=getattr(torch, args.dtype),
+        device=device,
+        kernel_backend=args.kernel_backend,
+        max_num_seqs=args.batch,
+        max_model_len=args.length + 3 * args.steps + 64,
+    )
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     timer = StepTimer(llm, sync)
     text = corpus(llm.tokenizer, args.length + 7 * args.batch)
@@ -157,8 +162,10 @@ def main() -> int:
     if device == "cuda":
         busy, launches = gpu_profile(llm, args.steps)
     cells = [f"{wall * 1e3:.2f}", *(f"{means[p] * 1e3:.2f}" for p in PARTS)]
-    cells += ["-" if busy is None else f"{busy * 1e3:.2f}",
-              "-" if launches is None else f"{launches:.0f}"]  # fmt: skip
+    cells += [
+        "-" if busy is None else f"{busy * 1e3:.2f}",
+        "-" if launches is None else f"{launches:.0f}",
+    ]
     lines.append("| " + " | ".join(cells) + " |")
     if busy is not None:
         share = busy / means["model"] if means["model"] else 0.0

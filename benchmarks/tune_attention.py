@@ -103,9 +103,9 @@ class Result:
 def _describe(r: Result) -> str:
     if r.tiles is None and r.segments is None:
         return "defaults"
-    parts = [] if r.tiles is None else [
-        f"{k}={v}" for k, v in vars(r.tiles).items() if v is not None
-    ]  # fmt: skip
+    parts = (
+        [] if r.tiles is None else [f"{k}={v}" for k, v in vars(r.tiles).items() if v is not None]
+    )
     if r.segments is not None:
         parts.append(f"segments={r.segments}")
     return ", ".join(parts)
@@ -126,8 +126,9 @@ def sweep_shape(shape: Shape, device: torch.device, tiny: bool, reps: int) -> li
         if not torch.allclose(got, want, rtol=2e-2, atol=2e-2):
             err = (got - want).abs().max().item()
             return Result(tiles, segments, None, f"differs from the defaults by {err:.3g}")
-        return Result(tiles, segments, timed(partial(run, tiles=tiles, num_segments=segments),
-                                             device, reps))  # fmt: skip
+        return Result(
+            tiles, segments, timed(partial(run, tiles=tiles, num_segments=segments), device, reps)
+        )
 
     base = measure(None, None)
     assert base.seconds is not None

@@ -28,12 +28,15 @@ def _check(
     t, h, d = key.shape
     dev = key.device
     check_tensor("value", value, shape=(t, h, d), device=dev, unit_last_stride=True)
-    check_tensor("key_cache", key_cache, shape=(None, None, h, d), device=dev,
-                 unit_last_stride=True)  # fmt: skip
-    check_tensor("value_cache", value_cache, shape=tuple(key_cache.shape), device=dev,
-                 unit_last_stride=True)  # fmt: skip
-    check_same_dtype(("key", "value", "key_cache", "value_cache"),
-                     (key, value, key_cache, value_cache))  # fmt: skip
+    check_tensor(
+        "key_cache", key_cache, shape=(None, None, h, d), device=dev, unit_last_stride=True
+    )
+    check_tensor(
+        "value_cache", value_cache, shape=tuple(key_cache.shape), device=dev, unit_last_stride=True
+    )
+    check_same_dtype(
+        ("key", "value", "key_cache", "value_cache"), (key, value, key_cache, value_cache)
+    )
     check_tensor("slot_mapping", slot_mapping, shape=(t,), dtypes=INDEX_DTYPES, device=dev)
 
 

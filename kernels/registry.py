@@ -106,13 +106,16 @@ class KernelBackend(ABC):
             if op not in OPS:
                 raise TypeError(f"{cls.__name__}.fallbacks: {op!r} is not an op ({OPS})")
             if op in cls.kernels or op in cls.__dict__:
-                raise TypeError(f"{cls.__name__} both implements {op!r} and takes it from "
-                                f"{source.__name__}")  # fmt: skip
+                raise TypeError(
+                    f"{cls.__name__} both implements {op!r} and takes it from {source.__name__}"
+                )
             setattr(cls, op, _delegate(source, op))
         covered = sorted([*cls.kernels, *cls.fallbacks])
         if covered != sorted(OPS):
-            raise TypeError(f"{cls.__name__}: kernels and fallbacks must name every op once; "
-                            f"got {covered}, ops are {sorted(OPS)}")  # fmt: skip
+            raise TypeError(
+                f"{cls.__name__}: kernels and fallbacks must name every op once; "
+                f"got {covered}, ops are {sorted(OPS)}"
+            )
 
     def __str__(self) -> str:
         return self.name

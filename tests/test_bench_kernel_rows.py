@@ -36,8 +36,9 @@ def _cells(row: str, n: int) -> list[str]:
 
 
 def test_decode_grid_leaves_out_what_does_not_fit():
-    out = rows.decode_rows(CPU, 1e9, False, contexts=(8, 40), batches=(1, 3), max_tokens=100,
-                           geometry=TINY)  # fmt: skip
+    out = rows.decode_rows(
+        CPU, 1e9, False, contexts=(8, 40), batches=(1, 3), max_tokens=100, geometry=TINY
+    )
     # 3 kinds x (1x8, 1x40, 3x8); 3 x 40 > 100 tokens is left out
     assert len(out) == 9
     for r in out:

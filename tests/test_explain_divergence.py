@@ -27,8 +27,9 @@ def test_ulp_of_bf16_and_fp16():
 
 
 def test_identical_runs():
-    d = first_divergence([1, 2], _logits([{1: 5}, {2: 5}]), [1, 2], _logits([{1: 5}, {2: 5}]),
-                         torch.bfloat16)  # fmt: skip
+    d = first_divergence(
+        [1, 2], _logits([{1: 5}, {2: 5}]), [1, 2], _logits([{1: 5}, {2: 5}]), torch.bfloat16
+    )
     assert d.step is None and d.explained and "identical" in row(0, d)
 
 
@@ -39,8 +40,9 @@ def test_a_near_tie_is_explained_and_a_wide_gap_is_not():
     assert (d.step, d.ours, d.theirs) == (1, 3, 4)
     assert d.our_margin == pytest.approx(0.0625) and d.their_margin == pytest.approx(0.0625)
     assert d.ulp == 2.0**-4 and d.explained and row(2, d).endswith("| yes |")
-    wide = first_divergence([1, 3], _logits([{1: 5.0}, {3: 12.0, 4: 10.0}]), [1, 4], theirs,
-                            torch.bfloat16)  # fmt: skip
+    wide = first_divergence(
+        [1, 3], _logits([{1: 5.0}, {3: 12.0, 4: 10.0}]), [1, 4], theirs, torch.bfloat16
+    )
     assert wide.our_margin == pytest.approx(2.0) and wide.our_margin > TIE_ULPS * wide.ulp
     assert not wide.explained and "NOT explained" in row(3, wide)
 

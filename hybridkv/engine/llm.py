@@ -115,8 +115,10 @@ class LLM:
             positive(max_model_len, "max_model_len")
         if kv_cache_memory_bytes is not None:
             positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
-        for flag, name in ((enable_prefix_caching, "enable_prefix_caching"),
-                           (allow_long_max_model_len, "allow_long_max_model_len")):  # fmt: skip
+        for flag, name in (
+            (enable_prefix_caching, "enable_prefix_caching"),
+            (allow_long_max_model_len, "allow_long_max_model_len"),
+        ):
             check_flag(flag, name)
         check_dtype(dtype)
         self.device = resolve_device(device)
@@ -133,9 +135,13 @@ class LLM:
         dtype_name = str(self.dtype).removeprefix("torch.")
         layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name)
         if max_model_len is not None:
-            check_max_model_len(max_model_len, layout.max_model_len, model=str(self.model_dir),
-                                rope_scaling=rope_scaling_types(text_config),
-                                allow_long=allow_long_max_model_len)  # fmt: skip
+            check_max_model_len(
+                max_model_len,
+                layout.max_model_len,
+                model=str(self.model_dir),
+                rope_scaling=rope_scaling_types(text_config),
+                allow_long=allow_long_max_model_len,
+            )
             layout = layout.model_copy(update={"max_model_len": max_model_len})
         if layout.mamba_ssm_dtype is None and self.dtype == torch.float32:
             layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
@@ -145,26 +151,45 @@ class LLM:
         check_weight_files(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
-        pages = plan_pages(layout, block_size=block_size, max_model_len=self.max_model_len,
-                           max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+        pages = plan_pages(
+            layout,
+            block_size=block_size,
+            max_model_len=self.max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
         memory = kv_cache_memory_bytes or default_kv_bytes(pages, max_num_seqs)
         self.plan = fit_memory(pages, memory)
 
-        self.model = load_model(self.model_dir, hf_config, self.dtype, self.device,
-                                progress=progress, amx=self.kernel_backend.amx_linears)  # fmt: skip
+        self.model = load_model(
+            self.model_dir,
+            hf_config,
+            self.dtype,
+            self.device,
+            progress=progress,
+            amx=self.kernel_backend.amx_linears,
+        )
         config = self.plan.kv_cache_config
         self.kv_cache_config = config
         self.kv_buffers = allocate_kv_cache(config, self.device)
-        self.manager = KVCacheManager(config, self.max_model_len,
-                                      enable_caching=enable_prefix_caching, hash_algo=hash_algo,
-                                      log_stats=True, cache_policy=cache_policy,
-                                      enable_kv_cache_events=events_config is not None)  # fmt: skip
+        self.manager = KVCacheManager(
+            config,
+            self.max_model_len,
+            enable_caching=enable_prefix_caching,
+            hash_algo=hash_algo,
+            log_stats=True,
+            cache_policy=cache_policy,
+            enable_kv_cache_events=events_config is not None,
+        )
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
-        self.scheduler = Scheduler(self.manager, max_num_seqs=max_num_seqs,
-                                   max_num_batched_tokens=max_num_batched_tokens,
-                                   defer_pending_hits=has_mamba)  # fmt: skip
-        self.runner = ModelRunner(self.model, config, self.kv_buffers, self.manager, self.device,
-                                  self.kernel_backend)  # fmt: skip
+        self.scheduler = Scheduler(
+            self.manager,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            defer_pending_hits=has_mamba,
+        )
+        self.runner = ModelRunner(
+            self.model, config, self.kv_buffers, self.manager, self.device, self.kernel_backend
+        )
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None
@@ -201,8 +226,9 @@ class LLM:
 
     # -- requests ----------------------------------------------------------------
     def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
-        return prompt_ids(prompt, k, self.tokenizer, self.text_config.vocab_size,
-                          self.max_model_len)  # fmt: skip
+        return prompt_ids(
+            prompt, k, self.tokenizer, self.text_config.vocab_size, self.max_model_len
+        )
 
     def _make_requests(
         self,

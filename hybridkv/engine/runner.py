@@ -97,8 +97,7 @@ class ModelRunner:
                     batch_attn[name] = AttentionLayerInputs(meta, slot_mapping, cache)
             elif isinstance(spec, MambaSpec):
                 entries = [resume_entry(s0, bs) for s0 in starts]
-                init = [row[g][e] if e >= 0 else -1
-                        for row, e in zip(ids, entries, strict=True)]  # fmt: skip
+                init = [row[g][e] if e >= 0 else -1 for row, e in zip(ids, entries, strict=True)]
                 save = save_slots(positions, slots, torch.tensor(qstarts[1:]), bs).to(dev)
                 init_t = torch.tensor(init, dtype=torch.int32, device=dev)
                 for name in group.layer_names:

@@ -35,10 +35,17 @@ from hybridkv.models.layers import (
     rope_parameters,
 )
 
-_VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.",
-                    "vision_tower.", "multi_modal_projector.")  # fmt: skip
-_TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."),
-                  ("language_model.lm_head.", "lm_head."))  # fmt: skip
+_VISION_PREFIXES = (
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+    "vision_tower.",
+    "multi_modal_projector.",
+)
+_TEXT_PREFIXES = (
+    ("model.language_model.", "model."),
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+)
 
 
 class Gemma3Attention(nn.Module):
@@ -113,11 +120,17 @@ class Gemma3DecoderLayer(nn.Module):
         ops = batch.ops
         eps = self.post_attention_layernorm.eps
         h = self.self_attn(y, batch)
-        x, y = ops.add_rms_norm(x, h, self.post_attention_layernorm.scale_fp32(),
-                                self.pre_feedforward_layernorm.scale_fp32(), eps)  # fmt: skip
+        x, y = ops.add_rms_norm(
+            x,
+            h,
+            self.post_attention_layernorm.scale_fp32(),
+            self.pre_feedforward_layernorm.scale_fp32(),
+            eps,
+        )
         h = self.mlp(y, ops)
-        x, y = ops.add_rms_norm(x, h, self.post_feedforward_layernorm.scale_fp32(),
-                                next_norm.scale_fp32(), eps)  # fmt: skip
+        x, y = ops.add_rms_norm(
+            x, h, self.post_feedforward_layernorm.scale_fp32(), next_norm.scale_fp32(), eps
+        )
         return x, y
 
 

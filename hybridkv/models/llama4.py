@@ -44,10 +44,17 @@ from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies, rop
 from hybridkv.models.llama4_moe import Llama4MLP, Llama4MoE
 from hybridkv.models.loader import CheckpointError
 
-_VISION_PREFIXES = ("vision_model.", "multi_modal_projector.",
-                    "model.vision_model.", "model.multi_modal_projector.")  # fmt: skip
-_TEXT_PREFIXES = (("language_model.model.", "model."), ("language_model.lm_head.", "lm_head."),
-                  ("model.language_model.", "model."))  # fmt: skip
+_VISION_PREFIXES = (
+    "vision_model.",
+    "multi_modal_projector.",
+    "model.vision_model.",
+    "model.multi_modal_projector.",
+)
+_TEXT_PREFIXES = (
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("model.language_model.", "model."),
+)
 _PER_EXPERT = re.compile(r"\.feed_forward\.experts\.\d+\.")
 
 

@@ -93,8 +93,12 @@ def run_plan(args: argparse.Namespace) -> int:
         )
         layout = resolve_layout(args.model)
         if args.max_model_len is not None:
-            check_max_model_len(args.max_model_len, layout.max_model_len, model=layout.name,
-                                limit_name="the layout's max_model_len")  # fmt: skip
+            check_max_model_len(
+                args.max_model_len,
+                layout.max_model_len,
+                model=layout.name,
+                limit_name="the layout's max_model_len",
+            )
         report = build_plan_report(layout, options)
         text = render_plan(report, verbose=args.verbose)
         if args.plot:

@@ -78,8 +78,15 @@ def unified_attention(
     if tiles is not None and not isinstance(tiles, TritonTiles):
         raise TypeError(f"tiles: must be a TritonTiles, got {type(tiles).__name__}")
     impl = _IMPLS[resolve_backend(backend, q.device, allowed=_IMPLS.names)]
-    a = AttentionInputs(q, key_cache, value_cache, out if out is not None else torch.empty_like(q),
-                        meta, opts, sinks)  # fmt: skip
+    a = AttentionInputs(
+        q,
+        key_cache,
+        value_cache,
+        out if out is not None else torch.empty_like(q),
+        meta,
+        opts,
+        sinks,
+    )
     impl(a, num_segments, tiles)
     return a.out
 
@@ -95,10 +102,12 @@ def _check(
     check_tensor("q", q, ndim=3, dtypes=CACHE_DTYPES, unit_last_stride=True)
     t, hq, d = q.shape
     dev = q.device
-    check_tensor("key_cache", key_cache, shape=(None, None, None, d), device=dev,
-                 unit_last_stride=True)  # fmt: skip
-    check_tensor("value_cache", value_cache, shape=tuple(key_cache.shape), device=dev,
-                 unit_last_stride=True)  # fmt: skip
+    check_tensor(
+        "key_cache", key_cache, shape=(None, None, None, d), device=dev, unit_last_stride=True
+    )
+    check_tensor(
+        "value_cache", value_cache, shape=tuple(key_cache.shape), device=dev, unit_last_stride=True
+    )
     check_same_dtype(("q", "key_cache", "value_cache"), (q, key_cache, value_cache))
     hkv = key_cache.shape[2]
     if hq % hkv:
@@ -109,11 +118,17 @@ def _check(
         check_tensor(f"meta.{name}", getattr(meta, name), device=dev)
     meta.check(key_cache.shape[1])
     if sinks is not None:
-        check_tensor("sinks", sinks, shape=(hq,), device=dev,
-                     dtypes=(torch.float32, torch.float16, torch.bfloat16))  # fmt: skip
+        check_tensor(
+            "sinks",
+            sinks,
+            shape=(hq,),
+            device=dev,
+            dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        )
     if out is not None:
-        check_tensor("out", out, shape=(t, hq, d), dtypes=(q.dtype,), device=dev,
-                     unit_last_stride=True)  # fmt: skip
+        check_tensor(
+            "out", out, shape=(t, hq, d), dtypes=(q.dtype,), device=dev, unit_last_stride=True
+        )
 
 
 unified_attention_ref = pinned(unified_attention, "torch")

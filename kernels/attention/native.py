@@ -49,6 +49,18 @@ def run_native(
         tables, q_rows, seq_lens = plan
         sinks = a.sinks.float().contiguous() if a.sinks is not None else None
         o = a.opts
-        decode_attention(a.q, a.key_cache, a.value_cache, tables, q_rows, seq_lens, o.scale,
-                         o.softcap, o.sliding_window, o.chunk_size, sinks, a.out)  # fmt: skip
+        decode_attention(
+            a.q,
+            a.key_cache,
+            a.value_cache,
+            tables,
+            q_rows,
+            seq_lens,
+            o.scale,
+            o.softcap,
+            o.sliding_window,
+            o.chunk_size,
+            sinks,
+            a.out,
+        )
     run_prefills(a)

@@ -213,9 +213,13 @@ def _attend(
     if opts.softcap is None and sinks is None:
         # SDPA accumulates in fp32 for fp16/bf16 inputs, so no upcast is needed.
         o = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            attn_mask=mask[:, None], scale=opts.scale, enable_gqa=hq != hkv,
-        )  # fmt: skip
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask[:, None],
+            scale=opts.scale,
+            enable_gqa=hq != hkv,
+        )
         return o.transpose(1, 2)
     qf = q.float().transpose(1, 2)  # [n, Hq, Lq, D]
     kf = k.float().transpose(1, 2)  # [n, Hkv, L, D]

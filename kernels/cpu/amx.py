@@ -91,12 +91,16 @@ def linear(
     m, k = x.shape
     n = out_features
     if k % KSTEP or packed.dtype != torch.bfloat16 or packed.numel() != -(-n // GROUP) * GROUP * k:
-        raise ValueError(f"linear: packed weight of {packed.numel()} elements does not match "
-                         f"[{n}, {k}] (in % {KSTEP} == 0)")  # fmt: skip
-    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)
-                             or not bias.is_contiguous()):  # fmt: skip
-        raise ValueError(f"linear: bias must be a contiguous fp32 [{n}], got "
-                         f"{bias.dtype} {tuple(bias.shape)}")  # fmt: skip
+        raise ValueError(
+            f"linear: packed weight of {packed.numel()} elements does not match "
+            f"[{n}, {k}] (in % {KSTEP} == 0)"
+        )
+    if bias is not None and (
+        bias.dtype != torch.float32 or bias.shape != (n,) or not bias.is_contiguous()
+    ):
+        raise ValueError(
+            f"linear: bias must be a contiguous fp32 [{n}], got {bias.dtype} {tuple(bias.shape)}"
+        )
     _require()
     y = torch.empty(m, n, dtype=torch.bfloat16)
     if m:

@@ -41,8 +41,10 @@ def check_cpu_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, ndim: int) 
     if t.dtype != dtype:
         raise ValueError(f"{name}: dtype {t.dtype}, expected {dtype}")
     if t.dim() != ndim or t.stride(-1) != 1:
-        raise ValueError(f"{name}: expected {ndim} dims with a unit last stride, got "
-                         f"shape {tuple(t.shape)} strides {t.stride()}")  # fmt: skip
+        raise ValueError(
+            f"{name}: expected {ndim} dims with a unit last stride, got "
+            f"shape {tuple(t.shape)} strides {t.stride()}"
+        )
 
 
 def _check_dtype(name: str, t: torch.Tensor) -> torch.dtype:
@@ -53,8 +55,9 @@ def _check_dtype(name: str, t: torch.Tensor) -> torch.dtype:
 
 def _check_weight(name: str, w: torch.Tensor, dim: int) -> None:
     if w.dtype != torch.float32 or w.shape != (dim,) or not w.is_contiguous():
-        raise ValueError(f"{name}: expected a contiguous fp32 [{dim}] weight, got "
-                         f"{w.dtype} {tuple(w.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{name}: expected a contiguous fp32 [{dim}] weight, got {w.dtype} {tuple(w.shape)}"
+        )
 
 
 def add_norm_(
@@ -152,11 +155,17 @@ def cache_write(
     """``reshape_and_cache`` (arguments already checked by it) where each token's
     ``[Hkv, D]`` rows are contiguous in ``key``/``value`` and in the caches."""
     hkv, d = key.shape[1:]
-    for name, t in (("key", key), ("value", value), ("key_cache", key_cache),
-                    ("value_cache", value_cache)):  # fmt: skip
+    for name, t in (
+        ("key", key),
+        ("value", value),
+        ("key_cache", key_cache),
+        ("value_cache", value_cache),
+    ):
         if t.stride(-1) != 1 or t.stride(-2) != d:
-            raise ValueError(f"{name}: the native cache write needs contiguous [Hkv, D] rows, "
-                             f"got strides {t.stride()}")  # fmt: skip
+            raise ValueError(
+                f"{name}: the native cache write needs contiguous [Hkv, D] rows, "
+                f"got strides {t.stride()}"
+            )
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     slots = slots.contiguous()
     size = key.element_size()

@@ -62,12 +62,14 @@ def _chunk_state_kernel(  # type: ignore[no-untyped-def]
     g = h // heads_per_group
     xT = tl.load(  # [BLOCK_P, Q]
         x_ptr + tok[None, :] * stride_x_t + h * stride_x_h + p[:, None],
-        mask=tmask[None, :] & (p[:, None] < head_dim), other=0.0,
-    ).to(tl.float32)  # fmt: skip
+        mask=tmask[None, :] & (p[:, None] < head_dim),
+        other=0.0,
+    ).to(tl.float32)
     B = tl.load(  # [Q, BLOCK_N]
         B_ptr + tok[:, None] * stride_B_t + g * stride_B_g + n[None, :],
-        mask=tmask[:, None] & (n[None, :] < d_state), other=0.0,
-    ).to(tl.float32)  # fmt: skip
+        mask=tmask[:, None] & (n[None, :] < d_state),
+        other=0.0,
+    ).to(tl.float32)
     contrib = tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)  # [BLOCK_P, BLOCK_N]
     offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
     tl.store(states_ptr + offs, contrib, mask=(p[:, None] < head_dim) & (n[None, :] < d_state))

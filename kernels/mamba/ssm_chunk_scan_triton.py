@@ -134,8 +134,9 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     B = tl.load(B_ptr + tok[:, None] * stride_B_t + n[None, :], mask=qn, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + tok[:, None] * stride_C_t + n[None, :], mask=qn, other=0.0).to(tl.float32)
     A = tl.load(A_ptr + m[:, None] * stride_A_m + n[None, :], mask=m2, other=0.0).to(tl.float32)
-    h0 = tl.load(states_ptr + c * stride_st_c + m[:, None] * stride_st_m + n[None, :], mask=m2,
-                 other=0.0)  # fmt: skip
+    h0 = tl.load(
+        states_ptr + c * stride_st_c + m[:, None] * stride_st_m + n[None, :], mask=m2, other=0.0
+    )
     # h_t from zeros at the chunk start, then the start state decayed to t.
     dA = tl.exp(dt[:, :, None] * A[None, :, :])  # [Q, BLOCK_M, BLOCK_N]
     dBx = (dt * x)[:, :, None] * B[:, None, :]

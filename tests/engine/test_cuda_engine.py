@@ -38,8 +38,14 @@ def ckpt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.mark.parametrize("policy", ["lru", "hybrid"] if CUDA else ["hybrid"])
 def test_greedy_matches_transformers_on_the_device(ckpt: Path, policy: str) -> None:
-    llm = LLM(ckpt, device=DEVICE, kernel_backend="triton", block_size=4, cache_policy=policy,
-              dtype="float32")  # fmt: skip
+    llm = LLM(
+        ckpt,
+        device=DEVICE,
+        kernel_backend="triton",
+        block_size=4,
+        cache_policy=policy,
+        dtype="float32",
+    )
     assert llm.runner.device.type == DEVICE
     prompts = [_prompt(n, seed) for seed, n in enumerate((5, 23, 41))]
     check_against_hf(ckpt, llm, prompts, N)

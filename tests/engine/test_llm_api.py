@@ -216,9 +216,13 @@ def test_strict_loader(tmp_path, no_tok, change):
 
 
 def test_bad_engine_arguments(no_tok):
-    cases = [({"block_size": 0}, "block_size"), ({"max_num_seqs": 0}, "max_num_seqs"),
-             ({"dtype": "int8"}, "dtype"), ({"kv_cache_memory_bytes": 1000}, "cannot hold"),
-             ({"hash_algo": "md5"}, "md5")]  # fmt: skip
+    cases = [
+        ({"block_size": 0}, "block_size"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"kv_cache_memory_bytes": 1000}, "cannot hold"),
+        ({"hash_algo": "md5"}, "md5"),
+    ]
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             LLM(no_tok, **kwargs)

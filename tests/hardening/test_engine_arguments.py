@@ -39,14 +39,22 @@ def clean(llm: LLM) -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"seed": 2**70}, "seed must be None or an int in [-2**63, 2**64) (a torch generator seed), "
-      f"got {2**70}"),
-     ({"stop_token_ids": None}, "stop_token_ids must be a list of token ids (empty: none), not "
-      "None"),
-     ({"stop_token_ids": [True]}, "stop_token_ids must be ints in [0, 2**32), not bools: got "
-      "[True]"),
-     ({"stop_token_ids": 7}, "stop_token_ids must be a list of token ids, got 7")],
-)  # fmt: skip
+    [
+        (
+            {"seed": 2**70},
+            f"seed must be None or an int in [-2**63, 2**64) (a torch generator seed), got {2**70}",
+        ),
+        (
+            {"stop_token_ids": None},
+            "stop_token_ids must be a list of token ids (empty: none), not None",
+        ),
+        (
+            {"stop_token_ids": [True]},
+            "stop_token_ids must be ints in [0, 2**32), not bools: got [True]",
+        ),
+        ({"stop_token_ids": 7}, "stop_token_ids must be a list of token ids, got 7"),
+    ],
+)
 def test_sampling_params_fail_at_construction(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as info:
         SamplingParams(**kwargs)  # type: ignore[arg-type]
@@ -62,14 +70,21 @@ def test_extreme_valid_seeds_generate(llm: LLM) -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"device": "banana"}, "device 'banana' is not a device: pass 'auto', 'cpu' or 'cuda[:N]'"),
-     ({"device": "meta"}, "device 'meta' is not supported: pass 'auto', 'cpu' or 'cuda[:N]'"),
-     ({"kv_cache_memory_bytes": 0}, "kv_cache_memory_bytes must be an int >= 1, got 0"),
-     ({"enable_prefix_caching": "yes"}, "enable_prefix_caching must be True or False, got 'yes'"),
-     ({"hash_algo": "md5"}, "hash_algo must be one of ('sha256', 'xxhash'), got 'md5'"),
-     ({"dtype": "int8"}, "dtype 'int8' is not supported: 'auto' or one of ['bfloat16', "
-      "'float16', 'float32']")],
-)  # fmt: skip
+    [
+        ({"device": "banana"}, "device 'banana' is not a device: pass 'auto', 'cpu' or 'cuda[:N]'"),
+        ({"device": "meta"}, "device 'meta' is not supported: pass 'auto', 'cpu' or 'cuda[:N]'"),
+        ({"kv_cache_memory_bytes": 0}, "kv_cache_memory_bytes must be an int >= 1, got 0"),
+        (
+            {"enable_prefix_caching": "yes"},
+            "enable_prefix_caching must be True or False, got 'yes'",
+        ),
+        ({"hash_algo": "md5"}, "hash_algo must be one of ('sha256', 'xxhash'), got 'md5'"),
+        (
+            {"dtype": "int8"},
+            "dtype 'int8' is not supported: 'auto' or one of ['bfloat16', 'float16', 'float32']",
+        ),
+    ],
+)
 def test_engine_arguments_fail_before_loading(
     tiny_ckpt: Path, no_weight_loading: None, kwargs: dict[str, object], message: str
 ) -> None:

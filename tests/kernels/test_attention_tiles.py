@@ -3,6 +3,8 @@ and bad choices are refused with the reason."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from paged_factory import dense_oracle, make_paged_batch
@@ -29,13 +31,26 @@ def test_tiles_change_nothing_but_speed(kind, tiles, segments):
     opts = AttentionOptions(scale=0.3, softcap=4.0, **KINDS[kind])
     seqs = MIXED if segments is None else [(c, 1) for c, _ in MIXED]  # split: decodes
     b = make_paged_batch(
-        seqs, num_heads=8, num_kv_heads=2, head_size=16, block_size=4, opts=opts,
-        with_sinks=True, seed=1,
-    )  # fmt: skip
+        seqs,
+        num_heads=8,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        with_sinks=True,
+        seed=1,
+    )
     got = unified_attention(
-        b.q, b.key_cache, b.value_cache, b.meta, b.opts, sinks=b.sinks, backend="triton",
-        num_segments=segments, tiles=tiles,
-    )  # fmt: skip
+        b.q,
+        b.key_cache,
+        b.value_cache,
+        b.meta,
+        b.opts,
+        sinks=b.sinks,
+        backend="triton",
+        num_segments=segments,
+        tiles=tiles,
+    )
     torch.testing.assert_close(got.double(), dense_oracle(b), rtol=2e-5, atol=2e-5)
 
 
@@ -57,16 +72,36 @@ def test_bad_tiles_are_refused(kwargs, message):
 
 def test_block_m_must_hold_one_kv_heads_queries_and_tiles_must_be_tiles():
     b = make_paged_batch(
-        [(3, 2)], num_heads=64, num_kv_heads=2, head_size=16, block_size=4,
+        [(3, 2)],
+        num_heads=64,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
         opts=AttentionOptions(scale=0.3),
-    )  # fmt: skip
+    )
     with pytest.raises(ValueError, match="must hold the 32 query heads of one KV head"):
-        unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="triton",
-                          tiles=TritonTiles(block_m=16))  # fmt: skip
+        unified_attention(
+            b.q,
+            b.key_cache,
+            b.value_cache,
+            b.meta,
+            b.opts,
+            backend="triton",
+            tiles=TritonTiles(block_m=16),
+        )
     with pytest.raises(TypeError, match="tiles: must be a TritonTiles, got dict"):
-        unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="triton",
-                          tiles={"block_m": 16})  # type: ignore[arg-type]  # fmt: skip
+        bad_tiles: Any = {"block_m": 16}
+        unified_attention(
+            b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="triton", tiles=bad_tiles
+        )
     # The torch reference has no tiles: it ignores them, as it ignores num_segments.
-    ref = unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="torch",
-                            tiles=TritonTiles(block_m=16))  # fmt: skip
+    ref = unified_attention(
+        b.q,
+        b.key_cache,
+        b.value_cache,
+        b.meta,
+        b.opts,
+        backend="torch",
+        tiles=TritonTiles(block_m=16),
+    )
     torch.testing.assert_close(ref.double(), dense_oracle(b), rtol=2e-5, atol=2e-5)

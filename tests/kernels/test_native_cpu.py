@@ -118,8 +118,15 @@ def test_geglu_matches_eager(dtype, rows, cols):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cache_write_matches_reference(dtype):
-    b = make_paged_batch([(3, 6), (9, 1)], num_heads=4, num_kv_heads=2, head_size=16,
-                         block_size=4, opts=AttentionOptions(scale=0.5), dtype=dtype)  # fmt: skip
+    b = make_paged_batch(
+        [(3, 6), (9, 1)],
+        num_heads=4,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=AttentionOptions(scale=0.5),
+        dtype=dtype,
+    )
     k = torch.randn(7, 2, 16).to(dtype)
     v = torch.randn(7, 2, 16).to(dtype)
     slots = torch.tensor([5, 6, -1, 9, 10, 11, 21])
@@ -137,10 +144,19 @@ def test_cache_write_matches_reference(dtype):
 @pytest.mark.parametrize("sinks", [False, True])
 def test_native_attention_matches_oracle(batch, kind, gqa, softcap, sinks):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
-    b = make_paged_batch(BATCHES[batch], num_heads=2 * gqa, num_kv_heads=2, head_size=16,
-                         block_size=4, opts=opts, with_sinks=sinks, seed=gqa)  # fmt: skip
-    got = unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, sinks=b.sinks,
-                            backend="native")  # fmt: skip
+    b = make_paged_batch(
+        BATCHES[batch],
+        num_heads=2 * gqa,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        with_sinks=sinks,
+        seed=gqa,
+    )
+    got = unified_attention(
+        b.q, b.key_cache, b.value_cache, b.meta, b.opts, sinks=b.sinks, backend="native"
+    )
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.double(), dense_oracle(b), rtol=2e-5, atol=2e-5)
 
@@ -150,8 +166,15 @@ def test_native_attention_matches_oracle(batch, kind, gqa, softcap, sinks):
 def test_native_attention_head_sizes_and_dtypes(head_size, dtype):
     # 24: a head that is not a whole number of 16-wide partial sums.
     opts = AttentionOptions(scale=head_size**-0.5, sliding_window=9)
-    b = make_paged_batch([(40, 1), (3, 1), (100, 1), (0, 5)], num_heads=8, num_kv_heads=2,
-                         head_size=head_size, block_size=16, opts=opts, dtype=dtype)  # fmt: skip
+    b = make_paged_batch(
+        [(40, 1), (3, 1), (100, 1), (0, 5)],
+        num_heads=8,
+        num_kv_heads=2,
+        head_size=head_size,
+        block_size=16,
+        opts=opts,
+        dtype=dtype,
+    )
     got = unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="native")
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.double(), dense_oracle(b), rtol=tol, atol=tol)
@@ -174,15 +197,29 @@ def test_bad_inputs_raise():
         norm_rope_(torch.randn(2, 1, 5), None, torch.ones(2, 5), torch.ones(2, 5), 1e-6)
     with pytest.raises(ValueError, match="differ in shape"):
         geglu(torch.randn(2, 8), torch.randn(2, 9))
-    b = make_paged_batch([(4, 1)], num_heads=2, num_kv_heads=1, head_size=16, block_size=4,
-                         opts=AttentionOptions(scale=1.0), dtype=torch.float16)  # fmt: skip
+    b = make_paged_batch(
+        [(4, 1)],
+        num_heads=2,
+        num_kv_heads=1,
+        head_size=16,
+        block_size=4,
+        opts=AttentionOptions(scale=1.0),
+        dtype=torch.float16,
+    )
     with pytest.raises(ValueError, match="bf16 or fp32"):
         unified_attention(b.q, b.key_cache, b.value_cache, b.meta, b.opts, backend="native")
-    big = make_paged_batch([(4, 1)], num_heads=256, num_kv_heads=1, head_size=256, block_size=4,
-                           opts=AttentionOptions(scale=1.0))  # fmt: skip
+    big = make_paged_batch(
+        [(4, 1)],
+        num_heads=256,
+        num_kv_heads=1,
+        head_size=256,
+        block_size=4,
+        opts=AttentionOptions(scale=1.0),
+    )
     with pytest.raises(ValueError, match="backend='torch'"):
-        unified_attention(big.q, big.key_cache, big.value_cache, big.meta, big.opts,
-                          backend="native")  # fmt: skip
+        unified_attention(
+            big.q, big.key_cache, big.value_cache, big.meta, big.opts, backend="native"
+        )
 
 
 def test_backend_resolution():

@@ -49,8 +49,9 @@ _SCRIPT = textwrap.dedent(
 
 
 def test_kernels_import_and_run_without_triton() -> None:
-    run = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
-                         check=False, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=False, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     refusals = [line for line in run.stdout.splitlines() if line.startswith("refused:")]
     assert refusals == ["refused: backend='triton': Triton is not installed"] * 2

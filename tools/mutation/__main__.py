@@ -106,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     report = render(ROOT, outcomes, clean, EQUIVALENT, seconds, jobs, commit, select, not only)
     out.write_text(report)
     s = summarize(outcomes, EQUIVALENT)
-    print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
-          f"{s.survivors} survivors, {s.errors} errors) in {seconds / 60:.1f} min; "
-          f"report: {out}")  # fmt: skip
+    print(
+        f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
+        f"{s.survivors} survivors, {s.errors} errors) in {seconds / 60:.1f} min; "
+        f"report: {out}"
+    )
     return 0 if s.rate >= TARGET_RATE and not s.errors else 1
 
 
@@ -142,8 +144,10 @@ def _update(full_run: Path, only: list[str], jobs: int, select: bool, out: Path)
     save(out.with_suffix(".json"), merged, both, seconds, jobs, "", note, select)
     out.write_text(render(ROOT, merged, both, EQUIVALENT, seconds, jobs, note, select))
     s = summarize(merged, EQUIVALENT)
-    print(f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
-          f"{s.survivors} survivors, {s.errors} errors); report: {out}")  # fmt: skip
+    print(
+        f"kill rate {100 * s.rate:.1f}% ({s.killed}/{s.total}, {s.equivalent} equivalent, "
+        f"{s.survivors} survivors, {s.errors} errors); report: {out}"
+    )
     return 0 if s.rate >= TARGET_RATE and not s.errors else 1
 
 

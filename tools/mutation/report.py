@@ -104,8 +104,9 @@ def render(
         c["surv"] += survived and o.mutant.key not in equivalent
     for f, c in sorted(by_file.items()):
         lines.append(f"| {f} | {c['n']} | {c['killed']} | {c['eq']} | {c['surv']} |")
-    ops = Counter(o.mutant.description if o.mutant.start is not None else "curated"
-                  for o in outcomes)  # fmt: skip
+    ops = Counter(
+        o.mutant.description if o.mutant.start is not None else "curated" for o in outcomes
+    )
     lines += ["", "Operators: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())), ""]
     survivors = [o for o in outcomes if o.status in ("survived", "equivalent")]
     lines += ["## Survivors", ""]

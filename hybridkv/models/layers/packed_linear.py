@@ -69,8 +69,11 @@ class PackedLinear(nn.Module):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
             use_amx = amx and amx_kernel.supports(self.weight) and amx_kernel.amx_available()
             self.amx_packed = amx_kernel.pack_weight(self.weight) if use_amx else None
-            self.amx_bias = (self.bias.detach().float().contiguous()
-                             if use_amx and self.bias is not None else None)  # fmt: skip
+            self.amx_bias = (
+                self.bias.detach().float().contiguous()
+                if use_amx and self.bias is not None
+                else None
+            )
 
     def kernel_for(self, rows: int) -> str:
         """``"amx"`` or ``"onednn"``: where a bf16 product of ``rows`` rows runs."""
@@ -118,5 +121,4 @@ def describe_linears(model: nn.Module) -> str:
     n_amx = sum(m.amx_packed is not None for m in packed)
     if n_amx == 0:
         return f"oneDNN packed ({len(packed)} layers)"
-    return (f"AMX up to {AMX_MAX_ROWS} rows, oneDNN above ({n_amx} of {len(packed)} layers "
-            "on AMX)")  # fmt: skip
+    return f"AMX up to {AMX_MAX_ROWS} rows, oneDNN above ({n_amx} of {len(packed)} layers on AMX)"
