@@ -100,6 +100,17 @@ def test_a_free_point_lifts_what_a_shallower_chunk_caps_by_hand() -> None:
     assert values.of_other(12, shared=True) == 2.0
 
 
+def test_free_points_stop_at_the_end() -> None:
+    """Every multiple of the period from the period to ``E`` inclusive, and no
+    further, whatever the step: blocks of 1 with a chunk of 1 make every
+    position free (period 1), and a point past ``E`` would own blocks the
+    request holds beyond what it cached."""
+    assert FinalPoints([], 5, 0, 1, free_period=1).kept == [1, 2, 3, 4, 5]
+    assert FinalPoints([3], 8, 0, 4, free_period=4).kept == [3, 4, 8]
+    assert FinalPoints([], 7, 0, 1, free_period=4).kept == [4]
+    assert FinalPoints([], 3, 0, 1, free_period=4).kept == []
+
+
 def test_without_a_free_period_nothing_is_lifted() -> None:
     """The same points with ``free_period`` 0: 8 is no kept point, unit 12
     takes its full pages (12 / 4 = 3.0), unit 16 is capped by it."""

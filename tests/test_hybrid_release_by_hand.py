@@ -103,3 +103,26 @@ def test_sliding_tail_blocks_are_valued_as_the_end_unit() -> None:
     assert {b.block_id for b in list(kv.block_pool.policy)[:4]} == {7, 8, 13, 14}
     expected = dict.fromkeys([1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 15, 16, 17, 18], 3)
     assert free_classes(kv) == expected
+
+
+def test_the_end_is_rounded_down_to_the_hit_step_past_the_prompt() -> None:
+    """As in the first example (full blocks of 4, a 12-token window on blocks
+    of 6), but the prompt has 10 tokens and 12 more are decoded: the prompt
+    point is 0, so ``E`` alone says where the request can be resumed. It
+    cached 20 full and 18 sliding tokens: E = 12 (18 rounded down to the hit
+    step), which needs full 1-3 and sliding 4-5. Dead: full 6, 8 and sliding
+    7; hashless (partial): sliding 9 (tokens 18-21) and full 10 (20-21).
+    Unrounded, E = 18 would keep full 6 and sliding 7.
+    """
+    kv = manager(full(4), swa(6, 12), num_blocks=24)
+    req, hit = admit(kv, "a", list(range(10)))
+    assert hit == 0
+    for t in range(10, 22):
+        req.append_output_token_ids(1000 + t)
+        assert kv.allocate_slots(req, 1) is not None
+        req.num_computed_tokens += 1
+    assert kv.get_block_ids("a") == ([1, 2, 3, 6, 8, 10], [4, 5, 7, 9])
+    kv.free(req)
+    kv.check_integrity()
+    queue = [b.block_id for b in kv.block_pool.policy]
+    assert queue == [9, 10, 7, 8, 6, *range(11, 24), 3, 5, 2, 4, 1]
