@@ -145,3 +145,25 @@ def test_a_free_point_hit_survives_its_chunks_by_hand() -> None:
     blocks, hit = kv.get_computed_blocks(c)
     assert hit == 16
     assert blocks.get_block_ids() == ([1, 2, 3, 4], [0, 0, 0, 0])
+
+
+def test_a_running_chunked_group_holds_only_its_current_chunk_by_hand() -> None:
+    """Full attention and an 8-token chunk, blocks of 4, a 4-token tail: ``a``
+    computes 18 tokens (full 1-5, chunked 6-10), then decodes one. The generic
+    ``hybrid`` rule would hold what the last hit boundary below the tail needs
+    (18 - 4 = 14, rounded down to 12: the chunk from 8, chunked 8-9); a chunked
+    group holds only the chunk it is in, as under ``lru``: chunked 6-9 are
+    released (evict first: no kept point needs them), 10 (tokens 16-17) stays.
+    """
+    kv = KVCacheManager(
+        config(64, full(4), chunked(4, 8)), 256, cache_policy="hybrid", hybrid_tail_tokens=4
+    )
+    req, _ = compute(kv, "a", list(range(18)))
+    assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    req.append_output_token_ids(500)  # the next step releases what 18 tokens skip
+    assert kv.allocate_slots(req, 1) is not None
+    assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5], [0, 0, 0, 0, 10])
+    assert [b.block_id for b in kv.block_pool.policy][:4] == [6, 7, 8, 9]
+    kv.check_integrity()
+    kv.free(req)
+    kv.check_integrity()

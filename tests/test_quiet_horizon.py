@@ -130,11 +130,7 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
 
 def _brute_release_at(m: SingleTypeKVCacheManager, st: RequestBlockState, limit: int) -> int:
     for x in range(limit):
-        n = x
-        if m.hybrid:
-            n -= m.tail
-            n = n - n % m.hit_step if n > 0 else 0
-        if m.first_needed_block(n) > st.num_skipped:
+        if m.release_stop(st, x) > st.num_skipped:
             return x
     return NEVER
 

@@ -8,7 +8,7 @@ cached in this group (its chunk has not started).
 from __future__ import annotations
 
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.specs.attention import ChunkedLocalAttentionSpec
 
 
@@ -32,6 +32,19 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     def free_point_period(self) -> int:
         """A hit at a chunk boundary needs none of this group's blocks."""
         return self.attention_chunk_size
+
+    def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
+        """As under ``lru``, under both policies: a running request holds only
+        its current chunk. ``hybrid``'s hold of the last hit boundary's needs
+        (``SingleTypeKVCacheManager.release_stop``) would keep the whole
+        previous chunk for the first ``tail`` tokens of each chunk, a chunk
+        per prefilling request (8,192 tokens at Llama 4 Scout's size) that
+        made ``hybrid`` preempt running requests 2.8x as often as ``lru``,
+        while the chunk boundary itself needs none of it (a free point)."""
+        return min(self.first_needed_block(total_computed_tokens), len(st.blocks))
+
+    def next_release_at(self, st: RequestBlockState) -> int:
+        return self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
 
     def min_tokens_skipping(self, num_skipped: int) -> int:
         c = self.attention_chunk_size
