@@ -17,8 +17,10 @@ them:
   tail's grid when one is in force: ``prompt_point``), where another sample of
   the prompt resumes, as vLLM's Mamba align mode does;
 - ``E``: the end of what the request computed, aligned down to the block
-  size (taken when it is freed). Running requests hold the blocks of the last
-  block boundary (one extra block per group at most) so that ``E`` is whole.
+  size (taken when it is freed). Running requests hold what the last hit
+  boundary below their tail needs, so that ``E`` and the tail are whole;
+  chunked groups hold only their current chunk (a hit at its start needs
+  none of the chunk before: ``ChunkedLocalAttentionManager.release_stop``).
 
 Blocks of a non-full group that no kept point needs are released *evict
 first* (the head of the free queue). Mamba groups get real state blocks only
