@@ -54,6 +54,25 @@ def test_the_free_point_period(specs, period) -> None:
     assert manager(*specs).coordinator.free_point_period == period
 
 
+@pytest.mark.parametrize(
+    ("specs", "policy", "only"),
+    [
+        ((full(4), chunked(4, 8)), "hybrid", True),
+        ((full(4), chunked(4, 8)), "lru", False),
+        ((full(4), chunked(4, 6)), "hybrid", False),
+        ((full(4), chunked(4, 8), mamba(4)), "hybrid", False),
+        ((full(4), chunked(4, 8), swa(4, 8)), "hybrid", False),
+    ],
+)
+def test_when_a_running_chunked_group_holds_only_its_chunk(specs, policy, only) -> None:
+    """Only with free points (every other group chunked: a tail point owns no
+    block a missing chunk would strand) and chunks on the hit step (``E`` is
+    never in an earlier chunk)."""
+    kv = KVCacheManager(config(64, *specs), 256, cache_policy=policy)
+    chunk_groups = [m for m in kv.coordinator.managers if hasattr(m, "attention_chunk_size")]
+    assert [m.current_chunk_only for m in chunk_groups] == [only]
+
+
 def test_lru_keeps_no_free_points() -> None:
     kv = KVCacheManager(config(64, full(4), chunked(4, 8)), 256, cache_policy="lru")
     assert kv.coordinator.free_point_period == 0

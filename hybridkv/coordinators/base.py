@@ -16,6 +16,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
+from hybridkv.managers.chunked_local import ChunkedLocalAttentionManager
 from hybridkv.managers.retention import FinalPoints, floor_spacing
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
@@ -80,6 +81,11 @@ class KVCacheCoordinator(ABC):
         #: Hits at multiples of this need nothing outside full attention: kept
         #: for free at ``free`` (``hybrid``; 0: no such points, e.g. a window).
         self.free_point_period = self._free_point_period() if self.hybrid else 0
+        for m in self.managers:
+            if isinstance(m, ChunkedLocalAttentionManager):
+                m.current_chunk_only = bool(
+                    self.free_point_period and m.attention_chunk_size % self.block_size_lcm == 0
+                )
         # Groups whose hit point needs one block of its own (a Mamba state):
         # only those are thinned in the tail (``UnitValues.of_other``).
         far = self.block_size_lcm << 20

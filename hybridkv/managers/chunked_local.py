@@ -33,18 +33,28 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         """A hit at a chunk boundary needs none of this group's blocks."""
         return self.attention_chunk_size
 
+    #: Set by the coordinator (``hybrid``): hold only the current chunk while
+    #: running (``release_stop``).
+    current_chunk_only = False
+
     def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
-        """As under ``lru``, under both policies: a running request holds only
-        its current chunk. ``hybrid``'s hold of the last hit boundary's needs
-        (``SingleTypeKVCacheManager.release_stop``) would keep the whole
-        previous chunk for the first ``tail`` tokens of each chunk, a chunk
-        per prefilling request (8,192 tokens at Llama 4 Scout's size) that
-        made ``hybrid`` preempt running requests 2.8x as often as ``lru``,
-        while the chunk boundary itself needs none of it (a free point)."""
-        return min(self.first_needed_block(total_computed_tokens), len(st.blocks))
+        """With ``current_chunk_only``, as under ``lru``: a running request holds
+        only its current chunk. The generic ``hybrid`` rule holds what the last
+        hit boundary below the tail needs, which for the first ``tail`` tokens
+        of each chunk is the whole previous chunk (8,192 tokens at Llama 4
+        Scout's size, per prefilling request: ``hybrid`` preempted 2.8x as
+        often as ``lru``). The coordinator sets it when every group but full
+        attention is chunked (a tail point then has no block of its own that a
+        missing chunk would strand) and chunks start on the hit step (so the
+        end point ``E`` is never in an earlier chunk: it stays whole)."""
+        if self.current_chunk_only:
+            return min(self.first_needed_block(total_computed_tokens), len(st.blocks))
+        return super().release_stop(st, total_computed_tokens)
 
     def next_release_at(self, st: RequestBlockState) -> int:
-        return self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
+        if self.current_chunk_only:
+            return self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
+        return super().next_release_at(st)
 
     def min_tokens_skipping(self, num_skipped: int) -> int:
         c = self.attention_chunk_size
