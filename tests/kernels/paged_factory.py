@@ -95,6 +95,23 @@ def make_paged_batch(
     return PagedBatch(q, key_cache, value_cache, meta, opts, sinks)
 
 
+def gqa_batch(
+    seqs: list[tuple[int, int]], gqa: int, opts: AttentionOptions, *, sinks: bool, seed: int
+) -> PagedBatch:
+    """The oracle grids' batch: 2 KV heads of 16, ``gqa`` query heads per KV
+    head, blocks of 4, float32."""
+    return make_paged_batch(
+        seqs,
+        num_heads=2 * gqa,
+        num_kv_heads=2,
+        head_size=16,
+        block_size=4,
+        opts=opts,
+        with_sinks=sinks,
+        seed=seed,
+    )
+
+
 def dense_oracle(b: PagedBatch) -> torch.Tensor:
     """Gather pages back into contiguous K/V, build the full mask, softmax in fp64."""
     b = PagedBatch(

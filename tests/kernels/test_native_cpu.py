@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from paged_factory import dense_oracle, make_paged_batch
+from paged_factory import dense_oracle, gqa_batch, make_paged_batch
 from test_unified_attention import BATCHES, KINDS
 
 from hybridkv.kernels import (
@@ -144,16 +144,7 @@ def test_cache_write_matches_reference(dtype):
 @pytest.mark.parametrize("sinks", [False, True])
 def test_native_attention_matches_oracle(batch, kind, gqa, softcap, sinks):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
-    b = make_paged_batch(
-        BATCHES[batch],
-        num_heads=2 * gqa,
-        num_kv_heads=2,
-        head_size=16,
-        block_size=4,
-        opts=opts,
-        with_sinks=sinks,
-        seed=gqa,
-    )
+    b = gqa_batch(BATCHES[batch], gqa, opts, sinks=sinks, seed=gqa)
     got = unified_attention(
         b.q, b.key_cache, b.value_cache, b.meta, b.opts, sinks=b.sinks, backend="native"
     )

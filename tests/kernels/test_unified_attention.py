@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_factory import dense_oracle, make_paged_batch
+from paged_factory import dense_oracle, gqa_batch, make_paged_batch
 
 from hybridkv.kernels.attention import AttentionOptions, reference, unified_attention
 from hybridkv.kernels.attention.metadata import AttentionInputs
@@ -56,16 +56,7 @@ def _assert_close(got, want, dtype):
 @pytest.mark.parametrize("sinks", [False, True])
 def test_reference_matches_oracle(batch, kind, gqa, softcap, sinks):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
-    b = make_paged_batch(
-        BATCHES[batch],
-        num_heads=2 * gqa,
-        num_kv_heads=2,
-        head_size=16,
-        block_size=4,
-        opts=opts,
-        with_sinks=sinks,
-        seed=gqa,
-    )
+    b = gqa_batch(BATCHES[batch], gqa, opts, sinks=sinks, seed=gqa)
     _assert_close(_run(b, "torch"), dense_oracle(b), torch.float32)
 
 
@@ -145,15 +136,7 @@ TRITON_BATCHES = ["cached_prefix_mid_block", "decodes", "mixed"]
 @pytest.mark.parametrize("gqa", [1, 4])
 def test_triton_matches_reference(batch, kind, gqa):
     opts = AttentionOptions(scale=0.3, **KINDS[kind])
-    b = make_paged_batch(
-        BATCHES[batch],
-        num_heads=2 * gqa,
-        num_kv_heads=2,
-        head_size=16,
-        block_size=4,
-        opts=opts,
-        seed=7,
-    )
+    b = gqa_batch(BATCHES[batch], gqa, opts, sinks=False, seed=7)
     got = _run(b, "triton")
     _assert_close(got, dense_oracle(b), torch.float32)
     torch.testing.assert_close(got, _run(b, "torch"), rtol=2e-5, atol=2e-5)
@@ -165,16 +148,7 @@ def test_triton_matches_reference(batch, kind, gqa):
 )
 def test_triton_softcap_sinks_gqa(kind, softcap, sinks, gqa):
     opts = AttentionOptions(scale=0.3, softcap=softcap, **KINDS[kind])
-    b = make_paged_batch(
-        BATCHES["mixed"],
-        num_heads=2 * gqa,
-        num_kv_heads=2,
-        head_size=16,
-        block_size=4,
-        opts=opts,
-        with_sinks=sinks,
-        seed=3,
-    )
+    b = gqa_batch(BATCHES["mixed"], gqa, opts, sinks=sinks, seed=3)
     _assert_close(_run(b, "triton"), dense_oracle(b), torch.float32)
 
 
