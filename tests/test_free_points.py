@@ -16,6 +16,7 @@ import pytest
 from factories import admit, chunked, config, free_classes, full, mamba, swa
 
 from hybridkv import KVCacheManager, Request
+from hybridkv.managers.base import RequestBlockState
 from hybridkv.managers.retention import FinalPoints, UnitValues
 
 
@@ -58,19 +59,23 @@ def test_the_free_point_period(specs, period) -> None:
     ("specs", "policy", "only"),
     [
         ((full(4), chunked(4, 8)), "hybrid", True),
-        ((full(4), chunked(4, 8)), "lru", False),
+        ((full(4), chunked(4, 8)), "lru", True),
         ((full(4), chunked(4, 6)), "hybrid", False),
         ((full(4), chunked(4, 8), mamba(4)), "hybrid", False),
         ((full(4), chunked(4, 8), swa(4, 8)), "hybrid", False),
     ],
 )
 def test_when_a_running_chunked_group_holds_only_its_chunk(specs, policy, only) -> None:
-    """Only with free points (every other group chunked: a tail point owns no
-    block a missing chunk would strand) and chunks on the hit step (``E`` is
-    never in an earlier chunk)."""
+    """At a chunk's start (24 tokens, chunk 8 or 6 on blocks of 4), the
+    chunked group releases every earlier block (``release_stop`` = its first
+    needed block) under ``lru``, and under ``hybrid`` only with free points
+    (every other group chunked: a tail point owns no block a missing chunk
+    would strand) and chunks on the hit step (``E`` is never in an earlier
+    chunk); elsewhere ``hybrid`` holds the 512-token tail's needs."""
     kv = KVCacheManager(config(64, *specs), 256, cache_policy=policy)
-    chunk_groups = [m for m in kv.coordinator.managers if hasattr(m, "attention_chunk_size")]
-    assert [m.current_chunk_only for m in chunk_groups] == [only]
+    (m,) = [m for m in kv.coordinator.managers if hasattr(m, "attention_chunk_size")]
+    st = RequestBlockState([kv.block_pool.null_block] * 8, 0, 0)
+    assert (m.release_stop(st, 24) == m.first_needed_block(24) > 0) == only
 
 
 def test_lru_keeps_no_free_points() -> None:

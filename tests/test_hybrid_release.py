@@ -111,9 +111,7 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
             st.num_cached * m.block_size for m, st in zip(coord.managers, states, strict=True)
         )
         end -= end % lcm
-        points = FinalPoints(
-            states[0].kept, end, coord.managers[0].tail, lcm, coord.tail_alignment.align
-        )
+        points = FinalPoints(states[0].kept, end, coord.tail, lcm, coord.tail_alignment.align)
         mine = recorded(
             kv,
             lambda _: release_hybrid(

@@ -8,7 +8,7 @@ cached in this group (its chunk has not started).
 from __future__ import annotations
 
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
+from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.specs.attention import ChunkedLocalAttentionSpec
 
 
@@ -32,29 +32,6 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     def free_point_period(self) -> int:
         """A hit at a chunk boundary needs none of this group's blocks."""
         return self.attention_chunk_size
-
-    #: Set by the coordinator (``hybrid``): hold only the current chunk while
-    #: running (``release_stop``).
-    current_chunk_only = False
-
-    def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
-        """With ``current_chunk_only``, as under ``lru``: a running request holds
-        only its current chunk. The generic ``hybrid`` rule holds what the last
-        hit boundary below the tail needs, which for the first ``tail`` tokens
-        of each chunk is the whole previous chunk (8,192 tokens at Llama 4
-        Scout's size, per prefilling request: ``hybrid`` preempted 2.8x as
-        often as ``lru``). The coordinator sets it when every group but full
-        attention is chunked (a tail point then has no block of its own that a
-        missing chunk would strand) and chunks start on the hit step (so the
-        end point ``E`` is never in an earlier chunk: it stays whole)."""
-        if self.current_chunk_only:
-            return min(self.first_needed_block(total_computed_tokens), len(st.blocks))
-        return super().release_stop(st, total_computed_tokens)
-
-    def next_release_at(self, st: RequestBlockState) -> int:
-        if self.current_chunk_only:
-            return self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
-        return super().next_release_at(st)
 
     def min_tokens_skipping(self, num_skipped: int) -> int:
         c = self.attention_chunk_size

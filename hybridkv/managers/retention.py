@@ -19,9 +19,9 @@ them:
 - ``E``: the end of what the request computed, aligned down to the block
   size (taken when it is freed). Running requests hold what the last hit
   boundary below their tail needs, so that ``E`` and the tail are whole;
-  where every other group is chunked too, chunked groups hold only their
-  current chunk (a hit at its start needs none of the chunk before:
-  ``ChunkedLocalAttentionManager.current_chunk_only``).
+  where every other group is chunked too, chunked groups hold no tail, so
+  only their current chunk (a hit at its start needs none of the chunk
+  before; ``KVCacheCoordinator.__init__``).
 
 Blocks of a non-full group that no kept point needs are released *evict
 first* (the head of the free queue). Mamba groups get real state blocks only
