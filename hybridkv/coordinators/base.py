@@ -91,10 +91,10 @@ class KVCacheCoordinator(ABC):
         # (every skipping group chunked), a tail point owns no block a missing
         # chunk could strand, and a group whose chunks start on the hit step
         # never has ``E`` in an earlier chunk: it holds no tail, so only its
-        # current chunk.
+        # current chunk. (A group without skips holds nothing either way.)
         if self.free_point_period:
             for m in self.managers:
-                if m.has_skips and m.free_point_period() % self.block_size_lcm == 0:
+                if m.free_point_period() % self.block_size_lcm == 0:
                     m.tail = 0
         # Groups whose hit point needs one block of its own (a Mamba state):
         # only those are thinned in the tail (``UnitValues.of_other``).
