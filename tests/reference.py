@@ -106,11 +106,16 @@ class Config:
 
 
 @st.composite
-def configs(draw: st.DrawFn, pressure: bool = False, policy: str | None = None) -> Config:
+def configs(
+    draw: st.DrawFn, pressure: bool = False, policy: str | None = None, roomier: bool = False
+) -> Config:
     """Random configs. ``pressure``: a sliding-window group first (and at most one
     other), tiny pools, prefix caching on and long shared prefixes, so that requests
     share window blocks that one of them stops reading while the pool is full.
-    ``policy``: the cache policy (default: drawn; ``lru`` under pressure)."""
+    ``policy``: the cache policy (default: drawn; ``lru`` under pressure).
+    ``roomier`` (with ``pressure``): pools of 10-20 blocks, so that requests
+    admitted with a hit run past its window (and retain blocks for it) before
+    the pool runs out (``hybrid``'s shedding)."""
     groups = []
     if pressure:
         groups.append(GroupDesc("sliding", draw(st.sampled_from([1, 2])), draw(st.integers(2, 6))))
@@ -120,6 +125,9 @@ def configs(draw: st.DrawFn, pressure: bool = False, policy: str | None = None) 
         groups.append(GroupDesc(kind, draw(st.sampled_from([1, 2, 4])), param))
     tokens = st.lists(st.integers(0, VOCAB - 1), min_size=8 if pressure else 2, max_size=16)
     blocks = st.integers(4, 12) if pressure else st.integers(6, 16) | st.integers(6, 48)
+    tail = st.sampled_from([0, 4, 8])
+    if roomier:
+        blocks, tail = st.integers(10, 20), st.just(0)
     return Config(
         groups=groups,
         num_blocks=draw(blocks),  # small: evictions
@@ -130,7 +138,7 @@ def configs(draw: st.DrawFn, pressure: bool = False, policy: str | None = None) 
         max_suffix=3 if pressure else 12,
         # The exact-None accounting (pressure) models lru's release rules.
         cache_policy=policy or ("lru" if pressure else draw(st.sampled_from(["lru", "hybrid"]))),
-        hybrid_tail_tokens=draw(st.sampled_from([0, 4, 8])),
+        hybrid_tail_tokens=draw(tail),
         hybrid_value_weight=draw(st.sampled_from([0.0, 0.5, 3.0])),
         hybrid_tail_align=draw(st.sampled_from([None, 0, 8, 16])),
     )

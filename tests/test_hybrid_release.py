@@ -150,7 +150,7 @@ def test_release_matches_the_block_by_block_rule(
     rng = random.Random(f"{layout}/{tail}")
     prefixes = [[rng.randrange(1000) for _ in range(60)] for _ in range(3)]
     live: dict[str, Any] = {}
-    for step in range(600):
+    for step in range(700):
         if rng.random() < 0.3 or not live:
             rid = f"r{step}"
             r = req(rid, [*rng.choice(prefixes)[: rng.randrange(1, 60)], rng.randrange(1000)])

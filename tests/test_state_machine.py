@@ -193,6 +193,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         tc = req.num_computed_tokens + hit
         need, shared_skips = self._net_need(t, num_new, hit, hit_blocks)
         free = kv.block_pool.num_free_blocks
+        kept_before = self._kept_points()
         out = kv.allocate_slots(req, num_new, hit, hit_blocks)
         if not self.hybrid:  # the independent count models lru's release rules
             assert (out is None) == (need > free), f"net need {need}, {free} free, got {out}"
@@ -202,6 +203,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             event("allocate_slots -> None")
             assert snapshot(kv, self._ids()) == before, "failed allocate_slots changed state"
             return False
+        self._check_shedding(kept_before, admission=hit_blocks is not None)
         tables = kv.get_block_ids(req.request_id)
         if hit_blocks is not None and hit:
             old_len = [len(tab) for tab in hit_blocks.blocks]
@@ -223,6 +225,32 @@ class KVCacheMachine(RuleBasedStateMachine):
             req.append_output_token_ids(token)  # sampled; computed by the next step
         self._record_hashes(t)
         return True
+
+    def _kept_points(self) -> dict[str, tuple[int, ...]]:
+        """Each live request's kept points (``hybrid``; the same in every group)."""
+        states = self.manager.coordinator.managers[0].states
+        return {rid: st.kept for rid, st in states.items()}
+
+    def _check_shedding(self, before: dict[str, tuple[int, ...]], admission: bool) -> None:
+        """After a successful allocation: at most one live request gave up
+        kept points (``coordinators.shedding``), never for an admission, only
+        points behind its window in some group, and it retains nothing now."""
+        after = self._kept_points()
+        shed = [rid for rid, kept in before.items() if rid in after and after[rid] != kept]
+        if not shed:
+            return
+        event("hybrid: a running request shed kept points")
+        assert self.hybrid and not admission and len(shed) == 1, f"shed by {shed}"
+        rid = shed[0]
+        dropped = set(before[rid]) - set(after[rid])
+        assert dropped and set(after[rid]) <= set(before[rid]), (before[rid], after[rid])
+        for p in dropped:
+            assert any(
+                m.has_skips and m.first_needed_block(p) < m.states[rid].num_skipped
+                for m in self.manager.coordinator.managers
+            ), f"{rid} shed kept point {p}, which is not behind its window"
+        for m in self.manager.coordinator.managers:
+            assert not m.states[rid].retained, f"{rid} shed but retains blocks"
 
     def _holders(self) -> Counter[int]:
         """Block id -> how many running requests hold it (the test's own view)."""
@@ -609,3 +637,16 @@ class KVCacheMachineHybridUnderPressure(KVCacheMachine):
 
 
 TestKVCacheStateMachineHybridUnderPressure = KVCacheMachineHybridUnderPressure.TestCase
+
+
+class KVCacheMachineHybridShedding(KVCacheMachine):
+    """``hybrid`` on pools roomy enough that running requests retain blocks
+    for kept points behind their windows before the pool runs out, so that
+    steps shed them (``coordinators.shedding``; ``_check_shedding``)."""
+
+    @initialize(cfg=configs(pressure=True, policy="hybrid", roomier=True), data=st.data())
+    def setup(self, cfg: Config, data: st.DataObject) -> None:
+        super().setup(cfg, data)
+
+
+TestKVCacheStateMachineHybridShedding = KVCacheMachineHybridShedding.TestCase

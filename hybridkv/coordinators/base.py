@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from itertools import chain, zip_longest
 
 from hybridkv.coordinators.hybrid_release import release_hybrid
+from hybridkv.coordinators.shedding import make_room
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
@@ -137,7 +138,9 @@ class KVCacheCoordinator(ABC):
 
         Counts the net free blocks all groups need (new blocks, plus hit blocks
         leaving the free set, minus skipped blocks returning to it) and returns
-        ``None`` if they do not fit. Otherwise releases skipped blocks, adopts
+        ``None`` if they do not fit, unless (``hybrid``, a running request's
+        step) one live request can shed kept points to make them fit
+        (``shedding``). Otherwise releases skipped blocks, adopts
         the hit blocks, extends the tables, and returns each group's new blocks.
         ``kept``: a new request's kept points (``hybrid`` policy).
         """
@@ -155,7 +158,19 @@ class KVCacheCoordinator(ABC):
             if st is None and need > free:
                 return None  # a new table's count is never negative: the rest only adds
         if need > free:
-            return None
+            # A running request's step may take kept points instead (``shedding``).
+            if not (
+                self.hybrid
+                and states[0] is not None
+                and new_computed_blocks is None
+                and make_room(managers, self.pool, need - free)
+            ):
+                return None
+            need = sum(
+                m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens, kept)
+                for m, st, h in zip(managers, states, hit, strict=True)
+            )
+            assert need <= self.pool.num_free_blocks, "shedding returned too few blocks"
         # Release every group's skipped blocks before any group pops new ones:
         # the count above relies on them being back in the free set.
         for m, st in zip(managers, states, strict=True):
