@@ -23,6 +23,11 @@ them:
   only their current chunk (a hit at its start needs none of the chunk
   before; ``KVCacheCoordinator.__init__``).
 
+A running request *retains* the blocks its kept points need once its window
+has passed them. When a step would not fit, the newest request that retains
+any gives those points up before the step fails
+(``hybridkv.coordinators.shedding``).
+
 Blocks of a non-full group that no kept point needs are released *evict
 first* (the head of the free queue). Mamba groups get real state blocks only
 at kept points, the last boundary and the running state: the other boundary
