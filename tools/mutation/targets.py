@@ -34,6 +34,7 @@ _MANAGER_TESTS = (
     "tests/test_window_hit_scan.py",
     "tests/test_admission_bound.py",
     "tests/test_hybrid_running_by_hand.py",
+    "tests/test_shedding.py",
     "tests/test_cost_aware.py",
     "tests/test_retention.py",
     "tests/test_snapshots.py",
