@@ -158,13 +158,9 @@ class KVCacheCoordinator(ABC):
             if st is None and need > free:
                 return None  # a new table's count is never negative: the rest only adds
         if need > free:
-            # A running request's step may take kept points instead (``shedding``).
-            if not (
-                self.hybrid
-                and states[0] is not None
-                and new_computed_blocks is None
-                and make_room(managers, self.pool, need - free)
-            ):
+            # Only a running request's step gets here (a new table returned
+            # above), and only it may take kept points instead (``shedding``).
+            if not (self.hybrid and make_room(managers, self.pool, need - free)):
                 return None
             need = sum(
                 m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens, kept)
