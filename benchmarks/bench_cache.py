@@ -5,8 +5,9 @@ Replays the Mooncake conversation trace (``../shared/traces``, 12,031
 requests, ~145M prompt tokens) through ``hybridkv.sim`` (the engine's real
 scheduler and ``KVCacheManager``, step times from the H100 cost model) for
 every (layout, budget, policy) and tabulates the token hit rate, the prefill
-tokens computed, preemptions, the blocks left in the prefix cache by kind, and
-the wall time of each replay on this machine.
+tokens computed, preemptions, the share of the blocks that live requests hold
+(at the median step / on average: room the cache never gets), the blocks left in
+the prefix cache by kind, and the wall time of each replay on this machine.
 
     .venv/bin/python benchmarks/bench_cache.py --requests 1500              # quick
     .venv/bin/python benchmarks/bench_cache.py --layouts gemma-3-27b --write
@@ -50,6 +51,7 @@ HEADERS = (
     "token hit rate",
     "prefill tokens",
     "preemptions",
+    "in use (p50 / mean)",
     "cached blocks by kind",
     "cached GB by kind",
     "TTFT p50 / p99 (s, modeled)",
@@ -68,6 +70,7 @@ def row(r: SimResult) -> list[str]:
         f"{100 * r.token_hit_rate:.2f} %",
         f"{r.prefill_tokens:,}",
         f"{r.preemptions:,}",
+        f"{100 * r.in_use_p50:.0f} % / {100 * r.in_use_mean:.0f} %",
         blocks_label(r.cached_blocks),
         gb,
         f"{r.ttft_p50_s:.1f} / {r.ttft_p99_s:.1f}",

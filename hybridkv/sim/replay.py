@@ -132,6 +132,7 @@ def replay_trace(
 
     live: dict[str, _Live] = {}
     ttfts = array("d")
+    in_use_steps = array("l")  # blocks live requests hold, after each step's allocation
     hit_tokens = prefill = decode = steps = 0
     next_out = OUTPUT_TOKEN_BASE
     last_finish = 0.0
@@ -168,6 +169,7 @@ def replay_trace(
                         f"{config.num_blocks} blocks: the plan should hold one request"
                     )
                 in_use = usable - pool.num_free_blocks
+                in_use_steps.append(in_use)
                 if in_use > peak:
                     peak = in_use
                     if in_use >= peak_sampled + peak_step:
@@ -206,6 +208,8 @@ def replay_trace(
             if bar is not None:
                 bar.close()
     p50, p99 = percentiles(ttfts, (50, 99))
+    (in_use_p50,) = percentiles(in_use_steps, (50,)) if in_use_steps else (0.0,)
+    in_use_mean = sum(in_use_steps) / len(in_use_steps) if in_use_steps else 0.0
     return SimResult(
         layout=layout.name,
         policy=options.policy,
@@ -228,6 +232,8 @@ def replay_trace(
         cached_blocks=cached_blocks_by_kind(manager),
         peak_blocks_in_use=peak,
         peak_blocks_by_kind=peak_by_kind,
+        in_use_mean=in_use_mean / usable,
+        in_use_p50=in_use_p50 / usable,
         ttft_p50_s=p50,
         ttft_p99_s=p99,
         makespan_s=last_finish - first_arrival,

@@ -11,6 +11,12 @@ Token counts:
 - ``output_tokens``: tokens sampled (the last one of a request is sampled,
   never computed, so without preemption ``decode = output - requests``).
 
+``in_use_mean`` / ``in_use_p50``: the share of the usable blocks that live
+requests hold (their tables, and under ``hybrid`` the blocks they retain for
+kept points) after each step's allocation, averaged over the steps / at the
+median step. What they hold, the prefix cache cannot: where it is near 1, no
+cache policy has room to differ.
+
 Block counts are per layer kind (``hybridkv.sim.census``); bytes are blocks
 times ``page_bytes`` (one block id across all the shared buffers). Times are
 modeled seconds of the simulated device (``hybridkv.sim.cost_model``), except
@@ -48,6 +54,8 @@ class SimResult:
     cached_blocks: dict[str, int]
     peak_blocks_in_use: int
     peak_blocks_by_kind: dict[str, int]
+    in_use_mean: float
+    in_use_p50: float
     ttft_p50_s: float
     ttft_p99_s: float
     makespan_s: float
@@ -99,6 +107,8 @@ class SimResult:
             "cached_bytes": self.cached_bytes,
             "peak_blocks_in_use": self.peak_blocks_in_use,
             "peak_blocks_by_kind": dict(self.peak_blocks_by_kind),
+            "in_use_mean": self.in_use_mean,
+            "in_use_p50": self.in_use_p50,
             "ttft_p50_s": self.ttft_p50_s,
             "ttft_p99_s": self.ttft_p99_s,
             "makespan_s": self.makespan_s,

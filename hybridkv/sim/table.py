@@ -51,6 +51,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
             f"{100 * r.token_hit_rate:.2f}%",
             f"{r.prefill_tokens:,}",
             f"{r.preemptions:,}",
+            f"{100 * r.in_use_p50:.0f}%",
             f"{r.ttft_p50_s:.2f}",
             f"{r.ttft_p99_s:.2f}",
             f"{r.output_tokens_per_s:,.0f}",
@@ -66,6 +67,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "hit rate",
         "prefill tokens",
         "preempt",
+        "in use",
         "TTFT p50 s",
         "TTFT p99 s",
         "out tok/s",
@@ -73,5 +75,8 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "replay s",
     ]
     lines = [head, *format_table(headers, rows, left=("cached blocks",))]
-    lines.append("  (TTFT and throughput are modeled on the device; replay s is wall time here)")
+    lines.append(
+        "  (in use: blocks live requests hold at the median step, which the cache cannot; TTFT and"
+    )
+    lines.append("   throughput are modeled on the device; replay s is wall time here)")
     return "\n".join(lines) + "\n"

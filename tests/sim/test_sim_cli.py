@@ -77,6 +77,8 @@ def test_table_and_json_of_two_budgets_and_two_policies(capsys, one_full, write_
         "cached_bytes",
         "peak_blocks_in_use",
         "peak_blocks_by_kind",
+        "in_use_mean",
+        "in_use_p50",
         "ttft_p50_s",
         "ttft_p99_s",
         "output_tokens_per_s",

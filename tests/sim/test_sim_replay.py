@@ -56,6 +56,14 @@ def test_hit_rate_equals_the_hand_computed_one(one_full, write_trace, max_num_se
     assert r.cached_blocks == {"full": 64 + 17 + 5 + 1}
     assert r.num_blocks == 10_000
     assert r.page_bytes == BLOCK
+    if max_num_seqs == 1:
+        # One request at a time, each a prefill step then 3 decode steps; blocks
+        # held after each step's allocation: r0 64 then 65 (1025 tokens) x3; r1
+        # 82 (1300 tokens, its 64 hit blocks included) x4; r2 38 x4; r3 as r0.
+        steps = [64, 65, 65, 65] + [82] * 4 + [38] * 4 + [64, 65, 65, 65]
+        assert r.steps == len(steps)
+        assert r.in_use_mean == pytest.approx(sum(steps) / len(steps) / 9_999)
+        assert r.in_use_p50 == pytest.approx(65 / 9_999)  # sorted: 8th and 9th are 65
 
 
 def test_token_prompt_traces_hit_on_their_shared_prefix(one_full, write_trace):
@@ -91,6 +99,7 @@ def test_a_tiny_budget_preempts_and_still_finishes_every_request(one_full, write
     assert r.prefill_tokens + r.decode_tokens >= computed_once
     assert r.output_tokens == 8 * 400
     assert r.peak_blocks_in_use == 39  # every usable block (block 0 is the null block)
+    assert 0 < r.in_use_mean <= 1.0 and 0 < r.in_use_p50 <= 1.0  # never above the peak
 
 
 def test_sliding_layout_reports_blocks_by_kind(write_trace):
