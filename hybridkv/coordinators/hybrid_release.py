@@ -21,7 +21,7 @@ single sort. The result is exactly the block-by-block rule above
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain, groupby, repeat
+from itertools import chain, filterfalse, groupby, repeat
 from operator import attrgetter, itemgetter
 
 from hybridkv.core.block import KVCacheBlock
@@ -34,6 +34,7 @@ _POS_BITS = 40
 
 _ref_cnt = attrgetter("ref_cnt")
 _hash = attrgetter("block_hash")
+_is_null = attrgetter("is_null")
 _is_one = (1).__eq__
 _key = itemgetter(0)
 _block = itemgetter(2)
@@ -200,7 +201,8 @@ class _Placer:
     def span(self, blocks: list[KVCacheBlock], lo: int, hi: int, unit: int) -> None:
         """Place table entries ``[lo, hi)``, whose unit point is ``unit``:
         runs that only this request holds (ref count 1: none null, none
-        shared) in bulk, the others one by one."""
+        shared) in bulk, and the runs between them (null blocks, skipped;
+        blocks others hold too, shared) in bulk as well."""
         seg = blocks[lo:hi]
         refs = list(map(_ref_cnt, seg))
         if refs.count(1) == len(seg):
@@ -219,7 +221,8 @@ class _Placer:
             k = ones.find(1, j)
             if k < 0:
                 k = n
-            self(zip(range(lo + j, lo + k), seg[j:k], strict=True), unit)
+            # Null (ref count 0) or held by others too: shared, whatever the unit.
+            self.shared += filterfalse(_is_null, seg[j:k])
             i = k
 
     def _held(self, seg: list[KVCacheBlock], lo: int, unit: int) -> None:
