@@ -270,7 +270,10 @@ class KVCacheManager:
         from ``get_computed_blocks`` (new requests only). ``num_lookahead_tokens``
         reserves extra slots (speculative decoding), never cached. Returns the
         newly allocated blocks per group, or ``None`` (nothing changed) when
-        the free blocks do not suffice.
+        the free blocks do not suffice. Under ``cache_policy="hybrid"`` a
+        running request's step first lets the newest live request that
+        retains blocks for kept points behind its window give them up, when
+        that makes room (``hybridkv.coordinators.shedding``).
         """
         if not isinstance(request, Request):
             raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
