@@ -6,7 +6,7 @@ requests, ~145M prompt tokens) through ``hybridkv.sim`` (the engine's real
 scheduler and ``KVCacheManager``, step times from the H100 cost model) for
 every (layout, budget, policy) and tabulates the token hit rate, the prefill
 tokens computed, preemptions, the share of the blocks that live requests hold
-(at the median step / on average: room the cache never gets), the blocks left in
+(at the median step / on average: pinned, no policy decides on them), the blocks left in
 the prefix cache by kind, and the wall time of each replay on this machine.
 
     .venv/bin/python benchmarks/bench_cache.py --requests 1500              # quick

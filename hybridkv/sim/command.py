@@ -44,7 +44,7 @@ def add_simulate_parser(sub: Any) -> None:
         description="Replay a request trace (Mooncake jsonl or token prompts) through the "
         "engine's scheduler and KV cache manager, with step times from a cost model; "
         "report prefix hit rate, cache contents by kind, preemptions, the share of the "
-        "blocks running requests hold (room the cache never gets), modeled TTFT and "
+        "blocks running requests hold (pinned: no cache policy decides on them), modeled TTFT and "
         "throughput.",
     )
     p.add_argument(

@@ -14,8 +14,9 @@ Token counts:
 ``in_use_mean`` / ``in_use_p50``: the share of the usable blocks that live
 requests hold (their tables, and under ``hybrid`` the blocks they retain for
 kept points) after each step's allocation, averaged over the steps / at the
-median step. What they hold, the prefix cache cannot: where it is near 1, no
-cache policy has room to differ.
+median step. Those blocks are pinned: what running requests computed still
+serves hits, but no cache policy decides whether to keep them, so where the
+share is near 1 the policies have little room to differ.
 
 Block counts are per layer kind (``hybridkv.sim.census``); bytes are blocks
 times ``page_bytes`` (one block id across all the shared buffers). Times are

@@ -76,7 +76,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
     ]
     lines = [head, *format_table(headers, rows, left=("cached blocks",))]
     lines.append(
-        "  (in use: blocks live requests hold at the median step, which the cache cannot; TTFT and"
+        "  (in use: blocks live requests hold at the median step, pinned for any policy; TTFT and"
     )
     lines.append("   throughput are modeled on the device; replay s is wall time here)")
     return "\n".join(lines) + "\n"
