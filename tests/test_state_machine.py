@@ -203,7 +203,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             event("allocate_slots -> None")
             assert snapshot(kv, self._ids()) == before, "failed allocate_slots changed state"
             return False
-        self._check_shedding(kept_before, admission=hit_blocks is not None)
+        self._check_shedding(kept_before, req.request_id, admission=hit_blocks is not None)
         tables = kv.get_block_ids(req.request_id)
         if hit_blocks is not None and hit:
             old_len = [len(tab) for tab in hit_blocks.blocks]
@@ -231,10 +231,15 @@ class KVCacheMachine(RuleBasedStateMachine):
         states = self.manager.coordinator.managers[0].states
         return {rid: st.kept for rid, st in states.items()}
 
-    def _check_shedding(self, before: dict[str, tuple[int, ...]], admission: bool) -> None:
+    def _check_shedding(
+        self, before: dict[str, tuple[int, ...]], stepping: str, admission: bool
+    ) -> None:
         """After a successful allocation: at most one live request gave up
         kept points (``coordinators.shedding``), never for an admission, only
-        points behind its window in some group, and it retains nothing now."""
+        points behind its window in some group, and it retains nothing now,
+        unless it is the request that stepped: its window moved on after the
+        shed, past points it still keeps (``check_integrity``: every retained
+        block is a kept point's)."""
         after = self._kept_points()
         shed = [rid for rid, kept in before.items() if rid in after and after[rid] != kept]
         if not shed:
@@ -249,8 +254,10 @@ class KVCacheMachine(RuleBasedStateMachine):
                 m.has_skips and m.first_needed_block(p) < m.states[rid].num_skipped
                 for m in self.manager.coordinator.managers
             ), f"{rid} shed kept point {p}, which is not behind its window"
-        for m in self.manager.coordinator.managers:
-            assert not m.states[rid].retained, f"{rid} shed but retains blocks"
+        if rid != stepping:
+            event("hybrid: another request shed kept points")
+            for m in self.manager.coordinator.managers:
+                assert not m.states[rid].retained, f"{rid} shed but retains blocks"
 
     def _holders(self) -> Counter[int]:
         """Block id -> how many running requests hold it (the test's own view)."""
