@@ -9,11 +9,12 @@ batch. Shedding comes first: the newest live request that retains blocks
 drops every kept point behind its window and releases what they held
 (evict-first: no kept point needs them any more, so the allocation that ran
 short reuses them at once). Its other kept points, and its own running
-window, are untouched; at ``free`` it keeps what its remaining points and its
-end need (``retention.FinalPoints``).
+window, are untouched: when it is the request stepping, its window may pass
+one of them in the same step, which then retains blocks again. At ``free``
+it keeps what its remaining points and its end need (``retention.FinalPoints``).
 
-Only one request sheds per allocation, the one a scheduler would preempt
-first (the newest holding such blocks): each shed loses hits for good, and
+Only one request sheds per allocation, the newest holding such blocks (a
+scheduler preempts the newest first too): each shed loses hits for good, and
 shedding from every running request lost 0.24 points of hit rate on Gemma 3
 27B (whole Mooncake conversation trace, trace arrivals, 80 GB), where a
 resumed request re-hits most of what its preemption freed. With one request
