@@ -36,6 +36,7 @@ from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import NEVER
 from hybridkv.managers.retention import TAIL_TOKENS, prompt_point
+from hybridkv.managers.returning import RETURN_BONUS
 from hybridkv.request import Request
 from hybridkv.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
 from hybridkv.specs.base import KVCacheSpec, check_positive_int
@@ -92,7 +93,9 @@ class KVCacheManager:
     one doubling of a unit's value is worth (0: recency only; None:
     ``auto_value_weight``); ``hybrid_tail_align``, the tail's alignment
     (None: learned from where requests branch, ``managers/tail_alignment.py``;
-    0: every boundary; ``A``: multiples of ``A`` only).
+    0: every boundary; ``A``: multiples of ``A`` only);
+    ``hybrid_return_bonus``, pool turnovers a returning request's units are
+    kept longer (``managers/returning.py``; 0: off).
     ``eviction_policy`` (a policy class or factory) overrides the free set's
     ordering under either policy.
     """
@@ -112,6 +115,7 @@ class KVCacheManager:
         hybrid_tail_tokens: int = TAIL_TOKENS,
         hybrid_value_weight: float | None = None,
         hybrid_tail_align: int | None = None,
+        hybrid_return_bonus: float = RETURN_BONUS,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -132,6 +136,14 @@ class KVCacheManager:
         ):
             raise ValueError(
                 f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
+            )
+        if (
+            isinstance(hybrid_return_bonus, bool)
+            or not isinstance(hybrid_return_bonus, int | float)
+            or not 0 <= hybrid_return_bonus < math.inf
+        ):
+            raise ValueError(
+                f"hybrid_return_bonus must be a finite number >= 0, got {hybrid_return_bonus!r}"
             )
         if hybrid_value_weight is None:
             hybrid_value_weight = auto_value_weight(
@@ -180,6 +192,7 @@ class KVCacheManager:
             cache_policy,
             hybrid_tail_tokens,
             hybrid_tail_align,
+            float(hybrid_return_bonus),
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         # The Request object behind each live request id: another object with
@@ -348,6 +361,13 @@ class KVCacheManager:
             self._admission.forget(rid)
         # A request resumed after preemption matches its own earlier progress,
         # not where it diverges from other requests: no branch to learn from.
+        if admitted and coordinator.seen is not None:
+            if request.returning is None:  # first admission: a resumed one keeps it
+                request.returning = coordinator.is_returning(
+                    request.live_block_hashes, request.num_prompt_tokens
+                )
+            if request.returning:
+                coordinator.mark_returning(rid)
         if admitted and not request.num_preemptions:
             assert new_computed_blocks is not None
             branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
@@ -495,10 +515,10 @@ class KVCacheManager:
             raise ValueError(
                 f"request must be a hybridkv.Request or a request id (str), got {request!r}"
             )
-        self._live.pop(rid, None)
+        live = self._live.pop(rid, None)
         self._quiet.pop(rid, None)
         self._admission.forget(rid)
-        return self.coordinator.free(rid)
+        return self.coordinator.free(rid, None if live is None else live.live_block_hashes)
 
     def uncache_uncomputed(self, request: Request) -> int:
         """Take the request's blocks past ``num_computed_tokens`` out of the prefix

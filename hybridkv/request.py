@@ -80,7 +80,9 @@ class Request:
     of the same salt. ``lora_name`` keys every block by the adapter.
     ``num_preemptions``: times the scheduler preempted it (a resumed request's
     prefix hit is its own earlier progress: ``hybrid`` learns branch points
-    only from requests never preempted).
+    only from requests never preempted). ``returning``: set by a ``hybrid``
+    manager when it first admits the request (``managers/returning.py``): its
+    prompt continues one the cache has held; a resumed request keeps it.
     """
 
     __slots__ = (
@@ -96,6 +98,7 @@ class Request:
         "num_preemptions",
         "num_prompt_tokens",
         "request_id",
+        "returning",
     )
 
     def __init__(
@@ -130,6 +133,7 @@ class Request:
         self.num_prompt_tokens = len(tokens)
         self._num_computed_tokens = 0
         self.num_preemptions = 0
+        self.returning: bool | None = None
         self.cache_salt = cache_salt
         self.lora_name = lora_name
         self.mm_inputs = _check_mm_inputs(mm_inputs or (), len(tokens))

@@ -22,15 +22,19 @@ from hybridkv import (
 FULL, SWA, CHUNKED, MAMBA = full(4), swa(4, 8), chunked(4, 8), mamba(4)
 
 
-def manager(*specs, num_blocks=64, tail=0, policy="hybrid", weight=0.0) -> KVCacheManager:
-    """Recency only (``weight`` 0) unless stated: these examples check the kept
-    points and release order; tests/test_cost_aware.py checks the ranking."""
+def manager(
+    *specs, num_blocks=64, tail=0, policy="hybrid", weight=0.0, bonus=0.0
+) -> KVCacheManager:
+    """Recency only (``weight`` 0) and no return bonus unless stated: these
+    examples check the kept points and release order; tests/test_cost_aware.py
+    checks the ranking, tests/test_returning.py the bonus."""
     return KVCacheManager(
         config(num_blocks, *specs),
         256,
         cache_policy=policy,
         hybrid_tail_tokens=tail,
         hybrid_value_weight=weight,
+        hybrid_return_bonus=bonus,
     )
 
 

@@ -34,8 +34,11 @@ LAYOUTS = {
 Call = tuple[tuple[int, ...], bool, float | None]
 
 
-def reference(coord: Any, states: list[Any], points: FinalPoints, record: list[Call]) -> None:
-    """The release rule block by block (what ``release_hybrid`` must equal)."""
+def reference(
+    coord: Any, states: list[Any], points: FinalPoints, record: list[Call], factor: float = 1.0
+) -> None:
+    """The release rule block by block (what ``release_hybrid`` must equal);
+    ``factor``: a returning request's, on every unit's value."""
     shared: list[KVCacheBlock] = []
     dead: list[KVCacheBlock] = []
     entries: list[tuple[int, int, int, KVCacheBlock, int]] = []
@@ -72,9 +75,9 @@ def reference(coord: Any, states: list[Any], points: FinalPoints, record: list[C
         if unit == BEYOND:
             v = None
         elif kind == 0:
-            v = values.of_full(unit)
+            v = factor * values.of_full(unit)
         else:
-            v = values.of_other(unit, kind == 1)
+            v = factor * values.of_other(unit, kind == 1)
         if v != run_value and run:
             record.append((tuple(b.block_id for b in run), False, run_value))
             run = []
@@ -105,7 +108,7 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
     coord = kv.coordinator
     real = coord._free_hybrid
 
-    def free_hybrid(states: list[Any]) -> None:
+    def free_hybrid(states: list[Any], factor: float = 1.0) -> None:
         lcm = coord.block_size_lcm
         end = min(
             st.num_cached * m.block_size for m, st in zip(coord.managers, states, strict=True)
@@ -115,14 +118,15 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
         mine = recorded(
             kv,
             lambda _: release_hybrid(
-                coord.managers, states, kv.block_pool, points, coord._point_local
+                coord.managers, states, kv.block_pool, points, coord._point_local, factor
             ),
         )
-        ref = recorded(kv, lambda calls: reference(coord, states, points, calls))
+        ref = recorded(kv, lambda calls: reference(coord, states, points, calls, factor))
         assert mine == [c for c in ref if c[0]]
         counter[0] += 1
         counter[1] += sum(len(c[0]) for c in mine)
-        real(states)
+        counter[2] += factor != 1.0
+        real(states, factor)
 
     coord._free_hybrid = free_hybrid  # type: ignore[method-assign]
 
@@ -145,7 +149,7 @@ def test_release_matches_the_block_by_block_rule(
     kv = manager(
         64, *LAYOUTS[layout], max_model_len=120, cache_policy="hybrid", hybrid_tail_tokens=tail
     )
-    counter = [0, 0]
+    counter = [0, 0, 0]
     checked(kv, counter)
     rng = random.Random(f"{layout}/{tail}")
     prefixes = [[rng.randrange(1000) for _ in range(60)] for _ in range(3)]
@@ -175,3 +179,4 @@ def test_release_matches_the_block_by_block_rule(
         del live[rid]
         kv.check_integrity()
     assert counter[0] > 50 and counter[1] > 500, counter  # the comparison ran, on real tables
+    assert counter[2] > 5, counter  # returning requests (value factor) among them

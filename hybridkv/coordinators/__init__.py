@@ -18,6 +18,7 @@ def get_kv_cache_coordinator(
     cache_policy: str = "lru",
     hybrid_tail_tokens: int = 0,
     hybrid_tail_align: int | None = 0,
+    hybrid_return_bonus: float = 0.0,
 ) -> KVCacheCoordinator:
     """No-prefix-cache, unitary (one group) or hybrid (several groups)."""
     cls: type[KVCacheCoordinator]
@@ -35,6 +36,7 @@ def get_kv_cache_coordinator(
         cache_policy,
         hybrid_tail_tokens,
         hybrid_tail_align,
+        hybrid_return_bonus,
     )
 
 

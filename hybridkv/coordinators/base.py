@@ -18,6 +18,7 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.managers.retention import FinalPoints, floor_spacing
+from hybridkv.managers.returning import SEEN_PER_BLOCK, SeenPrefixes
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
 from hybridkv.specs import KVCacheConfig
@@ -35,6 +36,7 @@ class KVCacheCoordinator(ABC):
         cache_policy: str = "lru",
         hybrid_tail_tokens: int = 0,
         hybrid_tail_align: int | None = 0,
+        hybrid_return_bonus: float = 0.0,
     ) -> None:
         self.pool = block_pool
         self.enable_caching = enable_caching
@@ -104,6 +106,17 @@ class KVCacheCoordinator(ABC):
             m.has_skips and m.first_needed_block(far) == far // m.block_size - 1
             for m in self.managers
         ]
+        #: Returning prompts (``hybrid`` with a full-attention group and a
+        #: return bonus): what the cache has held, and each live returning
+        #: request's value factor (``managers/returning.py``).
+        weight = getattr(block_pool.policy, "weight", 0.0)
+        self.seen: SeenPrefixes | None = (
+            SeenPrefixes(SEEN_PER_BLOCK * kv_cache_config.num_blocks)
+            if self.hybrid and self._full_gid is not None and hybrid_return_bonus > 0 and weight
+            else None
+        )
+        self.return_factor = 2.0 ** (hybrid_return_bonus / weight) if self.seen is not None else 1.0
+        self._returning: set[str] = set()
         #: Tokens the full-attention groups alone matched in the last
         #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
@@ -124,6 +137,20 @@ class KVCacheCoordinator(ABC):
         self.tail_alignment.observe(branch, num_tokens)
         if key is not None:
             self.tail_alignment.observe_key(key)
+
+    def is_returning(self, block_hashes: list[bytes], num_prompt_tokens: int) -> bool:
+        """Whether a new request's prompt continues what the cache has held
+        (``SeenPrefixes.returning`` on the first full-attention group's
+        blocks); False without ``seen``. Read-only."""
+        if self.seen is None:
+            return False
+        m = self.managers[self._full_gid]  # type: ignore[index]
+        return self.seen.returning(m.group_hashes(block_hashes), m.block_size, num_prompt_tokens)
+
+    def mark_returning(self, request_id: str) -> None:
+        """The live request's units are worth ``return_factor`` more when freed."""
+        assert self.seen is not None and self.has_request(request_id)
+        self._returning.add(request_id)
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
@@ -232,8 +259,11 @@ class KVCacheCoordinator(ABC):
         """The longest hit valid for every group, and its length. Read-only."""
 
     # -- release -------------------------------------------------------------
-    def free(self, request_id: str) -> bool:
+    def free(self, request_id: str, block_hashes: list[bytes] | None = None) -> bool:
         """Release all of a request's blocks, tail first; False if unknown.
+
+        ``block_hashes``: the request's hash-block-size hashes; with
+        ``seen``, what its first full-attention group cached is recorded there.
 
         Across groups, blocks are released by token position, last first (for
         equal block sizes: position ``i`` of every group, then ``i - 1``...),
@@ -243,7 +273,15 @@ class KVCacheCoordinator(ABC):
         if states[0] is None:
             return False
         if self.hybrid:
-            self._free_hybrid(states)  # type: ignore[arg-type]
+            factor = 1.0
+            if request_id in self._returning:
+                self._returning.discard(request_id)
+                factor = self.return_factor
+            if self.seen is not None and block_hashes is not None:
+                m = self.managers[self._full_gid]  # type: ignore[index]
+                st = states[self._full_gid]  # type: ignore[index]
+                self.seen.record(m.group_hashes(block_hashes)[: st.num_cached])  # type: ignore[union-attr]
+            self._free_hybrid(states, factor)  # type: ignore[arg-type]
             return True
         tables = [st.blocks[st.num_skipped :] for st in states if st is not None]
         pool = self.pool
@@ -264,8 +302,9 @@ class KVCacheCoordinator(ABC):
             pool.free_blocks(b for _, _, b in keyed)
         return True
 
-    def _free_hybrid(self, states: list[RequestBlockState]) -> None:
-        """``hybrid`` release (``hybridkv.coordinators.hybrid_release``).
+    def _free_hybrid(self, states: list[RequestBlockState], factor: float = 1.0) -> None:
+        """``hybrid`` release (``hybridkv.coordinators.hybrid_release``);
+        ``factor`` multiplies every unit's value (a returning request's).
 
         The kept points are the request's own, its free points and ``E``, the
         end of what it cached (``hybridkv.managers.retention``).
@@ -288,7 +327,7 @@ class KVCacheCoordinator(ABC):
         )
         if ta.align and self._full_gid is not None:
             self._mark_tail(states[self._full_gid], points)
-        release_hybrid(self.managers, states, self.pool, points, self._point_local)
+        release_hybrid(self.managers, states, self.pool, points, self._point_local, factor)
 
     def _mark_tail(self, full: RequestBlockState, points: FinalPoints) -> None:
         """Mark each point of the freed request's aligned tail at the
@@ -322,3 +361,6 @@ class KVCacheCoordinator(ABC):
             assert m.tail_alignment is self.tail_alignment, "groups disagree on the tail"
             m.check_integrity()
         self.tail_alignment.check_integrity()
+        assert self._returning <= ids, "a freed request is still marked returning"
+        if self.seen is not None:
+            self.seen.check_integrity()

@@ -30,6 +30,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         cache_policy: str = "lru",
         hybrid_tail_tokens: int = 0,
         hybrid_tail_align: int | None = 0,
+        hybrid_return_bonus: float = 0.0,
     ) -> None:
         super().__init__(
             kv_cache_config,
@@ -39,6 +40,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             cache_policy,
             hybrid_tail_tokens,
             hybrid_tail_align,
+            hybrid_return_bonus,
         )
         order = sorted(
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)

@@ -47,12 +47,14 @@ def release_hybrid(
     pool: BlockPool,
     points: FinalPoints,
     point_local: Sequence[bool],
+    factor: float = 1.0,
 ) -> None:
     """Release one request's tables (module docstring). ``point_local[g]``:
     group ``g``'s hit point needs a block of its own (a Mamba state), so its
     blocks below ``E``'s needed range are kind 2 (a tail point's own state).
     In an aligned tail, so are a window's or chunk's blocks below the aligned
-    end's needed range (only lower tail points need them)."""
+    end's needed range (only lower tail points need them). ``factor``
+    multiplies every unit's value (a returning request's, ``returning``)."""
     end, top = points.end, points.top
     place = _Placer(points.points)
     for gid, (m, st) in enumerate(zip(managers, states, strict=True)):
@@ -89,9 +91,9 @@ def release_hybrid(
     value_of = [
         None
         if unit == BEYOND
-        else values.of_full(unit)
+        else factor * values.of_full(unit)
         if kind == 0
-        else values.of_other(unit, kind == 1)
+        else factor * values.of_other(unit, kind == 1)
         for unit, kind in place.unit_kinds
     ]
     # Consecutive entries of one (unit, kind) share a value; adjacent runs of

@@ -1,0 +1,138 @@
+"""Returning prompts (``hybridkv/managers/returning.py``), by hand.
+
+``SeenPrefixes`` on its own, then the manager: a request whose prompt
+continues what the cache held has every unit valued ``2 ** (bonus / weight)``
+higher when freed, exact classes and keys; a first turn, a request sharing
+only a header, a resumed request and ``lru`` are not.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_hybrid_policy import FULL, SWA, manager, run
+
+from hybridkv import KVCacheManager, Request
+from hybridkv.managers.returning import SeenPrefixes
+
+
+def test_a_prompt_is_returning_when_half_of_it_was_seen_from_its_start() -> None:
+    seen = SeenPrefixes(capacity=8)
+    seen.record([b"a", b"b", b"c"])
+    # 4 blocks of 4 tokens, 16 tokens: half is 8 tokens, 2 blocks: a, b seen.
+    assert seen.returning([b"a", b"b", b"x", b"y"], 4, 16)
+    # 18 tokens: half is 9, 3 blocks: a, b, then x was not seen.
+    assert not seen.returning([b"a", b"b", b"x", b"y"], 4, 18)
+    # Seen blocks that do not start the prompt do not count.
+    assert not seen.returning([b"x", b"a", b"b", b"c"], 4, 16)
+    # A prompt with fewer whole blocks than half of it needs (a short one) is not.
+    assert not seen.returning([], 4, 3)
+    assert seen.returning([b"a"], 4, 7)  # 7 tokens: half needs 1 block
+
+
+def test_the_oldest_hashes_are_forgotten_beyond_capacity() -> None:
+    seen = SeenPrefixes(capacity=3)
+    seen.record([b"a", b"b", b"c"])
+    seen.record([b"a"])  # a is now the most recent
+    seen.record([b"d"])  # b goes
+    assert len(seen) == 3
+    assert seen.returning([b"a"], 1, 1)
+    assert not seen.returning([b"b"], 1, 1)
+    assert seen.returning([b"c", b"d"], 1, 2)
+    seen.check_integrity()
+
+
+@pytest.mark.parametrize(("capacity", "share"), [(-1, 0.5), (4, 0.0), (4, 1.5)])
+def test_bad_arguments(capacity: int, share: float) -> None:
+    with pytest.raises(ValueError, match="capacity|share"):
+        SeenPrefixes(capacity, share)
+
+
+@pytest.mark.parametrize("bonus", [-1.0, float("inf"), True, "2"])
+def test_the_manager_rejects_a_bad_bonus(bonus: object) -> None:
+    with pytest.raises(ValueError, match="hybrid_return_bonus"):
+        manager(FULL, SWA, bonus=bonus)  # type: ignore[arg-type]
+
+
+def keyed(kv: KVCacheManager) -> list[tuple[int, int, float]]:
+    return [
+        (b.block_id, b.free_class, b.evict_key)
+        for b in kv.block_pool.policy
+        if b.free_class is not None
+    ]
+
+
+def test_a_returning_request_is_valued_bonus_turnovers_higher_by_hand() -> None:
+    """``test_freed_units_are_valued_by_hand`` with a return bonus of 2 pool
+    turnovers at weight 1: a factor of 2 ** 2 = 4 on every unit of B.
+
+    A (32 tokens, 8 blocks) is a first turn: nothing was seen, its unit 32 is
+    worth 3.2 as before (class 3). B = A's 32 tokens + 4: its first 5 blocks
+    (half of 36 tokens is 18, 5 blocks of 4) were A's, so B is returning.
+    Unit 36: 2.0 x 4 = 8.0, class floor(2 log2 8) = 6; unit 32, released
+    again by B: 3.2 x 4 = 12.8, class floor(2 log2 12.8) = 7. Keys are
+    clock / 63 + class / 2 as before.
+    """
+    kv = manager(FULL, SWA, weight=1.0, bonus=2.0)
+    assert kv.coordinator.return_factor == 4.0
+    run(kv, "a", list(range(32)))
+    a_units = [8, 16, 7, 15, 6, 5, 4, 3, 2, 1]
+    assert keyed(kv) == [(i, 3, pytest.approx(k / 63 + 1.5)) for k, i in enumerate(a_units, 1)]
+    assert run(kv, "b", [*range(32), *range(100, 104)]) == 32
+    b_units = [(14, 6), (13, 6)] + [(i, 7) for i in a_units]
+    assert keyed(kv) == [
+        (i, cls, pytest.approx(clock / 63 + cls / 2))
+        for clock, (i, cls) in enumerate(b_units, len(a_units) + 1)
+    ]
+
+
+def test_a_shared_header_alone_is_not_returning_by_hand() -> None:
+    """C shares A's first 8 tokens (2 blocks) of its 36: half needs 5 blocks,
+    so C is a first turn and keeps the plain values (its own unit 36 would
+    be class 6 if it were returning)."""
+    kv = manager(FULL, SWA, weight=1.0, bonus=2.0)
+    run(kv, "a", list(range(32)))
+    c = Request("c", [*range(8), *range(200, 228)])
+    blocks, hit = kv.get_computed_blocks(c)
+    assert kv.allocate_slots(c, 36 - hit, hit, blocks) is not None
+    assert c.returning is False
+    c.num_computed_tokens = 36
+    kv.free(c)
+    assert max(cls for _, cls, _ in keyed(kv)) == 3
+
+
+def test_a_resumed_request_keeps_its_first_answer() -> None:
+    """D is a first turn; preempted and resumed, its own blocks fill the
+    memory of what was seen, yet it stays not returning (and a returning
+    request stays returning)."""
+    kv = manager(FULL, SWA, weight=1.0, bonus=2.0)
+    d = Request("d", list(range(300, 340)))
+    blocks, hit = kv.get_computed_blocks(d)
+    assert kv.allocate_slots(d, 40, hit, blocks) is not None
+    d.num_computed_tokens = 40
+    assert d.returning is False
+    kv.free(d)  # preempted
+    d.num_preemptions += 1
+    d.num_computed_tokens = 0
+    assert kv.coordinator.is_returning(d.live_block_hashes, d.num_prompt_tokens)
+    blocks, hit = kv.get_computed_blocks(d)
+    assert hit == 36
+    assert kv.allocate_slots(d, 40 - hit, hit, blocks) is not None
+    assert d.returning is False
+    assert "d" not in kv.coordinator._returning
+    kv.check_integrity()
+
+
+@pytest.mark.parametrize(
+    ("policy", "bonus", "weight"), [("lru", 2.0, 1.0), ("hybrid", 0.0, 1.0), ("hybrid", 2.0, 0.0)]
+)
+def test_off_under_lru_without_bonus_or_ranking(policy: str, bonus: float, weight: float) -> None:
+    """Nothing is remembered or marked under ``lru``, with bonus 0, or when
+    the free set ranks by recency only (weight 0: a factor would change nothing)."""
+    kv = manager(FULL, SWA, policy=policy, weight=weight, bonus=bonus)
+    assert kv.coordinator.seen is None
+    assert kv.coordinator.return_factor == 1.0
+    run(kv, "a", list(range(32)))
+    b = Request("b", [*range(32), *range(100, 104)])
+    blocks, hit = kv.get_computed_blocks(b)
+    assert kv.allocate_slots(b, 36 - hit, hit, blocks) is not None
+    assert b.returning is None
