@@ -24,6 +24,12 @@ tells about its future, to see how far any of them gets:
   is cached; the others' new blocks are evicted first;
 - ``hazard``: per request, the bucket's rate of being continued at the
   request's current age (from the whole trace); the lowest is evicted first;
+- ``returning, +B turnovers``: online, what ``hybrid`` ships
+  (``hybridkv/managers/returning.py``): a request is *returning* when the
+  blocks covering half its prompt, from its start, were all seen before (in
+  a memory of the last 8 x pool-size block hashes, evicted or not); its blocks
+  rank ``B`` pool turnovers (in requests: pool blocks / mean request blocks)
+  above a first turn's of the same age;
 - ``belady``: offline optimal (``bench_ceiling.belady_hits``).
 
     .venv/bin/python benchmarks/bench_reuse_predictors.py          # Jamba, 40 and 80 GB
@@ -37,7 +43,7 @@ import datetime
 import heapq
 import math
 import sys
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -49,6 +55,11 @@ from bench_ceiling import belady_hits, block_keys, hit_blocks, lru_hits  # noqa:
 from machine_info import machine  # noqa: E402
 
 from hybridkv.layouts import shipped_layout  # noqa: E402
+from hybridkv.managers.returning import (  # noqa: E402
+    RETURN_BONUS,
+    RETURNING_SHARE,
+    SEEN_PER_BLOCK,
+)
 from hybridkv.sim import SimOptions  # noqa: E402
 from hybridkv.sim.replay import plan_replay, replay_max_model_len  # noqa: E402
 from hybridkv.sim.trace import TraceRequest, load_trace  # noqa: E402
@@ -195,6 +206,37 @@ def hazard_hits(
     return hits
 
 
+def returning_hits(
+    keys: Sequence[list[int]], lengths: Sequence[int], bs: int, cap: int, bonus: float
+) -> int:
+    """Hit tokens when a returning request's blocks rank ``bonus`` requests
+    higher (module docstring; the memory of seen hashes is updated after each
+    request, as a freed request updates it)."""
+    seen: OrderedDict[int, None] = OrderedDict()
+    limit = SEEN_PER_BLOCK * cap
+    cached: dict[int, float] = {}
+    heap: list[tuple[float, int]] = []
+    hits = 0
+    for i, (ks, length) in enumerate(zip(keys, lengths, strict=True)):
+        hits += hit_blocks(ks, length, bs, cached) * bs
+        need = max(1, math.ceil(RETURNING_SHARE * length / bs))
+        returning = need <= len(ks) and all(k in seen for k in ks[:need])
+        base = i + (bonus if returning else 0.0)
+        for d, k in enumerate(ks):
+            p = base - d * 1e-6
+            cached[k] = p
+            heapq.heappush(heap, (p, k))
+            seen[k] = None
+            seen.move_to_end(k)
+        while len(seen) > limit:
+            seen.popitem(last=False)
+        while len(cached) > cap:
+            p, k = heapq.heappop(heap)
+            if cached.get(k) == p:
+                del cached[k]
+    return hits
+
+
 def run(
     layout_name: str, gb: int, requests: Sequence[TraceRequest], conv: Conversations
 ) -> dict[str, float]:
@@ -256,6 +298,11 @@ def run(
     out["admit 70 %"] = pct(admitted_hits(keys, lengths, bs, cap, 0.7))
     out["admit 50 %"] = pct(admitted_hits(keys, lengths, bs, cap, 0.5))
     out["hazard"] = pct(hazard_hits(keys, lengths, bs, cap, conv.hazard(len(conv.turn))))
+    turnover = cap / (sum(map(len, keys)) / n)  # requests per pool turnover
+    for b in (2, RETURN_BONUS):
+        out[f"returning, +{b:g} turnovers"] = pct(
+            returning_hits(keys, lengths, bs, cap, b * turnover)
+        )
     out["belady"] = pct(belady_hits(keys, lengths, bs, cap))
     return out
 

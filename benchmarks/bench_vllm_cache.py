@@ -371,7 +371,8 @@ def target_line(cell: Cell) -> str:
         f"(`bench_ceiling.py`): LRU {100 * lru_ceiling:.2f} %, offline optimal "
         f"{100 * belady:.2f} %; {TARGET_RATIO}x vLLM needs {100 * need:.2f} %"
         + (
-            ", above what any recency-ranked cache of this size can reach"
+            ", above what any cache ranked by recency alone can reach (hybrid ranks "
+            "returning requests' units higher, `managers/returning.py`)"
             if need > lru_ceiling
             else ""
         )

@@ -75,9 +75,11 @@ def reference(
         if unit == BEYOND:
             v = None
         elif kind == 0:
-            v = factor * values.of_full(unit)
+            v = values.of_full(unit)
         else:
-            v = factor * values.of_other(unit, kind == 1)
+            v = values.of_other(unit, kind == 1)
+        if v is not None:
+            v *= factor
         if v != run_value and run:
             record.append((tuple(b.block_id for b in run), False, run_value))
             run = []

@@ -43,7 +43,7 @@ def test_the_oldest_hashes_are_forgotten_beyond_capacity() -> None:
 
 @pytest.mark.parametrize(("capacity", "share"), [(-1, 0.5), (4, 0.0), (4, 1.5)])
 def test_bad_arguments(capacity: int, share: float) -> None:
-    with pytest.raises(ValueError, match="capacity|share"):
+    with pytest.raises(ValueError, match=r"capacity|share"):
         SeenPrefixes(capacity, share)
 
 

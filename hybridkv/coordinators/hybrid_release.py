@@ -91,11 +91,13 @@ def release_hybrid(
     value_of = [
         None
         if unit == BEYOND
-        else factor * values.of_full(unit)
+        else values.of_full(unit)
         if kind == 0
-        else factor * values.of_other(unit, kind == 1)
+        else values.of_other(unit, kind == 1)
         for unit, kind in place.unit_kinds
     ]
+    if factor != 1.0:
+        value_of = [None if v is None else v * factor for v in value_of]
     # Consecutive entries of one (unit, kind) share a value; adjacent runs of
     # equal value are released together.
     run: list[KVCacheBlock] = []

@@ -70,10 +70,7 @@ class SeenPrefixes:
         if need > len(hashes):
             return False
         seen = self._seen
-        for i in range(need):
-            if hash(hashes[i]) not in seen:
-                return False
-        return True
+        return all(hash(h) in seen for h in hashes[:need])
 
     def record(self, hashes: Sequence[bytes]) -> None:
         """Remember ``hashes`` as the most recently held; forget the oldest beyond capacity."""
