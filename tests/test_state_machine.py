@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
@@ -44,6 +44,7 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
+from hybridkv.managers.returning import RETURNING_SHARE, SEEN_PER_BLOCK
 
 MAX_REQUESTS = 8  # live + waiting at once
 
@@ -56,6 +57,7 @@ class Tracked:
     hit: int = 0  # prefix-hit length at its last admission (first computed token)
     last_tc: int = 0  # tokens computed before its last successful allocate_slots
     recorded: list[int] = field(default_factory=list)  # shadowed hashes per group
+    returning: bool | None = None  # the model's answer at its first admission
 
 
 class KVCacheMachine(RuleBasedStateMachine):
@@ -97,6 +99,15 @@ class KVCacheMachine(RuleBasedStateMachine):
             hybrid_tail_align=cfg.hybrid_tail_align,
         )
         self.hybrid = self.kv.coordinator.hybrid
+        # Returning prompts, modelled: the first full-attention group's hashes
+        # that freed requests cached, most recent last (``managers/returning.py``).
+        self.full_gid = next((g for g, d in enumerate(self.groups) if d.kind == "full"), None)
+        self.seen_model: OrderedDict[bytes, None] | None = (
+            OrderedDict()
+            if self.hybrid and self.full_gid is not None and cfg.hybrid_value_weight != 0
+            else None
+        )
+        assert (self.kv.coordinator.seen is None) == (self.seen_model is None)
         self.log: ReleaseLog | None = None
         if self.hybrid:  # watch the dead blocks (``release_log.py``)
             pool = self.kv.block_pool
@@ -204,6 +215,8 @@ class KVCacheMachine(RuleBasedStateMachine):
             assert snapshot(kv, self._ids()) == before, "failed allocate_slots changed state"
             return False
         self._check_shedding(kept_before, req.request_id, admission=hit_blocks is not None)
+        if hit_blocks is not None:
+            self._check_returning(t)
         tables = kv.get_block_ids(req.request_id)
         if hit_blocks is not None and hit:
             old_len = [len(tab) for tab in hit_blocks.blocks]
@@ -225,6 +238,28 @@ class KVCacheMachine(RuleBasedStateMachine):
             req.append_output_token_ids(token)  # sampled; computed by the next step
         self._record_hashes(t)
         return True
+
+    def _check_returning(self, t: Tracked) -> None:
+        """After an admission: a first one decides ``returning`` as the model
+        does (the blocks covering half the prompt, from its start, all seen);
+        a resumed request keeps its answer; the coordinator marks exactly the
+        live returning requests."""
+        req = t.req
+        marked = req.request_id in self.manager.coordinator._returning
+        if self.seen_model is None:
+            assert req.returning is None and not marked
+            return
+        if t.returning is None:
+            g = self.full_gid
+            assert g is not None
+            need = max(1, math.ceil(RETURNING_SHARE * req.num_prompt_tokens / self.sizes[g]))
+            whole = req.num_prompt_tokens // self.sizes[g]
+            t.returning = need <= whole and all(
+                self._group_hash(req.block_hashes, g, i) in self.seen_model for i in range(need)
+            )
+            event(f"first admission, returning: {t.returning}")
+        assert req.returning == t.returning, f"returning {req.returning}, model {t.returning}"
+        assert marked == t.returning
 
     def _kept_points(self) -> dict[str, tuple[int, ...]]:
         """Each live request's kept points (``hybrid``; the same in every group)."""
@@ -374,8 +409,20 @@ class KVCacheMachine(RuleBasedStateMachine):
             for i, blk in m.states[rid].retained
             if blk.ref_cnt == 1
         ]
+        cached_full = []
+        if self.seen_model is not None:
+            g = self.full_gid
+            assert g is not None
+            n = kv.coordinator.managers[g].states[rid].num_cached
+            cached_full = [self._group_hash(t.req.block_hashes, g, i) for i in range(n)]
         assert kv.free(t.req) is True
         assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
+        if self.seen_model is not None:
+            for h in cached_full:
+                self.seen_model[h] = None
+                self.seen_model.move_to_end(h)
+            while len(self.seen_model) > SEEN_PER_BLOCK * self.cfg.num_blocks:
+                self.seen_model.popitem(last=False)
         new_queue = [b.block_id for b in pool.policy]
         if self.hybrid:
             keys = {
