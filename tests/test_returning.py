@@ -9,9 +9,12 @@ only a header, a resumed request and ``lru`` are not.
 from __future__ import annotations
 
 import pytest
+from factories import config
 from test_hybrid_policy import FULL, SWA, manager, run
 
 from hybridkv import KVCacheManager, Request
+from hybridkv.core.cost_aware import CostAwareEvictionPolicy
+from hybridkv.core.free_queue import FreeKVCacheBlockQueue
 from hybridkv.managers.returning import SeenPrefixes
 
 
@@ -136,3 +139,57 @@ def test_off_under_lru_without_bonus_or_ranking(policy: str, bonus: float, weigh
     blocks, hit = kv.get_computed_blocks(b)
     assert kv.allocate_slots(b, 36 - hit, hit, blocks) is not None
     assert b.returning is None
+    assert kv.coordinator.is_returning(b.live_block_hashes, b.num_prompt_tokens) is False
+
+
+def test_a_bonus_under_one_turnover_still_counts() -> None:
+    """Bonus 0.5 at weight 2: a factor of 2 ** 0.25."""
+    kv = manager(FULL, SWA, weight=2.0, bonus=0.5)
+    assert kv.coordinator.seen is not None
+    assert kv.coordinator.return_factor == pytest.approx(2**0.25)
+
+
+def test_no_memory_when_the_free_set_is_overridden() -> None:
+    """``eviction_policy`` overrides the ordering: under ``lru`` with a
+    cost-aware free set, or under ``hybrid`` with a recency-only one, there is
+    no returning rule to apply (the memory would only cost)."""
+    cfg = config(64, FULL, SWA)
+    lru = KVCacheManager(cfg, 256, cache_policy="lru", eviction_policy=CostAwareEvictionPolicy)
+    assert lru.coordinator.seen is None
+    plain = KVCacheManager(cfg, 256, cache_policy="hybrid", eviction_policy=FreeKVCacheBlockQueue)
+    assert plain.coordinator.seen is None and plain.coordinator.return_factor == 1.0
+
+
+def test_a_free_without_hashes_records_nothing() -> None:
+    """``KVCacheCoordinator.free`` without the request's hashes (a caller that
+    drives the coordinator itself) releases as usual and remembers nothing."""
+    kv = manager(FULL, SWA, weight=1.0, bonus=2.0)
+    a = Request("a", list(range(32)))
+    blocks, hit = kv.get_computed_blocks(a)
+    assert kv.allocate_slots(a, 32, hit, blocks) is not None
+    assert kv.coordinator.free("a") is True
+    assert len(kv.coordinator.seen) == 0  # type: ignore[arg-type]
+    kv.coordinator.check_integrity()
+
+
+def test_only_an_admission_with_a_hit_lookup_decides() -> None:
+    """A request allocated without ``new_computed_blocks`` (no hit lookup, so
+    no kept points either) is never judged returning, even if it continues a
+    prompt the cache held."""
+    kv = manager(FULL, SWA, weight=1.0, bonus=2.0)
+    run(kv, "a", list(range(32)))
+    b = Request("b", [*range(32), *range(100, 104)])
+    assert kv.allocate_slots(b, 36) is not None
+    assert b.returning is None
+    assert "b" not in kv.coordinator._returning
+
+
+def test_capacity_zero_and_share_one_are_valid() -> None:
+    nothing = SeenPrefixes(0)
+    nothing.record([b"a"])
+    assert len(nothing) == 0
+    assert not nothing.returning([b"a"], 1, 1)
+    whole = SeenPrefixes(4, share=1.0)
+    whole.record([b"a", b"b"])
+    assert whole.returning([b"a", b"b"], 4, 8)
+    assert not whole.returning([b"a", b"b"], 4, 9)  # 9 tokens need 3 blocks

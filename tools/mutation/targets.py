@@ -35,6 +35,7 @@ _MANAGER_TESTS = (
     "tests/test_admission_bound.py",
     "tests/test_hybrid_running_by_hand.py",
     "tests/test_shedding.py",
+    "tests/test_returning.py",
     "tests/test_cost_aware.py",
     "tests/test_retention.py",
     "tests/test_snapshots.py",
