@@ -27,7 +27,8 @@ tells about its future, to see how far any of them gets:
 - ``returning, +B turnovers``: online, what ``hybrid`` ships
   (``hybridkv/managers/returning.py``): a request is *returning* when the
   blocks covering half its prompt, from its start, were all seen before (in
-  a memory of the last 8 x pool-size block hashes, evicted or not); its blocks
+  a memory of the last 4-8 x pool-size block hashes, evicted or not, in two
+  generations); its blocks
   rank ``B`` pool turnovers (in requests: pool blocks / mean request blocks)
   above a first turn's of the same age;
 - ``belady``: offline optimal (``bench_ceiling.belady_hits``).
@@ -43,7 +44,7 @@ import datetime
 import heapq
 import math
 import sys
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -212,24 +213,24 @@ def returning_hits(
     """Hit tokens when a returning request's blocks rank ``bonus`` requests
     higher (module docstring; the memory of seen hashes is updated after each
     request, as a freed request updates it)."""
-    seen: OrderedDict[int, None] = OrderedDict()
-    limit = SEEN_PER_BLOCK * cap
+    newer: set[int] = set()  # two generations, as ``SeenPrefixes``
+    older: set[int] = set()
+    half = SEEN_PER_BLOCK * cap // 2
     cached: dict[int, float] = {}
     heap: list[tuple[float, int]] = []
     hits = 0
     for i, (ks, length) in enumerate(zip(keys, lengths, strict=True)):
         hits += hit_blocks(ks, length, bs, cached) * bs
         need = max(1, math.ceil(RETURNING_SHARE * length / bs))
-        returning = need <= len(ks) and all(k in seen for k in ks[:need])
+        returning = need <= len(ks) and all(k in newer or k in older for k in ks[:need])
         base = i + (bonus if returning else 0.0)
         for d, k in enumerate(ks):
             p = base - d * 1e-6
             cached[k] = p
             heapq.heappush(heap, (p, k))
-            seen[k] = None
-            seen.move_to_end(k)
-        while len(seen) > limit:
-            seen.popitem(last=False)
+        newer.update(ks)
+        if len(newer) > half:
+            newer, older = set(), newer
         while len(cached) > cap:
             p, k = heapq.heappop(heap)
             if cached.get(k) == p:

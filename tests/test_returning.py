@@ -33,14 +33,23 @@ def test_a_prompt_is_returning_when_half_of_it_was_seen_from_its_start() -> None
 
 
 def test_the_oldest_hashes_are_forgotten_beyond_capacity() -> None:
-    seen = SeenPrefixes(capacity=3)
-    seen.record([b"a", b"b", b"c"])
-    seen.record([b"a"])  # a is now the most recent
-    seen.record([b"d"])  # b goes
+    """Capacity 4: two generations of at most 2. A generation that grows past
+    2 becomes the older one, and the older one before it is forgotten."""
+    seen = SeenPrefixes(capacity=4)
+    seen.record([b"a", b"b", b"c"])  # past 2 at once: older = {a, b, c}
+    assert len(seen) == 3
+    seen.record([b"a"])  # renewed: newer = {a}
+    seen.record([b"d"])  # newer = {a, d}
+    assert seen.returning([b"b"], 1, 1)  # still in the older generation
+    seen.record([b"e"])  # newer = {a, d, e}: older; b and c forgotten
     assert len(seen) == 3
     assert seen.returning([b"a"], 1, 1)
     assert not seen.returning([b"b"], 1, 1)
-    assert seen.returning([b"c", b"d"], 1, 2)
+    assert not seen.returning([b"c"], 1, 1)
+    assert seen.returning([b"d", b"e"], 1, 2)
+    seen.check_integrity()
+    seen.record([b"f"])
+    assert seen.returning([b"f", b"a"], 1, 2)  # one in each generation
     seen.check_integrity()
 
 

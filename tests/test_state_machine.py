@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
@@ -102,8 +102,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         # Returning prompts, modelled: the first full-attention group's hashes
         # that freed requests cached, most recent last (``managers/returning.py``).
         self.full_gid = next((g for g, d in enumerate(self.groups) if d.kind == "full"), None)
-        self.seen_model: OrderedDict[bytes, None] | None = (
-            OrderedDict()
+        # Two generations, newer first (``SeenPrefixes``): a generation that
+        # grows past half the capacity becomes the older one.
+        self.seen_model: list[set[bytes]] | None = (
+            [set(), set()]
             if self.hybrid and self.full_gid is not None and cfg.hybrid_value_weight != 0
             else None
         )
@@ -255,7 +257,9 @@ class KVCacheMachine(RuleBasedStateMachine):
             need = max(1, math.ceil(RETURNING_SHARE * req.num_prompt_tokens / self.sizes[g]))
             whole = req.num_prompt_tokens // self.sizes[g]
             t.returning = need <= whole and all(
-                self._group_hash(req.block_hashes, g, i) in self.seen_model for i in range(need)
+                self._group_hash(req.block_hashes, g, i) in self.seen_model[0]
+                or self._group_hash(req.block_hashes, g, i) in self.seen_model[1]
+                for i in range(need)
             )
             event(f"first admission, returning: {t.returning}")
         assert req.returning == t.returning, f"returning {req.returning}, model {t.returning}"
@@ -418,11 +422,12 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert kv.free(t.req) is True
         assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
         if self.seen_model is not None:
-            for h in cached_full:
-                self.seen_model[h] = None
-                self.seen_model.move_to_end(h)
-            while len(self.seen_model) > SEEN_PER_BLOCK * self.cfg.num_blocks:
-                self.seen_model.popitem(last=False)
+            half = SEEN_PER_BLOCK * self.cfg.num_blocks // 2
+            newer = self.seen_model[0]
+            newer.update(cached_full)
+            if len(newer) > half:
+                event("seen prefixes: a generation turned over")
+                self.seen_model[:] = [set(), newer]
         new_queue = [b.block_id for b in pool.policy]
         if self.hybrid:
             keys = {

@@ -9,13 +9,14 @@ one look alike to recency, so a recency-ranked cache keeps both equally long
 and, when memory is short, loses both.
 
 ``SeenPrefixes`` tells them apart online. It remembers the hashes of the
-blocks the cache has held, evicted or not (a bounded LRU set of hashes:
-metadata, no KV; ``capacity`` entries). A new request is *returning* when at
+blocks the cache has held, evicted or not (the most recent ``capacity / 2`` to
+``capacity`` of them, in two generations: metadata, no KV). A new request is *returning* when at
 least ``share`` of its prompt's blocks, counted from its start, were seen
 before: it continues an earlier prompt rather than sharing only a common
 header (a system prompt) with it. Cost-aware eviction then values a returning
 request's units ``bonus`` pool turnovers longer: their values are multiplied
-by ``2 ** (bonus / weight)`` (``KVCacheCoordinator.return_factor``). The whole trace, all-full-attention replay of
+by ``2 ** (bonus / weight)`` (``KVCacheCoordinator.return_factor``). The
+whole trace, all-full-attention replay of
 ``benchmarks/bench_reuse_predictors.py`` (Jamba's pages): recency 10.77 % at
 40 GB, with returning requests kept 4 turnovers longer 16.54 %; 20.84 % and
 21.54 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.87 % and
@@ -28,7 +29,6 @@ A request resumed after preemption keeps the answer of its first admission
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 
 #: Share of a prompt's blocks, from its start, seen before for it to be returning.
@@ -42,13 +42,17 @@ SEEN_PER_BLOCK = 8
 class SeenPrefixes:
     """A bounded memory of the block hashes the cache has held (module docstring).
 
-    ``record`` moves hashes to the most recent end (the oldest are forgotten
-    beyond ``capacity``); ``returning`` asks whether a prompt continues them.
-    Hashes are stored as Python ``hash`` values (ints): the block hashes
-    themselves need not outlive their blocks.
+    Two generations of hashes: ``record`` adds to the newer one, and once it
+    holds half of ``capacity`` it becomes the older one, the former older one
+    being forgotten. So the most recent ``capacity / 2`` to ``capacity``
+    hashes (plus one request's at most) are remembered, a hash recorded again
+    is renewed, and every operation is a C-level set operation (the manager
+    records each freed request's blocks). Hashes are stored as Python
+    ``hash`` values (ints, about 60 bytes each with their set slot): the block
+    hashes themselves need not outlive their blocks.
     """
 
-    __slots__ = ("_seen", "capacity", "share")
+    __slots__ = ("_half", "_new", "_old", "capacity", "share")
 
     def __init__(self, capacity: int, share: float = RETURNING_SHARE) -> None:
         if capacity < 0:
@@ -57,10 +61,13 @@ class SeenPrefixes:
             raise ValueError(f"share must be in (0, 1], got {share!r}")
         self.capacity = capacity
         self.share = share
-        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._half = capacity // 2
+        self._new: set[int] = set()
+        self._old: set[int] = set()
 
     def __len__(self) -> int:
-        return len(self._seen)
+        """Hashes remembered (a renewed one still in the older generation counts twice)."""
+        return len(self._new) + len(self._old)
 
     def returning(self, hashes: Sequence[bytes], block_size: int, num_tokens: int) -> bool:
         """Whether the blocks covering ``share`` of a prompt's ``num_tokens``,
@@ -70,23 +77,21 @@ class SeenPrefixes:
         need = max(1, math.ceil(self.share * num_tokens / block_size))
         if need > len(hashes):
             return False
-        seen = self._seen
-        return all(hash(h) in seen for h in hashes[:need])
+        missing = set(map(hash, hashes[:need]))
+        missing -= self._new
+        return missing <= self._old
 
     def record(self, hashes: Sequence[bytes]) -> None:
-        """Remember ``hashes`` as the most recently held; forget the oldest beyond capacity."""
-        seen = self._seen
-        move = seen.move_to_end
-        for h in hashes:
-            k = hash(h)
-            if k in seen:
-                move(k)
-            else:
-                seen[k] = None
-        while len(seen) > self.capacity:
-            seen.popitem(last=False)
+        """Remember ``hashes`` as the most recently held (module docstring)."""
+        new = self._new
+        new.update(map(hash, hashes))
+        if len(new) > self._half:
+            self._old = new if self._half else set()
+            self._new = set()
 
     def check_integrity(self) -> None:
-        assert len(self._seen) <= self.capacity, (
-            f"{len(self._seen)} hashes remembered, capacity {self.capacity}"
+        assert len(self._new) <= self._half, (
+            f"{len(self._new)} hashes in the newer generation, at most {self._half}"
         )
+        if not self._half:
+            assert not self._old, "capacity below 2 remembers nothing"
