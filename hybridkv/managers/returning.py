@@ -4,23 +4,23 @@ On conversation traffic, whether a request's prefix will be reused is mostly
 whether its conversation goes on, and a conversation that has gone on once
 is likely to go on again. On the Mooncake conversation trace 31 % of first
 turns are continued, 77 % of eighth turns (``bench_reuse_predictors.py``'s
-``Conversations``). A first turn and a later
-one look alike to recency, so a recency-ranked cache keeps both equally long
-and, when memory is short, loses both.
+``Conversations``). A first turn and a later one look alike to recency, so a
+recency-ranked cache keeps both equally long and, when memory is short, loses
+both.
 
 ``SeenPrefixes`` tells them apart online. It remembers the hashes of the
-blocks the cache has held, evicted or not (the most recent ``capacity / 2`` to
-``capacity`` of them, in two generations: metadata, no KV). A new request is *returning* when at
-least ``share`` of its prompt's blocks, counted from its start, were seen
-before: it continues an earlier prompt rather than sharing only a common
+blocks the cache has held, evicted or not (the most recent ``capacity / 2``
+to ``capacity`` of them, in two generations: metadata, no KV). A new request
+is *returning* when at least ``share`` of its prompt's blocks, counted from
+its start, were seen before: it continues an earlier prompt rather than sharing only a common
 header (a system prompt) with it. Cost-aware eviction then values a returning
 request's units ``bonus`` pool turnovers longer: their values are multiplied
 by ``2 ** (bonus / weight)`` (``KVCacheCoordinator.return_factor``). The
 whole trace, all-full-attention replay of
 ``benchmarks/bench_reuse_predictors.py`` (Jamba's pages): recency 10.77 % at
-40 GB, with returning requests kept 4 turnovers longer 16.54 %; 20.84 % and
-21.54 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.87 % and
-19.64 % -> 20.76 % (``results/cache.md``).
+40 GB, with returning requests kept 4 turnovers longer 16.18 %; 20.84 % and
+21.50 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.87 % and
+19.64 % -> 20.77 % (``results/cache.md``).
 
 A request resumed after preemption keeps the answer of its first admission
 (``Request.returning``): its own earlier blocks are no evidence.
