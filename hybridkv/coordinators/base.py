@@ -95,10 +95,17 @@ class KVCacheCoordinator(ABC):
         # chunk could strand, and a group whose chunks start on the hit step
         # never has ``E`` in an earlier chunk: it holds no tail, so only its
         # current chunk. (A group without skips holds nothing either way.)
-        if self.free_point_period:
+        # Only when every skipping group's chunks do: a group that keeps a tail
+        # would otherwise hold blocks for a tail point that another group's
+        # missing chunk makes no valid hit (chunks of 3 and 6 tokens on a
+        # 2-token step: a point at 4 needs the 6-token group's first chunk).
+        if self.free_point_period and all(
+            m.free_point_period() % self.block_size_lcm == 0
+            for m in self.managers
+            if m.has_skips
+        ):
             for m in self.managers:
-                if m.free_point_period() % self.block_size_lcm == 0:
-                    m.tail = 0
+                m.tail = 0
         # Groups whose hit point needs one block of its own (a Mamba state):
         # only those are thinned in the tail (``UnitValues.of_other``).
         far = self.block_size_lcm << 20

@@ -28,6 +28,7 @@ _MANAGER_TESTS = (
     "tests/test_hybrid_policy.py",
     "tests/test_hybrid_release_by_hand.py",
     "tests/test_free_points.py",
+    "tests/test_free_points_mixed_chunks.py",
     "tests/test_hybrid_release.py",
     "tests/test_free_stack.py",
     "tests/test_free_hit_count.py",
