@@ -100,9 +100,7 @@ class KVCacheCoordinator(ABC):
         # missing chunk makes no valid hit (chunks of 3 and 6 tokens on a
         # 2-token step: a point at 4 needs the 6-token group's first chunk).
         if self.free_point_period and all(
-            m.free_point_period() % self.block_size_lcm == 0
-            for m in self.managers
-            if m.has_skips
+            m.free_point_period() % self.block_size_lcm == 0 for m in self.managers if m.has_skips
         ):
             for m in self.managers:
                 m.tail = 0
