@@ -26,9 +26,10 @@ tells about its future, to see how far any of them gets:
   request's current age (from the whole trace); the lowest is evicted first;
 - ``returning, +B turnovers``: online, what ``hybrid`` ships
   (``hybridkv/managers/returning.py``): a request is *returning* when the
-  blocks covering half its prompt, from its start, were all seen before (in
-  a memory of the last 4-8 x pool-size block hashes, evicted or not, in two
-  generations); its blocks
+  blocks covering half its prompt, from its start, rounded up to a run of
+  ``SAMPLE_BLOCKS`` blocks, were seen before (in a memory of one chained key
+  in ``SAMPLE_BLOCKS`` of the last 4-8 x pool-size blocks, evicted or not, in
+  two generations); its blocks
   rank ``B`` pool turnovers (in requests: pool blocks / mean request blocks)
   above a first turn's of the same age;
 - ``belady``: offline optimal (``bench_ceiling.belady_hits``).
@@ -59,6 +60,7 @@ from hybridkv.layouts import shipped_layout  # noqa: E402
 from hybridkv.managers.returning import (  # noqa: E402
     RETURN_BONUS,
     RETURNING_SHARE,
+    SAMPLE_BLOCKS,
     SEEN_PER_BLOCK,
 )
 from hybridkv.sim import SimOptions  # noqa: E402
@@ -215,20 +217,21 @@ def returning_hits(
     request, as a freed request updates it)."""
     newer: set[int] = set()  # two generations, as ``SeenPrefixes``
     older: set[int] = set()
-    half = SEEN_PER_BLOCK * cap // 2
+    half = SEEN_PER_BLOCK * cap // SAMPLE_BLOCKS // 2
     cached: dict[int, float] = {}
     heap: list[tuple[float, int]] = []
     hits = 0
     for i, (ks, length) in enumerate(zip(keys, lengths, strict=True)):
         hits += hit_blocks(ks, length, bs, cached) * bs
         need = max(1, math.ceil(RETURNING_SHARE * length / bs))
-        returning = need <= len(ks) and all(k in newer or k in older for k in ks[:need])
+        last = -(-need // SAMPLE_BLOCKS) * SAMPLE_BLOCKS - 1  # keys are chained
+        returning = last < len(ks) and (ks[last] in newer or ks[last] in older)
         base = i + (bonus if returning else 0.0)
         for d, k in enumerate(ks):
             p = base - d * 1e-6
             cached[k] = p
             heapq.heappush(heap, (p, k))
-        newer.update(ks)
+        newer.update(ks[SAMPLE_BLOCKS - 1 :: SAMPLE_BLOCKS])
         if len(newer) > half:
             newer, older = set(), newer
         while len(cached) > cap:

@@ -15,27 +15,61 @@ from test_hybrid_policy import FULL, SWA, manager, run
 from hybridkv import KVCacheManager, Request
 from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
-from hybridkv.managers.returning import SeenPrefixes
+from hybridkv.managers.returning import SAMPLE_BLOCKS, SEEN_PER_BLOCK, SeenPrefixes
+
+
+def chain(text: str) -> list[bytes]:
+    """Chained block hashes, one block per letter: each block's hash is the
+    whole prefix it ends (as ``hybridkv.hashing``'s determine theirs)."""
+    return [text[: i + 1].encode() for i in range(len(text))]
 
 
 def test_a_prompt_is_returning_when_half_of_it_was_seen_from_its_start() -> None:
-    seen = SeenPrefixes(capacity=8)
-    seen.record([b"a", b"b", b"c"])
-    # 4 blocks of 4 tokens, 16 tokens: half is 8 tokens, 2 blocks: a, b seen.
-    assert seen.returning([b"a", b"b", b"x", b"y"], 4, 16)
-    # 18 tokens: half is 9, 3 blocks: a, b, then x was not seen.
-    assert not seen.returning([b"a", b"b", b"x", b"y"], 4, 18)
-    # Seen blocks that do not start the prompt do not count.
-    assert not seen.returning([b"x", b"a", b"b", b"c"], 4, 16)
+    seen = SeenPrefixes(capacity=8, stride=1)
+    seen.record(chain("abc"))
+    # 4 blocks of 4 tokens, 16 tokens: half is 8 tokens, 2 blocks: a, ab seen.
+    assert seen.returning(chain("abxy"), 4, 16)
+    # 18 tokens: half is 9, 3 blocks: abx was not seen.
+    assert not seen.returning(chain("abxy"), 4, 18)
+    # The same blocks after another start are other prefixes: not seen.
+    assert not seen.returning(chain("xabc"), 4, 16)
     # A prompt with fewer whole blocks than half of it needs (a short one) is not.
     assert not seen.returning([], 4, 3)
-    assert seen.returning([b"a"], 4, 7)  # 7 tokens: half needs 1 block
+    assert seen.returning(chain("a"), 4, 7)  # 7 tokens: half needs 1 block
+
+
+def test_one_block_in_stride_is_remembered_and_looked_up() -> None:
+    """Stride 3: ``record`` keeps the hashes ending blocks 3, 6... (indices
+    2, 5...), and a prompt is returning when the sample at or past half of
+    it was seen: half rounded up to a whole run of 3 blocks."""
+    seen = SeenPrefixes(capacity=8, stride=3)
+    seen.record(chain("abcdefg"))  # 7 blocks: samples abc, abcdef
+    assert len(seen) == 2
+    # 8 blocks of 1 token: half is 4 blocks, rounded up to 6: abcdef seen.
+    assert seen.returning(chain("abcdefxy"), 1, 8)
+    # Half is 2 blocks, rounded up to 3: abc seen, although only 2 are needed.
+    assert seen.returning(chain("abxy"), 1, 4) is False  # ab + x: abx, not abc
+    assert seen.returning(chain("abcy"), 1, 4)
+    # 14 tokens: half is 7 blocks, rounded up to 9; 8 whole blocks: too short.
+    assert not seen.returning(chain("abcdefgh"), 1, 14)
+    # With 9 whole blocks the sample abcdefghi decides: never recorded (the
+    # 7 blocks recorded end before it), so not returning.
+    assert not seen.returning(chain("abcdefghi"), 1, 14)
+
+
+def test_the_manager_samples_every_sample_blocks_blocks() -> None:
+    """The coordinator's memory keeps ``SEEN_PER_BLOCK`` blocks of history
+    per pool block, one sample in ``SAMPLE_BLOCKS``."""
+    kv = manager(FULL, SWA, num_blocks=80, weight=1.0, bonus=2.0)
+    seen = kv.coordinator.seen
+    assert seen is not None and seen.stride == SAMPLE_BLOCKS
+    assert seen.capacity == SEEN_PER_BLOCK * 80 // SAMPLE_BLOCKS
 
 
 def test_the_oldest_hashes_are_forgotten_beyond_capacity() -> None:
     """Capacity 4: two generations of at most 2. A generation that grows past
     2 becomes the older one, and the older one before it is forgotten."""
-    seen = SeenPrefixes(capacity=4)
+    seen = SeenPrefixes(capacity=4, stride=1)
     seen.record([b"a", b"b", b"c"])  # past 2 at once: older = {a, b, c}
     assert len(seen) == 3
     seen.record([b"a"])  # renewed: newer = {a}
@@ -49,14 +83,18 @@ def test_the_oldest_hashes_are_forgotten_beyond_capacity() -> None:
     assert seen.returning([b"d", b"e"], 1, 2)
     seen.check_integrity()
     seen.record([b"f"])
-    assert seen.returning([b"f", b"a"], 1, 2)  # one in each generation
+    assert seen.returning([b"f"], 1, 1)  # in the newer generation
+    assert seen.returning([b"e"], 1, 1)  # in the older one
     seen.check_integrity()
 
 
-@pytest.mark.parametrize(("capacity", "share"), [(-1, 0.5), (4, 0.0), (4, 1.5)])
-def test_bad_arguments(capacity: int, share: float) -> None:
-    with pytest.raises(ValueError, match=r"capacity|share"):
-        SeenPrefixes(capacity, share)
+@pytest.mark.parametrize(
+    ("capacity", "share", "stride"),
+    [(-1, 0.5, 1), (4, 0.0, 1), (4, 1.5, 1), (4, 0.5, 0), (4, 0.5, True), (4, 0.5, 2.0)],
+)
+def test_bad_arguments(capacity: int, share: float, stride: int) -> None:
+    with pytest.raises(ValueError, match=r"capacity|share|stride"):
+        SeenPrefixes(capacity, share, stride)
 
 
 @pytest.mark.parametrize("bonus", [-1.0, float("inf"), True, "2"])
@@ -194,11 +232,11 @@ def test_only_an_admission_with_a_hit_lookup_decides() -> None:
 
 
 def test_capacity_zero_and_share_one_are_valid() -> None:
-    nothing = SeenPrefixes(0)
+    nothing = SeenPrefixes(0, stride=1)
     nothing.record([b"a"])
     assert len(nothing) == 0
     assert not nothing.returning([b"a"], 1, 1)
-    whole = SeenPrefixes(4, share=1.0)
-    whole.record([b"a", b"b"])
-    assert whole.returning([b"a", b"b"], 4, 8)
-    assert not whole.returning([b"a", b"b"], 4, 9)  # 9 tokens need 3 blocks
+    whole = SeenPrefixes(4, share=1.0, stride=1)
+    whole.record(chain("ab"))
+    assert whole.returning(chain("ab"), 4, 8)
+    assert not whole.returning(chain("ab"), 4, 9)  # 9 tokens need 3 blocks

@@ -44,7 +44,7 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
-from hybridkv.managers.returning import RETURNING_SHARE, SEEN_PER_BLOCK
+from hybridkv.managers.returning import RETURNING_SHARE, SEEN_PER_BLOCK, SeenPrefixes
 
 MAX_REQUESTS = 8  # live + waiting at once
 
@@ -110,6 +110,14 @@ class KVCacheMachine(RuleBasedStateMachine):
             else None
         )
         assert (self.kv.coordinator.seen is None) == (self.seen_model is None)
+        # The shipped memory samples one block in SAMPLE_BLOCKS (8): these
+        # prompts are a few blocks long, so it is swapped for one of a drawn
+        # stride (tests/test_returning.py checks the coordinator's own).
+        self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
+        if self.seen_model is not None:
+            self.kv.coordinator.seen = SeenPrefixes(
+                SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride, stride=self.seen_stride
+            )
         self.log: ReleaseLog | None = None
         if self.hybrid:  # watch the dead blocks (``release_log.py``)
             pool = self.kv.block_pool
@@ -256,10 +264,13 @@ class KVCacheMachine(RuleBasedStateMachine):
             assert g is not None
             need = max(1, math.ceil(RETURNING_SHARE * req.num_prompt_tokens / self.sizes[g]))
             whole = req.num_prompt_tokens // self.sizes[g]
-            t.returning = need <= whole and all(
-                self._group_hash(req.block_hashes, g, i) in self.seen_model[0]
-                or self._group_hash(req.block_hashes, g, i) in self.seen_model[1]
-                for i in range(need)
+            # The samples end runs of ``seen_stride`` blocks; a hash being
+            # chained, the one ending the run that covers ``need`` decides.
+            stride = self.seen_stride
+            last = -(-need // stride) * stride - 1
+            t.returning = last < whole and (
+                self._group_hash(req.block_hashes, g, last) in self.seen_model[0]
+                or self._group_hash(req.block_hashes, g, last) in self.seen_model[1]
             )
             event(f"first admission, returning: {t.returning}")
         assert req.returning == t.returning, f"returning {req.returning}, model {t.returning}"
@@ -418,11 +429,14 @@ class KVCacheMachine(RuleBasedStateMachine):
             g = self.full_gid
             assert g is not None
             n = kv.coordinator.managers[g].states[rid].num_cached
-            cached_full = [self._group_hash(t.req.block_hashes, g, i) for i in range(n)]
+            cached_full = [
+                self._group_hash(t.req.block_hashes, g, i)
+                for i in range(self.seen_stride - 1, n, self.seen_stride)
+            ]
         assert kv.free(t.req) is True
         assert kv.free(t.req) is False, "freeing a freed request must be a no-op"
         if self.seen_model is not None:
-            half = SEEN_PER_BLOCK * self.cfg.num_blocks // 2
+            half = SEEN_PER_BLOCK * self.cfg.num_blocks // self.seen_stride // 2
             newer = self.seen_model[0]
             newer.update(cached_full)
             if len(newer) > half:

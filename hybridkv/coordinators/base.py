@@ -18,7 +18,7 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.managers.retention import FinalPoints, floor_spacing
-from hybridkv.managers.returning import SEEN_PER_BLOCK, SeenPrefixes
+from hybridkv.managers.returning import SAMPLE_BLOCKS, SEEN_PER_BLOCK, SeenPrefixes
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
 from hybridkv.specs import KVCacheConfig
@@ -116,7 +116,7 @@ class KVCacheCoordinator(ABC):
         #: request's value factor (``managers/returning.py``).
         weight = getattr(block_pool.policy, "weight", 0.0)
         self.seen: SeenPrefixes | None = (
-            SeenPrefixes(SEEN_PER_BLOCK * kv_cache_config.num_blocks)
+            SeenPrefixes(SEEN_PER_BLOCK * kv_cache_config.num_blocks // SAMPLE_BLOCKS)
             if self.hybrid and self._full_gid is not None and hybrid_return_bonus > 0 and weight
             else None
         )
