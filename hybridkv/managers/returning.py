@@ -22,9 +22,9 @@ request's units ``bonus`` pool turnovers longer: their values are multiplied
 by ``2 ** (bonus / weight)`` (``KVCacheCoordinator.return_factor``). The
 whole trace, all-full-attention replay of
 ``benchmarks/bench_reuse_predictors.py`` (Jamba's pages): recency 10.77 % at
-40 GB, with returning requests kept 4 turnovers longer 16.18 %; 20.84 % and
-21.50 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.87 % and
-19.64 % -> 20.77 % (``results/cache.md``).
+40 GB, with returning requests kept 4 turnovers longer 16.20 %; 20.84 % and
+21.51 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.94 % and
+19.64 % -> 20.73 % (``results/cache.md``).
 
 A request resumed after preemption keeps the answer of its first admission
 (``Request.returning``): its own earlier blocks are no evidence.
