@@ -56,7 +56,7 @@ def _as_int(value: object, field: str) -> int:
         raise ValueError(f"{field} must be an int, got {value!r}") from None
 
 
-def _check_finite(value: object, field: str) -> None:
+def check_hybrid_knob(value: object, field: str) -> None:
     """A finite number ``>= 0`` (not a bool); ``ValueError`` naming ``field`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
         raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
@@ -143,12 +143,12 @@ class KVCacheManager:
             raise ValueError(
                 f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
             )
-        _check_finite(hybrid_return_bonus, "hybrid_return_bonus")
+        check_hybrid_knob(hybrid_return_bonus, "hybrid_return_bonus")
         if hybrid_value_weight is None:
             hybrid_value_weight = auto_value_weight(
                 [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
             )
-        _check_finite(hybrid_value_weight, "hybrid_value_weight")
+        check_hybrid_knob(hybrid_value_weight, "hybrid_value_weight")
         groups = kv_cache_config.kv_cache_groups
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len

@@ -15,6 +15,11 @@ kernel runs each op) that every step's batch and the sampler use.
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
+``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
+``hybrid_return_bonus`` and ``hybrid_value_weight`` tune ``hybrid`` (None:
+the manager's defaults; set under ``lru``, where they would change nothing,
+they are an error). ``hybridkv simulate --return-bonus/--value-weight``
+compares settings on one's own trace first.
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -61,7 +66,7 @@ from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager
+from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager, check_hybrid_knob
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
@@ -91,6 +96,8 @@ class LLM:
         kv_cache_memory_bytes: int | None = None,
         hash_algo: str = "sha256",
         cache_policy: str = "lru",
+        hybrid_return_bonus: float | None = None,
+        hybrid_value_weight: float | None = None,
         kernel_backend: str | None = None,
         allow_long_max_model_len: bool = False,
         progress: bool = False,
@@ -106,6 +113,20 @@ class LLM:
         )
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        knobs: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("hybrid_return_bonus", hybrid_return_bonus),
+                ("hybrid_value_weight", hybrid_value_weight),
+            )
+            if value is not None
+        }
+        for name, value in knobs.items():
+            check_hybrid_knob(value, name)
+            if cache_policy != "hybrid":
+                raise ValueError(
+                    f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"
+                )
         if hash_algo not in HASH_ALGOS:
             raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {hash_algo!r}")
         positive(block_size, "block_size")
@@ -178,6 +199,7 @@ class LLM:
             hash_algo=hash_algo,
             log_stats=True,
             cache_policy=cache_policy,
+            **knobs,
             enable_kv_cache_events=events_config is not None,
         )
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)

@@ -49,6 +49,19 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--no-enable-prefix-caching", action="store_true", help="turn automatic prefix caching off"
     )
     p.add_argument("--cache-policy", default="lru", help="lru | hybrid")
+    p.add_argument(
+        "--hybrid-return-bonus",
+        type=float,
+        default=None,
+        help="hybrid: pool turnovers a returning prompt's blocks are kept longer (default 4)",
+    )
+    p.add_argument(
+        "--hybrid-value-weight",
+        type=float,
+        default=None,
+        help="hybrid: pool turnovers one doubling of recompute saved per page is worth "
+        "(default: by layout)",
+    )
     p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
     p.add_argument(
         "--kv-events-endpoint",
@@ -92,6 +105,8 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         enable_prefix_caching=not args.no_enable_prefix_caching,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         cache_policy=args.cache_policy,
+        hybrid_return_bonus=args.hybrid_return_bonus,
+        hybrid_value_weight=args.hybrid_value_weight,
         kernel_backend=args.kernel_backend,
         kv_events_endpoint=args.kv_events_endpoint,
         kv_events_replay_endpoint=args.kv_events_replay_endpoint,

@@ -4,7 +4,10 @@
         --policy lru,hybrid --requests 1500 --json out.json --plot hit.png
 
 ``--memory`` and ``--policy`` take comma lists: every (budget, policy) pair is
-replayed, in that order. ``run_simulate`` prints one table row per replay on
+replayed, in that order. ``--return-bonus`` and ``--value-weight`` (comma
+lists too) tune ``hybrid``: each ``hybrid`` run is repeated for every
+combination, to try them on one's own trace; they are an error without
+``hybrid`` in ``--policy``. ``run_simulate`` prints one table row per replay on
 stdout (a progress bar per replay on stderr) and returns 0. Every user error
 (a bad option value, a bad trace line, a budget that cannot hold the longest
 request, an unknown layout or active parameter count, ``--plot`` with fewer
@@ -81,6 +84,16 @@ def add_simulate_parser(sub: Any) -> None:
         help="parameters per token's forward pass (e.g. 12e9); default: the shipped table",
     )
     p.add_argument("--hash-algo", default="sha256", help="sha256 | xxhash (sha256)")
+    p.add_argument(
+        "--return-bonus",
+        help="hybrid: pool turnovers a returning prompt's blocks are kept longer, or a comma "
+        "list to compare (default: the manager's, 4; 0: off)",
+    )
+    p.add_argument(
+        "--value-weight",
+        help="hybrid: pool turnovers one doubling of recompute saved per page is worth, or a "
+        "comma list (default: by layout, 1 sliding, 2 Mamba, 3 chunked; 0: recency only)",
+    )
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -117,6 +130,22 @@ def _active_params(text: str | None) -> float | None:
     return value
 
 
+def _knobs(text: str | None, flag: str) -> list[float | None]:
+    """A ``hybrid`` knob's comma list of numbers >= 0 ([None]: not given)."""
+    if text is None:
+        return [None]
+    values: list[float | None] = []
+    for item in _items(text, flag):
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"{flag} must be finite numbers >= 0, got {item!r}") from None
+        if not (value >= 0 and value != float("inf")):
+            raise ValueError(f"{flag} must be finite numbers >= 0, got {item!r}")
+        values.append(value)
+    return values
+
+
 def _output_tokens(text: str) -> int | None:
     return None if text == "trace" else _int(text, "--output-tokens")
 
@@ -142,7 +171,22 @@ def _prepare(
         "max_model_len": _int(args.max_model_len, "--max-model-len"),
         "hash_algo": args.hash_algo,
     }
-    runs = [SimOptions(memory_bytes=b, policy=p, **common) for b in budgets for p in policies]
+    bonuses = _knobs(args.return_bonus, "--return-bonus")
+    weights = _knobs(args.value_weight, "--value-weight")
+    for flag, given in (
+        ("--return-bonus", args.return_bonus),
+        ("--value-weight", args.value_weight),
+    ):
+        if given is not None and "hybrid" not in policies:
+            raise ValueError(f"{flag} tunes the hybrid policy: add hybrid to --policy")
+    runs = [
+        SimOptions(memory_bytes=b, policy=p, return_bonus=r, value_weight=w, **common)
+        for b in budgets
+        for p in policies
+        for r, w in (
+            [(r, w) for r in bonuses for w in weights] if p == "hybrid" else [(None, None)]
+        )
+    ]
     output_tokens = _output_tokens(args.output_tokens)
     limit = _int(args.requests, "--requests")
     device = device_profile(args.device)
@@ -155,8 +199,8 @@ def _prepare(
     cost = CostModel.from_layout(layout, device, active_params_for(layout.name, active))
     requests = load_trace(args.trace, limit=limit, output_tokens=output_tokens)
     max_model_len = replay_max_model_len(layout, requests, runs[0].max_model_len)
-    for options in runs[:: len(policies)]:  # one plan per budget
-        plan_replay(layout, options, max_model_len)
+    for budget in dict.fromkeys(budgets):  # one plan per budget
+        plan_replay(layout, next(o for o in runs if o.memory_bytes == budget), max_model_len)
     return layout, requests, cost, runs
 
 
@@ -179,7 +223,10 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         results = []
         for options in runs:
-            desc = f"{layout.name} {memory_label(options.memory_bytes)} {options.policy}"
+            label = options.policy
+            if options.manager_knobs:
+                label += " " + " ".join(f"{v:g}" for v in options.manager_knobs.values())
+            desc = f"{layout.name} {memory_label(options.memory_bytes)} {label}"
             results.append(
                 replay_trace(
                     layout, requests, options, cost, progress=not args.no_progress, desc=desc

@@ -9,7 +9,11 @@ the token budget, the KV memory) pace the replay. ``hash_algo`` defaults to
 2x faster, it must compare the stored token ids of every block a lookup visits,
 which costs more; measured on 800 conversation-trace requests with
 gemma-3-27b at 80 GB, sha256 replays in 19.3 s of CPU, xxhash in 20.5 s.
-Invalid values raise a one-line ``ValueError`` naming the field.
+``return_bonus`` and ``value_weight`` tune the ``hybrid`` policy
+(``KVCacheManager``'s ``hybrid_return_bonus`` and ``hybrid_value_weight``;
+None: the manager's defaults); they are an error under ``lru``, where they
+would change nothing. Invalid values raise a one-line ``ValueError`` naming
+the field.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import CACHE_POLICIES
+from hybridkv.kv_cache_manager import CACHE_POLICIES, check_hybrid_knob
 
 ARRIVALS = ("trace", "closed")
 
@@ -39,6 +43,8 @@ class SimOptions:
     arrivals: str = "trace"
     max_model_len: int | None = None
     hash_algo: str = "sha256"
+    return_bonus: float | None = None
+    value_weight: float | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -59,3 +65,18 @@ class SimOptions:
             raise ValueError(
                 f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
             )
+        for field in ("return_bonus", "value_weight"):
+            value = getattr(self, field)
+            if value is None:
+                continue
+            check_hybrid_knob(value, field)
+            if self.policy != "hybrid":
+                raise ValueError(
+                    f"{field} tunes the hybrid policy; it changes nothing under {self.policy!r}"
+                )
+
+    @property
+    def manager_knobs(self) -> dict[str, float]:
+        """The ``KVCacheManager`` keywords the options set (none: its defaults)."""
+        knobs = {"hybrid_return_bonus": self.return_bonus, "hybrid_value_weight": self.value_weight}
+        return {k: float(v) for k, v in knobs.items() if v is not None}

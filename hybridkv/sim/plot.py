@@ -16,6 +16,8 @@ from hybridkv.report.plot import PlotError
 from hybridkv.sim.result import SimResult
 
 POLICY_STYLE = {"lru": ("#4C72B0", "o"), "hybrid": ("#DD8452", "s")}
+#: Styles of the other curves (``hybrid`` with its knobs set), in turn.
+TUNED_STYLES = (("#2ca02c", "^"), ("#9467bd", "v"), ("#8c564b", "D"), ("#555555", "x"))
 
 
 def check_plot_available() -> None:
@@ -29,10 +31,11 @@ def check_plot_available() -> None:
 
 
 def curves(results: Sequence[SimResult]) -> dict[str, list[tuple[float, float]]]:
-    """Per policy, ``(memory GB, hit rate %)`` points sorted by memory."""
+    """Per policy (``policy_label``: tuned runs of ``hybrid`` are curves of
+    their own), ``(memory GB, hit rate %)`` points sorted by memory."""
     out: dict[str, list[tuple[float, float]]] = {}
     for r in results:
-        out.setdefault(r.policy, []).append((r.memory_bytes / 1e9, 100 * r.token_hit_rate))
+        out.setdefault(r.policy_label, []).append((r.memory_bytes / 1e9, 100 * r.token_hit_rate))
     return {p: sorted(points) for p, points in out.items()}
 
 
@@ -46,8 +49,9 @@ def save_hit_rate_figure(results: Sequence[SimResult], path: str | Path, title: 
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     top = 0.0
+    tuned = iter(TUNED_STYLES * len(results))
     for policy, points in curves(results).items():
-        color, marker = POLICY_STYLE.get(policy, ("#555555", "^"))
+        color, marker = POLICY_STYLE.get(policy) or next(tuned)
         xs = [x for x, _ in points]
         ys = [y for _, y in points]
         top = max(top, *ys)

@@ -22,6 +22,9 @@ Block counts are per layer kind (``hybridkv.sim.census``); bytes are blocks
 times ``page_bytes`` (one block id across all the shared buffers). Times are
 modeled seconds of the simulated device (``hybridkv.sim.cost_model``), except
 ``replay_seconds``: the wall time the replay took here.
+
+``return_bonus`` / ``value_weight``: the ``hybrid`` knobs the replay set
+(``SimOptions``; None: the manager's defaults); ``policy_label`` names them.
 """
 
 from __future__ import annotations
@@ -61,6 +64,19 @@ class SimResult:
     ttft_p99_s: float
     makespan_s: float
     replay_seconds: float
+    return_bonus: float | None = None
+    value_weight: float | None = None
+
+    @property
+    def policy_label(self) -> str:
+        """The policy, with the knobs set away from their defaults:
+        ``hybrid (bonus 8, weight 1)``."""
+        knobs = [
+            f"{name} {value:g}"
+            for name, value in (("bonus", self.return_bonus), ("weight", self.value_weight))
+            if value is not None
+        ]
+        return f"{self.policy} ({', '.join(knobs)})" if knobs else self.policy
 
     @property
     def token_hit_rate(self) -> float:
@@ -87,6 +103,8 @@ class SimResult:
         out: dict[str, Any] = {
             "layout": self.layout,
             "policy": self.policy,
+            "return_bonus": self.return_bonus,
+            "value_weight": self.value_weight,
             "memory_bytes": self.memory_bytes,
             "device": self.device,
             "arrivals": self.arrivals,

@@ -47,7 +47,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         [
             r.layout,
             memory_label(r.memory_bytes),
-            r.policy,
+            r.policy_label,
             f"{100 * r.token_hit_rate:.2f}%",
             f"{r.prefill_tokens:,}",
             f"{r.preemptions:,}",

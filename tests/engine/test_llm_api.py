@@ -226,3 +226,43 @@ def test_bad_engine_arguments(no_tok):
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             LLM(no_tok, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"hybrid_return_bonus": 4.0}, r"hybrid_return_bonus tunes cache_policy='hybrid'.*'lru'"),
+        ({"hybrid_value_weight": 1.0}, r"hybrid_value_weight tunes cache_policy='hybrid'"),
+        (
+            {"cache_policy": "hybrid", "hybrid_return_bonus": -1.0},
+            r"hybrid_return_bonus must be a finite number >= 0, got -1.0",
+        ),
+        (
+            {"cache_policy": "hybrid", "hybrid_value_weight": float("inf")},
+            r"hybrid_value_weight must be a finite number >= 0, got inf",
+        ),
+    ],
+)
+def test_bad_hybrid_knobs_fail_before_the_checkpoint_is_read(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LLM(tmp_path / "no-such-model", **kwargs)
+
+
+def test_hybrid_knobs_reach_the_manager(no_tok):
+    """Gemma 3's sliding layers: the cost-aware free set takes the weight, and
+    returning prompts the bonus (``2 ** (bonus / weight)``)."""
+    default = LLM(no_tok, block_size=4, max_model_len=64, cache_policy="hybrid")
+    assert default.manager.block_pool.policy.weight == 1.0
+    assert default.manager.coordinator.return_factor == 2.0**4
+    tuned = LLM(
+        no_tok,
+        block_size=4,
+        max_model_len=64,
+        cache_policy="hybrid",
+        hybrid_return_bonus=2.0,
+        hybrid_value_weight=0.5,
+    )
+    assert tuned.manager.block_pool.policy.weight == 0.5
+    assert tuned.manager.coordinator.return_factor == 2.0 ** (2.0 / 0.5)
+    off = LLM(no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_return_bonus=0)
+    assert off.manager.coordinator.seen is None

@@ -89,6 +89,18 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     )
     assert main(["serve", str(tok_ckpt / "missing")]) == 2
     assert capsys.readouterr().err.startswith("hybridkv serve: error: ")
+    assert main(["serve", str(tok_ckpt), "--hybrid-return-bonus", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "hybridkv serve: error: hybrid_return_bonus tunes cache_policy='hybrid'; "
+        "it changes nothing under 'lru'"
+    )
+    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-value-weight", "-2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == "hybridkv serve: error: hybrid_value_weight must be a finite number >= 0, got -2.0"
+    )
 
 
 def test_cli_bad_chat_template_is_one_line(tok_ckpt: Path, tmp_path: Path, capsys: Any) -> None:

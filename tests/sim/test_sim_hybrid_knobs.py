@@ -1,0 +1,138 @@
+"""The ``hybrid`` knobs of a replay: ``SimOptions.return_bonus`` / ``value_weight``,
+their way to the manager, the result's label and JSON, and ``hybridkv simulate``'s
+``--return-bonus`` / ``--value-weight`` sweeps and errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_sim_cli import ROWS, assert_one_line_error, simulate
+
+import hybridkv.sim.replay as replay_module
+from hybridkv.core.cost_aware import CostAwareEvictionPolicy
+from hybridkv.layouts import shipped_layout
+from hybridkv.sim import CostModel, SimOptions, device_profile, load_trace, replay_trace
+from hybridkv.sim.plot import curves
+
+
+@pytest.mark.parametrize("field", ["return_bonus", "value_weight"])
+@pytest.mark.parametrize("value", [-1.0, math.inf, math.nan, True, "2"])
+def test_options_reject_a_bad_knob_naming_it(field, value) -> None:
+    with pytest.raises(ValueError, match=f"^{field} must be a finite number >= 0"):
+        SimOptions(memory_bytes=10**9, policy="hybrid", **{field: value})
+
+
+@pytest.mark.parametrize("field", ["return_bonus", "value_weight"])
+def test_a_knob_under_lru_is_an_error(field) -> None:
+    with pytest.raises(ValueError, match=f"^{field} tunes the hybrid policy.*'lru'"):
+        SimOptions(memory_bytes=10**9, policy="lru", **{field: 1.0})
+
+
+def test_manager_knobs_are_the_ones_set() -> None:
+    assert SimOptions(memory_bytes=1, policy="hybrid").manager_knobs == {}
+    assert SimOptions(memory_bytes=1, policy="hybrid", return_bonus=0).manager_knobs == {
+        "hybrid_return_bonus": 0.0
+    }
+    both = SimOptions(memory_bytes=1, policy="hybrid", return_bonus=8, value_weight=0.5)
+    assert both.manager_knobs == {"hybrid_return_bonus": 8.0, "hybrid_value_weight": 0.5}
+
+
+def replay(write_trace, **knobs):
+    """Two requests of a 1 full + 3 sliding layout under ``hybrid``; the
+    manager the replay built is returned with the result."""
+    built = []
+    real = replay_module.KVCacheManager
+
+    def spy(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    layout = shipped_layout("toy-1full-3sliding")
+    rows = [
+        {"timestamp": 0, "input_length": 300, "output_length": 4, "hash_ids": [0]},
+        {"timestamp": 10, "input_length": 300, "output_length": 4, "hash_ids": [0]},
+    ]
+    options = SimOptions(memory_bytes=2**24, policy="hybrid", **knobs)
+    cost = CostModel.from_layout(layout, device_profile("h100"), active_params=1e6)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(replay_module, "KVCacheManager", spy)
+    try:
+        result = replay_trace(layout, load_trace(write_trace(rows)), options, cost)
+    finally:
+        mp.undo()
+    (manager,) = built
+    return result, manager
+
+
+def test_the_knobs_reach_the_manager(write_trace) -> None:
+    default, m0 = replay(write_trace)
+    assert isinstance(m0.block_pool.policy, CostAwareEvictionPolicy)
+    assert m0.block_pool.policy.weight == 1.0  # sliding windows: auto_value_weight
+    assert m0.coordinator.return_factor == 2.0**4.0  # RETURN_BONUS 4 at weight 1
+    assert (default.return_bonus, default.value_weight) == (None, None)
+    assert default.policy_label == "hybrid"
+    tuned, m1 = replay(write_trace, return_bonus=2, value_weight=0.5)
+    assert m1.block_pool.policy.weight == 0.5
+    assert m1.coordinator.return_factor == 2.0 ** (2 / 0.5)
+    assert (tuned.return_bonus, tuned.value_weight) == (2, 0.5)
+    assert tuned.policy_label == "hybrid (bonus 2, weight 0.5)"
+    assert tuned.to_json()["return_bonus"] == 2 and tuned.to_json()["value_weight"] == 0.5
+    _, off = replay(write_trace, return_bonus=0)
+    assert off.coordinator.seen is None  # bonus 0: no memory of seen prefixes
+
+
+def test_simulate_sweeps_the_knobs_of_hybrid_runs_only(
+    capsys, one_full, write_trace, tmp_path
+) -> None:
+    out_json = tmp_path / "out.json"
+    rc, out, err = simulate(
+        capsys,
+        str(one_full),
+        "--trace",
+        str(write_trace(ROWS)),
+        "--memory",
+        "1MB,2MB",
+        "--policy",
+        "lru,hybrid",
+        "--return-bonus",
+        "0,8",
+        "--value-weight",
+        "1",
+        "--json",
+        str(out_json),
+    )
+    assert rc == 0, err
+    rows = [line for line in out.splitlines() if line.strip().startswith("one-full")]
+    assert len(rows) == 6  # per budget: lru once, hybrid for each (bonus, weight)
+    assert [row.split()[3] for row in rows] == ["lru", "hybrid", "hybrid"] * 2
+    assert sum("hybrid (bonus 0, weight 1)" in row for row in rows) == 2
+    assert sum("hybrid (bonus 8, weight 1)" in row for row in rows) == 2
+    data = json.loads(out_json.read_text())
+    knobs = [(r["policy"], r["return_bonus"], r["value_weight"]) for r in data]
+    assert knobs == [("lru", None, None), ("hybrid", 0.0, 1.0), ("hybrid", 8.0, 1.0)] * 2
+
+
+def test_tuned_runs_are_curves_of_their_own(write_trace) -> None:
+    a, _ = replay(write_trace)
+    b, _ = replay(write_trace, return_bonus=8)
+    assert set(curves([a, b])) == {"hybrid", "hybrid (bonus 8)"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["--return-bonus", "4"], ["--return-bonus tunes the hybrid policy: add hybrid"]),
+        (["--policy", "lru", "--value-weight", "1"], ["--value-weight tunes the hybrid"]),
+        (["--policy", "hybrid", "--return-bonus", "-1"], ["--return-bonus must be finite", "'-1'"]),
+        (["--policy", "hybrid", "--value-weight", "x"], ["--value-weight must be finite", "'x'"]),
+        (["--policy", "hybrid", "--value-weight", "inf"], ["--value-weight must be finite"]),
+        (["--policy", "hybrid", "--return-bonus", "nan"], ["--return-bonus must be finite"]),
+        (["--policy", "hybrid", "--return-bonus", "1,,2"], ["--return-bonus has an empty entry"]),
+    ],
+)
+def test_bad_knobs_are_one_line_and_exit_2(capsys, one_full, write_trace, argv, needles) -> None:
+    path = str(write_trace(ROWS))
+    rc, out, err = simulate(capsys, str(one_full), "--trace", path, "--memory", "1MB", *argv)
+    assert_one_line_error(rc, out, err, *needles)
