@@ -87,21 +87,11 @@ def test_simulate_sweeps_the_knobs_of_hybrid_runs_only(
     capsys, one_full, write_trace, tmp_path
 ) -> None:
     out_json = tmp_path / "out.json"
+    sweep = ["--memory", "1MB,2MB", "--policy", "lru,hybrid"]
+    sweep += ["--return-bonus", "0,8", "--value-weight", "1"]
+    trace = str(write_trace(ROWS))
     rc, out, err = simulate(
-        capsys,
-        str(one_full),
-        "--trace",
-        str(write_trace(ROWS)),
-        "--memory",
-        "1MB,2MB",
-        "--policy",
-        "lru,hybrid",
-        "--return-bonus",
-        "0,8",
-        "--value-weight",
-        "1",
-        "--json",
-        str(out_json),
+        capsys, str(one_full), "--trace", trace, *sweep, "--json", str(out_json)
     )
     assert rc == 0, err
     rows = [line for line in out.splitlines() if line.strip().startswith("one-full")]
