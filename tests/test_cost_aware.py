@@ -17,7 +17,15 @@ from hybridkv import (
 )
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.cost_aware import value_class
-from hybridkv.managers.retention import FinalPoints, UnitValues, floor_spacing, tail_tokens_saved
+from hybridkv.layouts import shipped_layout
+from hybridkv.managers.retention import (
+    FLOOR_MAX_STATE_TOKENS,
+    FinalPoints,
+    UnitValues,
+    floor_spacing,
+    tail_tokens_saved,
+)
+from hybridkv.planning import plan_kv_cache
 
 FULL, SWA, MAMBA = full(4), swa(4, 8), mamba(4)
 
@@ -105,6 +113,15 @@ def test_floor_spacing_by_hand() -> None:
     assert floor_spacing(groups(FULL, SWA), 4) == 256
     assert floor_spacing(groups(FULL, MAMBA), 4) == 128
     assert floor_spacing(groups(SWA), 4) == 0  # no full attention: no floor
+    # The cost-based spacing past FLOOR_MAX_STATE_TOKENS is capped with state
+    # groups (one page a point each), rounded up to ``lcm``; not with a window.
+    full_page = (False, 4, lambda p: 0)
+    states = [full_page] + [(True, 4, lambda p: p // 4 - 1)] * 200  # 200 pages a point
+    assert floor_spacing(states, 4) == FLOOR_MAX_STATE_TOKENS == 17_920  # not 25,600
+    assert floor_spacing(states, 48) == 17_952  # 374 x 48
+    assert floor_spacing(states[:2], 4) == 128  # one state: below the cap, unchanged
+    window = [full_page, (True, 4, lambda p: p // 4 - 200)]  # 200 pages a point
+    assert floor_spacing(window, 4) == 32 * 200 * 4  # 25,600: no state group, no cap
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
@@ -285,3 +302,18 @@ def test_a_release_mixing_hashless_and_keyed_blocks_keys_each_keyed_one() -> Non
     assert b4.evict_key == pytest.approx(3 / 4 + 2)
     assert [b.block_id for b in policy] == [2, 1, 3, 4]
     policy.check_integrity()
+
+
+@pytest.mark.parametrize(
+    ("layout", "spacing"),
+    [
+        ("bamba-9b", 17_952),  # cost-based 168,960, capped (528-token blocks: 34 x 528)
+        ("granite-4.0-h-tiny", 18_000),  # 115,200, capped (400-token blocks)
+        ("jamba-v0.1", 17_920),  # cost-based, the cap's own value
+        ("gemma-3-27b", 196_608),  # sliding windows: never capped
+    ],
+)
+def test_shipped_floor_spacings(layout: str, spacing: int) -> None:
+    plan = plan_kv_cache(shipped_layout(layout), 80 * 10**9, max_num_batched_tokens=8192)
+    kv = KVCacheManager(plan.kv_cache_config, 131_072, cache_policy="hybrid")
+    assert kv.coordinator.floor_tokens == spacing

@@ -72,6 +72,18 @@ TAIL_TOKENS = 512
 #: of 8-64 for Jamba on the Mooncake conversation trace with the aligned
 #: tail (benchmarks/results/cache.md); 16 was, with the dense one.
 FLOOR_RATIO = 32
+#: With Mamba state groups, the floor is never sparser than this many tokens.
+#: The cost-based spacing puts Bamba 9B's points every 168,960 tokens and
+#: Granite 4.0 H Tiny's every 115,200 (a state costs them 10 and 9 pages of
+#: 528 and 400 tokens): a request branching inside a long cached prompt then
+#: finds no state below its match, and Bamba lost 5.2 of its 17.6 % of
+#: full-attention match to missing states at 80 GB (first 1,500 requests).
+#: Where branch points fall is the traffic's, not the layout's: this is
+#: Jamba's tuned spacing (``FLOOR_RATIO`` there), and it lifts Bamba from
+#: 12.40 % to 14.88 % at 80 GB and from 4.98 % to 6.81 % at 40 GB, Granite
+#: from 20.97 % to 21.63 % and 13.31 % to 13.65 %. Sliding windows lose with
+#: such a cap (Gemma 3 12B at 80 GB, 16,384: 6.81 % -> 6.49 %): states only.
+FLOOR_MAX_STATE_TOKENS = 17_920
 
 
 def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
@@ -89,11 +101,14 @@ def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
 
 
 def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
-    """Tokens between two snapshot floor points (0: no floor; ``FLOOR_RATIO``).
+    """Tokens between two snapshot floor points (0: no floor; ``FLOOR_RATIO``,
+    at most ``FLOOR_MAX_STATE_TOKENS`` with a Mamba state group), a multiple
+    of ``lcm``.
 
     ``groups``: ``(has_skips, block_size, first_needed_block)`` per group. A
     hit point's extra pages are averaged over the positions of a window or
     chunk far from the start; layouts without full attention get no floor.
+    A state group is one whose hit point needs one block of its own.
     """
     full_pages_per_token = sum(1 / bs for skips, bs, _ in groups if not skips)
     if not full_pages_per_token:
@@ -108,6 +123,8 @@ def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm:
     if not extras:
         return 0
     spacing = FLOOR_RATIO * extras / full_pages_per_token
+    if any(skips and first(base) == base // bs - 1 for skips, bs, first in groups):
+        spacing = min(spacing, FLOOR_MAX_STATE_TOKENS)
     return lcm * -(-int(spacing) // lcm)
 
 
