@@ -123,7 +123,8 @@ def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm:
     if not extras:
         return 0
     spacing = FLOOR_RATIO * extras / full_pages_per_token
-    if any(skips and first(base) == base // bs - 1 for skips, bs, first in groups):
+    # A state group's point needs one block of its own (a full group needs them all).
+    if any(first(base) == base // bs - 1 for _, bs, first in groups):
         spacing = min(spacing, FLOOR_MAX_STATE_TOKENS)
     return lcm * -(-int(spacing) // lcm)
 
