@@ -285,8 +285,7 @@ class KVCacheCoordinator(ABC):
             if self.seen is not None and block_hashes is not None:
                 m = self.managers[self._full_gid]  # type: ignore[index]
                 st = states[self._full_gid]  # type: ignore[index]
-                cached = block_hashes[: st.num_cached * m.hash_stride]  # type: ignore[union-attr]
-                self.seen.record(m.group_hashes(cached))
+                self.seen.record(m.group_hashes(block_hashes), st.num_cached)  # type: ignore[union-attr]
             self._free_hybrid(states, factor)  # type: ignore[arg-type]
             return True
         tables = [st.blocks[st.num_skipped :] for st in states if st is not None]

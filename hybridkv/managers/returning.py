@@ -102,12 +102,13 @@ class SeenPrefixes:
         key = hash(hashes[last])
         return key in self._new or key in self._old
 
-    def record(self, hashes: Sequence[bytes]) -> None:
+    def record(self, hashes: Sequence[bytes], num_blocks: int | None = None) -> None:
         """Remember the samples of ``hashes`` (a prefix's chained block
-        hashes, from its start) as the most recently held."""
+        hashes, from its start; only its first ``num_blocks``, if given) as
+        the most recently held."""
         new = self._new
         stride = self.stride
-        new.update(map(hash, hashes[stride - 1 :: stride]))
+        new.update(map(hash, hashes[stride - 1 : num_blocks : stride]))
         if len(new) > self._half:
             self._old = new if self._half else set()
             self._new = set()

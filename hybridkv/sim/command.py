@@ -223,10 +223,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         results = []
         for options in runs:
-            label = options.policy
-            if options.manager_knobs:
-                label += " " + " ".join(f"{v:g}" for v in options.manager_knobs.values())
-            desc = f"{layout.name} {memory_label(options.memory_bytes)} {label}"
+            desc = f"{layout.name} {memory_label(options.memory_bytes)} {options.policy_label}"
             results.append(
                 replay_trace(
                     layout, requests, options, cost, progress=not args.no_progress, desc=desc

@@ -31,6 +31,17 @@ def _positive(value: object, field: str) -> None:
         raise ValueError(f"{field} must be an integer >= 1, got {value!r}")
 
 
+def policy_label(policy: str, return_bonus: float | None, value_weight: float | None) -> str:
+    """The policy, with the ``hybrid`` knobs set away from their defaults:
+    ``hybrid (bonus 8, weight 1)``."""
+    knobs = [
+        f"{name} {value:g}"
+        for name, value in (("bonus", return_bonus), ("weight", value_weight))
+        if value is not None
+    ]
+    return f"{policy} ({', '.join(knobs)})" if knobs else policy
+
+
 @dataclass(frozen=True)
 class SimOptions:
     """One replay's settings (see the module docstring)."""
@@ -74,6 +85,11 @@ class SimOptions:
                 raise ValueError(
                     f"{field} tunes the hybrid policy; it changes nothing under {self.policy!r}"
                 )
+
+    @property
+    def policy_label(self) -> str:
+        """``policy_label`` of these options."""
+        return policy_label(self.policy, self.return_bonus, self.value_weight)
 
     @property
     def manager_knobs(self) -> dict[str, float]:

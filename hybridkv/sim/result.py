@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hybridkv.sim.options import policy_label
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -70,13 +72,8 @@ class SimResult:
     @property
     def policy_label(self) -> str:
         """The policy, with the knobs set away from their defaults:
-        ``hybrid (bonus 8, weight 1)``."""
-        knobs = [
-            f"{name} {value:g}"
-            for name, value in (("bonus", self.return_bonus), ("weight", self.value_weight))
-            if value is not None
-        ]
-        return f"{self.policy} ({', '.join(knobs)})" if knobs else self.policy
+        ``hybrid (bonus 8, weight 1)`` (``options.policy_label``)."""
+        return policy_label(self.policy, self.return_bonus, self.value_weight)
 
     @property
     def token_hit_rate(self) -> float:
