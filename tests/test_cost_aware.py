@@ -20,6 +20,7 @@ from hybridkv.core.cost_aware import value_class
 from hybridkv.layouts import shipped_layout
 from hybridkv.managers.retention import (
     FLOOR_MAX_STATE_TOKENS,
+    FLOOR_MAX_WINDOW_TOKENS,
     FinalPoints,
     UnitValues,
     floor_spacing,
@@ -120,8 +121,19 @@ def test_floor_spacing_by_hand() -> None:
     assert floor_spacing(states, 4) == FLOOR_MAX_STATE_TOKENS == 17_920  # not 25,600
     assert floor_spacing(states, 48) == 17_952  # 374 x 48
     assert floor_spacing(states[:2], 4) == 128  # one state: below the cap, unchanged
-    window = [full_page, (True, 4, lambda p: p // 4 - 200)]  # 200 pages a point
-    assert floor_spacing(window, 4) == 32 * 200 * 4  # 25,600: no state group, no cap
+    # A window's point needs the same 200 pages wherever it falls: 25,600, capped
+    # at FLOOR_MAX_WINDOW_TOKENS; 190 pages (24,320) are below the cap.
+    window = [full_page, (True, 4, lambda p: p // 4 - 200)]
+    assert floor_spacing(window, 4) == FLOOR_MAX_WINDOW_TOKENS == 24_576
+    assert floor_spacing(window, 48) == 24_576  # 512 x 48
+    assert floor_spacing(window, 40) == 24_600  # rounded up: 615 x 40
+    assert floor_spacing([full_page, (True, 4, lambda p: p // 4 - 190)], 4) == 24_320
+    # With a state group too, the state cap (the smaller) holds.
+    assert floor_spacing([*window, states[1]], 4) == 17_920
+    # A chunk's pages vary with the point's place (here 100 or 300, mean 200):
+    # the same 25,600, never capped.
+    chunk = [full_page, (True, 4, lambda p: p // 4 - (100 if p % 8 else 300))]
+    assert floor_spacing(chunk, 4) == 25_600
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
@@ -188,8 +200,8 @@ def test_auto_value_weight() -> None:
     )
     assert auto_value_weight([FULL, SWA]) == 1.0
     assert auto_value_weight([FULL, MAMBA]) == 2.0
-    assert auto_value_weight([FULL, SWA, chunk]) == 3.0
-    assert auto_value_weight([FULL, MAMBA, chunk]) == 3.0
+    assert auto_value_weight([FULL, SWA, chunk]) == 8.0
+    assert auto_value_weight([FULL, MAMBA, chunk]) == 8.0
     kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
     assert kv.block_pool.policy.weight == 1.0
     kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid")
@@ -310,10 +322,15 @@ def test_a_release_mixing_hashless_and_keyed_blocks_keys_each_keyed_one() -> Non
         ("bamba-9b", 17_952),  # cost-based 168,960, capped (528-token blocks: 34 x 528)
         ("granite-4.0-h-tiny", 18_000),  # 115,200, capped (400-token blocks)
         ("jamba-v0.1", 17_920),  # cost-based, the cap's own value
-        ("gemma-3-27b", 196_608),  # sliding windows: never capped
+        ("gemma-3-27b", 24_576),  # cost-based 196,608, capped (windows)
+        ("gemma-3-12b", 24_576),  # 163,840, capped
+        ("gpt-oss-120b", 4_096),  # windows of 128 tokens: below the cap
+        ("llama-4-scout", 392_448),  # chunked: never capped (its chunk starts are free)
     ],
 )
 def test_shipped_floor_spacings(layout: str, spacing: int) -> None:
-    plan = plan_kv_cache(shipped_layout(layout), 80 * 10**9, max_num_batched_tokens=8192)
+    plan = plan_kv_cache(
+        shipped_layout(layout), 80 * 10**9, max_num_batched_tokens=8192, max_model_len=131_072
+    )
     kv = KVCacheManager(plan.kv_cache_config, 131_072, cache_policy="hybrid")
     assert kv.coordinator.floor_tokens == spacing

@@ -84,6 +84,21 @@ FLOOR_RATIO = 32
 #: from 20.97 % to 21.63 % and 13.31 % to 13.65 %. Sliding windows lose with
 #: such a cap (Gemma 3 12B at 80 GB, 16,384: 6.81 % -> 6.49 %): states only.
 FLOOR_MAX_STATE_TOKENS = 17_920
+#: With sliding windows (and no state group), the floor is never sparser than
+#: this many tokens. The cost-based spacing put Gemma 3 27B's points every
+#: 196,608 tokens and Gemma 3 12B's every 163,840: on the Mooncake synthetic
+#: trace, where prompts share documents of many lengths, the full-attention
+#: match then ran past the last window kept (Gemma 3 27B at 80 GB matched
+#: 2.71 % but hit 1.79 %). A window costs more than Jamba's state (6,144
+#: full-attention tokens a point for Gemma 3 27B, 560 for Jamba), so its best
+#: cap is sparser: of 17,920, 20,480, 24,576 and 32,768 tokens, 24,576 was the
+#: only one at or above the uncapped hit rate in every Gemma row measured
+#: (first 1,500 requests of both traces; ``benchmarks/results/cache.md``).
+#: Chunked groups are never capped: their chunk starts are free points
+#: (``KVCacheCoordinator.free_point_period``) or a floor point costs a part
+#: of a chunk that varies with its place (a denser floor cost Llama 4 Scout
+#: 7.64 -> 7.48 % at 80 GB).
+FLOOR_MAX_WINDOW_TOKENS = 24_576
 
 
 def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
@@ -101,31 +116,32 @@ def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
 
 
 def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
-    """Tokens between two snapshot floor points (0: no floor; ``FLOOR_RATIO``,
-    at most ``FLOOR_MAX_STATE_TOKENS`` with a Mamba state group), a multiple
-    of ``lcm``.
+    """Tokens between two snapshot floor points (0: no floor), a multiple of
+    ``lcm``: ``FLOOR_RATIO`` x what a point holds outside full attention, at
+    most ``FLOOR_MAX_STATE_TOKENS`` with a Mamba state group, else at most
+    ``FLOOR_MAX_WINDOW_TOKENS`` when every other group is a window.
 
     ``groups``: ``(has_skips, block_size, first_needed_block)`` per group. A
     hit point's extra pages are averaged over the positions of a window or
     chunk far from the start; layouts without full attention get no floor.
-    A state group is one whose hit point needs one block of its own.
+    A state group is one whose hit point needs one block of its own, a window
+    one whose point needs the same number of blocks wherever it falls (a
+    chunk's varies).
     """
     full_pages_per_token = sum(1 / bs for skips, bs, _ in groups if not skips)
     if not full_pages_per_token:
         return 0
     base = lcm << 20
     samples = range(base, base + 1024 * lcm, lcm)
-    extras = sum(
-        sum(p // bs - first(p) for p in samples) / len(samples)
-        for skips, bs, first in groups
-        if skips
-    )
+    pages = [[p // bs - first(p) for p in samples] for skips, bs, first in groups if skips]
+    extras = sum(sum(n) / len(samples) for n in pages)
     if not extras:
         return 0
     spacing = FLOOR_RATIO * extras / full_pages_per_token
-    # A state group's point needs one block of its own (a full group needs them all).
-    if any(first(base) == base // bs - 1 for _, bs, first in groups):
+    if any(n[0] == 1 and len(set(n)) == 1 for n in pages):  # a full group needs them all
         spacing = min(spacing, FLOOR_MAX_STATE_TOKENS)
+    elif all(len(set(n)) == 1 for n in pages):
+        spacing = min(spacing, FLOOR_MAX_WINDOW_TOKENS)
     return lcm * -(-int(spacing) // lcm)
 
 
