@@ -134,6 +134,9 @@ def test_floor_spacing_by_hand() -> None:
     # the same 25,600, never capped.
     chunk = [full_page, (True, 4, lambda p: p // 4 - (100 if p % 8 else 300))]
     assert floor_spacing(chunk, 4) == 25_600
+    # One page at the first place sampled is no state when other places need more.
+    chunk = [full_page, (True, 4, lambda p: p // 4 - (1 if p % 8 == 0 else 399))]
+    assert floor_spacing(chunk, 4) == 25_600
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
