@@ -13,13 +13,20 @@ from __future__ import annotations
 import random
 import sys
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_vllm_cache import retention_values, retentions_for  # noqa: E402
+from bench_vllm_cache import (  # noqa: E402
+    Cell,
+    retention_values,
+    retentions_for,
+    target_line,
+    tuned_clause,
+)
 from ours_replay import closed_options, run_ours  # noqa: E402
 from vllm_chunking import mamba_chunk_tokens  # noqa: E402
 from vllm_config import block_sizes, check_block_size, vllm_mamba_block_size  # noqa: E402
@@ -210,3 +217,45 @@ def test_vllm_replay_hits_by_hand(vl, retention) -> None:
     assert replay.junction_chunks == 1
     # Steps: A 2 chunks, B 3 (960, 560 to 1,520, 16), C 2 (560, 16), D 1 (16).
     assert replay.steps == 8
+
+
+def test_tuned_rows_are_judged_against_vllms_best() -> None:
+    # vLLM's best (R=480) hits 10 %; its state: 8 blocks at the end, 6 under pressure.
+    def vllm(hit_tokens, state):
+        return NS(
+            hit_tokens=hit_tokens,
+            token_hit_rate=hit_tokens / 1000,
+            cached_blocks={"full": 10, "mamba": state},
+            pressured_mean_blocks={"mamba": 6.0},
+            peak_cached_blocks={"mamba": 9},
+        )
+
+    def ours(rate, end, mean):
+        return NS(
+            sim=NS(token_hit_rate=rate, cached_blocks={"full": 10, "mamba": end}),
+            pressured_mean_blocks={"mamba": mean},
+            peak_cached_blocks={"mamba": 12},
+        )
+
+    cell = Cell(
+        "x", 1, 100, 10**9, 10**9, 16, ["full", "mamba"], [],
+        {"0": vllm(50, 3), "480": vllm(100, 8)},
+        {
+            "hybrid": ours(0.12, 4, 4.0),  # the default: judged by target_line
+            "hybrid (weight 3)": ours(0.16, 4, 5.0),  # 1.6x, less state
+            "hybrid (weight 4)": ours(0.17, 9, 5.0),  # 1.7x, more state at the end
+            "lru": ours(0.01, 90, 90.0),
+        },
+    )  # fmt: skip
+    assert tuned_clause(cell) == (
+        " Tuned, hybrid (weight 3): 1.60x, state end 4.00 GB, mean under pressure 5.00 GB"
+        " (met with this knob)."
+        " Tuned, hybrid (weight 4): 1.70x, state end 9.00 GB, mean under pressure 5.00 GB"
+        " (not met with this knob)."
+    )
+    line = target_line(cell)  # the default's verdict first, then the tuned runs
+    assert line.startswith("**Target (x @ ") and "NOT MET.** hybrid / vLLM best (480)" in line
+    assert "= 1.20x" in line and line.endswith(tuned_clause(cell))
+    del cell.ours["hybrid (weight 3)"], cell.ours["hybrid (weight 4)"]
+    assert tuned_clause(cell) == ""
+    assert target_line(cell).endswith("`managers/returning.py`).")  # ceiling 0 < 15 %

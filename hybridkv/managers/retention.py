@@ -68,7 +68,8 @@ TAIL_TOKENS = 512
 #: there is what makes it a kept point), at a bounded share of the memory:
 #: about 1 / ``FLOOR_RATIO`` of the full-attention blocks it rides on. Jamba
 #: (7 Mamba pages per point, 80 tokens per full page): every 17,920 tokens.
-#: Gemma 3 27B (6 windows of 1,024 tokens): every ~197k tokens. 32 was best
+#: Gemma 3 27B (6 windows of 1,024 tokens): every 196,608 tokens, capped at
+#: ``FLOOR_MAX_WINDOW_TOKENS``. 32 was best
 #: of 8-64 for Jamba on the Mooncake conversation trace with the aligned
 #: tail (benchmarks/results/cache.md); 16 was, with the dense one.
 FLOOR_RATIO = 32
@@ -82,7 +83,8 @@ FLOOR_RATIO = 32
 #: Jamba's tuned spacing (``FLOOR_RATIO`` there), and it lifts Bamba from
 #: 12.40 % to 14.88 % at 80 GB and from 4.98 % to 6.81 % at 40 GB, Granite
 #: from 20.97 % to 21.63 % and 13.31 % to 13.65 %. Sliding windows lose with
-#: such a cap (Gemma 3 12B at 80 GB, 16,384: 6.81 % -> 6.49 %): states only.
+#: a cap this dense (Gemma 3 12B at 80 GB, 16,384: 6.81 % -> 6.49 %; 17,920:
+#: 6.65 %): theirs is ``FLOOR_MAX_WINDOW_TOKENS``.
 FLOOR_MAX_STATE_TOKENS = 17_920
 #: With sliding windows (and no state group), the floor is never sparser than
 #: this many tokens. The cost-based spacing put Gemma 3 27B's points every
