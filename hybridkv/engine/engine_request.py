@@ -60,6 +60,9 @@ class EngineRequest:
         self.stop_token_ids = frozenset(stop)
         self.stop_reason: int | None = None
         self.num_cached_tokens: int | None = None
+        #: How far the full-attention groups alone matched at first admission
+        #: (>= ``num_cached_tokens``; more where a window or state was missing).
+        self.num_full_match_tokens: int | None = None
         self.max_model_len = max_model_len
         self.metrics = RequestMetrics(arrival_time or time.monotonic())
         self.generator: torch.Generator | None = None

@@ -136,6 +136,7 @@ class Scheduler:
             self.waiting.popleft()
             if req.num_cached_tokens is None:
                 req.num_cached_tokens = hit
+                req.num_full_match_tokens = max(blocks.full_hit_tokens, hit)
             req.core.num_computed_tokens = hit
             req.status = RequestStatus.RUNNING
             self.running.append(req)

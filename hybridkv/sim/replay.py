@@ -136,7 +136,7 @@ def replay_trace(
     live: dict[str, _Live] = {}
     ttfts = array("d")
     in_use_steps = array("l")  # blocks live requests hold, after each step's allocation
-    hit_tokens = prefill = decode = steps = 0
+    hit_tokens = full_match = prefill = decode = steps = 0
     next_out = OUTPUT_TOKEN_BASE
     last_finish = 0.0
     first_arrival = 0.0 if closed else requests[0].arrival_s
@@ -200,8 +200,10 @@ def replay_trace(
                     rec = live.pop(req.request_id)
                     first = req.metrics.first_token_time
                     assert first is not None and req.num_cached_tokens is not None
+                    assert req.num_full_match_tokens is not None
                     ttfts.append(first - rec.arrival)
                     hit_tokens += req.num_cached_tokens
+                    full_match += req.num_full_match_tokens
                     last_finish = now
                 if finished:
                     collector.tick(len(finished))
@@ -230,6 +232,7 @@ def replay_trace(
         prompt_tokens=sum(r.input_length for r in requests),
         output_tokens=sum(r.output_length for r in requests),
         hit_tokens=hit_tokens,
+        full_match_tokens=full_match,
         prefill_tokens=prefill,
         decode_tokens=decode,
         preemptions=scheduler.num_preemptions,

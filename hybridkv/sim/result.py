@@ -5,6 +5,10 @@ Token counts:
 - ``prompt_tokens``: the replayed prompts' tokens;
 - ``hit_tokens``: the prefix-cache hit of each request at its first
   admission, summed (``token_hit_rate = hit_tokens / prompt_tokens``);
+- ``full_match_tokens``: how far the full-attention groups alone matched at
+  the same admissions, summed (``full_match_rate``; >= ``hit_tokens``). The
+  difference is what missing sliding-window blocks, chunks or Mamba states
+  cost: a hit needs every group. Without full attention, the hit itself;
 - ``prefill_tokens``: tokens computed in prefill chunks, including the
   recomputation of preempted requests; ``decode_tokens``: one-token steps past
   the prompt. Every computed token is one or the other;
@@ -68,6 +72,7 @@ class SimResult:
     replay_seconds: float
     return_bonus: float | None = None
     value_weight: float | None = None
+    full_match_tokens: int = 0
 
     @property
     def policy_label(self) -> str:
@@ -79,6 +84,11 @@ class SimResult:
     def token_hit_rate(self) -> float:
         """Prefix-hit tokens at first admission over prompt tokens."""
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def full_match_rate(self) -> float:
+        """Full-attention match at first admission over prompt tokens."""
+        return self.full_match_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     @property
     def cached_bytes(self) -> dict[str, int]:
@@ -115,6 +125,8 @@ class SimResult:
             "output_tokens": self.output_tokens,
             "hit_tokens": self.hit_tokens,
             "token_hit_rate": self.token_hit_rate,
+            "full_match_tokens": self.full_match_tokens,
+            "full_match_rate": self.full_match_rate,
             "prefill_tokens": self.prefill_tokens,
             "decode_tokens": self.decode_tokens,
             "preemptions": self.preemptions,

@@ -1,7 +1,8 @@
 """The plain-text report of ``hybridkv simulate``: one row per replay.
 
 Columns: layout, memory budget (decimal units, as typed in ``--memory 80GB``),
-policy, token hit rate, prefill tokens computed, preemptions, modeled TTFT
+policy, token hit rate, full-attention match (``SimResult.full_match_rate``),
+prefill tokens computed, preemptions, modeled TTFT
 p50/p99 and output throughput, cached blocks at the end per kind, and the
 wall time of the replay here.
 """
@@ -49,6 +50,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
             memory_label(r.memory_bytes),
             r.policy_label,
             f"{100 * r.token_hit_rate:.2f}%",
+            f"{100 * r.full_match_rate:.2f}%",
             f"{r.prefill_tokens:,}",
             f"{r.preemptions:,}",
             f"{100 * r.in_use_p50:.0f}%",
@@ -65,6 +67,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "memory",
         "policy",
         "hit rate",
+        "full match",
         "prefill tokens",
         "preempt",
         "in use",
@@ -75,8 +78,10 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "replay s",
     ]
     lines = [head, *format_table(headers, rows, left=("cached blocks",))]
-    lines.append(
-        "  (in use: blocks live requests hold at the median step, pinned for any policy; TTFT and"
-    )
-    lines.append("   throughput are modeled on the device; replay s is wall time here)")
+    lines += [
+        "  (full match: what full attention alone matched; the hit falls short of it where",
+        "   a window, chunk or Mamba state was missing. in use: blocks live requests hold at",
+        "   the median step, pinned for any policy; TTFT and throughput are modeled on the",
+        "   device; replay s is wall time here)",
+    ]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ import hybridkv.sim.replay as replay_module
 from hybridkv.layouts import load_layout, shipped_layout
 from hybridkv.sim import CostModel, SimOptions, device_profile, load_trace, replay_trace
 from hybridkv.sim.replay import replay_max_model_len
+from hybridkv.sim.table import render_results
 
 H100 = device_profile("h100")
 BLOCK = 512  # bytes of one block of the one-full layout (see conftest)
@@ -142,3 +143,35 @@ def test_max_model_len_is_the_longest_request_or_an_error(one_full, write_trace)
     long = load_trace(write_trace([mooncake(0, 4096, 1, list(range(8)))], "long.jsonl"))
     with pytest.raises(ValueError, match="more than one-full's max_model_len 4,096"):
         replay_max_model_len(layout, long, None)
+
+
+def test_full_match_is_what_full_attention_alone_matched(write_trace):
+    # A (2,000 tokens, ids 0-3), then C (3,001 tokens of its own), then B, which
+    # shares A's first 1,024 tokens (ids 0, 1). Sliding window 32, 16-token blocks,
+    # one output token each.
+    layout = shipped_layout("toy-1full-3sliding")
+    rows = [mooncake(0, 2000, 1, [0, 1, 2, 3]), mooncake(1, 3000, 1, [10 + i for i in range(6)])]
+    rows.append(mooncake(2, 2000, 1, [0, 1, 50, 51]))
+    cost = CostModel.from_layout(layout, H100, active_params=1e6)
+
+    def replay(policy):
+        options = SimOptions(
+            memory_bytes=2**24, policy=policy, arrivals="closed", max_num_seqs=1, max_model_len=4096
+        )
+        return replay_trace(layout, load_trace(write_trace(rows)), options, cost)
+
+    # lru keeps every block, so B hits all that full attention matched.
+    lru = replay("lru")
+    assert (lru.hit_tokens, lru.full_match_tokens) == (1024, 1024)
+    # hybrid keeps A's windows only at its kept points: its prompt's end (2,000)
+    # and the tail's boundaries from 1,488 (the floor, every 3,072 tokens, has
+    # none). The windows before are released evict-first, and C's blocks reuse
+    # them. A's full-attention blocks stay (its kept points need them), so B's
+    # full-attention match is 1,024 again, but no window is kept at or below it.
+    hyb = replay("hybrid")
+    assert (hyb.hit_tokens, hyb.full_match_tokens) == (0, 1024)
+    assert hyb.full_match_rate == 1024 / (2000 + 3000 + 2000)
+    assert hyb.to_json()["full_match_tokens"] == 1024
+    table = render_results([lru, hyb], "t.jsonl")
+    assert "full match" in table.splitlines()[1]
+    assert "14.63%" in table.splitlines()[3]  # 1024 / 7000 on the hybrid row
