@@ -132,3 +132,25 @@ def test_has_unfinished_while_anything_waits_or_runs() -> None:
     _step(sched)
     assert sched.has_unfinished() and not sched.waiting  # running only
     assert sched.abort("a") and not sched.has_unfinished()
+
+
+def test_first_admission_records_the_full_attention_match() -> None:
+    # Full attention + Mamba under hybrid, no tail: A (40 tokens, still running) has
+    # a state only at its prompt's end (40; the floor, every 128 tokens, has none
+    # below). B shares A's first 20 tokens: full attention matches 20, but there is
+    # no state at 20 or below, so the hit is 0. Under lru every block boundary A
+    # crossed has its state: the hit is 20 too.
+    for policy, hit in (("hybrid", 0), ("lru", 20)):
+        knobs = {"hybrid_tail_tokens": 0} if policy == "hybrid" else {}
+        kv = manager(60, full(4), mamba(4), cache_policy=policy, **knobs)
+        sched = _scheduler(kv, budget=64)
+        a = _request("a", toks(40))
+        sched.add_request(a)
+        _step(sched)
+        assert (a.num_cached_tokens, a.num_full_match_tokens) == (0, 0)
+        b = _request("b", [*toks(20), *toks(20, start=900)])
+        assert b.num_full_match_tokens is None  # not admitted yet
+        sched.add_request(b)
+        _step(sched)
+        assert (b.num_cached_tokens, b.num_full_match_tokens) == (hit, 20), policy
+        kv.check_integrity()
