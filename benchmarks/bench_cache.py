@@ -4,7 +4,8 @@
 Replays the Mooncake conversation trace (``../shared/traces``, 12,031
 requests, ~145M prompt tokens) through ``hybridkv.sim`` (the engine's real
 scheduler and ``KVCacheManager``, step times from the H100 cost model) for
-every (layout, budget, policy) and tabulates the token hit rate, the prefill
+every (layout, budget, policy) and tabulates the token hit rate, the
+full-attention match (``SimResult.full_match_rate``), the prefill
 tokens computed, preemptions, the share of the blocks that live requests hold
 (at the median step / on average: pinned, no policy decides on them), the blocks left in
 the prefix cache by kind, and the wall time of each replay on this machine.
@@ -49,6 +50,7 @@ HEADERS = (
     "budget",
     "policy",
     "token hit rate",
+    "full match",
     "prefill tokens",
     "preemptions",
     "in use (p50 / mean)",
@@ -68,6 +70,7 @@ def row(r: SimResult) -> list[str]:
         memory_label(r.memory_bytes),
         r.policy,
         f"{100 * r.token_hit_rate:.2f} %",
+        f"{100 * r.full_match_rate:.2f} %",
         f"{r.prefill_tokens:,}",
         f"{r.preemptions:,}",
         f"{100 * r.in_use_p50:.0f} % / {100 * r.in_use_mean:.0f} %",
@@ -83,7 +86,9 @@ TITLE = """# Prefix-cache hit rates on the Mooncake conversation trace
 Each row replays the trace through `hybridkv.sim`: the engine's real scheduler and
 `KVCacheManager`, step times from the roofline cost model (`hybridkv/sim/cost_model.py`),
 block size 16, sha256 block hashes. Token hit rate: prefix hit at first admission over
-prompt tokens. Prefill tokens include recomputation after preemption. Cached blocks: blocks
+prompt tokens. Full match (sections from 2026-11-26 on): how far full attention alone
+matched at the same admissions; the hit falls short of it where a window, chunk or Mamba
+state was missing. Prefill tokens include recomputation after preemption. Cached blocks: blocks
 left in the prefix cache at the end, by kind (one block id = one page across the shared
 buffers).
 TTFT: modeled. Replay s: wall time of the replay on the machine named in the section.
