@@ -161,8 +161,10 @@ def full_attention_ceilings(cfg: Any, requests: Sequence[TraceRequest]) -> tuple
 
 def run_cell(vl, layout: ModelLayout, requests, memory: int, args) -> Cell:
     """Every vLLM retention and every policy of ours on one layout and budget."""
-    options = closed_options(memory, args.policies[0], args.max_num_batched_tokens)
-    mml = replay_max_model_len(layout, requests, None)
+    options = closed_options(
+        memory, args.policies[0], args.max_num_batched_tokens, args.max_model_len
+    )
+    mml = replay_max_model_len(layout, requests, args.max_model_len)
     plan = plan_replay(layout, options, mml)
     ours_cfg = plan.kv_cache_config
     kinds = list(dict.fromkeys(g.kv_cache_spec.kind for g in ours_cfg.kv_cache_groups))
@@ -217,11 +219,12 @@ def run_cell(vl, layout: ModelLayout, requests, memory: int, args) -> Cell:
             f"cached {res.cached_blocks}, {res.seconds:.1f} s",
             flush=True,
         )
-    runs = [(p, closed_options(memory, p, args.max_num_batched_tokens)) for p in args.policies]
+    batched, mml_arg = args.max_num_batched_tokens, args.max_model_len
+    runs = [(p, closed_options(memory, p, batched, mml_arg)) for p in args.policies]
     runs += [
         (
             policy_label("hybrid", None, w),
-            replace(closed_options(memory, "hybrid", args.max_num_batched_tokens), value_weight=w),
+            replace(closed_options(memory, "hybrid", batched, mml_arg), value_weight=w),
         )
         for w in args.value_weights
     ]
@@ -558,6 +561,13 @@ def main() -> None:
         help="comma list: also run hybrid with each hybrid_value_weight (tuned rows)",
     )
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the model length to plan for (default: the layout's; the synthetic trace has "
+        "prompts beyond Granite 4.0 H Tiny's 131,072)",
+    )
     p.add_argument("--sample-every", type=int, default=10)
     p.add_argument(
         "--no-check-chunk-rule",

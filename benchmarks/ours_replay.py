@@ -26,14 +26,18 @@ from hybridkv.sim.census import cached_blocks_by_kind
 from hybridkv.sim.trace import TraceRequest
 
 
-def closed_options(memory_bytes: int, policy: str, max_num_batched_tokens: int) -> SimOptions:
-    """``--max-num-seqs 1 --arrivals closed`` at ``memory_bytes`` with ``policy``."""
+def closed_options(
+    memory_bytes: int, policy: str, max_num_batched_tokens: int, max_model_len: int | None = None
+) -> SimOptions:
+    """``--max-num-seqs 1 --arrivals closed`` at ``memory_bytes`` with ``policy``
+    (``max_model_len``: None plans for the layout's own)."""
     return SimOptions(
         memory_bytes=memory_bytes,
         policy=policy,
         max_num_seqs=1,
         max_num_batched_tokens=max_num_batched_tokens,
         arrivals="closed",
+        max_model_len=max_model_len,
     )
 
 

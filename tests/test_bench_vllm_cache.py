@@ -259,3 +259,9 @@ def test_tuned_rows_are_judged_against_vllms_best() -> None:
     del cell.ours["hybrid (weight 3)"], cell.ours["hybrid (weight 4)"]
     assert tuned_clause(cell) == ""
     assert target_line(cell).endswith("`managers/returning.py`).")  # ceiling 0 < 15 %
+
+
+def test_closed_options_plan_for_the_given_model_length() -> None:
+    assert closed_options(10**9, "hybrid", 8192).max_model_len is None  # the layout's own
+    options = closed_options(10**9, "hybrid", 8192, 196_608)
+    assert (options.max_model_len, options.max_num_seqs, options.arrivals) == (196_608, 1, "closed")
