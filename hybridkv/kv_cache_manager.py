@@ -104,7 +104,10 @@ class KVCacheManager:
     (None: learned from where requests branch, ``managers/tail_alignment.py``;
     0: every boundary; ``A``: multiples of ``A`` only);
     ``hybrid_return_bonus``, pool turnovers a returning request's units are
-    kept longer (``managers/returning.py``; 0: off).
+    kept longer (``managers/returning.py``; 0: off); ``hybrid_floor_tokens``,
+    tokens between two snapshot floor points, rounded up to the hit step
+    (None: by cost and kind, ``retention.floor_spacing``; 0: no floor). The
+    ``hybrid`` knobs change nothing under ``lru``.
     ``eviction_policy`` (a policy class or factory) overrides the free set's
     ordering under either policy.
     """
@@ -125,6 +128,7 @@ class KVCacheManager:
         hybrid_value_weight: float | None = None,
         hybrid_tail_align: int | None = None,
         hybrid_return_bonus: float = RETURN_BONUS,
+        hybrid_floor_tokens: int | None = None,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -147,6 +151,15 @@ class KVCacheManager:
                 f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
             )
         check_hybrid_knob(hybrid_return_bonus, "hybrid_return_bonus")
+        if hybrid_floor_tokens is not None and (
+            isinstance(hybrid_floor_tokens, bool)
+            or not isinstance(hybrid_floor_tokens, int)
+            or hybrid_floor_tokens < 0
+        ):
+            raise ValueError(
+                "hybrid_floor_tokens must be None (by cost) or an int >= 0, "
+                f"got {hybrid_floor_tokens!r}"
+            )
         if hybrid_value_weight is None:
             hybrid_value_weight = auto_value_weight(
                 [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
@@ -189,6 +202,9 @@ class KVCacheManager:
             hybrid_tail_align,
             float(hybrid_return_bonus),
         )
+        if hybrid_floor_tokens is not None and self.coordinator.hybrid:
+            lcm = self.coordinator.block_size_lcm
+            self.coordinator.floor_tokens = lcm * -(-hybrid_floor_tokens // lcm)
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         # The Request object behind each live request id: another object with
         # the same id (other tokens) must not take over its blocks.

@@ -337,3 +337,22 @@ def test_shipped_floor_spacings(layout: str, spacing: int) -> None:
     )
     kv = KVCacheManager(plan.kv_cache_config, 131_072, cache_policy="hybrid")
     assert kv.coordinator.floor_tokens == spacing
+
+
+def test_a_floor_set_by_hand() -> None:
+    # Full + Mamba, block size 4: the cost-based floor is 128 tokens (above). A
+    # floor set by hand is rounded up to the hit step; 0 keeps no floor; lru has none.
+    def kept(**knobs):
+        kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid", **knobs)
+        req = Request("a", list(range(300)))
+        blocks, hit = kv.get_computed_blocks(req)
+        return kv.coordinator.floor_tokens, kv._kept_points(req, hit, blocks)
+
+    assert kept() == (128, (128, 256, 300))
+    assert kept(hybrid_floor_tokens=90) == (92, (92, 184, 276, 300))
+    assert kept(hybrid_floor_tokens=0) == (0, (300,))
+    lru = KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=90)
+    assert lru.coordinator.floor_tokens == 0  # the hybrid knobs change nothing under lru
+    for bad in (-4, 1.5, True, "8"):
+        with pytest.raises(ValueError, match=r"^hybrid_floor_tokens must be None \(by cost\)"):
+            KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=bad)

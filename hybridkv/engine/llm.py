@@ -16,10 +16,11 @@ BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
 ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
-``hybrid_return_bonus`` and ``hybrid_value_weight`` tune ``hybrid`` (None:
-the manager's defaults; set under ``lru``, where they would change nothing,
-they are an error). ``hybridkv simulate --return-bonus/--value-weight``
-compares settings on one's own trace first.
+``hybrid_return_bonus``, ``hybrid_value_weight`` and ``hybrid_floor_tokens``
+tune ``hybrid`` (None: the manager's defaults; set under ``lru``, where they
+would change nothing, they are an error). ``hybridkv simulate
+--return-bonus/--value-weight/--floor-tokens`` compares settings on one's own
+trace first.
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -98,6 +99,7 @@ class LLM:
         cache_policy: str = "lru",
         hybrid_return_bonus: float | None = None,
         hybrid_value_weight: float | None = None,
+        hybrid_floor_tokens: int | None = None,
         kernel_backend: str | None = None,
         allow_long_max_model_len: bool = False,
         progress: bool = False,
@@ -121,8 +123,19 @@ class LLM:
             )
             if value is not None
         }
+        if hybrid_floor_tokens is not None:
+            if (
+                isinstance(hybrid_floor_tokens, bool)
+                or not isinstance(hybrid_floor_tokens, int)
+                or hybrid_floor_tokens < 0
+            ):
+                raise ValueError(
+                    f"hybrid_floor_tokens must be an int >= 0, got {hybrid_floor_tokens!r}"
+                )
+            knobs["hybrid_floor_tokens"] = hybrid_floor_tokens
         for name, value in knobs.items():
-            check_hybrid_knob(value, name)
+            if name != "hybrid_floor_tokens":
+                check_hybrid_knob(value, name)
             if cache_policy != "hybrid":
                 raise ValueError(
                     f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"

@@ -62,6 +62,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="hybrid: pool turnovers one doubling of recompute saved per page is worth "
         "(default: by layout)",
     )
+    p.add_argument(
+        "--hybrid-floor-tokens",
+        type=int,
+        default=None,
+        help="hybrid: tokens between two snapshot floor points (default: by cost; 0: none)",
+    )
     p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
     p.add_argument(
         "--kv-events-endpoint",
@@ -107,6 +113,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         cache_policy=args.cache_policy,
         hybrid_return_bonus=args.hybrid_return_bonus,
         hybrid_value_weight=args.hybrid_value_weight,
+        hybrid_floor_tokens=args.hybrid_floor_tokens,
         kernel_backend=args.kernel_backend,
         kv_events_endpoint=args.kv_events_endpoint,
         kv_events_replay_endpoint=args.kv_events_replay_endpoint,

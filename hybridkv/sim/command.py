@@ -4,8 +4,8 @@
         --policy lru,hybrid --requests 1500 --json out.json --plot hit.png
 
 ``--memory`` and ``--policy`` take comma lists: every (budget, policy) pair is
-replayed, in that order. ``--return-bonus`` and ``--value-weight`` (comma
-lists too) tune ``hybrid``: each ``hybrid`` run is repeated for every
+replayed, in that order. ``--return-bonus``, ``--value-weight`` and
+``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is repeated for every
 combination, to try them on one's own trace; they are an error without
 ``hybrid`` in ``--policy``. ``run_simulate`` prints one table row per replay on
 stdout (a progress bar per replay on stderr) and returns 0. Every user error
@@ -92,22 +92,27 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument(
         "--value-weight",
         help="hybrid: pool turnovers one doubling of recompute saved per page is worth, or a "
-        "comma list (default: by layout, 1 sliding, 2 Mamba, 3 chunked; 0: recency only)",
+        "comma list (default: by layout, 1 sliding, 2 Mamba, 8 chunked; 0: recency only)",
+    )
+    p.add_argument(
+        "--floor-tokens",
+        help="hybrid: tokens between two snapshot floor points, or a comma list (default: by "
+        "cost, at most 17,920 with Mamba states, 24,576 with windows; 0: no floor)",
     )
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _int(text: str | None, flag: str) -> int | None:
+def _int(text: str | None, flag: str, minimum: int = 1) -> int | None:
     if text is None:
         return None
     try:
         value = int(text.replace("_", ""))
     except ValueError:
-        raise ValueError(f"{flag} must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+        raise ValueError(f"{flag} must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"{flag} must be an integer >= {minimum}, got {value}")
     return value
 
 
@@ -173,18 +178,31 @@ def _prepare(
     }
     bonuses = _knobs(args.return_bonus, "--return-bonus")
     weights = _knobs(args.value_weight, "--value-weight")
+    floors: list[int | None] = (
+        [None]
+        if args.floor_tokens is None
+        else [
+            _int(f, "--floor-tokens", minimum=0)
+            for f in _items(args.floor_tokens, "--floor-tokens")
+        ]
+    )
     for flag, given in (
         ("--return-bonus", args.return_bonus),
         ("--value-weight", args.value_weight),
+        ("--floor-tokens", args.floor_tokens),
     ):
         if given is not None and "hybrid" not in policies:
             raise ValueError(f"{flag} tunes the hybrid policy: add hybrid to --policy")
     runs = [
-        SimOptions(memory_bytes=b, policy=p, return_bonus=r, value_weight=w, **common)
+        SimOptions(
+            memory_bytes=b, policy=p, return_bonus=r, value_weight=w, floor_tokens=f, **common
+        )
         for b in budgets
         for p in policies
-        for r, w in (
-            [(r, w) for r in bonuses for w in weights] if p == "hybrid" else [(None, None)]
+        for r, w, f in (
+            [(r, w, f) for r in bonuses for w in weights for f in floors]
+            if p == "hybrid"
+            else [(None, None, None)]
         )
     ]
     output_tokens = _output_tokens(args.output_tokens)

@@ -9,9 +9,10 @@ the token budget, the KV memory) pace the replay. ``hash_algo`` defaults to
 2x faster, it must compare the stored token ids of every block a lookup visits,
 which costs more; measured on 800 conversation-trace requests with
 gemma-3-27b at 80 GB, sha256 replays in 19.3 s of CPU, xxhash in 20.5 s.
-``return_bonus`` and ``value_weight`` tune the ``hybrid`` policy
-(``KVCacheManager``'s ``hybrid_return_bonus`` and ``hybrid_value_weight``;
-None: the manager's defaults); they are an error under ``lru``, where they
+``return_bonus``, ``value_weight`` and ``floor_tokens`` tune the ``hybrid``
+policy (``KVCacheManager``'s ``hybrid_return_bonus``, ``hybrid_value_weight``
+and ``hybrid_floor_tokens``; None: the manager's defaults); they are an error
+under ``lru``, where they
 would change nothing. Invalid values raise a one-line ``ValueError`` naming
 the field.
 """
@@ -31,12 +32,21 @@ def _positive(value: object, field: str) -> None:
         raise ValueError(f"{field} must be an integer >= 1, got {value!r}")
 
 
-def policy_label(policy: str, return_bonus: float | None, value_weight: float | None) -> str:
+def policy_label(
+    policy: str,
+    return_bonus: float | None,
+    value_weight: float | None,
+    floor_tokens: int | None = None,
+) -> str:
     """The policy, with the ``hybrid`` knobs set away from their defaults:
-    ``hybrid (bonus 8, weight 1)``."""
+    ``hybrid (bonus 8, weight 1, floor 8960)``."""
     knobs = [
         f"{name} {value:g}"
-        for name, value in (("bonus", return_bonus), ("weight", value_weight))
+        for name, value in (
+            ("bonus", return_bonus),
+            ("weight", value_weight),
+            ("floor", floor_tokens),
+        )
         if value is not None
     ]
     return f"{policy} ({', '.join(knobs)})" if knobs else policy
@@ -56,6 +66,7 @@ class SimOptions:
     hash_algo: str = "sha256"
     return_bonus: float | None = None
     value_weight: float | None = None
+    floor_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -76,11 +87,18 @@ class SimOptions:
             raise ValueError(
                 f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
             )
-        for field in ("return_bonus", "value_weight"):
+        if self.floor_tokens is not None and (
+            isinstance(self.floor_tokens, bool)
+            or not isinstance(self.floor_tokens, int)
+            or self.floor_tokens < 0
+        ):
+            raise ValueError(f"floor_tokens must be an int >= 0, got {self.floor_tokens!r}")
+        for field in ("return_bonus", "value_weight", "floor_tokens"):
             value = getattr(self, field)
             if value is None:
                 continue
-            check_hybrid_knob(value, field)
+            if field != "floor_tokens":
+                check_hybrid_knob(value, field)
             if self.policy != "hybrid":
                 raise ValueError(
                     f"{field} tunes the hybrid policy; it changes nothing under {self.policy!r}"
@@ -89,10 +107,13 @@ class SimOptions:
     @property
     def policy_label(self) -> str:
         """``policy_label`` of these options."""
-        return policy_label(self.policy, self.return_bonus, self.value_weight)
+        return policy_label(self.policy, self.return_bonus, self.value_weight, self.floor_tokens)
 
     @property
-    def manager_knobs(self) -> dict[str, float]:
+    def manager_knobs(self) -> dict[str, float | int]:
         """The ``KVCacheManager`` keywords the options set (none: its defaults)."""
         knobs = {"hybrid_return_bonus": self.return_bonus, "hybrid_value_weight": self.value_weight}
-        return {k: float(v) for k, v in knobs.items() if v is not None}
+        out: dict[str, float | int] = {k: float(v) for k, v in knobs.items() if v is not None}
+        if self.floor_tokens is not None:
+            out["hybrid_floor_tokens"] = self.floor_tokens
+        return out

@@ -220,6 +220,7 @@ def replay_trace(
         policy=options.policy,
         return_bonus=options.return_bonus,
         value_weight=options.value_weight,
+        floor_tokens=options.floor_tokens,
         memory_bytes=options.memory_bytes,
         device=cost.device.name,
         arrivals=options.arrivals,

@@ -27,7 +27,7 @@ times ``page_bytes`` (one block id across all the shared buffers). Times are
 modeled seconds of the simulated device (``hybridkv.sim.cost_model``), except
 ``replay_seconds``: the wall time the replay took here.
 
-``return_bonus`` / ``value_weight``: the ``hybrid`` knobs the replay set
+``return_bonus`` / ``value_weight`` / ``floor_tokens``: the ``hybrid`` knobs the replay set
 (``SimOptions``; None: the manager's defaults); ``policy_label`` names them.
 """
 
@@ -73,12 +73,13 @@ class SimResult:
     return_bonus: float | None = None
     value_weight: float | None = None
     full_match_tokens: int = 0
+    floor_tokens: int | None = None
 
     @property
     def policy_label(self) -> str:
         """The policy, with the knobs set away from their defaults:
         ``hybrid (bonus 8, weight 1)`` (``options.policy_label``)."""
-        return policy_label(self.policy, self.return_bonus, self.value_weight)
+        return policy_label(self.policy, self.return_bonus, self.value_weight, self.floor_tokens)
 
     @property
     def token_hit_rate(self) -> float:
@@ -112,6 +113,7 @@ class SimResult:
             "policy": self.policy,
             "return_bonus": self.return_bonus,
             "value_weight": self.value_weight,
+            "floor_tokens": self.floor_tokens,
             "memory_bytes": self.memory_bytes,
             "device": self.device,
             "arrivals": self.arrivals,

@@ -241,6 +241,15 @@ def test_bad_engine_arguments(no_tok):
             {"cache_policy": "hybrid", "hybrid_value_weight": float("inf")},
             r"hybrid_value_weight must be a finite number >= 0, got inf",
         ),
+        ({"hybrid_floor_tokens": 8960}, r"hybrid_floor_tokens tunes cache_policy='hybrid'"),
+        (
+            {"cache_policy": "hybrid", "hybrid_floor_tokens": 1.5},
+            r"hybrid_floor_tokens must be an int >= 0, got 1.5",
+        ),
+        (
+            {"cache_policy": "hybrid", "hybrid_floor_tokens": -16},
+            r"hybrid_floor_tokens must be an int >= 0, got -16",
+        ),
     ],
 )
 def test_bad_hybrid_knobs_fail_before_the_checkpoint_is_read(tmp_path, kwargs, match):
@@ -266,3 +275,7 @@ def test_hybrid_knobs_reach_the_manager(no_tok):
     assert tuned.manager.coordinator.return_factor == 2.0 ** (2.0 / 0.5)
     off = LLM(no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_return_bonus=0)
     assert off.manager.coordinator.seen is None
+    floor = LLM(
+        no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_floor_tokens=10
+    )
+    assert floor.manager.coordinator.floor_tokens == 12  # rounded up to the 4-token hit step

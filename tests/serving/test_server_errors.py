@@ -101,6 +101,10 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     assert (
         err == "hybridkv serve: error: hybrid_value_weight must be a finite number >= 0, got -2.0"
     )
+    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-floor-tokens", "-1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "hybridkv serve: error: hybrid_floor_tokens must be an int >= 0, got -1"
 
 
 def test_cli_bad_chat_template_is_one_line(tok_ckpt: Path, tmp_path: Path, capsys: Any) -> None:

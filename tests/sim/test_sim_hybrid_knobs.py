@@ -1,6 +1,7 @@
-"""The ``hybrid`` knobs of a replay: ``SimOptions.return_bonus`` / ``value_weight``,
-their way to the manager, the result's label and JSON, and ``hybridkv simulate``'s
-``--return-bonus`` / ``--value-weight`` sweeps and errors."""
+"""The ``hybrid`` knobs of a replay: ``SimOptions.return_bonus`` / ``value_weight`` /
+``floor_tokens``, their way to the manager, the result's label and JSON, and
+``hybridkv simulate``'s ``--return-bonus`` / ``--value-weight`` / ``--floor-tokens``
+sweeps and errors."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ def test_a_knob_under_lru_is_an_error(field) -> None:
         SimOptions(memory_bytes=10**9, policy="lru", **{field: 1.0})
 
 
+@pytest.mark.parametrize("value", [-1, 1.5, True, "16"])
+def test_options_reject_a_bad_floor(value) -> None:
+    with pytest.raises(ValueError, match=r"^floor_tokens must be an int >= 0"):
+        SimOptions(memory_bytes=10**9, policy="hybrid", floor_tokens=value)
+
+
+def test_a_floor_under_lru_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"^floor_tokens tunes the hybrid policy.*'lru'"):
+        SimOptions(memory_bytes=10**9, policy="lru", floor_tokens=8960)
+
+
 def test_manager_knobs_are_the_ones_set() -> None:
     assert SimOptions(memory_bytes=1, policy="hybrid").manager_knobs == {}
     assert SimOptions(memory_bytes=1, policy="hybrid", return_bonus=0).manager_knobs == {
@@ -37,6 +49,9 @@ def test_manager_knobs_are_the_ones_set() -> None:
     }
     both = SimOptions(memory_bytes=1, policy="hybrid", return_bonus=8, value_weight=0.5)
     assert both.manager_knobs == {"hybrid_return_bonus": 8.0, "hybrid_value_weight": 0.5}
+    floor = SimOptions(memory_bytes=1, policy="hybrid", floor_tokens=0)
+    assert floor.manager_knobs == {"hybrid_floor_tokens": 0}
+    assert isinstance(floor.manager_knobs["hybrid_floor_tokens"], int)
 
 
 def replay(write_trace, **knobs):
@@ -81,6 +96,11 @@ def test_the_knobs_reach_the_manager(write_trace) -> None:
     assert tuned.to_json()["return_bonus"] == 2 and tuned.to_json()["value_weight"] == 0.5
     _, off = replay(write_trace, return_bonus=0)
     assert off.coordinator.seen is None  # bonus 0: no memory of seen prefixes
+    assert m0.coordinator.floor_tokens == 3072  # 32 x (3 windows x 2 pages) x 16 tokens
+    floored, m2 = replay(write_trace, floor_tokens=100)
+    assert m2.coordinator.floor_tokens == 112  # rounded up to the 16-token hit step
+    assert floored.policy_label == "hybrid (floor 100)"
+    assert floored.to_json()["floor_tokens"] == 100
 
 
 def test_simulate_sweeps_the_knobs_of_hybrid_runs_only(
@@ -102,6 +122,18 @@ def test_simulate_sweeps_the_knobs_of_hybrid_runs_only(
     data = json.loads(out_json.read_text())
     knobs = [(r["policy"], r["return_bonus"], r["value_weight"]) for r in data]
     assert knobs == [("lru", None, None), ("hybrid", 0.0, 1.0), ("hybrid", 8.0, 1.0)] * 2
+    rc, out, err = simulate(
+        capsys, str(one_full), "--trace", trace, "--memory", "1MB", "--policy", "lru,hybrid",
+        "--floor-tokens", "0,4096", "--json", str(out_json),
+    )  # fmt: skip
+    assert rc == 0, err
+    data = json.loads(out_json.read_text())
+    assert [(r["policy"], r["floor_tokens"]) for r in data] == [
+        ("lru", None),
+        ("hybrid", 0),
+        ("hybrid", 4096),
+    ]
+    assert "hybrid (floor 4096)" in out
 
 
 def test_tuned_runs_are_curves_of_their_own(write_trace) -> None:
@@ -120,6 +152,12 @@ def test_tuned_runs_are_curves_of_their_own(write_trace) -> None:
         (["--policy", "hybrid", "--value-weight", "inf"], ["--value-weight must be finite"]),
         (["--policy", "hybrid", "--return-bonus", "nan"], ["--return-bonus must be finite"]),
         (["--policy", "hybrid", "--return-bonus", "1,,2"], ["--return-bonus has an empty entry"]),
+        (["--floor-tokens", "8960"], ["--floor-tokens tunes the hybrid policy: add hybrid"]),
+        (
+            ["--policy", "hybrid", "--floor-tokens", "-16"],
+            ["--floor-tokens must be an integer >= 0"],
+        ),
+        (["--policy", "hybrid", "--floor-tokens", "1.5"], ["--floor-tokens must be an integer"]),
     ],
 )
 def test_bad_knobs_are_one_line_and_exit_2(capsys, one_full, write_trace, argv, needles) -> None:
