@@ -392,8 +392,10 @@ def versus_vllm(cell: Cell, o: OursResult) -> tuple[float, list[float], list[flo
     def gb(blocks: dict, page: int) -> float:
         return blocks.get(sk, 0) * page / 1e9
 
-    ours = [gb(c, cell.page_bytes) for c in (s.cached_blocks, o.pressured_mean_blocks)]
-    ours.append(gb(o.peak_cached_blocks, cell.page_bytes))
+    ours = [
+        gb(c, cell.page_bytes)
+        for c in (s.cached_blocks, o.pressured_mean_blocks, o.peak_cached_blocks)
+    ]
     theirs = [
         gb(c, cell.vllm_page_bytes)
         for c in (best.cached_blocks, best.pressured_mean_blocks, best.peak_cached_blocks)

@@ -62,6 +62,13 @@ def check_hybrid_knob(value: object, field: str) -> None:
         raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
 
 
+def check_floor_knob(value: object, field: str, expected: str = "an int >= 0") -> None:
+    """An int ``>= 0`` (not a bool): a token count such as ``hybrid_floor_tokens``;
+    ``ValueError`` naming ``field`` and what is ``expected`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{field} must be {expected}, got {value!r}")
+
+
 #: ``auto_value_weight`` by the costliest non-full kind of a layout.
 VALUE_WEIGHTS = {"chunked": 8.0, "mamba": 2.0, "sliding": 1.0}
 
@@ -151,14 +158,9 @@ class KVCacheManager:
                 f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
             )
         check_hybrid_knob(hybrid_return_bonus, "hybrid_return_bonus")
-        if hybrid_floor_tokens is not None and (
-            isinstance(hybrid_floor_tokens, bool)
-            or not isinstance(hybrid_floor_tokens, int)
-            or hybrid_floor_tokens < 0
-        ):
-            raise ValueError(
-                "hybrid_floor_tokens must be None (by cost) or an int >= 0, "
-                f"got {hybrid_floor_tokens!r}"
+        if hybrid_floor_tokens is not None:
+            check_floor_knob(
+                hybrid_floor_tokens, "hybrid_floor_tokens", "None (by cost) or an int >= 0"
             )
         if hybrid_value_weight is None:
             hybrid_value_weight = auto_value_weight(

@@ -67,7 +67,12 @@ from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import CACHE_POLICIES, KVCacheManager, check_hybrid_knob
+from hybridkv.kv_cache_manager import (
+    CACHE_POLICIES,
+    KVCacheManager,
+    check_floor_knob,
+    check_hybrid_knob,
+)
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
@@ -115,27 +120,16 @@ class LLM:
         )
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        knobs: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("hybrid_return_bonus", hybrid_return_bonus),
-                ("hybrid_value_weight", hybrid_value_weight),
-            )
-            if value is not None
-        }
-        if hybrid_floor_tokens is not None:
-            if (
-                isinstance(hybrid_floor_tokens, bool)
-                or not isinstance(hybrid_floor_tokens, int)
-                or hybrid_floor_tokens < 0
-            ):
-                raise ValueError(
-                    f"hybrid_floor_tokens must be an int >= 0, got {hybrid_floor_tokens!r}"
-                )
-            knobs["hybrid_floor_tokens"] = hybrid_floor_tokens
-        for name, value in knobs.items():
-            if name != "hybrid_floor_tokens":
-                check_hybrid_knob(value, name)
+        knobs: dict[str, Any] = {}
+        for name, value, check in (
+            ("hybrid_return_bonus", hybrid_return_bonus, check_hybrid_knob),
+            ("hybrid_value_weight", hybrid_value_weight, check_hybrid_knob),
+            ("hybrid_floor_tokens", hybrid_floor_tokens, check_floor_knob),
+        ):
+            if value is None:
+                continue
+            check(value, name)
+            knobs[name] = value
             if cache_policy != "hybrid":
                 raise ValueError(
                     f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"

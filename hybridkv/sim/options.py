@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import CACHE_POLICIES, check_hybrid_knob
+from hybridkv.kv_cache_manager import CACHE_POLICIES, check_floor_knob, check_hybrid_knob
 
 ARRIVALS = ("trace", "closed")
 
@@ -87,18 +87,15 @@ class SimOptions:
             raise ValueError(
                 f"hash_algo must be one of {', '.join(HASH_ALGOS)}, got {self.hash_algo!r}"
             )
-        if self.floor_tokens is not None and (
-            isinstance(self.floor_tokens, bool)
-            or not isinstance(self.floor_tokens, int)
-            or self.floor_tokens < 0
+        for field, check in (
+            ("return_bonus", check_hybrid_knob),
+            ("value_weight", check_hybrid_knob),
+            ("floor_tokens", check_floor_knob),
         ):
-            raise ValueError(f"floor_tokens must be an int >= 0, got {self.floor_tokens!r}")
-        for field in ("return_bonus", "value_weight", "floor_tokens"):
             value = getattr(self, field)
             if value is None:
                 continue
-            if field != "floor_tokens":
-                check_hybrid_knob(value, field)
+            check(value, field)
             if self.policy != "hybrid":
                 raise ValueError(
                     f"{field} tunes the hybrid policy; it changes nothing under {self.policy!r}"
