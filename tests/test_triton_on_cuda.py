@@ -71,6 +71,22 @@ def test_new_results_come_back_and_arguments_are_not_mutated_when_not_written():
     assert torch.equal(x, torch.ones(3))
 
 
+def test_a_call_on_device_tensors_is_untouched_and_its_result_stays():
+    # On the GPU, the GPU-only tests and the engine on CUDA pass device tensors: the
+    # shim must not bring their results to the CPU (it did, and the Jamba engine's
+    # next matmul met CPU activations and CUDA weights). Here "meta" plays the device.
+    x = torch.empty(4, 3, device="meta")
+    seen = {}
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        seen["same"] = t is x
+        return torch.empty(2, device="meta")
+
+    out = call_on("cpu", fn, x)
+    assert seen["same"]
+    assert out.device.type == "meta"
+
+
 def test_cached_plans_are_copied_not_shared():
     """A metadata's per-step plans built by the callee stay in its copy: the
     caller's metadata keeps plans on its own device only."""

@@ -15,7 +15,10 @@ suite run on CUDA tensors"):
   its copy, so strided views of one shared buffer stay views of one buffer;
   after the call every copied storage is written back (what the kernel wrote
   in place lands where the test looks) and the result comes back to the CPU
-  (a view of a copied storage as the same view of the original).
+  (a view of a copied storage as the same view of the original);
+- a call that reaches no CPU storage (its tensors are on the device already:
+  the GPU-only tests, the engine on CUDA) runs untouched and its result stays
+  on the device.
 
 Tests of the CPU-only refusal ("triton on CPU tensors without the
 interpreter") ask for the ``native_triton_checks`` fixture, which restores the
@@ -117,6 +120,10 @@ def call_on(device: torch.device | str, fn: Callable[..., Any], *args: Any, **kw
     result = fn(*moved_args, **moved_kwargs)
     if mover.device.type == "cuda":
         torch.cuda.synchronize(mover.device)
+    if not mover.storages:
+        # Nothing was copied: the caller passed device tensors (a GPU-only test or
+        # the engine on CUDA), so the result stays where the caller works.
+        return result
     mover.write_back()
     return mover.to_host(result)
 

@@ -6,7 +6,8 @@ own dtype (bf16 -> fp32 is exact, so no fp32 copy is needed), found by the
 Other rows are sampled in fp32 from ``softmax(logits / temperature)``
 restricted to the ``top_k`` largest logits and then to the smallest set
 whose probability reaches ``top_p``; a request with a seed draws from its own
-generator.
+generator, which lives on the CPU whatever the engine's device (the draw is
+made there, from the probabilities computed on the device).
 """
 
 from __future__ import annotations
@@ -50,5 +51,9 @@ def sample(
             continue
         row = _filter(logits[i].float() / p.temperature, p.top_k, p.top_p)
         probs = torch.softmax(row, -1)
+        if req.generator is not None:
+            # A seed's generator lives on the CPU: the draw is made there, so a seed
+            # gives the same stream of draws on every device.
+            probs = probs.to(req.generator.device)
         out.append(int(torch.multinomial(probs, 1, generator=req.generator).item()))
     return out

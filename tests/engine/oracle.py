@@ -27,6 +27,12 @@ def cached_hf_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], 
     return _HF_CACHE[key]
 
 
+def device_for(backend: str) -> str:
+    """The device a test of kernel ``backend`` runs on: ``native`` is the CPU backend
+    (``LLM``'s ``device="auto"`` would take CUDA where there is one and refuse it)."""
+    return "cpu" if backend == "native" else "auto"
+
+
 def record_logits(llm: LLM) -> dict[str, list[torch.Tensor]]:
     """Wrap ``llm.runner.execute``; returns request id -> logits rows, step by step."""
     seen: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -35,7 +41,7 @@ def record_logits(llm: LLM) -> dict[str, list[torch.Tensor]]:
     def wrapped(work: Any) -> torch.Tensor:
         logits = execute(work)
         for row, s in zip(logits, [s for s in work if s.samples], strict=True):
-            seen[s.request.request_id].append(row.clone())
+            seen[s.request.request_id].append(row.cpu())  # a copy, on the CPU like the refs
         return logits
 
     llm.runner.execute = wrapped  # type: ignore[method-assign]
@@ -68,6 +74,6 @@ def check_against_hf(path: Path, llm: LLM, prompts: list[list[int]], n: int) -> 
     for prompt, out, ours in zip(prompts, outs, logits, strict=True):
         tokens, ref = cached_hf_greedy(path, prompt, n)
         assert out.outputs[0].token_ids == tokens, (len(prompt), out.outputs[0].token_ids, tokens)
-        torch.testing.assert_close(ours.cpu(), ref, rtol=1e-4, atol=1e-4)  # ours may be on CUDA
+        torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
     llm.manager.check_integrity()
     return outs

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oracle import bf16_and_fp32_logits, check_against_hf, run_engine
+from oracle import bf16_and_fp32_logits, check_against_hf, device_for, run_engine
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
 from hybridkv.engine import LLM
@@ -31,7 +31,13 @@ def _prompt(n: int, seed: int = 0) -> list[int]:
 @pytest.mark.parametrize("caching", [True, False])
 @pytest.mark.parametrize("backend", ["native", "torch"])
 def test_mixed_lengths_in_one_batch(ckpt, caching, backend):
-    llm = LLM(ckpt, block_size=4, enable_prefix_caching=caching, kernel_backend=backend)
+    llm = LLM(
+        ckpt,
+        block_size=4,
+        enable_prefix_caching=caching,
+        kernel_backend=backend,
+        device=device_for(backend),
+    )
     prompts = [_prompt(5, 1), _prompt(13, 2), _prompt(30, 3)]
     outs = check_against_hf(ckpt, llm, prompts, N)
     assert all(len(set(o.outputs[0].token_ids)) >= 3 for o in outs)
@@ -88,8 +94,9 @@ def test_shared_prefix_in_one_batch(ckpt):
 def test_native_bf16_matches_torch_bf16(ckpt):
     # The fused native layer round where the eager layer rounds: in bf16 the two
     # CPU paths give logits within bf16 noise of each other.
-    native = LLM(ckpt, block_size=4, dtype="bfloat16", kernel_backend="native")
-    eager = LLM(ckpt, block_size=4, dtype="bfloat16", kernel_backend="torch")
+    cpu = {"block_size": 4, "dtype": "bfloat16", "device": "cpu"}  # two CPU paths
+    native = LLM(ckpt, kernel_backend="native", **cpu)
+    eager = LLM(ckpt, kernel_backend="torch", **cpu)
     # Under `native` the decode-sized products run on the AMX kernel where the CPU has it.
     packed = "oneDNN packed" if packing_supported(torch.device("cpu"), torch.bfloat16) else "torch"
     native_linears = "AMX up to" if amx_available() and packed != "torch" else packed

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from oracle import bf16_and_fp32_logits, check_against_hf
+from oracle import bf16_and_fp32_logits, check_against_hf, device_for
 from safetensors.torch import load_file, save_file
 from tiny_checkpoints import jamba_config, save_checkpoint
 
@@ -153,7 +153,7 @@ def test_bfloat16_runs_close_to_fp32(ckpt: Path) -> None:
 def test_shared_prefix_in_one_batch(ckpt: Path, backend: str) -> None:
     # Requests sharing a prefix arrive together: the second must not adopt Mamba
     # checkpoints that the first is computing in the same step.
-    llm = LLM(ckpt, block_size=4, kernel_backend=backend)
+    llm = LLM(ckpt, block_size=4, kernel_backend=backend, device=device_for(backend))
     bs = _block_size(llm)
     doc = _prompt(2 * bs + 6, 77)
     prompts = [doc, [*doc[: 2 * bs], 9, 8, 7], [*doc[: 2 * bs], 5]]

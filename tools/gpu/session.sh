@@ -90,12 +90,6 @@ stage_bench-engine() {
         cp benchmarks/results/engine-cuda-*.md "$OUT/" 2>/dev/null
 }
 
-for stage in "$@"; do
-    if ! declare -F "stage_$stage" >/dev/null; then
-        echo "unknown stage: $stage (see the header of $0)" >&2
-        exit 2
-    fi
-done
 stage_step-profile() {
     "$PY" benchmarks/step_profile.py --kernel-backend triton --write &&
         cp benchmarks/results/step-profile-cuda-*.md "$OUT/" 2>/dev/null
@@ -105,6 +99,13 @@ stage_divergence() {
     "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write &&
         cp benchmarks/results/divergence-cuda-*.md "$OUT/" 2>/dev/null
 }
+
+for stage in "$@"; do
+    if ! declare -F "stage_$stage" >/dev/null; then
+        echo "unknown stage: $stage (see the header of $0)" >&2
+        exit 2
+    fi
+done
 
 status=0
 for stage in "$@"; do
