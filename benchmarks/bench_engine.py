@@ -2,7 +2,10 @@
 
     .venv/bin/python benchmarks/bench_engine.py [--model DIR] [--dtype D] [--quick] [--write]
 
-Default model: the demo's Gemma 3 270M (``hybridkv[demo]``). Three cases:
+Default model: the demo's Gemma 3 270M (``hybridkv[demo]``); ``--random-weights gemma-3-270m``
+runs its shape with random weights instead (``random_checkpoint.py``: what a GPU lease
+can afford; outputs are then a random model's, and the prompts are token ids drawn from
+a seeded generator when the checkpoint has no tokenizer). Three cases:
 
 1. batch throughput: 16 distinct prompts of 256 tokens, 64 new tokens each
    (on a GPU: 64 prompts, 128 new tokens; greedy, EOS ignored): output tokens
@@ -53,11 +56,25 @@ QUESTIONS = [
 
 
 def corpus(tokenizer: Any, n: int) -> list[int]:
-    """``n`` tokens of English text (the demo document, repeated)."""
+    """``n`` tokens of English text (the demo document, repeated); without a tokenizer,
+    ``n`` ids drawn from a seeded generator (the same ones every run)."""
+    if tokenizer is None:
+        return torch.randint(3, 20_000, (n,), generator=torch.Generator().manual_seed(0)).tolist()
     ids: list[int] = []
     while len(ids) < n:
         ids += tokenizer(DOCUMENT, add_special_tokens=False)["input_ids"]
     return ids[:n]
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """``text``'s ids; without a tokenizer, one id per character (its code point, offset)."""
+    if tokenizer is None:
+        return [3 + ord(c) % 20_000 for c in text]
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def pad_id(tokenizer: Any) -> int:
+    return (getattr(tokenizer, "pad_token_id", None) or 0) if tokenizer is not None else 0
 
 
 def hf_model(path: Path, dtype: torch.dtype) -> Any:
@@ -107,6 +124,12 @@ def arguments(doc: str | None, dtype: str, results: str) -> argparse.ArgumentPar
     """The options the engine benchmarks share: ``--model``, ``--dtype``, ``--write``."""
     ap = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
     ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    ap.add_argument(
+        "--random-weights",
+        default=None,
+        metavar="SHAPE",
+        help="a model's shape with random weights instead of --model (random_checkpoint.py)",
+    )
     ap.add_argument("--dtype", default=dtype, help="float32 | bfloat16 (both engines)")
     ap.add_argument("--write", action="store_true", help=f"write benchmarks/results/{results}")
     ap.add_argument(
@@ -117,12 +140,34 @@ def arguments(doc: str | None, dtype: str, results: str) -> argparse.ArgumentPar
     return ap
 
 
-def engine(args: argparse.Namespace, device: str) -> tuple[torch.dtype, LLM]:
-    """``args.model`` (default: the demo checkpoint) loaded in ``args.dtype`` on ``device``."""
-    if args.model is None:
+def resolve_model(args: argparse.Namespace) -> None:
+    """``args.model``: ``--model``, else a random-weights checkpoint of ``--random-weights``
+    (written once under the hybridkv cache), else the demo checkpoint."""
+    if args.model is not None and args.random_weights is not None:
+        raise SystemExit("--model and --random-weights exclude each other")
+    if args.random_weights is not None:
+        from random_checkpoint import write_random_checkpoint
+
+        from hybridkv import env
+
+        out = env.cache_root() / f"random-{args.random_weights}"
+        args.model = write_random_checkpoint(args.random_weights, out)
+    elif args.model is None:
         from hybridkv.models.demo_checkpoint import demo_checkpoint
 
         args.model = demo_checkpoint()
+
+
+def model_title(args: argparse.Namespace) -> str:
+    """The model as results name it: ``--random-weights`` runs say so."""
+    if args.random_weights is not None:
+        return f"{args.random_weights} (random weights)"
+    return args.model.name
+
+
+def engine(args: argparse.Namespace, device: str) -> tuple[torch.dtype, LLM]:
+    """``args.model`` (default: the demo checkpoint) loaded in ``args.dtype`` on ``device``."""
+    resolve_model(args)
     dtype = getattr(torch, args.dtype)
     llm = LLM(
         args.model,
@@ -153,12 +198,12 @@ def throughput(llm: LLM, hf: Any, tok: Any, n_prompts: int, length: int, new: in
         SamplingParams(max_tokens=2, ignore_eos=True),
         use_tqdm=False,
     )  # warm-up
-    hf_generate(hf, prompts[:2], 2, tok.pad_token_id or 0)  # warm-up (CUDA: kernels, cuBLAS)
+    hf_generate(hf, prompts[:2], 2, pad_id(tok))  # warm-up (CUDA: kernels, cuBLAS)
     llm.manager.reset_prefix_cache()
     t = time.perf_counter()
     ours = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     ours_s = time.perf_counter() - t
-    hf_out, hf_s = hf_generate(hf, prompts, new, tok.pad_token_id or 0)
+    hf_out, hf_s = hf_generate(hf, prompts, new, pad_id(tok))
     same = sum(
         o.outputs[0].token_ids == hf_out.sequences[i, length:].tolist() for i, o in enumerate(ours)
     )
@@ -174,7 +219,7 @@ def throughput(llm: LLM, hf: Any, tok: Any, n_prompts: int, length: int, new: in
 
 def shared_document(llm: LLM, hf: Any, tok: Any, doc_len: int, n_q: int) -> list[str]:
     doc = corpus(tok, doc_len)
-    qs = [tok(q, add_special_tokens=False)["input_ids"] for q in QUESTIONS[:n_q]]
+    qs = [encode(tok, q) for q in QUESTIONS[:n_q]]
     one = SamplingParams(max_tokens=1)
     llm.manager.reset_prefix_cache()
     cold = llm.generate({"prompt_token_ids": doc + qs[0]}, one, use_tqdm=False)[0]
@@ -182,7 +227,7 @@ def shared_document(llm: LLM, hf: Any, tok: Any, doc_len: int, n_q: int) -> list
     hits = [llm.generate({"prompt_token_ids": doc + q}, one, use_tqdm=False)[0] for q in qs[1:]]
     hit_s = sum(h.metrics.time_to_first_token or 0.0 for h in hits) / len(hits)
     cached = sum(h.num_cached_tokens for h in hits) / len(hits)
-    hf_times = [hf_generate(hf, [doc + q], 1, tok.pad_token_id or 0)[1] for q in qs[1:3]]
+    hf_times = [hf_generate(hf, [doc + q], 1, pad_id(tok))[1] for q in qs[1:3]]
     hf_s = sum(hf_times) / len(hf_times)
     print(
         f"shared doc: cold {cold_s * 1000:.0f} ms, hit {hit_s * 1000:.0f} ms "
@@ -198,7 +243,7 @@ def shared_document(llm: LLM, hf: Any, tok: Any, doc_len: int, n_q: int) -> list
 
 def shared_memory(llm: LLM, hf: Any, tok: Any, doc_len: int, n_req: int, new: int) -> list[str]:
     doc = corpus(tok, doc_len)
-    prompts = [doc + tok(q, add_special_tokens=False)["input_ids"] for q in QUESTIONS[:n_req]]
+    prompts = [doc + encode(tok, q) for q in QUESTIONS[:n_req]]
     llm.manager.reset_prefix_cache()
     pool, usable = llm.manager.block_pool, llm.kv_cache_config.num_blocks - 1
     peak, held = [0], [0]
@@ -222,7 +267,7 @@ def shared_memory(llm: LLM, hf: Any, tok: Any, doc_len: int, n_req: int, new: in
     finally:
         del llm.step
     page = llm.plan.page_bytes
-    hf_out, _ = hf_generate(hf, prompts, new, tok.pad_token_id or 0)
+    hf_out, _ = hf_generate(hf, prompts, new, pad_id(tok))
     theirs = cache_bytes(hf_out.past_key_values)
     mib = 2**20
     print(
@@ -261,7 +306,7 @@ def main() -> int:
         where = torch.cuda.get_device_name()
     else:
         where = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
-    lines = [f"# Engine benchmark: {args.model.name}, {args.dtype}, {device}", "",
+    lines = [f"# Engine benchmark: {model_title(args)}, {args.dtype}, {device}", "",
              f"{where}; torch {torch.__version__}; hybridkv (kernel backend "
              f"`{llm.kernel_backend}`; linear layers: {describe_linears(llm.model)}) vs "
              "transformers `generate` in the "
@@ -283,7 +328,8 @@ def main() -> int:
              "| requests | hybridkv held | hybridkv peak | transformers cache | held ratio | "
              "peak ratio |",
              "| --- | --- | --- | --- | --- | --- |", *rows_m]  # fmt: skip
-    emit(lines, f"engine-{device}-{args.dtype}.md", args.write)
+    suffix = "-random" if args.random_weights is not None else ""
+    emit(lines, f"engine-{device}-{args.dtype}{suffix}.md", args.write)
     return 0
 
 

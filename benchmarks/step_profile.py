@@ -19,7 +19,8 @@ launches (Python and the CUDA driver), which is what CUDA graphs remove.
     python3 benchmarks/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
         [--length 256] [--steps 32] [--kernel-backend triton] [--write]
 
-``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>.md``.
+``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>[-random].md``
+(``-random``: ``--random-weights``, the model's shape with random weights).
 """
 
 from __future__ import annotations
@@ -121,12 +122,18 @@ def gpu_profile(llm: Any, steps: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    from bench_engine import corpus
+    from bench_engine import corpus, model_title, resolve_model
 
     from hybridkv.engine import LLM
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
+    ap.add_argument(
+        "--random-weights",
+        default=None,
+        metavar="SHAPE",
+        help="a model's shape with random weights instead of --model (random_checkpoint.py)",
+    )
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--length", type=int, default=256)
@@ -134,10 +141,7 @@ def main() -> int:
     ap.add_argument("--kernel-backend", default=None)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    if args.model is None:
-        from hybridkv.models.demo_checkpoint import demo_checkpoint
-
-        args.model = demo_checkpoint()
+    resolve_model(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     llm = LLM(
         args.model,
@@ -153,7 +157,7 @@ def main() -> int:
     prompts = [text[i * 7 : i * 7 + args.length] for i in range(args.batch)]
     wall = decode_steps(llm, prompts, args.steps, timer)
     means = {p: statistics.mean(v) if v else 0.0 for p, v in timer.times.items()}
-    lines = [f"# Decode step profile: {args.model.name}, {args.dtype}, {device}", "",
+    lines = [f"# Decode step profile: {model_title(args)}, {args.dtype}, {device}", "",
              f"{args.batch} requests decoding ({args.length}-token prompts), {args.steps} steps, "
              f"kernel backend {llm.kernel_backend}. Milliseconds per step.", "",
              "| step wall | " + " | ".join(PARTS) + " | GPU busy | launches |",
@@ -173,7 +177,8 @@ def main() -> int:
         lines += ["", f"GPU busy / model time: {share:.0%} ({verdict})."]
     print("\n".join(lines))
     if args.write:
-        out = HERE / "results" / f"step-profile-{device}-{args.dtype}.md"
+        suffix = "-random" if args.random_weights is not None else ""
+        out = HERE / "results" / f"step-profile-{device}-{args.dtype}{suffix}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")
     return 0

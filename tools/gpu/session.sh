@@ -15,6 +15,8 @@
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
 #   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
+#   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
+#                 random weights (no carried GGUF needed), bf16, Triton backend
 #   step-profile  benchmarks/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
 #   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
@@ -88,6 +90,17 @@ stage_bench-engine() {
     "$PY" benchmarks/bench_engine.py --dtype bfloat16 --kernel-backend triton --write &&
         "$PY" benchmarks/bench_engine.py --dtype float32 --kernel-backend triton --write &&
         cp benchmarks/results/engine-cuda-*.md "$OUT/" 2>/dev/null
+}
+
+# The demo's shape with random weights (benchmarks/random_checkpoint.py): what a lease
+# without the carried GGUF can time. Results say "random weights" and end in -random.md.
+stage_bench-engine-random() {
+    "$PY" benchmarks/bench_engine.py --random-weights gemma-3-270m --dtype bfloat16 \
+        --kernel-backend triton --write &&
+        "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
+            --write &&
+        cp benchmarks/results/engine-cuda-*-random.md benchmarks/results/step-profile-cuda-*-random.md \
+            "$OUT/" 2>/dev/null
 }
 
 stage_step-profile() {
