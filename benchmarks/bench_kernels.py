@@ -167,7 +167,9 @@ def mamba_rows(device: torch.device) -> list[str]:
     return rows
 
 
-MAMBA2_SHAPES = {"Bamba 9B": (32, 64, 1, 128), "Mamba2 2.7B": (80, 64, 1, 128)}  # H, P, G, N
+# H, P, G, N: Bamba 9B's mamba_n_heads is 128 (configs/bamba-9b.yaml; d_inner 8192),
+# Mamba2 2.7B's d_inner 5120 is 80 heads of 64.
+MAMBA2_SHAPES = {"Bamba 9B": (128, 64, 1, 128), "Mamba2 2.7B": (80, 64, 1, 128)}
 MAMBA_SSM_CHUNK = 256  # the chunk size of mamba-ssm's Mamba2 checkpoints
 
 

@@ -18,7 +18,8 @@ Each op takes ``backend=None | "triton" | "torch"`` (the decode SSM steps also
 ``"mamba_ssm"``, CUDA only); ``*_ref`` and ``*_triton`` are the checked torch
 reference and Triton launcher with the same signature. See ``_common`` for
 the slot/index conventions, ``args`` for the frozen argument bundles each op
-builds once for its helpers, and ``mamba_ssm_compat`` for optional mamba-ssm.
+builds once for its helpers, ``scan_tiles`` for ``ScanTiles`` (the chunked Mamba2
+scan's launch choices, for tuning) and ``mamba_ssm_compat`` for optional mamba-ssm.
 """
 
 from hybridkv.kernels.mamba.conv_prefill import (
@@ -32,6 +33,7 @@ from hybridkv.kernels.mamba.conv_update import (
     causal_conv1d_update_triton,
 )
 from hybridkv.kernels.mamba.mamba_ssm_compat import load_mamba_ssm, mamba_ssm_available
+from hybridkv.kernels.mamba.scan_tiles import ScanTiles
 from hybridkv.kernels.mamba.ssd_chunk_scan import (
     ssd_chunk_scan_fn,
     ssd_chunk_scan_fn_ref,
@@ -60,6 +62,7 @@ from hybridkv.kernels.mamba.ssm_update import (
 )
 
 __all__ = [
+    "ScanTiles",
     "causal_conv1d_fn",
     "causal_conv1d_fn_ref",
     "causal_conv1d_fn_triton",

@@ -29,8 +29,11 @@ sequence that resumes mid-block saves its block boundaries wherever they fall
 chunk layout needs no host sync: chunk ``c`` of the batch is found on the
 device from ``query_start_loc``, over a grid sized by the bound
 ``sum_s ceil(len_s / Q) <= (T + S (Q - 1)) // Q``; chunks past the real count
-are empty and do nothing. Math is fp32 (``tl.dot`` at IEEE precision); the
-per-chunk states live in an fp32 scratch buffer ``[chunks, heads, P, N]``.
+are empty and do nothing. Math is fp32 (``tl.dot`` at IEEE precision unless
+``ScanTiles.precision`` says otherwise); the per-chunk states live in an fp32
+scratch buffer ``[chunks, heads, P, N]``. ``tiles=ScanTiles(...)``
+(``scan_tiles.py``) overrides the launcher's chunk, block, warp, stage and
+precision choices for one call (tuning: ``benchmarks/tune_mamba_scan.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import torch
 from hybridkv.kernels.backend import Implementations, pinned
 from hybridkv.kernels.mamba._common import check_chunk_size, pick_backend
 from hybridkv.kernels.mamba.args import ScanArgs
+from hybridkv.kernels.mamba.scan_tiles import ScanTiles, check_tiles
 from hybridkv.kernels.mamba.ssd_scan import check_ssd_args, ssd_reference
 
 DEFAULT_CHUNK_SIZE = 64  # mamba-ssm tiles its chunks in 64-token blocks too
@@ -47,8 +51,8 @@ DEFAULT_CHUNK_SIZE = 64  # mamba-ssm tiles its chunks in 64-token blocks too
 MIN_TILE = 16
 
 
-def _reference(a: ScanArgs, chunk_size: int) -> torch.Tensor:
-    return ssd_reference(a)  # the sequential reference: same states, no chunks
+def _reference(a: ScanArgs, chunk_size: int, tiles: ScanTiles) -> torch.Tensor:
+    return ssd_reference(a)  # the sequential reference: same states, no chunks or tiles
 
 
 #: The op's implementation per backend (Triton's module loaded at first use).
@@ -73,23 +77,34 @@ def ssd_chunk_scan_fn(
     initial_state_indices: torch.Tensor,
     save_state_indices: torch.Tensor,
     *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int | None = None,
     backend: str | None = None,
+    tiles: ScanTiles | None = None,
 ) -> torch.Tensor:
     """``ssd_scan_fn`` (same arguments, checks, saves and result) in chunked SSD form.
 
-    ``chunk_size`` (a power of two >= 16) is the Triton kernels' chunk ``Q``;
-    the torch backend is ``ssd_scan_fn``'s reference, whose result does not
-    depend on it. Returns ``y [T, n_heads, head_dim]`` in ``x.dtype`` and
-    writes every save into ``ssm_state``.
+    ``chunk_size`` (a power of two >= 16; ``DEFAULT_CHUNK_SIZE`` when neither it
+    nor ``tiles.chunk_size`` is given, ``ValueError`` when both are) is the
+    Triton kernels' chunk ``Q``; ``tiles`` overrides the Triton launcher's
+    other choices. The torch backend is ``ssd_scan_fn``'s reference, whose
+    result depends on neither. Returns ``y [T, n_heads, head_dim]`` in
+    ``x.dtype`` and writes every save into ``ssm_state``.
     """
     a = ScanArgs(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus,
         ssm_state, query_start_loc, initial_state_indices, save_state_indices,
     )  # fmt: skip
     check_ssd_args(a)
-    check_chunk_size(chunk_size, MIN_TILE, "tl.dot's smallest tile")
-    return _IMPLS[pick_backend(backend, x.device, _IMPLS.names)](a, chunk_size)
+    t = check_tiles(tiles)
+    if chunk_size is not None and t.chunk_size is not None:
+        raise ValueError(
+            f"chunk_size: given twice ({chunk_size} and tiles.chunk_size={t.chunk_size}); "
+            "pass one of them"
+        )
+    q = chunk_size if chunk_size is not None else t.chunk_size
+    q = DEFAULT_CHUNK_SIZE if q is None else q
+    check_chunk_size(q, MIN_TILE, "tl.dot's smallest tile")
+    return _IMPLS[pick_backend(backend, x.device, _IMPLS.names)](a, q, t)
 
 
 ssd_chunk_scan_fn_ref = pinned(ssd_chunk_scan_fn, "torch")

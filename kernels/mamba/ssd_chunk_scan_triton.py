@@ -9,14 +9,43 @@ import torch
 import triton
 import triton.language as tl
 
+from hybridkv.kernels.backend import interpreter_enabled
 from hybridkv.kernels.mamba._common import chunk_layout
 from hybridkv.kernels.mamba._triton_math import load_state, save_state, silu, softplus
 from hybridkv.kernels.mamba.args import ScanArgs
+from hybridkv.kernels.mamba.scan_tiles import ScanTiles
 from hybridkv.kernels.mamba.ssd_chunk_scan import MIN_TILE as _MIN_TILE
 
-# fp32 matmuls in IEEE precision: tf32 would cost ~1e-3 relative error in the
-# states, far above the fp32 tolerance of the references.
-_DOT_PRECISION = "ieee"
+# The rule's matmuls are fp32 in IEEE precision: tf32 would cost ~1e-3 relative
+# error in the states, far above the fp32 tolerance of the references. Faster
+# modes are ScanTiles.precision choices, to be picked by the GPU sweep.
+_DEFAULT_PRECISION = "ieee"
+# What "bf16" runs as under the interpreter, whose tl.dot multiplies bf16 tiles'
+# raw 16-bit patterns as integers: operands rounded to bf16, multiplied in fp32
+# (a product of two bf16 values is exact in fp32, so only the summation order differs).
+_BF16_ROUNDED = "bf16_rounded"
+# Up to this many fp32 elements in a program's largest tile the rule keeps Triton's
+# 4 warps; from a [64, 128] tile (the chunk-scan kernel holds several: C, B, the start
+# state) 8 warps keep them in registers (64 per thread each instead of 128 with 4).
+_FOUR_WARP_ELEMS = 4096
+# Arguments that change from call to call with the batch's token and sequence counts:
+# no recompile per value (Triton would specialise on divisibility by 16), so that
+# one compile serves every batch, as the engine's calls and the tuning sweep need.
+_PER_CALL = ["num_chunks"]
+
+
+@triton.jit
+def _dot(a, b, acc, PRECISION: tl.constexpr):  # type: ignore[no-untyped-def]
+    """``acc + a @ b`` for fp32 tiles, accumulated in fp32, ``a`` and ``b`` read as
+    ``PRECISION`` says (``scan_tiles.PRECISIONS`` or ``_BF16_ROUNDED``)."""
+    if PRECISION == "bf16":
+        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
+    elif PRECISION == "bf16_rounded":
+        a16 = a.to(tl.bfloat16).to(tl.float32)
+        out = tl.dot(a16, b.to(tl.bfloat16).to(tl.float32), acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc, input_precision=PRECISION)
+    return out
 
 
 @triton.jit
@@ -35,20 +64,20 @@ def _chunk_dt(  # type: ignore[no-untyped-def]
     return dt, cum
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_CALL)
 def _chunk_state_kernel(  # type: ignore[no-untyped-def]
     x_ptr, dt_ptr, A_ptr, B_ptr, dt_bias_ptr, bounds_ptr, states_ptr, dA_sum_ptr,
-    num_chunks, n_heads, head_dim, d_state, heads_per_group,
+    num_chunks, n_heads, head_dim, d_state, heads_per_group, n_blocks,
     stride_x_t, stride_x_h, stride_dt_t, stride_B_t, stride_B_g,
     stride_st_c, stride_st_h, stride_st_p,
     DT_SOFTPLUS: tl.constexpr, HAS_DT_BIAS: tl.constexpr, Q: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    # Phase 1, one program per (chunk, head, block of head_dim).
+    # Phase 1, one program per (chunk, head, block of head_dim x block of d_state).
     c = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
-    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n = tl.arange(0, BLOCK_N)
+    p = (tl.program_id(2) // n_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n = (tl.program_id(2) % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     i = tl.arange(0, Q)
     start = tl.load(bounds_ptr + c).to(tl.int64)
     end = tl.load(bounds_ptr + num_chunks + c).to(tl.int64)
@@ -70,24 +99,26 @@ def _chunk_state_kernel(  # type: ignore[no-untyped-def]
         mask=tmask[:, None] & (n[None, :] < d_state),
         other=0.0,
     ).to(tl.float32)
-    contrib = tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)  # [BLOCK_P, BLOCK_N]
+    contrib = _dot(xT * w[None, :], B, tl.zeros([BLOCK_P, BLOCK_N], tl.float32), PRECISION)
     offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
     tl.store(states_ptr + offs, contrib, mask=(p[:, None] < head_dim) & (n[None, :] < d_state))
-    tl.store(dA_sum_ptr + c * n_heads + h, total)
+    if tl.program_id(2) == 0:
+        tl.store(dA_sum_ptr + c * n_heads + h, total)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_CALL)
 def _state_passing_kernel(  # type: ignore[no-untyped-def]
     states_ptr, dA_sum_ptr, bounds_ptr, first_ptr, state_ptr, init_ptr, save_ptr,
-    num_chunks, n_heads, head_dim, d_state,
+    num_chunks, n_heads, head_dim, d_state, n_blocks,
     stride_st_c, stride_st_h, stride_st_p, stride_s_slot, stride_s_h, stride_s_p,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    # Phase 2, one program per (sequence, head, block of head_dim), over its chunks.
+    # Phase 2, one program per (sequence, head, block of head_dim x block of d_state),
+    # over its chunks.
     s = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
-    p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n = tl.arange(0, BLOCK_N)
+    p = (tl.program_id(2) // n_blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n = (tl.program_id(2) % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = n < d_state
     m2 = (p[:, None] < head_dim) & nmask[None, :]
     init = tl.load(init_ptr + s).to(tl.int64)
@@ -108,7 +139,7 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
         save_state(state_ptr, save, stride_s_slot, s_offs, st, p, head_dim, nmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_CALL)
 def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
     bounds_ptr, states_ptr, state_ptr, save_ptr, out_ptr,
@@ -118,16 +149,14 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     stride_st_c, stride_st_h, stride_st_p, stride_s_slot, stride_s_h, stride_s_p,
     DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
-    # Phase 3, one program per (chunk, head, block of head_dim).
+    # Phase 3, one program per (chunk, head, block of head_dim); d_state in steps of BLOCK_N.
     c = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n = tl.arange(0, BLOCK_N)
     i = tl.arange(0, Q)
     pmask = p < head_dim
-    nmask = n < d_state
     start = tl.load(bounds_ptr + c).to(tl.int64)
     end = tl.load(bounds_ptr + num_chunks + c).to(tl.int64)
     tok = start + i
@@ -136,23 +165,30 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
         dt_ptr, A_ptr, dt_bias_ptr, h, tok, tmask, stride_dt_t, DT_SOFTPLUS, HAS_DT_BIAS
     )
     g = h // heads_per_group
-    qn = tmask[:, None] & nmask[None, :]
-    B = tl.load(B_ptr + tok[:, None] * stride_B_t + g * stride_B_g + n[None, :], mask=qn, other=0.0)
-    B = B.to(tl.float32)  # [Q, BLOCK_N]
-    C = tl.load(C_ptr + tok[:, None] * stride_C_t + g * stride_C_g + n[None, :], mask=qn, other=0.0)
-    C = C.to(tl.float32)
+    B_rows = B_ptr + tok[:, None] * stride_B_t + g * stride_B_g
+    C_rows = C_ptr + tok[:, None] * stride_C_t + g * stride_C_g
+    st_rows = states_ptr + c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p
+    # Over d_state: C h0^T (the start state read at each token) and C B^T.
+    ch = tl.zeros([Q, BLOCK_P], tl.float32)
+    cb = tl.zeros([Q, Q], tl.float32)
+    for n0 in range(0, d_state, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        nmask = n < d_state
+        qn = tmask[:, None] & nmask[None, :]
+        C = tl.load(C_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)  # [Q, BLOCK_N]
+        B = tl.load(B_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)
+        h0 = tl.load(st_rows + n[None, :], mask=pmask[:, None] & nmask[None, :], other=0.0)
+        ch = _dot(C, tl.trans(h0), ch, PRECISION)
+        cb = _dot(C, tl.trans(B), cb, PRECISION)  # [Q, Q]
     qp = tmask[:, None] & pmask[None, :]
     x = tl.load(x_ptr + tok[:, None] * stride_x_t + h * stride_x_h + p[None, :], mask=qp, other=0.0)
     x = x.to(tl.float32)  # [Q, BLOCK_P]
-    st_offs = c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p + n[None, :]
-    h0 = tl.load(states_ptr + st_offs, mask=pmask[:, None] & nmask[None, :], other=0.0)
-    # Inter-chunk: the state the chunk starts from, decayed to each token.
-    y = tl.dot(C, tl.trans(h0), input_precision=DOT_PRECISION) * tl.exp(cum)[:, None]
+    # Inter-chunk: the start state decayed to each token.
+    y = ch * tl.exp(cum)[:, None]
     # Intra-chunk: causal (C B^T) * exp(cum_i - cum_j) * dt_j, times x.
     causal = i[:, None] >= i[None, :]
     decay = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], float("-inf")))
-    cb = tl.dot(C, tl.trans(B), input_precision=DOT_PRECISION)  # [Q, Q]
-    y += tl.dot(cb * decay * dt[None, :], x, input_precision=DOT_PRECISION)
+    y = _dot(cb * decay * dt[None, :], x, y, PRECISION)
     if HAS_D:
         y += tl.load(D_ptr + h).to(tl.float32) * x
     if HAS_Z:
@@ -167,29 +203,49 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     saving = (slots >= 0).to(tl.int32)
     rank = tl.cumsum(saving, axis=0) - 1
     xT = tl.trans(x)  # [BLOCK_P, Q]
-    s_offs = h * stride_s_h + p[:, None] * stride_s_p + n[None, :]
+    s_rows = state_ptr + h * stride_s_h + p[:, None] * stride_s_p
     for k in range(tl.sum(saving, axis=0)):
         pick = (saving > 0) & (rank == k)
         at = tl.sum(tl.where(pick, i, 0), axis=0)
         slot = tl.sum(tl.where(pick, slots, 0), axis=0)
         cum_at = tl.sum(tl.where(pick, cum, 0.0), axis=0)
         w = tl.where(i <= at, tl.exp(tl.where(i <= at, cum_at - cum, 0.0)) * dt, 0.0)
-        st = tl.exp(cum_at) * h0 + tl.dot(xT * w[None, :], B, input_precision=DOT_PRECISION)
-        tl.store(
-            state_ptr + slot * stride_s_slot + s_offs,
-            st.to(state_ptr.dtype.element_ty),
-            mask=pmask[:, None] & nmask[None, :],
-        )
+        wx = xT * w[None, :]  # [BLOCK_P, Q]
+        for n0 in range(0, d_state, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            nmask = n < d_state
+            pn = pmask[:, None] & nmask[None, :]
+            B = tl.load(B_rows + n[None, :], mask=tmask[:, None] & nmask[None, :], other=0.0)
+            h0 = tl.load(st_rows + n[None, :], mask=pn, other=0.0)
+            st = _dot(wx, B.to(tl.float32), tl.exp(cum_at) * h0, PRECISION)
+            tl.store(
+                s_rows + slot * stride_s_slot + n[None, :],
+                st.to(state_ptr.dtype.element_ty),
+                mask=pn,
+            )
 
 
-def _blocks(head_dim: int, d_state: int) -> tuple[int, int]:
-    block_n = max(_MIN_TILE, triton.next_power_of_2(d_state))
-    # Up to 64 rows of head_dim per program: a [64, N] fp32 state tile (N <= 128 typical).
-    block_p = max(_MIN_TILE, min(64, triton.next_power_of_2(head_dim)))
-    return block_p, block_n
+def _choices(tiles: ScanTiles, q: int, head_dim: int, d_state: int) -> tuple[int, int, str, dict]:
+    """``(block_p, block_n, precision, launch options)``: ``tiles`` where set, else the rules.
+
+    Rules (not timed on a GPU; ``benchmarks/tune_mamba_scan.py`` sweeps them):
+    up to 64 rows of ``head_dim`` per program, all of ``d_state`` in one block
+    (both at least ``tl.dot``'s 16), IEEE fp32 matmuls, and 8 warps where a
+    tile reaches ``[64, 128]`` fp32 (``_FOUR_WARP_ELEMS``), else Triton's 4.
+    """
+    block_n = tiles.block_n or max(_MIN_TILE, triton.next_power_of_2(d_state))
+    block_p = tiles.block_p or max(_MIN_TILE, min(64, triton.next_power_of_2(head_dim)))
+    largest = max(q * q, max(q, block_p) * block_n)
+    opts = {"num_warps": tiles.num_warps or (8 if largest > _FOUR_WARP_ELEMS else 4)}
+    if tiles.num_stages is not None:
+        opts["num_stages"] = tiles.num_stages
+    precision = tiles.precision or _DEFAULT_PRECISION
+    if precision == "bf16" and interpreter_enabled():
+        precision = _BF16_ROUNDED
+    return block_p, block_n, precision, opts
 
 
-def launch(a: ScanArgs, q: int) -> torch.Tensor:
+def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
     x, dt, B, C, z, ssm_state, qsl = a.x, a.dt, a.B, a.C, a.z, a.ssm_state, a.query_start_loc
     num_tokens, n_heads, head_dim = x.shape
     n_groups, d_state = B.shape[1], B.shape[2]
@@ -202,24 +258,25 @@ def launch(a: ScanArgs, q: int) -> torch.Tensor:
         (num_chunks, n_heads, head_dim, d_state), dtype=torch.float32, device=x.device
     )
     dA_sum = torch.empty((num_chunks, n_heads), dtype=torch.float32, device=x.device)
-    block_p, block_n = _blocks(head_dim, d_state)
+    block_p, block_n, precision, opts = _choices(tiles, q, head_dim, d_state)
     p_blocks = triton.cdiv(head_dim, block_p)
+    n_blocks = triton.cdiv(d_state, block_n)
     D, z_, dt_bias = a.optional_ptrs(a.A)
     flags = a.kernel_flags()
     hpg = n_heads // n_groups
     sts = (states.stride(0), states.stride(1), states.stride(2))
     sss = (ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2))
-    _chunk_state_kernel[(num_chunks, n_heads, p_blocks)](
+    _chunk_state_kernel[(num_chunks, n_heads, p_blocks * n_blocks)](
         x, dt, a.A, B, dt_bias, bounds, states, dA_sum,
-        num_chunks, n_heads, head_dim, d_state, hpg,
+        num_chunks, n_heads, head_dim, d_state, hpg, n_blocks,
         x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), *sts,
         DT_SOFTPLUS=flags["DT_SOFTPLUS"], HAS_DT_BIAS=flags["HAS_DT_BIAS"], Q=q,
-        BLOCK_P=block_p, BLOCK_N=block_n, DOT_PRECISION=_DOT_PRECISION,
+        BLOCK_P=block_p, BLOCK_N=block_n, PRECISION=precision, **opts,
     )  # fmt: skip
-    _state_passing_kernel[(qsl.shape[0] - 1, n_heads, p_blocks)](
+    _state_passing_kernel[(qsl.shape[0] - 1, n_heads, p_blocks * n_blocks)](
         states, dA_sum, bounds, first, ssm_state, a.initial_state_indices, a.save_state_indices,
-        num_chunks, n_heads, head_dim, d_state, *sts, *sss,
-        BLOCK_P=block_p, BLOCK_N=block_n,
+        num_chunks, n_heads, head_dim, d_state, n_blocks, *sts, *sss,
+        BLOCK_P=block_p, BLOCK_N=block_n, **opts,
     )  # fmt: skip
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     _chunk_scan_kernel[(num_chunks, n_heads, p_blocks)](
@@ -227,6 +284,6 @@ def launch(a: ScanArgs, q: int) -> torch.Tensor:
         num_chunks, head_dim, d_state, hpg,
         x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0),
         C.stride(1), zs[0], zs[1], out.stride(0), out.stride(1), *sts, *sss,
-        **flags, Q=q, BLOCK_P=block_p, BLOCK_N=block_n, DOT_PRECISION=_DOT_PRECISION,
+        **flags, Q=q, BLOCK_P=block_p, BLOCK_N=block_n, PRECISION=precision, **opts,
     )  # fmt: skip
     return out

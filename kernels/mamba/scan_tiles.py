@@ -1,0 +1,87 @@
+"""``ScanTiles``: the chunked Mamba2 scan's launch choices, for tuning runs.
+
+``ssd_chunk_scan_fn(..., tiles=ScanTiles(...))`` overrides the Triton
+launcher's rules (``ssd_chunk_scan_triton.py``) for one call, so that
+``benchmarks/tune_mamba_scan.py`` can time the alternatives on a GPU without
+editing the launcher; ``None`` fields keep the rule. Every choice computes the
+same scan; only the speed changes, and with ``precision`` the rounding of the
+matmul inputs (the tuning script checks each choice against the sequential
+kernel). The torch backend has no tiles and ignores them, as ``TritonTiles``
+is ignored by the attention op's torch backend.
+
+The launcher's rules (``None``) were not timed on a GPU; the sweep is
+``benchmarks/tune_mamba_scan.py`` (the ``tune-mamba`` stage of
+``tools/gpu/session.sh``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: ``tl.dot``'s input precisions: fp32 operands multiplied as IEEE fp32 (CUDA cores),
+#: as tf32 (tensor cores, 10-bit mantissa), as three tf32 products (about fp32
+#: accuracy on tensor cores), or rounded to bf16 (tensor cores, 7-bit mantissa, what
+#: mamba-ssm does for bf16 models). Every mode accumulates in fp32.
+PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16")
+
+
+def _power_of_two(name: str, value: int | None, low: int, high: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value & (value - 1) != 0:
+        raise ValueError(f"{name}: must be a power of two, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: must be in [{low}, {high}], got {value}")
+
+
+@dataclass(frozen=True)
+class ScanTiles:
+    """Overrides of the chunked Mamba2 scan launcher's rules; ``None`` keeps a rule.
+
+    - ``chunk_size``: tokens per chunk ``Q`` (16-256; the ``chunk_size=``
+      argument says the same, and passing both raises);
+    - ``block_p``: rows of ``head_dim`` per program (16-128);
+    - ``block_n``: columns of ``d_state`` per program in the chunk-state and
+      state-passing kernels and per loop step in the chunk-scan kernel
+      (16-256); the rule takes all of ``d_state`` in one block;
+    - ``num_warps``, ``num_stages``: Triton's launch options (all three kernels);
+    - ``precision``: ``tl.dot``'s inputs, one of ``PRECISIONS``; the rule is
+      ``"ieee"``. Under Triton's interpreter ``"tf32"`` and ``"tf32x3"`` run as
+      fp32 and ``"bf16"`` rounds the inputs to bf16 and multiplies in fp32
+      (the interpreter cannot multiply bf16 tiles): the same products.
+    """
+
+    chunk_size: int | None = None
+    block_p: int | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    precision: str | None = None
+
+    def __post_init__(self) -> None:
+        _power_of_two("chunk_size", self.chunk_size, 16, 256)
+        _power_of_two("block_p", self.block_p, 16, 128)
+        _power_of_two("block_n", self.block_n, 16, 256)
+        _power_of_two("num_warps", self.num_warps, 1, 16)
+        if self.num_stages is not None and (
+            isinstance(self.num_stages, bool)
+            or not isinstance(self.num_stages, int)
+            or not 1 <= self.num_stages <= 8
+        ):
+            raise ValueError(f"num_stages: must be an integer in [1, 8], got {self.num_stages!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ValueError(f"precision: must be one of {PRECISIONS}, got {self.precision!r}")
+
+    def describe(self) -> str:
+        """``"chunk_size=128, precision=tf32"``: the fields that are set (``"defaults"``)."""
+        parts = [f"{k}={v}" for k, v in vars(self).items() if v is not None]
+        return ", ".join(parts) or "defaults"
+
+
+def check_tiles(tiles: object) -> ScanTiles:
+    """``tiles`` itself, or ``ScanTiles()`` for None; raises ``TypeError`` for another type."""
+    if tiles is None:
+        return ScanTiles()
+    if not isinstance(tiles, ScanTiles):
+        raise TypeError(f"tiles: must be a ScanTiles, got {type(tiles).__name__}")
+    return tiles

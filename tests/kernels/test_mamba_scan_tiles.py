@@ -1,0 +1,138 @@
+"""``ScanTiles``: its validation, and ``ssd_chunk_scan_fn(tiles=...)`` against the
+fp64 oracle for every block split and dot precision.
+
+Tolerances are per precision, as a fraction of the largest expected value
+(outputs and states each): IEEE fp32 and tf32x3 (three tf32 products, about
+fp32 accuracy) 1e-5, like the fp32 tests; tf32 (10-bit mantissa, unit roundoff
+2^-11) 1e-2; bf16 (8-bit significand, unit roundoff 2^-8 ~ 4e-3 per operand,
+about 1e-2 measured here) 5e-2. Under Triton's interpreter ``tf32`` and ``tf32x3``
+run as plain fp32 (its ``tl.dot`` ignores ``input_precision``), so here those
+cases check the plumbing only; they test the tf32 rounding where the suite runs
+compiled on a GPU (``tests/triton_on_cuda.py``). ``bf16`` rounds its operands
+under the interpreter too (``ScanTiles``' docstring), so its case checks the
+rounding everywhere, and that it happened.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mamba_oracle import (
+    CHUNK_SCENARIOS,
+    SCENARIOS,
+    assert_only_slots_changed,
+    clone_views,
+    mamba2_oracle,
+    state_views,
+    varlen_oracle,
+)
+from test_mamba_ssd_chunked import KEYS, _params
+
+from hybridkv.kernels.mamba import ssd_chunk_scan_fn
+from hybridkv.kernels.mamba.scan_tiles import PRECISIONS, ScanTiles
+
+TOL = {"ieee": 1e-5, "tf32x3": 1e-5, "tf32": 1e-2, "bf16": 5e-2}
+
+
+def _relative_errors(p: dict, tail: tuple[int, int, int], tiles: ScanTiles) -> tuple[float, float]:
+    """Max |error| / max |expected| of the outputs and of the saved states (scenario
+    ``chunk_edges``: saves at chunk ends and inside chunks), after checking that
+    nothing outside the saved slots changed."""
+    sc = CHUNK_SCENARIOS[0]
+    sv = state_views(16, (3, 8), tail, seed=3)
+    before = clone_views(sv)
+    out = ssd_chunk_scan_fn(
+        *[p[k] for k in KEYS], True, sv.ssm, *sc.tensors(), backend="triton", tiles=tiles
+    )
+    per_token = ("x", "dt", "B", "C", "z")
+    want, saves = varlen_oracle(
+        lambda sl, h0: mamba2_oracle(
+            *[p[k][sl] if k in per_token else p[k] for k in KEYS], True, h0
+        ),
+        before.ssm,
+        sc.qsl,
+        list(sc.init),
+        sc.save_idx,
+    )
+    assert saves.keys() == sc.written
+    assert_only_slots_changed(before, sv, "ssm", sc.written)
+    ey = ((out.double() - want).abs().max() / want.abs().max()).item()
+    es = max(
+        ((sv.ssm[slot].double() - st).abs().max() / st.abs().max()).item()
+        for slot, st in saves.items()
+    )
+    return ey, es
+
+
+def test_blocks_split_head_dim_and_d_state():
+    """head_dim 20 and d_state 20 in blocks of 16 (two each, the second partial):
+    the chunk-state and state-passing grids over both, the chunk scan's loop over
+    d_state, saves inside chunks written block by block."""
+    p = _params(sum(CHUNK_SCENARIOS[0].lengths), 2, 20, 1, 20, torch.float32, True, True, seed=11)
+    tiles = ScanTiles(chunk_size=16, block_p=16, block_n=16, num_warps=2, num_stages=1)
+    ey, es = _relative_errors(p, (2, 20, 20), tiles)
+    assert ey < TOL["ieee"] and es < TOL["ieee"], (ey, es)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_precision_matches_oracle(precision):
+    p = _params(sum(CHUNK_SCENARIOS[0].lengths), 2, 16, 2, 16, torch.float32, True, True, seed=12)
+    ey, es = _relative_errors(p, (2, 16, 16), ScanTiles(chunk_size=16, precision=precision))
+    assert ey < TOL[precision] and es < TOL[precision], (ey, es)
+    if precision == "bf16":  # the operands were rounded (fp32 products give ~1e-7)
+        assert max(ey, es) > 1e-4, (ey, es)
+
+
+def _run(tiles=None, chunk_size=None, backend="triton"):
+    sc = SCENARIOS[0]
+    p = _params(5, 4, 6, 2, 5, torch.float32, True, True, seed=9)
+    sv = state_views(8, (3, 8), (4, 6, 5))
+    return ssd_chunk_scan_fn(
+        *[p[k] for k in KEYS], True, sv.ssm, *sc.tensors(),
+        chunk_size=chunk_size, backend=backend, tiles=tiles,
+    )  # fmt: skip
+
+
+def test_chunk_size_from_tiles_or_argument_not_both():
+    a = _run(tiles=ScanTiles(chunk_size=32))
+    b = _run(chunk_size=32)
+    torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="chunk_size: given twice"):
+        _run(tiles=ScanTiles(chunk_size=32), chunk_size=16)
+
+
+def test_torch_backend_ignores_tiles():
+    want = _run(backend="torch")
+    got = _run(tiles=ScanTiles(block_p=16, block_n=32, precision="bf16"), backend="torch")
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_tiles_must_be_scan_tiles():
+    with pytest.raises(TypeError, match="tiles: must be a ScanTiles"):
+        _run(tiles={"chunk_size": 32})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"chunk_size": 8}, r"chunk_size: must be in \[16, 256\]"),
+        ({"chunk_size": 512}, r"chunk_size: must be in \[16, 256\]"),
+        ({"chunk_size": 48}, "chunk_size: must be a power of two"),
+        ({"block_p": 8}, r"block_p: must be in \[16, 128\]"),
+        ({"block_n": 24}, "block_n: must be a power of two"),
+        ({"block_n": True}, "block_n: must be a power of two"),
+        ({"num_warps": 32}, r"num_warps: must be in \[1, 16\]"),
+        ({"num_stages": 0}, r"num_stages: must be an integer in \[1, 8\]"),
+        ({"num_stages": 2.0}, r"num_stages: must be an integer in \[1, 8\]"),
+        ({"precision": "fp16"}, "precision: must be one of"),
+    ],
+)
+def test_scan_tiles_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ScanTiles(**kwargs)
+
+
+def test_describe_names_the_fields_set():
+    assert ScanTiles().describe() == "defaults"
+    tiles = ScanTiles(chunk_size=128, precision="tf32")
+    assert tiles.describe() == "chunk_size=128, precision=tf32"
