@@ -14,6 +14,7 @@
 #   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA)
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
 #   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
+#   tune-mamba    benchmarks/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
 #   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
 #                 random weights (no carried GGUF needed), bf16, Triton backend
@@ -84,6 +85,10 @@ stage_bench-kernels() {
 
 stage_tune() {
     "$PY" benchmarks/tune_attention.py --write && cp benchmarks/results/attention-tuning-*.md "$OUT/"
+}
+
+stage_tune-mamba() {
+    "$PY" benchmarks/tune_mamba_scan.py --write && cp benchmarks/results/mamba-scan-tuning-*.md "$OUT/"
 }
 
 stage_bench-engine() {

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Sweep the chunked Mamba2 scan's launch choices on a GPU (issue 16, part 3: the
+chunked scan at least 10x faster than the sequential kernel at 4k tokens).
+
+For Bamba 9B and Mamba2 2.7B heads (bf16 activations, fp32 states, final saves)
+at 1 x 4,096 and 8 x 512 tokens, a staged sweep over ``ScanTiles``
+(``kernels/mamba/scan_tiles.py``):
+
+1. ``precision`` (ieee, tf32, tf32x3, bf16) x ``num_warps`` (4, 8);
+2. ``chunk_size`` (32-256) x ``block_n`` (all of d_state, 64, 32) with the best of 1;
+3. ``block_p`` x ``num_stages`` with the best of 2.
+
+Each candidate's output and states are first compared with the sequential
+kernel's on the same inputs, as max |error| / max |value|; one over its
+precision's tolerance (``TOL``) or that fails to compile is reported, not
+timed. Times are medians of CUDA-event-timed calls after warm-up calls; the
+sequential kernel is timed in the same process. The Mamba1 chunked scan's
+``chunk_size`` is swept at 1 x 4,096 too (d_inner 8192, d_state 16).
+
+Host cost: for the defaults and the best choice, the CUDA-event time next to
+the host's time to issue the call (launches, ``chunk_layout``'s torch ops,
+allocations; the GPU idle before each call). Where the two are close the call
+is launch-bound and only fewer launches help.
+
+Every compile counts: ``--budget`` seconds (150 by default) bounds the sweep;
+candidates past it are counted as skipped. Expected: 1-2 minutes on an H200.
+
+    python3 benchmarks/tune_mamba_scan.py [--write] [--budget S]
+        # --write: benchmarks/results/mamba-scan-tuning-<device>.md
+    TRITON_INTERPRET=1 python3 benchmarks/tune_mamba_scan.py --smoke
+        # tiny shapes and candidates under the interpreter: a check of the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from bench_kernels import MAMBA2_SHAPES, mamba2_prefill_inputs  # noqa: E402
+from kernel_common import timed  # noqa: E402
+
+from hybridkv.kernels.mamba import (  # noqa: E402
+    selective_chunk_scan_fn,
+    selective_scan_fn,
+    ssd_chunk_scan_fn,
+    ssd_scan_fn,
+)
+from hybridkv.kernels.mamba.scan_tiles import PRECISIONS, ScanTiles  # noqa: E402
+
+# (outputs, states) tolerance per precision, as max |error| / max |sequential value|.
+# Outputs are bf16 in both kernels, so one bf16 rounding (2^-8 ~ 4e-3 of a value)
+# may separate them whatever the precision: 1e-2. fp32 states differ only by the
+# summation order (ieee, tf32x3: 1e-4). tf32 rounds the matmul inputs to 2^-11 and
+# bf16 to 2^-8 (the kernel tests measure ~1e-2 for bf16 against fp64): 2e-2 and 5e-2.
+TOL = {"ieee": (1e-2, 1e-4), "tf32x3": (1e-2, 1e-4), "tf32": (2e-2, 2e-2), "bf16": (5e-2, 5e-2)}
+MAMBA1_TOL = (1e-2, 1e-4)  # fp32 math (no matmuls): as ieee
+CASES = ((1, 4096), (8, 512))
+TINY_SHAPES = {"tiny": (2, 16, 1, 32)}  # heads, head_dim, groups, d_state (2 blocks of 16)
+TINY_CASES = ((1, 40),)
+MAMBA1 = (8192, 16, (1, 4096))  # d_inner, d_state, (seqs, tokens): Jamba
+TINY_MAMBA1 = (8, 4, (1, 24))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The candidate values of each stage, and how each candidate is timed."""
+
+    precisions: tuple[str, ...]
+    warps: tuple[int, ...]
+    chunks: tuple[int, ...]
+    blocks_n: tuple[int | None, ...]
+    blocks_p: tuple[int | None, ...]
+    stages: tuple[int | None, ...]
+    mamba1_chunks: tuple[int, ...]
+    reps: int
+    warmup: int
+
+
+GPU_PLAN = Plan(PRECISIONS, (4, 8), (32, 64, 128, 256), (None, 64, 32), (None, 32), (None, 2, 3),
+                (16, 32, 64), reps=10, warmup=2)  # fmt: skip
+SMOKE_PLAN = Plan(("ieee", "bf16"), (4,), (16, 32), (None, 16), (None, 16), (None, 1),
+                  (2, 4), reps=1, warmup=0)  # fmt: skip
+
+
+class Deadline:
+    """``expired()`` once ``seconds`` have passed since it was made (None: never)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def expired(self) -> bool:
+        return self.end is not None and time.monotonic() > self.end
+
+
+@dataclass
+class Result:
+    tiles: ScanTiles
+    seconds: float | None  # None: refused or skipped (why)
+    err: tuple[float, float] | None = None  # (outputs, states) relative errors
+    why: str = ""
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want| (0 where both are zero)."""
+    scale = want.float().abs().max().item()
+    return (got.float() - want.float()).abs().max().item() / (scale or 1.0)
+
+
+def host_seconds(fn: Callable[[], object], device: torch.device, reps: int) -> float:
+    """Median host time to issue ``fn`` (the GPU idle at each start, not waited for)."""
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(times)
+
+
+def stage1(plan: Plan) -> list[ScanTiles]:
+    return [ScanTiles(precision=p, num_warps=w) for p in plan.precisions for w in plan.warps]
+
+
+def stage2(best: ScanTiles, plan: Plan) -> list[ScanTiles]:
+    return [replace(best, chunk_size=q, block_n=n) for q in plan.chunks for n in plan.blocks_n]
+
+
+def stage3(best: ScanTiles, plan: Plan) -> list[ScanTiles]:
+    return [replace(best, block_p=b, num_stages=s) for b in plan.blocks_p for s in plan.stages]
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.3f}"
+
+
+def _errs(r: Result) -> str:
+    return "-" if r.err is None else f"{r.err[0]:.1e} / {r.err[1]:.1e}"
+
+
+def sweep_shape(
+    name: str, shape: tuple[int, int, int, int], seqs: int, length: int,
+    device: torch.device, plan: Plan, deadline: Deadline,
+) -> tuple[str, list[str], list[str]]:  # fmt: skip
+    """One shape's sweep: (summary row, one detail row per candidate, host-cost rows)."""
+    args, _ = mamba2_prefill_inputs(seqs, length, shape, None, device)
+    state = args[9]
+    seq_run = partial(ssd_scan_fn, *args, backend="triton")
+    state.zero_()
+    want_y, want_st = seq_run(), state.clone()
+    t_seq = timed(seq_run, device, reps=max(1, plan.reps // 2), warmup=plan.warmup)
+
+    def run(tiles: ScanTiles) -> torch.Tensor:
+        return ssd_chunk_scan_fn(*args, backend="triton", tiles=tiles)
+
+    seen: dict[ScanTiles, Result] = {}
+
+    def measure(tiles: ScanTiles, always: bool = False) -> Result:
+        if tiles in seen:
+            return seen[tiles]
+        if deadline.expired() and not always:
+            return Result(tiles, None, why="skipped: over the time budget")
+        state.zero_()
+        try:
+            got = run(tiles)
+        except Exception as e:  # a choice Triton cannot compile here: report it
+            r = Result(tiles, None, why=f"{type(e).__name__}: {str(e)[:80]}")
+        else:
+            err = (rel_err(got, want_y), rel_err(state, want_st))
+            tol = TOL[tiles.precision or "ieee"]
+            if err[0] > tol[0] or err[1] > tol[1]:
+                r = Result(tiles, None, err, f"over the tolerance {tol[0]:g} / {tol[1]:g}")
+            else:
+                r = Result(tiles, timed(partial(run, tiles), device, plan.reps, plan.warmup), err)
+        seen[tiles] = r
+        return r
+
+    def best_of(results: list[Result], fallback: Result) -> Result:
+        ok = [r for r in results if r.seconds is not None]
+        return min(ok, key=lambda r: r.seconds or 0.0) if ok else fallback
+
+    base = measure(ScanTiles(), always=True)  # past the budget too: every shape has its row
+    b1 = best_of([measure(t) for t in stage1(plan)], base)
+    b2 = best_of([measure(t) for t in stage2(b1.tiles, plan)], b1)
+    for t in stage3(b2.tiles, plan):
+        measure(t)
+    best = best_of(list(seen.values()), base)
+    tried = list(seen.values())
+    refused = [r for r in tried if r.seconds is None and not r.why.startswith("skipped")]
+    skipped = [r for r in tried if r.why.startswith("skipped")]
+    what = f"| {name} | {seqs} x {length:,} |"
+    speed = (
+        f"{t_seq / best.seconds:.1f}x | {base.seconds / best.seconds:.1f}x"
+        if best.seconds and base.seconds
+        else "- | -"
+    )
+    row = (f"{what} {_ms(t_seq)} | {_ms(base.seconds)} | {best.tiles.describe()} | "
+           f"{_ms(best.seconds)} | {speed} | {_errs(best)} | {len(tried)} | {len(refused)} | "
+           f"{len(skipped)} |")  # fmt: skip
+    details = [
+        f"{what} {r.tiles.describe()} | {_ms(r.seconds)} | {_errs(r)} | {r.why or 'ok'} |"
+        for r in tried
+    ]
+    host = []
+    for label, r in (("defaults", base), ("best", best)):
+        if r.seconds is not None:
+            h = host_seconds(partial(run, r.tiles), device, plan.reps)
+            host.append(f"{what} {label}: {r.tiles.describe()} | {_ms(r.seconds)} | {_ms(h)} | "
+                        f"{h / r.seconds:.0%} |")  # fmt: skip
+    print(row, flush=True)
+    return row, details, host
+
+
+def _mamba1_inputs(d_inner: int, d_state: int, seqs: int, length: int, device) -> list:
+    n = seqs * length
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*dims: int, dt=torch.bfloat16) -> torch.Tensor:
+        return torch.randn(*dims, generator=g, device=device, dtype=dt)
+
+    save = torch.full((n,), -1, dtype=torch.int32, device=device)
+    save[length - 1 :: length] = torch.arange(1, seqs + 1, dtype=torch.int32, device=device)
+    a = -torch.rand(d_inner, d_state, generator=g, device=device) - 0.5
+    return [
+        r(n, d_inner), r(n, d_inner), a, r(n, d_state), r(n, d_state),
+        r(d_inner, dt=torch.float32), r(n, d_inner), r(d_inner, dt=torch.float32) * 0.1, True,
+        torch.zeros((seqs + 1, d_inner, d_state), device=device),
+        torch.arange(0, n + 1, length, dtype=torch.int32, device=device),
+        torch.full((seqs,), -1, dtype=torch.int32, device=device), save,
+    ]  # fmt: skip
+
+
+def mamba1_rows(device: torch.device, plan: Plan, tiny: bool) -> list[str]:
+    """Mamba1's chunked scan per ``chunk_size`` against its sequential kernel."""
+    d_inner, d_state, (seqs, length) = TINY_MAMBA1 if tiny else MAMBA1
+    args = _mamba1_inputs(d_inner, d_state, seqs, length, device)
+    state = args[9]
+    seq_run = partial(selective_scan_fn, *args, backend="triton")
+    state.zero_()
+    want_y, want_st = seq_run(), state.clone()
+    t_seq = timed(seq_run, device, reps=max(1, plan.reps // 2), warmup=plan.warmup)
+    rows = []
+    for q in plan.mamba1_chunks:
+        run = partial(selective_chunk_scan_fn, *args, chunk_size=q, backend="triton")
+        state.zero_()
+        err = (rel_err(run(), want_y), rel_err(state, want_st))
+        ok = err[0] <= MAMBA1_TOL[0] and err[1] <= MAMBA1_TOL[1]
+        t = timed(run, device, plan.reps, plan.warmup) if ok else None
+        ratio = f"{t_seq / t:.1f}x" if t else "refused: over the tolerance"
+        rows.append(f"| {seqs} x {length:,} | {q} | {_ms(t_seq)} | {_ms(t)} | {ratio} | "
+                    f"{err[0]:.1e} / {err[1]:.1e} |")  # fmt: skip
+        print(rows[-1], flush=True)
+    return rows
+
+
+def report(device: torch.device, smoke: bool, budget: float | None) -> list[str]:
+    """The whole sweep as Markdown lines."""
+    plan = SMOKE_PLAN if smoke else GPU_PLAN
+    deadline = Deadline(budget)
+    shapes = TINY_SHAPES if smoke else MAMBA2_SHAPES
+    cuda = device.type == "cuda"
+    name = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
+    summary, details, host = [], [], []
+    for label, shape in shapes.items():
+        for seqs, length in TINY_CASES if smoke else CASES:
+            row, d, h = sweep_shape(label, shape, seqs, length, device, plan, deadline)
+            summary.append(row)
+            details += d
+            host += h
+    m1 = mamba1_rows(device, plan, smoke)
+    note = "" if cuda and not smoke else " Smoke run: tiny shapes, the times mean nothing."
+    return [
+        f"# Chunked Mamba scan launch sweep on {name}", "",
+        f"`benchmarks/tune_mamba_scan.py`, {datetime.date.today()}; bf16 activations, fp32 "
+        f"states, fresh prompts saving their final state; medians of CUDA-event-timed calls "
+        f"({plan.reps} after {plan.warmup} warm-up).{note} Errors: max |error| / max |value| "
+        "against the sequential kernel, outputs / states. Target: >= 10x the sequential "
+        "kernel at 4k tokens.", "",
+        "## Mamba2 (`ssd_chunk_scan_fn`, `ScanTiles`)", "",
+        "| heads | seqs x tokens | sequential ms | defaults ms | best choice | best ms | "
+        "best vs sequential | best vs defaults | best errors | tried | refused | skipped |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+        *summary, "",
+        "## Host cost (launch-bound where the host time nears the CUDA-event time)", "",
+        "| heads | seqs x tokens | choice | CUDA events ms | host issue ms | host / events |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+        *host, "",
+        f"## Mamba1 (`selective_chunk_scan_fn`, d_inner {(TINY_MAMBA1 if smoke else MAMBA1)[0]}"
+        f", d_state {(TINY_MAMBA1 if smoke else MAMBA1)[1]})", "",
+        "| seqs x tokens | chunk | sequential ms | chunked ms | sequential / chunked | errors |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+        *m1, "",
+        "## Every Mamba2 candidate", "",
+        "| heads | seqs x tokens | choice | ms | errors | status |",
+        "| --- | --- | --- | ---: | --- | --- |",
+        *details,
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes and candidates")
+    ap.add_argument("--write", action="store_true", help="write the table to benchmarks/results")
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds for the Mamba2 sweep")
+    args = ap.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if not cuda and not (args.smoke and os.environ.get("TRITON_INTERPRET") == "1"):
+        sys.exit("no CUDA: run TRITON_INTERPRET=1 ... --smoke for a tiny check of this script")
+    if args.smoke and args.write:
+        sys.exit("--smoke times tiny shapes: nothing to write")
+    device = torch.device("cuda" if cuda else "cpu")
+    t0 = time.monotonic()
+    lines = report(device, args.smoke, None if args.smoke else args.budget)
+    print("\n".join(lines))
+    print(f"swept in {time.monotonic() - t0:.0f} s", flush=True)
+    if args.write:
+        slug = torch.cuda.get_device_name(device).split(" (")[0].replace(" ", "-").lower()
+        out = HERE / "results" / f"mamba-scan-tuning-{slug}.md"
+        out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

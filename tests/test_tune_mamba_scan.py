@@ -1,0 +1,68 @@
+"""``benchmarks/tune_mamba_scan.py`` at tiny shapes on the CPU (Triton's interpreter),
+so that the GPU-only sweep keeps running: every stage, the error check and its
+refusals, the host-cost rows and the Mamba1 rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import tune_mamba_scan as tune  # noqa: E402
+
+CPU = torch.device("cpu")
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU runs the real sweep")
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def test_smoke_report_has_every_section():
+    lines = tune.report(CPU, smoke=True, budget=None)
+    text = "\n".join(lines)
+    for head in ("## Mamba2", "## Host cost", "## Mamba1", "## Every Mamba2 candidate"):
+        assert head in text
+    (summary,) = [r for r in lines if r.startswith("| tiny |") and r.count("|") == 13]
+    cells = _cells(summary)
+    # defaults, 2 precisions, 4 chunk x block_n, 4 block_p x stages (one already seen)
+    assert cells[9:] == ["10", "0", "0"], summary
+    assert cells[6].endswith("x") and cells[7].endswith("x")
+    host = [r for r in lines if "| defaults: " in r or "| best: " in r]
+    assert len(host) == 2 and all(_cells(r)[5].endswith("%") for r in host)
+    m1 = [r for r in lines if r.startswith("| 1 x 24 |")]
+    assert [_cells(r)[1] for r in m1] == ["2", "4"] and all(_cells(r)[4].endswith("x") for r in m1)
+
+
+def test_choices_over_tolerance_are_refused_not_timed(monkeypatch):
+    # bf16 rounds the matmul inputs (~1e-3 here); the fp32 choices stay within 1e-5.
+    monkeypatch.setattr(tune, "TOL", {p: (1e-5, 1e-5) for p in tune.TOL})
+    plan = tune.Plan(("ieee", "bf16"), (4,), (), (), (), (), (), reps=1, warmup=0)
+    row, details, _ = tune.sweep_shape(
+        "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(None)
+    )
+    status = {_cells(d)[2]: _cells(d)[5] for d in details}
+    assert status["defaults"] == "ok"
+    assert status["num_warps=4, precision=bf16"].startswith("over the tolerance")
+    assert _cells(row)[10] == "1"  # refused
+
+
+def test_past_the_budget_only_the_defaults_run():
+    plan = tune.Plan(("ieee", "bf16"), (4,), (16,), (None,), (None,), (None,), (), 1, 0)
+    row, details, _ = tune.sweep_shape(
+        "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(-1.0)
+    )
+    assert _cells(details[0])[5] == "ok"
+    assert all(_cells(d)[5].startswith("skipped") for d in details[1:])
+    assert _cells(row)[4] == "defaults"
+
+
+def test_main_refuses_to_write_a_smoke_run():
+    with pytest.raises(SystemExit, match="nothing to write"):
+        tune.main(["--smoke", "--write"])
