@@ -31,8 +31,8 @@ def test_smoke_report_has_every_section():
         assert head in text
     (summary,) = [r for r in lines if r.startswith("| tiny |") and r.count("|") == 13]
     cells = _cells(summary)
-    # defaults, 2 precisions, 4 chunk x block_n, 4 block_p x stages (one already seen)
-    assert cells[9:] == ["10", "0", "0"], summary
+    # defaults, 2 precisions, 4 chunk x block_n, 4 block_p x stages (one already seen), 8 warps
+    assert cells[9:] == ["11", "0", "0"], summary
     assert cells[6].endswith("x") and cells[7].endswith("x")
     host = [r for r in lines if "| defaults: " in r or "| best: " in r]
     assert len(host) == 2 and all(_cells(r)[5].endswith("%") for r in host)
@@ -43,7 +43,7 @@ def test_smoke_report_has_every_section():
 def test_choices_over_tolerance_are_refused_not_timed(monkeypatch):
     # bf16 rounds the matmul inputs (~1e-3 here); the fp32 choices stay within 1e-5.
     monkeypatch.setattr(tune, "TOL", {p: (1e-5, 1e-5) for p in tune.TOL})
-    plan = tune.Plan(("ieee", "bf16"), (4,), (), (), (), (), (), reps=1, warmup=0)
+    plan = tune.Plan(("ieee", "bf16"), (4,), (), (), (), (), (), (), reps=1, warmup=0)
     row, details, _ = tune.sweep_shape(
         "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(None)
     )
@@ -54,7 +54,7 @@ def test_choices_over_tolerance_are_refused_not_timed(monkeypatch):
 
 
 def test_past_the_budget_only_the_defaults_run():
-    plan = tune.Plan(("ieee", "bf16"), (4,), (16,), (None,), (None,), (None,), (), 1, 0)
+    plan = tune.Plan(("ieee", "bf16"), (4,), (16,), (None,), (None,), (None,), (8,), (), 1, 0)
     row, details, _ = tune.sweep_shape(
         "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(-1.0)
     )

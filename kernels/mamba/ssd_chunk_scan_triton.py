@@ -1,6 +1,19 @@
 """Triton kernels and launcher of ``ssd_chunk_scan_fn`` (``ssd_chunk_scan.py``).
 
 Imported only when the Triton backend runs the op (``triton`` is optional).
+
+Speed (first H200 run, Q 64, head_dim 64, d_state 128, 4 warps, all matmuls IEEE
+fp32): 0.5 TFLOP/s, 3-7x slower than the sequential kernel. Per (chunk, head) the
+three matmuls of phase 3 and the one of phase 1 cost ~1.8M multiply-adds (19
+GFLOP for 80 heads x 4k tokens), and IEEE fp32 ``tl.dot`` runs them on CUDA
+cores (no tensor cores), from [64, 128] fp32 tiles that, several at once in 4
+warps, spill registers. ``C B^T`` is also recomputed per head though it depends
+only on the group (a quarter of the multiply-adds). ptxas for sm_90 (Triton 3.6,
+compiled offline): the chunk-scan kernel spilled 54 KB of stores per thread at 4
+warps, 2 KB at 8 (hence the rule's 8 warps); with tf32 or bf16 matmuls and d_state
+blocks of 32 at 8 warps, none (and wgmma). The launch choices that
+remove the first two causes (tf32/bf16 matmuls, d_state blocks, warps, stages,
+chunk) are ``ScanTiles`` fields, swept by ``benchmarks/tune_mamba_scan.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ _BF16_ROUNDED = "bf16_rounded"
 _FOUR_WARP_ELEMS = 4096
 # Arguments that change from call to call with the batch's token and sequence counts:
 # no recompile per value (Triton would specialise on divisibility by 16), so that
-# one compile serves every batch, as the engine's calls and the tuning sweep need.
+# one compile serves every batch (the tuning sweep times several on one compile).
 _PER_CALL = ["num_chunks"]
 
 
