@@ -10,6 +10,11 @@ import triton
 import triton.language as tl
 
 
+def _next_power_of_2(n: int) -> int:
+    # Plain Python: Triton's ``next_power_of_2`` (a constexpr_function) costs microseconds.
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
 @triton.jit
 def _reshape_and_cache_kernel(  # type: ignore[no-untyped-def]
     key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr,
@@ -51,12 +56,15 @@ def launch(
     num_tokens, num_heads, head_size = key.shape
     if num_tokens == 0:
         return
-    block_hd = min(1024, triton.next_power_of_2(num_heads * head_size))
+    # One stride() tuple per tensor and a plain-Python power of two: this runs per
+    # layer and step, and its host time is most of a small write's cost.
+    block_hd = min(1024, _next_power_of_2(num_heads * head_size))
+    ks, vs, kcs, vcs = key.stride(), value.stride(), key_cache.stride(), value_cache.stride()
     _reshape_and_cache_kernel[(num_tokens,)](
         key, value, key_cache, value_cache, slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        ks[0], ks[1], vs[0], vs[1],
+        kcs[0], kcs[1], kcs[2],
+        vcs[0], vcs[1], vcs[2],
         num_heads, head_size,
         BLOCK_SIZE=key_cache.shape[1],
         BLOCK_HD=block_hd,

@@ -114,9 +114,7 @@ def _check(
         raise ValueError(f"q has {hq} heads, not a multiple of the cache's {hkv} KV heads")
     if t != meta.num_tokens:
         raise ValueError(f"q has {t} tokens but meta describes {meta.num_tokens}")
-    for name in ("query_start_loc", "seq_lens", "block_table"):
-        check_tensor(f"meta.{name}", getattr(meta, name), device=dev)
-    meta.check(key_cache.shape[1])
+    meta.check_once(dev, key_cache.shape[1])  # once per step and device: meta is immutable
     if sinks is not None:
         check_tensor(
             "sinks",

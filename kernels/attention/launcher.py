@@ -1,32 +1,41 @@
 """Checked launcher of the Triton unified attention kernels.
 
-Tile choices (constants with their reasons):
+The launch choices (rows per program, keys per iteration, warps, stages,
+split-KV) are the rules of ``launch_rules.py``, which says which were measured
+on an H200 and which are untested; ``TritonTiles`` (``tiles.py``) overrides
+them for one call.
 
-- ``BLOCK_M`` rows = ``BLOCK_Q`` query tokens x ``G`` query heads of one KV
-  head. Decode-only batches use 16 (``tl.dot`` needs >= 16 rows; a decode has
-  one token, so more rows would only idle); batches with prefill chunks use 64
-  so that each K/V tile loaded serves more queries. Never fewer than ``G``.
-- ``TILE_N`` keys per iteration: 64, or 32 for head sizes above 128 (the
-  fp32 accumulator and the K/V tiles of head 256 would spill registers).
-- Split-KV: only for decode-only batches on CUDA, when ``seqs x Hkv``
-  programs would leave SMs idle; segments of at least 4 tiles, at most 16.
-- ``num_warps`` 8 for tiles of at least 64 x 128 (rows x padded head), else
-  4; Triton's default ``num_stages``.
-
-``TritonTiles`` (``tiles.py``) overrides any of these for one call (tuning).
-These rules are what the interpreter runs; they were never timed on a GPU
-(``benchmarks/tune_attention.py`` is the sweep to run there).
+What a call costs on the host, and what is paid once per step: the choices,
+the grids and the split-KV partials buffer depend only on the step's metadata
+and the layer's geometry, so the first layer computes them into
+``meta.derived`` (``AttentionPlans``) and the other layers of the group look
+them up (one dict lookup). Per call there remain the kernel launch(es) (two
+with a split: attention, then the merge of the partials) and, in
+``unified_attention``, the output's allocation when no ``out`` is given. No
+call reads device memory back, queries the device, or allocates the partials
+again; sinks are passed in their own dtype (the kernels cast them).
+``tests/kernels/test_attention_hot_path.py`` counts this.
 """
 
 from __future__ import annotations
 
-import torch
-import triton
+from dataclasses import dataclass
 
+import torch
+
+from hybridkv.kernels.attention.launch_rules import (
+    MAX_HEAD_SIZE,
+    BatchKind,
+    LaunchChoice,
+    choose_launch,
+    head_pad,
+    next_power_of_2,
+)
 from hybridkv.kernels.attention.metadata import (
     AttentionInputs,
     AttentionMetadata,
     AttentionOptions,
+    AttentionPlans,
 )
 from hybridkv.kernels.attention.tiles import TritonTiles
 from hybridkv.kernels.attention.triton_kernel import (
@@ -34,92 +43,121 @@ from hybridkv.kernels.attention.triton_kernel import (
     unified_attention_kernel,
 )
 
-MAX_SEGMENTS = 16
-MIN_TILES_PER_SEGMENT = 4
-MAX_HEAD_SIZE = 256
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """One layer geometry's launches for one step: the choices and the grids."""
+
+    choice: LaunchChoice
+    head_pad: int
+    grid: tuple[int, int, int]
+    #: ``(tokens, query heads)``: the merge of the partials, when ``segments > 1``.
+    reduce_grid: tuple[int, int]
+    #: Partial rows ``tokens x query heads x segments`` (0 without a split).
+    partial_rows: int
+
+    def partial_views(
+        self, derived: AttentionPlans, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(acc [rows * HEAD_PAD], max [rows], sum [rows])`` in the step's workspace.
+
+        Each starts 16-byte aligned (the alignment Triton specializes pointers on).
+        """
+        rows, acc = self.partial_rows, self.partial_rows * self.head_pad
+        aligned = -(-rows // 4) * 4
+        buf = derived.partials(acc + 2 * aligned, device)
+        return buf[:acc], buf[acc : acc + rows], buf[acc + aligned : acc + aligned + rows]
 
 
-def choose_blocks(
-    meta: AttentionMetadata, num_queries_per_kv: int, block_m: int | None = None
-) -> tuple[int, int]:
-    """``(BLOCK_M, BLOCK_Q)`` for a batch (see the module docstring); ``block_m``
-    overrides the rule (``TritonTiles``) and must hold one token's query heads."""
-    least = max(16, triton.next_power_of_2(num_queries_per_kv))
-    if block_m is None:
-        block_m = max(16 if meta.is_decode_only else 64, least)
-    elif block_m < least:
-        raise ValueError(
-            f"tiles.block_m={block_m}: a program's rows must hold the {num_queries_per_kv} "
-            f"query heads of one KV head (at least {least})"
-        )
-    return block_m, block_m // num_queries_per_kv
-
-
-def tile_n(head_size: int) -> int:
-    return 32 if head_size > 128 else 64
-
-
-def auto_segments(
-    meta: AttentionMetadata,
-    opts: AttentionOptions,
-    num_kv_heads: int,
-    device: torch.device,
-    tile: int = 64,
-    min_tiles: int = MIN_TILES_PER_SEGMENT,
-) -> int:
-    """How many split-KV segments a batch gets (1 = no split): ``tile`` keys per
-    iteration, segments of at least ``min_tiles`` tiles."""
-    if device.type != "cuda" or not meta.is_decode_only:
-        return 1
+def visible_span(meta: AttentionMetadata, opts: AttentionOptions) -> int:
+    """The most keys one query can see: the longest sequence, cut to the window/chunk."""
     span = meta.max_seq_len
     for limit in (opts.sliding_window, opts.chunk_size):
         if limit is not None:
             span = min(span, limit)
-    num_tiles = -(-span // tile)
-    programs = meta.num_seqs * num_kv_heads
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    want = -(-2 * sms // programs)
-    return max(1, min(MAX_SEGMENTS, want, num_tiles // min_tiles))
+    return span
+
+
+def plan_launch(
+    meta: AttentionMetadata,
+    opts: AttentionOptions,
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    tiles: TritonTiles | None = None,
+    num_segments: int | None = None,
+) -> LaunchPlan:
+    """The launches of one layer geometry on ``meta``'s batch (pure; cached by the caller)."""
+    if head_size > MAX_HEAD_SIZE:
+        raise ValueError(f"head size {head_size}: the Triton kernel supports up to 256")
+    g = num_heads // num_kv_heads
+    kind = BatchKind.of(meta.max_query_len, meta.min_query_len)
+    choice = choose_launch(
+        kind,
+        visible_span(meta, opts),
+        g,
+        head_size,
+        dtype.itemsize,
+        device.type == "cuda",
+        tiles,
+        num_segments,
+    )
+    tokens = meta.num_tokens
+    return LaunchPlan(
+        choice=choice,
+        head_pad=head_pad(head_size),
+        grid=(tokens // choice.block_q + meta.num_seqs, num_kv_heads, choice.segments),
+        reduce_grid=(tokens, num_heads),
+        partial_rows=tokens * num_heads * choice.segments if choice.segments > 1 else 0,
+    )
 
 
 def launch_unified_attention(
     a: AttentionInputs, num_segments: int | None = None, tiles: TritonTiles | None = None
 ) -> None:
     """Launch the kernel(s) for checked arguments; writes ``a.out``."""
-    t = tiles or TritonTiles()
     q, key_cache, value_cache, out = a.q, a.key_cache, a.value_cache, a.out
     meta, opts, sinks = a.meta, a.opts, a.sinks
     num_tokens, num_heads, head_size = q.shape
     num_kv_heads = key_cache.shape[2]
-    if head_size > MAX_HEAD_SIZE:
-        raise ValueError(f"head size {head_size}: the Triton kernel supports up to 256")
+    device = q.device
+    key = (
+        num_heads,
+        num_kv_heads,
+        head_size,
+        q.dtype,
+        device,
+        opts.sliding_window,
+        opts.chunk_size,
+        tiles,
+        num_segments,
+    )
+    cached = meta.derived.launches.get(key)
+    if cached is None:
+        plan = plan_launch(
+            meta, opts, num_heads, num_kv_heads, head_size, q.dtype, device, tiles, num_segments
+        )
+        parts = plan.partial_views(meta.derived, device) if plan.partial_rows else None
+        cached = meta.derived.launches[key] = (plan, parts)
+    plan, parts = cached
     if num_tokens == 0:
         return
-    g = num_heads // num_kv_heads
-    block_m, block_q = choose_blocks(meta, g, t.block_m)
-    head_pad = max(16, triton.next_power_of_2(head_size))
-    keys = t.tile_n or tile_n(head_size)
-    segments = num_segments or auto_segments(
-        meta, opts, num_kv_heads, q.device, keys, t.min_tiles_per_segment or MIN_TILES_PER_SEGMENT
-    )
-    warps = t.num_warps or (8 if block_m * head_pad >= 64 * 128 else 4)
-    stages = {} if t.num_stages is None else {"num_stages": t.num_stages}
-    if segments > 1:
-        part_max = torch.empty(
-            num_tokens * num_heads * segments, dtype=torch.float32, device=q.device
-        )
-        part_sum = torch.empty_like(part_max)
-        part_acc = torch.empty(part_max.numel() * head_pad, dtype=torch.float32, device=q.device)
-    else:
-        part_max = part_sum = part_acc = out  # unused
-    sinks_f = sinks.float().contiguous() if sinks is not None else out
-    grid = (num_tokens // block_q + meta.num_seqs, num_kv_heads, segments)
-    unified_attention_kernel[grid](
+    c = plan.choice
+    segments = c.segments
+    part_acc, part_max, part_sum = parts if parts is not None else (out, out, out)  # unused
+    if sinks is not None and sinks.stride(0) != 1:
+        sinks = sinks.contiguous()
+    sinks_arg = sinks if sinks is not None else out
+    qs, os_ = q.stride(), out.stride()
+    ks, vs = key_cache.stride(), value_cache.stride()
+    unified_attention_kernel[plan.grid](
         q,
         key_cache,
         value_cache,
         out,
-        sinks_f,
+        sinks_arg,
         part_acc,
         part_max,
         part_sum,
@@ -133,44 +171,44 @@ def launch_unified_attention(
         head_size,
         opts.sliding_window or 0,
         opts.chunk_size or 0,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        key_cache.stride(0),
-        key_cache.stride(1),
-        key_cache.stride(2),
-        value_cache.stride(0),
-        value_cache.stride(1),
-        value_cache.stride(2),
+        qs[0],
+        qs[1],
+        os_[0],
+        os_[1],
+        ks[0],
+        ks[1],
+        ks[2],
+        vs[0],
+        vs[1],
+        vs[2],
         meta.block_table.stride(0),
-        G=g,
-        BLOCK_Q=block_q,
-        BLOCK_M=block_m,
-        TILE_N=keys,
-        HEAD_PAD=head_pad,
+        G=num_heads // num_kv_heads,
+        BLOCK_Q=c.block_q,
+        BLOCK_M=c.block_m,
+        TILE_N=c.tile_n,
+        HEAD_PAD=plan.head_pad,
         NUM_SEGMENTS=segments,
         USE_WINDOW=opts.sliding_window is not None,
         USE_CHUNK=opts.chunk_size is not None,
         USE_SOFTCAP=opts.softcap is not None,
         USE_SINKS=sinks is not None,
         IS_FP32=q.dtype == torch.float32,
-        num_warps=warps,
-        **stages,
+        num_warps=c.num_warps,
+        num_stages=c.num_stages,
     )
     if segments > 1:
-        reduce_segments_kernel[(num_tokens, num_heads)](
+        reduce_segments_kernel[plan.reduce_grid](
             out,
-            sinks_f,
+            sinks_arg,
             part_acc,
             part_max,
             part_sum,
             num_heads,
             head_size,
-            out.stride(0),
-            out.stride(1),
+            os_[0],
+            os_[1],
             NUM_SEGMENTS=segments,
-            SEG_PAD=triton.next_power_of_2(segments),
-            HEAD_PAD=head_pad,
+            SEG_PAD=next_power_of_2(segments),
+            HEAD_PAD=plan.head_pad,
             USE_SINKS=sinks is not None,
         )

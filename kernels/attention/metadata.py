@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import torch
 
@@ -82,18 +84,41 @@ class AttentionPlans:
     step's chunks to one shape would cost too much (one call per chunk);
     ``native_decode`` is None without decodes, and valid once
     ``native_decode_built``.
+
+    The Triton launcher keeps here too: ``launches``, its launch choices per
+    layer geometry (``launcher.py``), ``checked``, the ``(device, block_size)``
+    pairs ``AttentionMetadata.check_once`` passed, and ``workspace``, the
+    newest fp32 buffer per device for the split-KV partials (``partials``).
+    Every layer of the step reuses its plan's partials: a layer's partials are
+    read by its merge launch before the next layer's kernel writes them, as long
+    as the layers that share this metadata run on one CUDA stream in order (the
+    engine's case; not for layers launched on concurrent streams).
     """
 
     prefill: dict[PlanKey, PrefillPlan | None] = field(default_factory=dict)
     decode: dict[PlanKey, DecodePlan] = field(default_factory=dict)
     native_decode: NativeDecodePlan | None = None
     native_decode_built: bool = False
+    launches: dict[Any, Any] = field(default_factory=dict)
+    checked: set[tuple[torch.device, int]] = field(default_factory=set)
+    workspace: dict[torch.device, torch.Tensor] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget every plan (tests that change a planning constant mid-step)."""
         self.prefill.clear()
         self.decode.clear()
         self.native_decode, self.native_decode_built = None, False
+        self.launches.clear()
+        self.checked.clear()
+        self.workspace.clear()
+
+    def partials(self, numel: int, device: torch.device) -> torch.Tensor:
+        """A flat fp32 buffer of at least ``numel`` elements on ``device``, allocated at
+        the step's first split-KV launch (or a larger one) and reused after (see above)."""
+        buf = self.workspace.get(device)
+        if buf is None or buf.numel() < numel:
+            buf = self.workspace[device] = torch.empty(numel, dtype=torch.float32, device=device)
+        return buf
 
 
 @dataclass(frozen=True)
@@ -107,7 +132,9 @@ class AttentionMetadata:
     Device tensors: ``query_start_loc`` ``[S + 1]``, ``seq_lens`` ``[S]``,
     ``block_table`` ``[S, max_blocks]`` (int32 or int64). Host copies
     (Python ints): ``query_lens_cpu``, ``seq_lens_cpu`` and
-    ``query_starts_cpu`` (``query_start_loc``'s values).
+    ``query_starts_cpu`` (``query_start_loc``'s values). The lengths' maxima
+    are computed once per object (``cached_property``): the metadata is
+    immutable and read by every layer.
     """
 
     query_start_loc: torch.Tensor
@@ -129,11 +156,15 @@ class AttentionMetadata:
     def num_tokens(self) -> int:
         return self.query_starts_cpu[-1]
 
-    @property
+    @cached_property
     def max_query_len(self) -> int:
         return max(self.query_lens_cpu, default=0)
 
-    @property
+    @cached_property
+    def min_query_len(self) -> int:
+        return min(self.query_lens_cpu, default=0)
+
+    @cached_property
     def max_seq_len(self) -> int:
         return max(self.seq_lens_cpu, default=0)
 
@@ -174,6 +205,16 @@ class AttentionMetadata:
             seq_lens_cpu=s,
             query_starts_cpu=tuple(starts),
         )
+
+    def check_once(self, device: torch.device, block_size: int) -> None:
+        """``check(block_size)`` and that the three tensors are on ``device``; a pair
+        that passed once is not checked again (the object is immutable)."""
+        if (device, block_size) in self.derived.checked:
+            return
+        for name in ("query_start_loc", "seq_lens", "block_table"):
+            check_tensor(f"meta.{name}", getattr(self, name), device=device)
+        self.check(block_size)
+        self.derived.checked.add((device, block_size))
 
     def check(self, block_size: int) -> None:
         """Raise ``ValueError`` if a sequence needs more blocks than its table row holds."""

@@ -1,7 +1,7 @@
 """``TritonTiles``: the Triton attention kernel's launch choices, for tuning runs.
 
-The launcher (``launcher.py``) picks rows per program, keys per iteration, warps
-and split-KV segments by rules its docstring gives. ``unified_attention(...,
+The launcher (``launcher.py``) picks rows per program, keys per iteration, warps,
+stages and split-KV segments by the rules of ``launch_rules.py``. ``unified_attention(...,
 tiles=TritonTiles(...))`` overrides some of them for one call, so that
 ``benchmarks/tune_attention.py`` can time the alternatives on a GPU without
 editing the launcher; ``None`` fields keep the rule. Every choice computes the
@@ -26,7 +26,7 @@ def _power_of_two(name: str, value: int | None, low: int, high: int) -> None:
 
 @dataclass(frozen=True)
 class TritonTiles:
-    """Overrides of the launcher's rules (module docstring); ``None`` keeps a rule.
+    """Overrides of the launcher's rules (``launch_rules.py``); ``None`` keeps a rule.
 
     - ``block_m``: rows per program (query tokens x the query heads of one KV
       head); at least 16 (``tl.dot``) and at least that head count, rounded up
@@ -34,7 +34,8 @@ class TritonTiles:
     - ``tile_n``: keys per loop iteration;
     - ``num_warps``, ``num_stages``: Triton's launch options;
     - ``min_tiles_per_segment``: the automatic split-KV's shortest segment, in
-      tiles of ``tile_n`` keys (``num_segments=`` still forces a split).
+      tiles of ``tile_n`` keys, instead of the rule's 2048 keys
+      (``num_segments=`` still forces a split).
     """
 
     block_m: int | None = None

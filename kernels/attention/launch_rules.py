@@ -1,0 +1,164 @@
+"""The Triton attention kernel's launch choices: pure rules, one function per choice.
+
+Measured on an NVIDIA H200 on 2026-11-26 (``benchmarks/tune_attention.py``;
+``benchmarks/results/attention-tuning-nvidia-h200.md``), bf16, 32 query / 8 KV
+heads, head 128, block 16:
+
+    batch                   block_m  tile_n  warps  stages  split-KV segments
+    ----------------------  -------  ------  -----  ------  -----------------------
+    prefill only                128      32      4       3  1
+    prefill + decodes            64      32      4       3  1
+    decodes, span > 1024         16     128      4       3  span // 2048, <= 16
+    decodes, span <= 1024        16      32      2       3  1 (span // 2048 = 0)
+
+``span``: the keys a decode can see, the longest sequence cut to the sliding
+window or attention chunk. Speedups over the rules before the sweep, where
+these rules give a shape exactly the sweep's best choice (3 stages is what
+Triton uses when none is given, so "default stages" in the sweep is 3):
+
+- prefill 4 x 2k: 1.94x; mixed 2k chunk + 64 x 8k decodes: 1.62x (block_m 64:
+  a decode's program holds ``block_m / G`` rows of one token, so smaller
+  blocks idle less); decode 64 x 32k: 1.26x (16 segments although 512
+  programs already exceeded 2 per SM); decode 256 x 2k: 1.07x; sliding window
+  1024, decode 64 x 32k: 1.64x (the gain is the tile and warps: the old split
+  already followed the window and gave 1 segment).
+
+Close to the sweep's best but not that exact choice (untested as chosen):
+prefill 1 x 8k (best 1.91x with 4 stages, by a margin the sweep did not
+record over 3); decode 1 x 32k (best 1.25x with 4 stages); decode 16 x 8k
+(best 1.09x with tile_n 64, 2 stages and 3 segments; the rules give tile_n
+128, 3 stages, 4 segments).
+
+Not measured anywhere (to measure next): spans between 1025 and 2047 keys;
+batch 1 at 2k-4k context (one or two segments: fewer programs than SMs, but
+no second launch); head sizes below 128 (they take the head-128 rules); fp32
+(decode tiles of 64 keys, so that a K/V tile keeps bf16's 32 KiB at head 128).
+Head sizes above 128 keep the rules from before the sweep, never timed:
+block_m at most 64, tile_n 32 (the fp32 accumulator and K/V tiles of head 256
+would spill registers), 8 warps for tiles of at least 64 x 128 (rows x padded
+head), else 4; their split follows the span like the others.
+
+Split-KV runs only on CUDA (the interpreter runs programs one after another,
+so a split only adds work) and only for decode-only batches.
+``TritonTiles`` (``tiles.py``) overrides any choice for one call.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hybridkv.kernels.attention.tiles import TritonTiles
+
+MAX_SEGMENTS = 16
+#: Automatic split-KV: one segment per this many visible keys (H200 sweep).
+SEGMENT_KEYS = 2048
+#: Decodes that see at most this many keys take the short-span tiles (H200 sweep).
+SHORT_SPAN = 1024
+#: Head sizes above this keep the pre-sweep, register-safe tiles.
+MEASURED_HEAD = 128
+MAX_HEAD_SIZE = 256
+NUM_STAGES = 3
+
+
+class BatchKind(enum.Enum):
+    """What a step's varlen batch holds, as far as the launch choices care."""
+
+    DECODE = "decode-only"
+    PREFILL = "prefill-only"
+    MIXED = "prefill + decodes"
+
+    @classmethod
+    def of(cls, max_query_len: int, min_query_len: int) -> BatchKind:
+        if max_query_len <= 1:
+            return cls.DECODE
+        return cls.MIXED if min_query_len == 1 else cls.PREFILL
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchChoice:
+    """One launch's choices (module docstring); ``block_q = block_m // G`` tokens."""
+
+    block_m: int
+    block_q: int
+    tile_n: int
+    num_warps: int
+    num_stages: int
+    segments: int
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= ``n`` (>= 1); plain Python, unlike Triton's
+    ``constexpr_function`` of the same name, which costs microseconds per call."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def head_pad(head_size: int) -> int:
+    return max(16, next_power_of_2(head_size))
+
+
+def choose_blocks(
+    kind: BatchKind, num_queries_per_kv: int, head_size: int, block_m: int | None = None
+) -> tuple[int, int]:
+    """``(BLOCK_M, BLOCK_Q)``; ``block_m`` overrides the rule (``TritonTiles``) and
+    must hold one token's query heads (at least 16 for ``tl.dot``)."""
+    least = max(16, next_power_of_2(num_queries_per_kv))
+    if block_m is None:
+        rule = {BatchKind.DECODE: 16, BatchKind.MIXED: 64, BatchKind.PREFILL: 128}[kind]
+        if head_size > MEASURED_HEAD:
+            rule = min(rule, 64)
+        block_m = max(rule, least)
+    elif block_m < least:
+        raise ValueError(
+            f"tiles.block_m={block_m}: a program's rows must hold the {num_queries_per_kv} "
+            f"query heads of one KV head (at least {least})"
+        )
+    return block_m, block_m // num_queries_per_kv
+
+
+def tile_n(kind: BatchKind, head_size: int, elem_size: int, span: int) -> int:
+    """Keys per loop iteration."""
+    if head_size > MEASURED_HEAD or kind is not BatchKind.DECODE or span <= SHORT_SPAN:
+        return 32
+    return 128 if elem_size <= 2 else 64
+
+
+def num_warps(kind: BatchKind, head_size: int, block_m: int, span: int) -> int:
+    if head_size > MEASURED_HEAD:
+        return 8 if block_m * head_pad(head_size) >= 64 * 128 else 4
+    return 2 if kind is BatchKind.DECODE and span <= SHORT_SPAN else 4
+
+
+def auto_segments(
+    kind: BatchKind, span: int, on_cuda: bool, min_segment_keys: int = SEGMENT_KEYS
+) -> int:
+    """Split-KV segments (1 = no split): one per ``min_segment_keys`` visible keys,
+    at most ``MAX_SEGMENTS``; decode-only batches on CUDA only."""
+    if not on_cuda or kind is not BatchKind.DECODE:
+        return 1
+    return max(1, min(MAX_SEGMENTS, span // min_segment_keys))
+
+
+def choose_launch(
+    kind: BatchKind,
+    span: int,
+    num_queries_per_kv: int,
+    head_size: int,
+    elem_size: int,
+    on_cuda: bool,
+    tiles: TritonTiles | None = None,
+    num_segments: int | None = None,
+) -> LaunchChoice:
+    """Every choice for one launch: the rules, with ``tiles`` and ``num_segments`` on top."""
+    t = tiles or TritonTiles()
+    block_m, block_q = choose_blocks(kind, num_queries_per_kv, head_size, t.block_m)
+    keys = t.tile_n or tile_n(kind, head_size, elem_size, span)
+    seg_keys = SEGMENT_KEYS if t.min_tiles_per_segment is None else t.min_tiles_per_segment * keys
+    return LaunchChoice(
+        block_m=block_m,
+        block_q=block_q,
+        tile_n=keys,
+        num_warps=t.num_warps or num_warps(kind, head_size, block_m, span),
+        num_stages=t.num_stages or NUM_STAGES,
+        segments=num_segments or auto_segments(kind, span, on_cuda, seg_keys),
+    )
