@@ -16,6 +16,9 @@ On a CUDA GPU (the issue's targets):
   (target: within 1.5x).
 - **reshape_and_cache**: bytes read and written per second against the copy
   bandwidth (target: >= 70%).
+- **where a small call's time goes**: a lone call, calls back to back (as the
+  layers of a step), the host's time per call, and apart, the per-step costs
+  (metadata build, first call on new metadata) that the rows above exclude.
 - **Mamba decode**: our Triton ``selective_state_update`` / ``ssd_state_update``
   against mamba-ssm's Triton kernel, where mamba-ssm is installed.
 - **Mamba2 prefill**: the chunked SSD scan ``ssd_chunk_scan_fn`` against the
@@ -50,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernel_attention_gpu import (  # noqa: E402
     cache_write_rows,
+    call_cost_rows,
     decode_rows,
     mixed_rows,
     prefill_rows,
@@ -376,6 +380,19 @@ def main() -> int:
                   "| new tokens | us | GB/s | / copy bw |",
                   "| --- | --- | --- | --- |"]  # fmt: skip
         lines += cache_write_rows(dev, bw, args.quick)
+        lines += ["", "## Where a small call's time goes (bf16 decodes, 32 q / 8 KV heads, "
+                  "head 128; reshape_and_cache of 256 tokens)", "",
+                  "Per call: *alone* between two CUDA events (as the tables above), *back to "
+                  "back* (32 calls enqueued in a row, as a step's layers: max(host, GPU) per "
+                  "call), *host* (perf_counter around 32 enqueues), *synced* (host time until "
+                  "the GPU is done). Per step and KV cache group, not per layer: "
+                  "`AttentionMetadata.build` (host-to-device copies included) and the first "
+                  "call on new metadata (it plans the launches; synced). The decode rows above "
+                  "reuse one metadata, so they never include these.", "",
+                  "| call | alone us | back to back us/call | host us/call | synced us | "
+                  "per step: metadata build us | per step: first call synced us |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += call_cost_rows(dev, args.quick)
         lines += ["", "## Mamba1 decode step (selective_state_update, d_state 16, bf16)", "",
                   "| backends | batch x d_inner | ours us | baseline us | ratio |",
                   "| --- | --- | --- | --- | --- |"]  # fmt: skip

@@ -12,6 +12,15 @@
   K/V, timed apart and added up; target within 1.5x).
 - ``cache_write_rows``: ``reshape_and_cache`` bytes read and written per second as a
   share of the copy bandwidth (target >= 70 %).
+- ``call_cost_rows``: where a small call's time goes. ``decode_rows`` times each
+  call alone between two CUDA events (host cost + launch latency + GPU time: what
+  a lone call costs); the engine enqueues one call per layer back to back, so
+  this also gives the time per call of 32 calls in a row, the host's own time per
+  call, and apart from these, what the engine pays once per step and KV cache
+  group rather than per layer: ``AttentionMetadata.build`` (its host-to-device
+  copies) and the first call on new metadata (it plans the launches,
+  ``launcher.py``). The decode rows never include those per-step costs: their
+  metadata is built before the timing and reused by every timed call.
 
 Every function takes its shapes as arguments with the issue's as defaults, so
 ``tests/test_bench_kernels_rows.py`` runs them at tiny sizes on the CPU
@@ -20,11 +29,13 @@ Every function takes its shapes as arguments with the issue's as defaults, so
 
 from __future__ import annotations
 
+import statistics
+import time
 from functools import partial
 
 import torch
 import torch.nn.functional as F
-from kernel_common import KINDS, paged_decode, visible_keys
+from kernel_common import KINDS, host_seconds, paged_decode, timed_back_to_back, visible_keys
 from kernel_common import timed as _timed
 
 from hybridkv.kernels import AttentionMetadata, AttentionOptions, reshape_and_cache
@@ -223,4 +234,83 @@ def cache_write_rows(
         _emit(rows, f"| {n:,} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |")
         del kc, vc, key, value
         _free(device)
+    return rows
+
+
+#: ``(kind, batch, context)`` of ``call_cost_rows``' decodes.
+CALL_COST_CASES = (
+    ("full", 1, 2048),
+    ("full", 1, 32768),
+    ("sliding 1024", 1, 32768),
+    ("full", 64, 2048),
+    ("full", 64, 32768),
+)
+
+
+def _synced_seconds(fn, device: torch.device, reps: int = 10) -> float:  # type: ignore[no-untyped-def]
+    """Median host seconds of ``fn`` from an idle device until the device is idle again."""
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _call_on_new_metadata(q, k, v, fresh: list[AttentionMetadata], opts):  # type: ignore[no-untyped-def]
+    return unified_attention(q, k, v, fresh.pop(), opts)
+
+
+def call_cost_rows(
+    device: torch.device,
+    quick: bool,
+    cases: tuple[tuple[str, int, int], ...] = CALL_COST_CASES,
+    write_tokens: int = 256,
+    geometry: tuple[int, int, int, int] = GEOMETRY,
+) -> list[str]:
+    """Per call: alone (events), back to back, host only, host until the GPU is done;
+    per step: the metadata build, and the first call on new metadata (host until done)."""
+    rows = []
+    hq, hkv, d, bs = geometry
+    for name, batch, ctx in cases[:2] if quick else cases:
+        opts = AttentionOptions(scale=d**-0.5, **KINDS[name])
+        q, k, v, meta = paged_decode(batch, ctx, hq, hkv, d, bs, torch.bfloat16, device)
+        run = partial(unified_attention, q, k, v, meta, opts)
+        alone, in_row = timed(run, device), timed_back_to_back(run, device, reps=REPS)
+        host, synced = host_seconds(run, device), _synced_seconds(run, device)
+        table = meta.block_table.cpu()
+        lens = (meta.query_lens_cpu, meta.seq_lens_cpu)
+
+        def build(table=table, lens=lens):  # type: ignore[no-untyped-def]
+            return AttentionMetadata.build(lens[0], lens[1], table, device)
+
+        t_build = _synced_seconds(build, device)
+        fresh = [build() for _ in range(10)]
+        first = partial(_call_on_new_metadata, q, k, v, fresh, opts)
+        t_first = _synced_seconds(first, device, reps=len(fresh))
+        del k, v, fresh, first
+        _free(device)
+        _emit(
+            rows,
+            f"| decode {name} {batch} x {ctx:,} | {alone * 1e6:.1f} | {in_row * 1e6:.1f} | "
+            f"{host * 1e6:.1f} | {synced * 1e6:.1f} | {t_build * 1e6:.1f} | "
+            f"{t_first * 1e6:.1f} |",
+        )
+    n = write_tokens
+    nb = -(-2 * n // bs) + 1
+    kc = torch.zeros(nb, bs, hkv, d, device=device, dtype=torch.bfloat16)
+    key = torch.randn(n, hkv, d, device=device, dtype=torch.bfloat16)
+    slots = torch.randperm((nb - 1) * bs, device=device)[:n] + bs
+    run = partial(reshape_and_cache, key, key, kc, torch.zeros_like(kc), slots, backend="triton")
+    _emit(
+        rows,
+        f"| reshape_and_cache {n:,} tokens | {timed(run, device) * 1e6:.1f} | "
+        f"{timed_back_to_back(run, device, reps=REPS) * 1e6:.1f} | "
+        f"{host_seconds(run, device) * 1e6:.1f} "
+        f"| {_synced_seconds(run, device) * 1e6:.1f} | n/a | n/a |",
+    )
     return rows

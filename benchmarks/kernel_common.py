@@ -33,6 +33,49 @@ def timed(fn: Callable[[], object], device: torch.device, reps: int = 20, warmup
     return statistics.median(times)
 
 
+def timed_back_to_back(
+    fn: Callable[[], object], device: torch.device, calls: int = 32, reps: int = 20
+) -> float:
+    """Median seconds per call of ``calls`` calls enqueued back to back between two
+    events, as a step's layers run: ``max(host cost, GPU time)`` per call, where
+    ``timed`` (one call between its events) gives host cost + launch latency + GPU
+    time. On the CPU: wall time per call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3 / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - t0) / calls)
+    return statistics.median(times)
+
+
+def host_seconds(fn: Callable[[], object], device: torch.device, calls: int = 32) -> float:
+    """Median host seconds per call (``perf_counter`` around ``calls`` enqueues, the
+    device synchronized only after): the launch side's cost, whatever the GPU does."""
+    fn()
+    times = []
+    for _ in range(5):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return statistics.median(times)
+
+
 def copy_bandwidth(device: torch.device) -> float:
     """Device-to-device copy bandwidth (bytes read + written per second)."""
     n = 1 << 30
