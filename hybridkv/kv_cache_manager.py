@@ -113,7 +113,8 @@ class KVCacheManager:
     ``hybrid_return_bonus``, pool turnovers a returning request's units are
     kept longer (``managers/returning.py``; 0: off); ``hybrid_floor_tokens``,
     tokens between two snapshot floor points, rounded up to the hit step
-    (None: by cost and kind, ``retention.floor_spacing``; 0: no floor). The
+    (None: by cost and kind, ``retention.floor_spacing``, then moved with the
+    traffic by ``managers/floor_tuner.py``; 0: no floor; a value stays fixed). The
     ``hybrid`` knobs change nothing under ``lru``.
     ``eviction_policy`` (a policy class or factory) overrides the free set's
     ordering under either policy.
@@ -207,6 +208,7 @@ class KVCacheManager:
         if hybrid_floor_tokens is not None and self.coordinator.hybrid:
             lcm = self.coordinator.block_size_lcm
             self.coordinator.floor_tokens = lcm * -(-hybrid_floor_tokens // lcm)
+            self.coordinator.floor_tuner = None  # a floor set by hand stays where it is
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         # The Request object behind each live request id: another object with
         # the same id (other tokens) must not take over its blocks.
@@ -427,11 +429,18 @@ class KVCacheManager:
         """A new request's kept points (``hybrid``): its hit, its branch point,
         its prompt's end and the snapshot floor (``retention.FLOOR_RATIO``)
         below its end. The prompt's end is its last hit boundary, on the tail's
-        grid when one is in force (``prompt_point``)."""
+        grid when one is in force (``prompt_point``). The admission is the floor
+        tuner's evidence (its branch and hit), and the spacing it returns is the
+        one this request keeps."""
         lcm = self.coordinator.block_size_lcm
-        step = self.coordinator.floor_tokens
         branch = 0 if blocks is None else min(blocks.full_hit_tokens, request.num_tokens - 1)
         branch -= branch % lcm
+        tuner = self.coordinator.floor_tuner
+        if tuner is not None:
+            self.coordinator.floor_tokens = tuner.observe(
+                branch, num_hit, request.num_prompt_tokens
+            )
+        step = self.coordinator.floor_tokens
         floor = range(step, request.num_tokens, step) if step else ()
         prompt = prompt_point(request.num_prompt_tokens, lcm, self.coordinator.tail_alignment.align)
         return tuple(sorted({p for p in (num_hit, branch, prompt, *floor) if p > 0}))

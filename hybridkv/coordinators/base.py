@@ -17,7 +17,8 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
-from hybridkv.managers.retention import FinalPoints, floor_spacing
+from hybridkv.managers.floor_tuner import FloorTuner
+from hybridkv.managers.retention import FinalPoints, floor_point_cost, floor_spacing
 from hybridkv.managers.returning import SAMPLE_BLOCKS, SEEN_PER_BLOCK, SeenPrefixes
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
@@ -74,14 +75,18 @@ class KVCacheCoordinator(ABC):
         )
         for m in self.managers:
             m.tail_alignment = self.tail_alignment
-        #: Tokens between two snapshot floor points (``hybrid``; 0: none).
-        self.floor_tokens = (
-            floor_spacing(
-                [(m.has_skips, m.block_size, m.first_needed_block) for m in self.managers],
+        #: Tokens between two snapshot floor points (``hybrid``; 0: none), and what
+        #: moves it with the traffic (``floor_tuner``; ``None``: fixed).
+        groups = [(m.has_skips, m.block_size, m.first_needed_block) for m in self.managers]
+        self.floor_tokens = floor_spacing(groups, self.block_size_lcm) if self.hybrid else 0
+        self.floor_tuner: FloorTuner | None = (
+            FloorTuner(
+                self.floor_tokens,
+                floor_point_cost(groups, self.block_size_lcm),
                 self.block_size_lcm,
             )
-            if self.hybrid
-            else 0
+            if self.floor_tokens
+            else None
         )
         #: Hits at multiples of this need nothing outside full attention: kept
         #: for free at ``free`` (``hybrid``; 0: no such points, e.g. a window).
@@ -366,6 +371,9 @@ class KVCacheCoordinator(ABC):
             assert m.tail_alignment is self.tail_alignment, "groups disagree on the tail"
             m.check_integrity()
         self.tail_alignment.check_integrity()
+        if self.floor_tuner is not None:
+            self.floor_tuner.check_integrity()
+            assert self.floor_tokens == self.floor_tuner.spacing, "the floor is the tuner's"
         assert self._returning <= ids, "a freed request is still marked returning"
         if self.seen is not None:
             self.seen.check_integrity()

@@ -117,29 +117,45 @@ def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
     return p
 
 
-def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
-    """Tokens between two snapshot floor points (0: no floor), a multiple of
-    ``lcm``: ``FLOOR_RATIO`` x what a point holds outside full attention, at
-    most ``FLOOR_MAX_STATE_TOKENS`` with a Mamba state group, else at most
-    ``FLOOR_MAX_WINDOW_TOKENS`` when every other group is a window.
+def floor_point_cost(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> float:
+    """What a hit point holds outside full attention, in full-attention tokens (its
+    pages over full attention's pages per token; 0: nothing, or no full attention).
 
     ``groups``: ``(has_skips, block_size, first_needed_block)`` per group. A
-    hit point's extra pages are averaged over the positions of a window or
-    chunk far from the start; layouts without full attention get no floor.
-    A state group is one whose hit point needs one block of its own, a window
-    one whose point needs the same number of blocks wherever it falls (a
-    chunk's varies).
+    point's extra pages are averaged over the positions of a window or chunk far
+    from the start.
     """
     full_pages_per_token = sum(1 / bs for skips, bs, _ in groups if not skips)
     if not full_pages_per_token:
-        return 0
+        return 0.0
+    return sum(sum(n) / len(n) for n in _point_pages(groups, lcm)) / full_pages_per_token
+
+
+def _point_pages(
+    groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int
+) -> list[list[int]]:
+    """Per skipping group, the pages a hit point needs at 1,024 places far from the start."""
     base = lcm << 20
     samples = range(base, base + 1024 * lcm, lcm)
-    pages = [[p // bs - first(p) for p in samples] for skips, bs, first in groups if skips]
-    extras = sum(sum(n) / len(samples) for n in pages)
-    if not extras:
+    return [[p // bs - first(p) for p in samples] for skips, bs, first in groups if skips]
+
+
+def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
+    """Tokens between two snapshot floor points (0: no floor), a multiple of
+    ``lcm``: ``FLOOR_RATIO`` x ``floor_point_cost``, at most
+    ``FLOOR_MAX_STATE_TOKENS`` with a Mamba state group, else at most
+    ``FLOOR_MAX_WINDOW_TOKENS`` when every other group is a window.
+
+    ``groups`` as for ``floor_point_cost``; layouts without full attention get
+    no floor. A state group is one whose hit point needs one block of its own, a
+    window one whose point needs the same number of blocks wherever it falls (a
+    chunk's varies). Under ``hybrid`` this is where ``floor_tuner`` starts.
+    """
+    cost = floor_point_cost(groups, lcm)
+    if not cost:
         return 0
-    spacing = FLOOR_RATIO * extras / full_pages_per_token
+    spacing = FLOOR_RATIO * cost
+    pages = _point_pages(groups, lcm)
     if any(n[0] == 1 and len(set(n)) == 1 for n in pages):  # a full group needs them all
         spacing = min(spacing, FLOOR_MAX_STATE_TOKENS)
     elif all(len(set(n)) == 1 for n in pages):

@@ -1,0 +1,144 @@
+"""Floor tuning: the snapshot floor's spacing, learned online from the hits it serves.
+
+Under ``hybrid``, every request keeps a hit point every ``S`` tokens below its end
+(the snapshot floor, ``retention.floor_spacing``): a later request that shares a
+prefix and branches where no request ended or branched before resumes at the floor
+point below its branch. A point costs ``c`` full-attention tokens' worth of pages
+(its Mamba states or window blocks), so the floor costs ``c / S`` of the memory its
+prefixes ride on, and a denser one costs more. What it is worth depends on where
+traffic branches: inside long shared documents (Mooncake's synthetic trace), half
+the spacing recovers about half of what the floor misses; where conversations
+resume at their last prompt's end (the conversation trace), the floor is rarely
+what a hit uses. The cost-based spacing ``S0`` was tuned on the conversation trace;
+on the synthetic trace Jamba wanted ``S0 / 2`` to ``S0 / 4``
+(``benchmarks/results/cache.md``).
+
+Evidence comes free with every admission (``observe``): how far full attention
+alone matched (``M``, the branch) and the hit ``H``. Over the requests seen, the
+tuner sums, per prompt token,
+
+- *what halving would add*: for a request served as well as the floor at ``S``
+  could (``H >= floor(M, S)``, so the floor's states were there), the tokens a
+  point every ``S / 2`` would have added, ``floor(M, S / 2) - H`` (where
+  positive). A request whose floor point had been evicted says nothing about a
+  denser floor: its points would be gone too;
+- *what going back would lose*: for a request whose hit is the floor point below
+  its branch (``H == floor(M, S) < M``), the ``H - floor(H, S')`` tokens the
+  sparser level ``S'`` would have cost it (none where ``H`` is on its grid too).
+
+Each is weighed against the memory the change moves, ``c / S`` per level, priced
+at the hit rate seen (a share of memory lost loses about that share of the hits:
+``ALPHA`` = 1): it halves ``S`` when the gain exceeds ``HYSTERESIS`` x the price,
+doubles it back when the loss is below ``1 / HYSTERESIS`` x the price saved. It
+decides every ``WINDOW`` admissions and remembers the past with weight
+``DECAY`` per window, so it follows a change of traffic. ``S`` moves one level at a
+time along ``levels``: ``S0``, then each half of the one before rounded down to the
+hit step, while at least ``S0 // MIN_DIVISOR``. On the traces (first 1,500
+requests, one at a time; ``benchmarks/results/cache.md``): Jamba on the synthetic
+trace 7.09 -> 7.39 % at 40 GB and 11.49 -> 12.00 % at 80 GB, Granite 4.0 H Tiny 9.57
+-> 9.69 % and 18.20 -> 18.37 %; Bamba 9B, every layout on the conversation trace, and
+Jamba, Bamba and Granite on the whole conversation trace kept ``S0`` throughout (the
+same hits to the token). Denser settings won more on Jamba and lost on Bamba or
+Granite (``ALPHA`` 0.7: Jamba 7.64 / 11.95 %, Bamba 6.90 % at 40 GB against 7.16 %).
+"""
+
+from __future__ import annotations
+
+#: Admissions between two decisions.
+WINDOW = 100
+#: Weight the sums keep at each decision (older evidence fades).
+DECAY = 0.7
+#: A change must beat its price by this factor (halving) or fall below it by
+#: this factor (doubling back), so that noise does not flip the spacing.
+HYSTERESIS = 1.5
+#: Price of a share of memory, in the same share of the hit rate.
+ALPHA = 1.0
+#: The densest spacing is ``S0 // MIN_DIVISOR`` (rounded down to the hit step).
+MIN_DIVISOR = 4
+
+
+def _below(x: int, step: int) -> int:
+    """The largest multiple of ``step`` at or below ``x``."""
+    return x - x % step
+
+
+class FloorTuner:
+    """The floor's spacing ``spacing`` (module docstring), starting at ``base``.
+
+    ``point_cost``: what one floor point holds outside full attention, in
+    full-attention tokens (its pages over full attention's pages per token);
+    ``step``: the hit step (every spacing is a multiple of it).
+    """
+
+    def __init__(self, base: int, point_cost: float, step: int) -> None:
+        if base < step or base % step:
+            raise ValueError(f"base spacing {base} must be a positive multiple of {step}")
+        if point_cost <= 0:
+            raise ValueError(f"point_cost must be > 0, got {point_cost}")
+        self.base = base
+        self.point_cost = point_cost
+        self.step = step
+        #: The spacings it may take, sparsest first; ``spacing`` is ``levels[level]``.
+        self.levels = [base]
+        while (nxt := _below(self.levels[-1] // 2, step)) >= max(step, base // MIN_DIVISOR):
+            self.levels.append(nxt)
+        self.level = 0
+        self.gain_halving = 0.0
+        self.loss_doubling = 0.0
+        self.prompt_tokens = 0.0
+        self.hit_tokens = 0.0
+        self.count = 0
+
+    @property
+    def spacing(self) -> int:
+        """Tokens between two floor points now."""
+        return self.levels[self.level]
+
+    def observe(self, full_match: int, hit: int, prompt_tokens: int) -> int:
+        """One admission: full attention matched ``full_match`` tokens, the hit is
+        ``hit``, of a ``prompt_tokens``-token prompt. Returns the spacing in force
+        for the admissions that follow."""
+        s = self.spacing
+        m = _below(full_match, self.step)
+        if m > hit >= _below(m, s) and self.level + 1 < len(self.levels):
+            self.gain_halving += max(0, _below(m, self.levels[self.level + 1]) - hit)
+        if self.level and 0 < hit == _below(m, s) < m:
+            wide = self.levels[self.level - 1]
+            self.loss_doubling += hit - _below(hit, wide)
+        self.prompt_tokens += prompt_tokens
+        self.hit_tokens += hit
+        self.count += 1
+        if self.count >= WINDOW:
+            self._decide()
+        return self.spacing
+
+    def _decide(self) -> None:
+        s = self.spacing
+        if self.prompt_tokens:
+            half = self.levels[min(self.level + 1, len(self.levels) - 1)]
+            wide = self.levels[max(self.level - 1, 0)]
+            rate = self.hit_tokens / self.prompt_tokens
+            # Memory the change moves, as a share of full attention's, priced at the hit rate.
+            price_halving = ALPHA * (self.point_cost / half - self.point_cost / s) * rate
+            price_doubling = ALPHA * (self.point_cost / s - self.point_cost / wide) * rate
+            gain = self.gain_halving / self.prompt_tokens
+            loss = self.loss_doubling / self.prompt_tokens
+            if half < s and gain > HYSTERESIS * price_halving:
+                self.level += 1
+            elif wide > s and loss < price_doubling / HYSTERESIS:
+                self.level -= 1
+        self.gain_halving *= DECAY
+        self.loss_doubling *= DECAY
+        self.prompt_tokens *= DECAY
+        self.hit_tokens *= DECAY
+        self.count = 0
+
+    def check_integrity(self) -> None:
+        assert 0 <= self.level < len(self.levels), "level out of bounds"
+        assert self.levels[0] == self.base, "the sparsest level is the base"
+        for wide, half in zip(self.levels, self.levels[1:], strict=False):
+            assert half == _below(wide // 2, self.step) >= self.base // MIN_DIVISOR, "levels"
+        assert all(s % self.step == 0 and s >= self.step for s in self.levels), "off the step"
+        assert 0 <= self.count < WINDOW, "a decision was skipped"
+        assert min(self.gain_halving, self.loss_doubling, self.hit_tokens) >= 0
+        assert self.hit_tokens <= self.prompt_tokens + 1e-6 * max(1.0, self.prompt_tokens)

@@ -1,0 +1,128 @@
+"""The snapshot floor's spacing learned online (``hybridkv/managers/floor_tuner.py``).
+
+Worked by hand on a floor of 1,000 tokens, hit step 10, a point costing 10
+full-attention tokens: the levels are 1,000, 500 and 250; halving from 1,000 to 500
+moves ``10/500 - 10/1000 = 0.01`` of full attention's memory, priced at the hit rate.
+"""
+
+from __future__ import annotations
+
+import pytest
+from factories import config, full, mamba
+
+from hybridkv import KVCacheManager, Request
+from hybridkv.managers import floor_tuner
+from hybridkv.managers.floor_tuner import DECAY, WINDOW, FloorTuner
+
+FULL, MAMBA = full(4), mamba(4)
+
+
+def _tuner() -> FloorTuner:
+    return FloorTuner(1000, 10.0, 10)
+
+
+def test_levels_halve_on_the_step_down_to_a_quarter() -> None:
+    assert _tuner().levels == [1000, 500, 250]
+    assert FloorTuner(17_920, 560.0, 80).levels == [17_920, 8_960, 4_480]  # Jamba
+    # Granite 4.0 H Tiny: 18,000 on a 400-token step; 4,400 is below a quarter.
+    assert FloorTuner(18_000, 2_000.0, 400).levels == [18_000, 8_800]
+    assert FloorTuner(80, 5.0, 80).levels == [80]  # nothing below one step
+    for base, cost, step in ((0, 1.0, 10), (15, 1.0, 10), (100, 0.0, 10)):
+        with pytest.raises(ValueError):
+            FloorTuner(base, cost, step)
+
+
+def test_a_floor_that_misses_deep_branches_is_halved() -> None:
+    t = _tuner()
+    # 50 requests branch at 900 with nothing below: the floor's point at 0 served as
+    # well as it could, and a point every 500 would have given 500 each. 49 more
+    # resume where an earlier prompt ended (hit = match = 500): no evidence.
+    for _ in range(50):
+        assert t.observe(900, 0, 1000) == 1000
+    for _ in range(WINDOW - 51):
+        assert t.observe(500, 500, 1000) == 1000
+    # Gain 25,000 / 100,000 = 0.25 a token; price 0.01 x hit rate 0.245 = 0.00245.
+    assert t.observe(500, 500, 1000) == 500
+    assert t.spacing == 500 and t.level == 1
+    assert t.gain_halving == pytest.approx(25_000 * DECAY)
+    assert t.prompt_tokens == pytest.approx(100_000 * DECAY)
+    assert t.hit_tokens == pytest.approx(WINDOW * 0 + 50 * 500 * DECAY)
+    t.check_integrity()
+
+
+def test_a_floor_no_hit_uses_goes_back_and_one_that_serves_stays() -> None:
+    t = _tuner()
+    t.level = 1  # every 500
+    # Hits on the 500 grid between the 1,000s: the sparser floor would lose each.
+    for _ in range(WINDOW):
+        t.observe(700, 500, 1000)
+    # Loss 500 a request (0.5 a token) against a price saved of
+    # 0.01 x 0.5 = 0.005: it stays (and 700 - 500 < 250 apart: no gain halving).
+    assert t.spacing == 500
+    assert t.loss_doubling == pytest.approx(WINDOW * 500 * DECAY)
+    # Then only anchored hits for long enough: the old loss fades until the price wins.
+    steps = 0
+    while t.spacing == 500:
+        for _ in range(WINDOW):
+            t.observe(400, 400, 1000)
+        steps += 1
+    assert t.spacing == 1000 and steps > 1
+    t.check_integrity()
+
+
+def test_price_holds_a_small_gain_back() -> None:
+    t = _tuner()
+    # One request in a window of 100 branches at 900 over a floor point at 0; the
+    # rest hit half their prompt: gain 500 / 100,000 = 0.005, price 1.5 x 0.01 x ~0.5.
+    t.observe(900, 0, 1000)
+    for _ in range(WINDOW - 1):
+        t.observe(500, 500, 1000)
+    assert t.spacing == 1000
+
+
+def test_integrity_catches_a_corrupt_tuner() -> None:
+    t = _tuner()
+    t.level = 3
+    with pytest.raises(AssertionError, match="level out of bounds"):
+        t.check_integrity()
+    t = _tuner()
+    t.levels[1] = 490
+    with pytest.raises(AssertionError, match="levels"):
+        t.check_integrity()
+    t = _tuner()
+    t.count = WINDOW
+    with pytest.raises(AssertionError, match="a decision was skipped"):
+        t.check_integrity()
+
+
+def test_the_manager_keeps_the_tuners_spacing() -> None:
+    # Full + Mamba, block size 4: the cost-based floor is 128 tokens, levels 128, 64, 32.
+    kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
+    tuner = kv.coordinator.floor_tuner
+    assert tuner is not None and tuner.levels == [128, 64, 32]
+    tuner.level = 1  # as if it had halved
+    req = Request("a", list(range(300)))
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv._kept_points(req, hit, blocks) == (64, 128, 192, 256, 300)
+    assert kv.coordinator.floor_tokens == 64 and tuner.count == 1
+    kv.coordinator.check_integrity()
+    kv.coordinator.floor_tokens = 128
+    with pytest.raises(AssertionError, match="the floor is the tuner's"):
+        kv.coordinator.check_integrity()
+    # A floor set by hand, lru and layouts without a floor have no tuner.
+    assert (
+        KVCacheManager(
+            config(64, FULL, MAMBA), 512, cache_policy="hybrid", hybrid_floor_tokens=90
+        ).coordinator.floor_tuner
+        is None
+    )
+    assert KVCacheManager(config(64, FULL, MAMBA), 512).coordinator.floor_tuner is None
+    assert (
+        KVCacheManager(config(64, FULL), 512, cache_policy="hybrid").coordinator.floor_tuner is None
+    )
+
+
+def test_constants_are_the_documented_ones() -> None:
+    # The figures in the module docstring were measured with these.
+    assert (floor_tuner.WINDOW, floor_tuner.DECAY, floor_tuner.HYSTERESIS) == (100, 0.7, 1.5)
+    assert (floor_tuner.ALPHA, floor_tuner.MIN_DIVISOR) == (1.0, 4)
