@@ -126,3 +126,22 @@ def test_constants_are_the_documented_ones() -> None:
     # The figures in the module docstring were measured with these.
     assert (floor_tuner.WINDOW, floor_tuner.DECAY, floor_tuner.HYSTERESIS) == (100, 0.7, 1.5)
     assert (floor_tuner.ALPHA, floor_tuner.MIN_DIVISOR) == (1.0, 4)
+
+
+def test_going_back_weighs_the_points_a_level_would_give_not_only_those_it_served() -> None:
+    # Just after a halving, earlier prompts have no point every 500: a branch at 900
+    # hits 0, yet the new level would give it 500 once its points exist, so that
+    # counts against going back (counting only served hits sent Jamba straight back).
+    t = _tuner()
+    t.level = 1
+    t.observe(900, 0, 1000)
+    assert t.loss_doubling == 500
+    # A hit above the denser point: a point not on the floor served it; no evidence.
+    t.observe(900, 800, 1000)
+    # A hit below the sparser level's point: that prefix's floor was evicted; none.
+    t.observe(2300, 1000, 1000)
+    assert t.loss_doubling == 500
+    # At the sparsest level there is nothing to go back to.
+    t = _tuner()
+    t.observe(900, 0, 1000)
+    assert t.loss_doubling == 0

@@ -22,9 +22,13 @@ tuner sums, per prompt token,
   point every ``S / 2`` would have added, ``floor(M, S / 2) - H`` (where
   positive). A request whose floor point had been evicted says nothing about a
   denser floor: its points would be gone too;
-- *what going back would lose*: for a request whose hit is the floor point below
-  its branch (``H == floor(M, S) < M``), the ``H - floor(H, S')`` tokens the
-  sparser level ``S'`` would have cost it (none where ``H`` is on its grid too).
+- *what going back would lose*: for a request served at least as well as the
+  sparser level ``S'`` could and no better than the floor at ``S`` could
+  (``floor(M, S') <= H <= floor(M, S)``), the ``floor(M, S) - floor(M, S')``
+  tokens between the two. Like the gain, it counts what the points would give if
+  they were there: just after a halving, the denser points of earlier prompts do
+  not exist yet, and counting only the hits they served would send the spacing
+  straight back (it did, and Jamba then hit 7.39 % instead of 7.82 % at 40 GB).
 
 Each is weighed against the memory the change moves, ``c / S`` per level, priced
 at the hit rate seen (a share of memory lost loses about that share of the hits:
@@ -35,11 +39,13 @@ decides every ``WINDOW`` admissions and remembers the past with weight
 time along ``levels``: ``S0``, then each half of the one before rounded down to the
 hit step, while at least ``S0 // MIN_DIVISOR``. On the traces (first 1,500
 requests, one at a time; ``benchmarks/results/cache.md``): Jamba on the synthetic
-trace 7.09 -> 7.39 % at 40 GB and 11.49 -> 12.00 % at 80 GB, Granite 4.0 H Tiny 9.57
--> 9.69 % and 18.20 -> 18.37 %; Bamba 9B, every layout on the conversation trace, and
-Jamba, Bamba and Granite on the whole conversation trace kept ``S0`` throughout (the
-same hits to the token). Denser settings won more on Jamba and lost on Bamba or
-Granite (``ALPHA`` 0.7: Jamba 7.64 / 11.95 %, Bamba 6.90 % at 40 GB against 7.16 %).
+trace 7.09 -> 7.82 % at 40 GB and 11.49 -> 12.49 % at 80 GB, Granite 4.0 H Tiny 9.57
+-> 9.69 % and 18.20 -> 18.37 %; every other row of both traces (Bamba 9B, Gemma 3
+27B and 12B, Llama 4 Scout; the conversation trace for all) and Jamba, Bamba and
+Granite on the whole conversation trace gave the same hit rates as the fixed
+floor. Of the settings tried, ``ALPHA`` 0.7 cost Bamba on the synthetic trace at
+40 GB (6.90 % against 7.16 %) and Granite at 80 GB (18.08 %), ``HYSTERESIS`` 1.2
+Granite (9.38 / 18.24 %) and Bamba at 80 GB (11.53 %).
 """
 
 from __future__ import annotations
@@ -102,9 +108,10 @@ class FloorTuner:
         m = _below(full_match, self.step)
         if m > hit >= _below(m, s) and self.level + 1 < len(self.levels):
             self.gain_halving += max(0, _below(m, self.levels[self.level + 1]) - hit)
-        if self.level and 0 < hit == _below(m, s) < m:
-            wide = self.levels[self.level - 1]
-            self.loss_doubling += hit - _below(hit, wide)
+        if self.level:
+            wide = _below(m, self.levels[self.level - 1])
+            if wide <= hit <= _below(m, s):
+                self.loss_doubling += _below(m, s) - wide
         self.prompt_tokens += prompt_tokens
         self.hit_tokens += hit
         self.count += 1
