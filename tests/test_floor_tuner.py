@@ -145,3 +145,69 @@ def test_going_back_weighs_the_points_a_level_would_give_not_only_those_it_serve
     t = _tuner()
     t.observe(900, 0, 1000)
     assert t.loss_doubling == 0
+
+
+def _window(t: FloorTuner, obs: list[tuple[int, int]]) -> int:
+    """One decision's worth of admissions (prompts of 1,000 tokens): ``obs`` then
+    requests that resume where an earlier prompt ended (match = hit = 500)."""
+    for m, h in obs:
+        t.observe(m, h, 1000)
+    for _ in range(WINDOW - len(obs)):
+        t.observe(500, 500, 1000)
+    return t.spacing
+
+
+def test_halving_is_priced_by_the_next_level_not_the_last() -> None:
+    # Gain 3 x 500 / 100,000 = 0.015 a token; hit rate 48,500 / 100,000. Halving to
+    # 500 moves 10/500 - 10/1000 = 0.01 of memory: 1.5 x 0.01 x 0.485 = 0.0073, under
+    # the gain. Priced at 250 (0.03: 0.0218) it would not halve.
+    assert _window(_tuner(), [(900, 0)] * 3) == 500
+
+
+def test_halving_again_and_staying_at_the_densest_level() -> None:
+    t = _tuner()
+    assert _window(t, [(900, 0)] * 50) == 500
+    # At 500, a branch at 999 over a hit at 500 would get 750 from a point every 250.
+    assert _window(t, [(999, 500)] * 50) == 250
+    # The densest level takes no more evidence of halving, and never goes below it.
+    assert t.gain_halving > 0  # what is left of the last window's, decayed
+    before = t.gain_halving
+    assert _window(t, [(999, 750)] * 50) == 250
+    assert t.gain_halving == pytest.approx(before * DECAY)
+    t.check_integrity()
+
+
+def test_going_back_from_the_densest_level_is_priced_against_the_next_sparser() -> None:
+    t = _tuner()
+    t.level = 2  # every 250
+    # Each branch at 750 hit 750: every 500 would give 500, a loss of 250. Loss
+    # 750 / 100,000 = 0.0075 a token against the memory saved going back to 500,
+    # (10/250 - 10/500) x 0.5075 / 1.5 = 0.0068: it stays. Priced against 1,000
+    # (0.03 x 0.5075 / 1.5 = 0.0102) it would go back.
+    assert _window(t, [(750, 750)] * 3) == 250
+
+
+def test_no_hits_no_price_no_move() -> None:
+    # Nothing hits: memory costs no hits, and no evidence moves the spacing either way.
+    for level in (0, 1):
+        t = _tuner()
+        t.level = level
+        for _ in range(WINDOW):
+            t.observe(0, 0, 1000)
+        assert t.level == level
+
+
+def test_a_hit_on_the_floor_point_below_the_branch_is_evidence() -> None:
+    # A branch at 900 hit 0, the floor point below it: a point every 500 gives 500.
+    t = _tuner()
+    t.observe(900, 0, 1000)
+    assert t.gain_halving == 500
+    # One whose floor point (2,000) had been evicted says nothing about a denser one.
+    t.observe(2300, 1000, 1000)
+    # A hit at the branch itself: no point below it would do better.
+    t.observe(700, 700, 1000)
+    assert t.gain_halving == 500
+    # At the middle level, evidence for the densest: a point every 250 gives 750.
+    t.level = 1
+    t.observe(999, 500, 1000)
+    assert t.gain_halving == 750

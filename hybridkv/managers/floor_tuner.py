@@ -106,7 +106,7 @@ class FloorTuner:
         for the admissions that follow."""
         s = self.spacing
         m = _below(full_match, self.step)
-        if m > hit >= _below(m, s) and self.level + 1 < len(self.levels):
+        if hit >= _below(m, s) and self.level + 1 < len(self.levels):
             self.gain_halving += max(0, _below(m, self.levels[self.level + 1]) - hit)
         if self.level:
             wide = _below(m, self.levels[self.level - 1])
