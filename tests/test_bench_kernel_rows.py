@@ -66,3 +66,18 @@ def test_tuning_sweep_times_every_candidate_against_the_defaults():
     cells = _cells(row, 7)
     assert cells[0] == shape.name and cells[5] == "7" and cells[6] == "0"
     assert cells[4].endswith("x")
+
+
+def test_call_cost_rows():
+    # Where a small call's time goes: alone, back to back, host only, host until done,
+    # the metadata build and the first call on new metadata; then reshape_and_cache.
+    out = rows.call_cost_rows(
+        CPU, False, cases=(("sliding 1024", 2, 12),), write_tokens=8, geometry=TINY
+    )
+    assert len(out) == 2
+    cells = _cells(out[0], 7)
+    assert cells[0] == "decode sliding 1024 2 x 12"
+    assert all(NUMBER.match(c) and float(c.replace(",", "")) > 0 for c in cells[1:]), out[0]
+    cw = _cells(out[1], 7)
+    assert cw[0] == "reshape_and_cache 8 tokens" and cw[5:] == ["n/a", "n/a"]
+    assert all(NUMBER.match(c) for c in cw[1:5]), out[1]
