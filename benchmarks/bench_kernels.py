@@ -272,9 +272,12 @@ def mamba2_prefill_rows(device: torch.device, quick: bool) -> list[str]:
     return rows
 
 
-def mamba1_prefill_inputs(seqs: int, length: int, device: torch.device) -> list:
-    """``selective_scan_fn`` arguments (Jamba: d_inner 8192, d_state 16, bf16), final saves."""
-    d_inner, d_state, n = 8192, 16, seqs * length
+def mamba1_prefill_inputs(
+    seqs: int, length: int, device: torch.device, d_inner: int = 8192, d_state: int = 16
+) -> list:
+    """``selective_scan_fn`` arguments (default: Jamba's d_inner 8192, d_state 16; bf16),
+    final saves."""
+    n = seqs * length
     g = torch.Generator(device=device).manual_seed(0)
 
     def r(*dims: int, dt=torch.bfloat16) -> torch.Tensor:

@@ -50,7 +50,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from bench_kernels import MAMBA2_SHAPES, mamba2_prefill_inputs  # noqa: E402
+from bench_kernels import (  # noqa: E402
+    MAMBA2_SHAPES,
+    mamba1_prefill_inputs,
+    mamba2_prefill_inputs,
+)
 from kernel_common import timed  # noqa: E402
 
 from hybridkv.kernels.mamba import (  # noqa: E402
@@ -229,29 +233,10 @@ def sweep_shape(
     return row, details, host
 
 
-def _mamba1_inputs(d_inner: int, d_state: int, seqs: int, length: int, device) -> list:
-    n = seqs * length
-    g = torch.Generator(device=device).manual_seed(0)
-
-    def r(*dims: int, dt=torch.bfloat16) -> torch.Tensor:
-        return torch.randn(*dims, generator=g, device=device, dtype=dt)
-
-    save = torch.full((n,), -1, dtype=torch.int32, device=device)
-    save[length - 1 :: length] = torch.arange(1, seqs + 1, dtype=torch.int32, device=device)
-    a = -torch.rand(d_inner, d_state, generator=g, device=device) - 0.5
-    return [
-        r(n, d_inner), r(n, d_inner), a, r(n, d_state), r(n, d_state),
-        r(d_inner, dt=torch.float32), r(n, d_inner), r(d_inner, dt=torch.float32) * 0.1, True,
-        torch.zeros((seqs + 1, d_inner, d_state), device=device),
-        torch.arange(0, n + 1, length, dtype=torch.int32, device=device),
-        torch.full((seqs,), -1, dtype=torch.int32, device=device), save,
-    ]  # fmt: skip
-
-
 def mamba1_rows(device: torch.device, plan: Plan, tiny: bool) -> list[str]:
     """Mamba1's chunked scan per ``chunk_size`` against its sequential kernel."""
     d_inner, d_state, (seqs, length) = TINY_MAMBA1 if tiny else MAMBA1
-    args = _mamba1_inputs(d_inner, d_state, seqs, length, device)
+    args = mamba1_prefill_inputs(seqs, length, device, d_inner, d_state)
     state = args[9]
     seq_run = partial(selective_scan_fn, *args, backend="triton")
     state.zero_()

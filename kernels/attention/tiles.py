@@ -14,14 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def _power_of_two(name: str, value: int | None, low: int, high: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value & (value - 1) != 0:
-        raise ValueError(f"{name}: must be a power of two, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name}: must be in [{low}, {high}], got {value}")
+from hybridkv.kernels.tile_checks import power_of_two, stage_count
 
 
 @dataclass(frozen=True)
@@ -45,15 +38,10 @@ class TritonTiles:
     min_tiles_per_segment: int | None = None
 
     def __post_init__(self) -> None:
-        _power_of_two("block_m", self.block_m, 16, 256)
-        _power_of_two("tile_n", self.tile_n, 16, 256)
-        _power_of_two("num_warps", self.num_warps, 1, 16)
-        if self.num_stages is not None and (
-            isinstance(self.num_stages, bool)
-            or not isinstance(self.num_stages, int)
-            or not 1 <= self.num_stages <= 8
-        ):
-            raise ValueError(f"num_stages: must be an integer in [1, 8], got {self.num_stages!r}")
+        power_of_two("block_m", self.block_m, 16, 256)
+        power_of_two("tile_n", self.tile_n, 16, 256)
+        power_of_two("num_warps", self.num_warps, 1, 16)
+        stage_count(self.num_stages)
         m = self.min_tiles_per_segment
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ValueError(f"min_tiles_per_segment: must be an integer >= 1, got {m!r}")

@@ -18,20 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hybridkv.kernels.tile_checks import power_of_two, stage_count
+
 #: ``tl.dot``'s input precisions: fp32 operands multiplied as IEEE fp32 (CUDA cores),
 #: as tf32 (tensor cores, 10-bit mantissa), as three tf32 products (about fp32
 #: accuracy on tensor cores), or rounded to bf16 (tensor cores, 7-bit mantissa, what
 #: mamba-ssm does for bf16 models). Every mode accumulates in fp32.
 PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16")
-
-
-def _power_of_two(name: str, value: int | None, low: int, high: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value & (value - 1) != 0:
-        raise ValueError(f"{name}: must be a power of two, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name}: must be in [{low}, {high}], got {value}")
 
 
 @dataclass(frozen=True)
@@ -59,16 +52,11 @@ class ScanTiles:
     precision: str | None = None
 
     def __post_init__(self) -> None:
-        _power_of_two("chunk_size", self.chunk_size, 16, 256)
-        _power_of_two("block_p", self.block_p, 16, 128)
-        _power_of_two("block_n", self.block_n, 16, 256)
-        _power_of_two("num_warps", self.num_warps, 1, 16)
-        if self.num_stages is not None and (
-            isinstance(self.num_stages, bool)
-            or not isinstance(self.num_stages, int)
-            or not 1 <= self.num_stages <= 8
-        ):
-            raise ValueError(f"num_stages: must be an integer in [1, 8], got {self.num_stages!r}")
+        power_of_two("chunk_size", self.chunk_size, 16, 256)
+        power_of_two("block_p", self.block_p, 16, 128)
+        power_of_two("block_n", self.block_n, 16, 256)
+        power_of_two("num_warps", self.num_warps, 1, 16)
+        stage_count(self.num_stages)
         if self.precision is not None and self.precision not in PRECISIONS:
             raise ValueError(f"precision: must be one of {PRECISIONS}, got {self.precision!r}")
 
