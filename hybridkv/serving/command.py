@@ -66,7 +66,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--hybrid-floor-tokens",
         type=int,
         default=None,
-        help="hybrid: tokens between two snapshot floor points (default: by cost; 0: none)",
+        help="hybrid: tokens between two snapshot floor points, fixed (default: by cost, "
+        "then learned online; 0: none)",
     )
     p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
     p.add_argument(

@@ -96,8 +96,9 @@ def add_simulate_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--floor-tokens",
-        help="hybrid: tokens between two snapshot floor points, or a comma list (default: by "
-        "cost, at most 17,920 with Mamba states, 24,576 with windows; 0: no floor)",
+        help="hybrid: tokens between two snapshot floor points, fixed, or a comma list "
+        "(default: by cost, at most 17,920 with Mamba states, 24,576 with windows, then "
+        "learned online; 0: no floor)",
     )
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")
