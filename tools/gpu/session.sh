@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 16's checks on a lent GPU machine, stage by stage (run through the device tool).
 #
-#   bash tools/gpu/session.sh STAGE [STAGE ...]
+#   bash tools/gpu/session.sh STAGE[:SECONDS] [STAGE[:SECONDS] ...]
 #
 # Stages (each logs to $OUT/<stage>.txt, which comes back; $OUT defaults to ./gpu-out):
 #   setup         nvidia-smi and versions; pip-installs .gpu-carry/wheels and hybridkv (-e, no deps)
@@ -23,7 +23,10 @@
 #                 transformers, each differing output explained (near-tie) or not
 #
 # What to carry and in which calls: tools/gpu/prepare.py. Each stage has its own time
-# limit (STAGE_TIMEOUT, seconds, default 540) so one hung stage does not eat the call.
+# limit (STAGE:SECONDS, else STAGE_TIMEOUT, default 540) so one hung stage does not eat
+# the call. BUDGET (seconds, optional) bounds the whole run, as a device call's timeout
+# does: a stage gets at most what is left of it less 10 s, and a stage with under 20 s
+# left is skipped (logged), so the call returns with every stage's log.
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -118,21 +121,38 @@ stage_divergence() {
         cp benchmarks/results/divergence-cuda-*.md "$OUT/" 2>/dev/null
 }
 
-for stage in "$@"; do
+for arg in "$@"; do
+    stage="${arg%%:*}"
     if ! declare -F "stage_$stage" >/dev/null; then
         echo "unknown stage: $stage (see the header of $0)" >&2
+        exit 2
+    fi
+    if [ "$arg" != "$stage" ] && ! [[ "${arg#*:}" =~ ^[1-9][0-9]*$ ]]; then
+        echo "bad time limit in $arg: STAGE:SECONDS, seconds a positive integer" >&2
         exit 2
     fi
 done
 
 status=0
-for stage in "$@"; do
+for arg in "$@"; do
+    stage="${arg%%:*}"
+    limit=$LIMIT
+    [ "$arg" != "$stage" ] && limit="${arg#*:}"
+    if [ -n "${BUDGET:-}" ]; then
+        left=$((BUDGET - SECONDS - 10))
+        if [ $left -lt 20 ]; then
+            echo "== $stage: skipped, ${left} s of the budget left" | tee -a "$OUT/skipped.txt"
+            status=124
+            continue
+        fi
+        [ $left -lt "$limit" ] && limit=$left
+    fi
     echo "== $stage" >"$OUT/$stage.txt"
     start=$SECONDS
     # Stage functions run in a child shell so that `timeout` can stop them.
     export -f "stage_$stage"
     export PY OUT XDIST
-    timeout "$LIMIT" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
+    timeout "$limit" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
     rc=$?
     echo "== $stage: exit $rc in $((SECONDS - start)) s" | tee -a "$OUT/$stage.txt"
     tail -n 25 "$OUT/$stage.txt"
