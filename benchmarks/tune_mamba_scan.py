@@ -6,9 +6,11 @@ For Bamba 9B and Mamba2 2.7B heads (bf16 activations, fp32 states, final saves)
 at 1 x 4,096 and 8 x 512 tokens, a staged sweep over ``ScanTiles``
 (``kernels/mamba/scan_tiles.py``):
 
-1. ``precision`` (ieee, tf32, tf32x3, bf16) x ``num_warps`` (4, 8);
+1. ``precision`` (ieee, tf32, tf32x3, bf16) x ``num_warps`` (4, 8), then the best
+   of them with ``shared_cb`` (C B^T once per chunk and group, not per head);
 2. ``chunk_size`` (32-256) x ``block_n`` (all of d_state, 64, 32) with the best of 1;
-3. ``block_p`` x ``num_stages``, and 16 warps, with the best of 2.
+3. ``block_p`` x ``num_stages``, and 16 warps, with the best of 2; then the best
+   of all with ``shared_cb`` flipped (its share of the work grows with the chunk).
 
 Each candidate's output and states are first compared with the sequential
 kernel's on the same inputs, as max |error| / max |value|; one over its
@@ -23,7 +25,8 @@ allocations; the GPU idle before each call). Where the two are close the call
 is launch-bound and only fewer launches help.
 
 Every compile counts: ``--budget`` seconds (120 by default) bounds the sweep;
-candidates past it are counted as skipped. Expected: 1-2 minutes on an H200.
+candidates past it are counted as skipped. Expected: 1-2 minutes on an H200
+(29 candidates per shape and case, 2 of them for ``shared_cb``).
 
     python3 benchmarks/tune_mamba_scan.py [--write] [--budget S]
         # --write: benchmarks/results/mamba-scan-tuning-<device>.md
@@ -93,10 +96,13 @@ class Plan:
     mamba1_chunks: tuple[int, ...]
     reps: int
     warmup: int
+    # Try shared_cb with stage 1's best and flipped on the final best (2 candidates).
+    # Off in the smoke plan, whose candidate count its test pins.
+    shared_cb: bool = False
 
 
 GPU_PLAN = Plan(PRECISIONS, (4, 8), (32, 64, 128, 256), (None, 64, 32), (None, 32), (None, 2, 3),
-                (16,), (16, 32, 64), reps=10, warmup=2)  # fmt: skip
+                (16,), (16, 32, 64), reps=10, warmup=2, shared_cb=True)  # fmt: skip
 SMOKE_PLAN = Plan(("ieee", "bf16"), (4,), (16, 32), (None, 16), (None, 16), (None, 1), (8,),
                   (2, 4), reps=1, warmup=0)  # fmt: skip
 
@@ -152,6 +158,11 @@ def stage3(best: ScanTiles, plan: Plan) -> list[ScanTiles]:
     return out + [replace(best, num_warps=w) for w in plan.more_warps]
 
 
+def flip_shared_cb(best: ScanTiles, plan: Plan) -> list[ScanTiles]:
+    """``best`` with ``shared_cb`` on (off where it is on), if the plan tries it."""
+    return [replace(best, shared_cb=None if best.shared_cb else True)] if plan.shared_cb else []
+
+
 def _ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1e3:.3f}"
 
@@ -203,8 +214,11 @@ def sweep_shape(
 
     base = measure(ScanTiles(), always=True)  # past the budget too: every shape has its row
     b1 = best_of([measure(t) for t in stage1(plan)], base)
+    b1 = best_of([b1, *(measure(t) for t in flip_shared_cb(b1.tiles, plan))], b1)
     b2 = best_of([measure(t) for t in stage2(b1.tiles, plan)], b1)
     for t in stage3(b2.tiles, plan):
+        measure(t)
+    for t in flip_shared_cb(best_of(list(seen.values()), base).tiles, plan):
         measure(t)
     best = best_of(list(seen.values()), base)
     tried = list(seen.values())

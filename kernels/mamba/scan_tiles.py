@@ -41,7 +41,12 @@ class ScanTiles:
     - ``precision``: ``tl.dot``'s inputs, one of ``PRECISIONS``; the rule is
       ``"ieee"``. Under Triton's interpreter ``"tf32"`` and ``"tf32x3"`` run as
       fp32 and ``"bf16"`` rounds the inputs to bf16 and multiplies in fp32
-      (the interpreter cannot multiply bf16 tiles): the same products.
+      (the interpreter cannot multiply bf16 tiles): the same products;
+    - ``shared_cb``: ``True`` computes ``C B^T`` ([Q, Q] per chunk, over all of
+      ``d_state``) once per (chunk, group) in a kernel of its own, into an fp32
+      buffer that the chunk-scan kernel reads, instead of once per (chunk, head,
+      block of ``head_dim``) inside it (as mamba-ssm's ``_bmm_chunk_fwd``); the
+      rule (``None``, like ``False``) computes it inside. Same products and sums.
     """
 
     chunk_size: int | None = None
@@ -50,6 +55,7 @@ class ScanTiles:
     num_warps: int | None = None
     num_stages: int | None = None
     precision: str | None = None
+    shared_cb: bool | None = None
 
     def __post_init__(self) -> None:
         power_of_two("chunk_size", self.chunk_size, 16, 256)
@@ -59,9 +65,11 @@ class ScanTiles:
         stage_count(self.num_stages)
         if self.precision is not None and self.precision not in PRECISIONS:
             raise ValueError(f"precision: must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.shared_cb is not None and not isinstance(self.shared_cb, bool):
+            raise ValueError(f"shared_cb: must be True, False or None, got {self.shared_cb!r}")
 
     def describe(self) -> str:
-        """``"chunk_size=128, precision=tf32"``: the fields that are set (``"defaults"``)."""
+        """``"chunk_size=128, shared_cb=True"``: the fields set (``"defaults"``)."""
         parts = [f"{k}={v}" for k, v in vars(self).items() if v is not None]
         return ", ".join(parts) or "defaults"
 

@@ -8,7 +8,8 @@ three matmuls of phase 3 and the one of phase 1 cost ~1.8M multiply-adds (19
 GFLOP for 80 heads x 4k tokens), and IEEE fp32 ``tl.dot`` runs them on CUDA
 cores (no tensor cores), from [64, 128] fp32 tiles that, several at once in 4
 warps, spill registers. ``C B^T`` is also recomputed per head though it depends
-only on the group (a quarter of the multiply-adds). ptxas for sm_90 (Triton 3.6,
+only on the group (a quarter of the multiply-adds; ``ScanTiles.shared_cb``
+computes it once per (chunk, group) in ``_chunk_cb_kernel`` instead). ptxas for sm_90 (Triton 3.6,
 compiled offline): the chunk-scan kernel spilled 54 KB of stores per thread at 4
 warps, 2 KB at 8 (hence the rule's 8 warps); with tf32 or bf16 matmuls and d_state
 blocks of 32 at 8 warps, none (and wgmma). The launch choices that
@@ -153,18 +154,49 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
 
 
 @triton.jit(do_not_specialize=_PER_CALL)
+def _chunk_cb_kernel(  # type: ignore[no-untyped-def]
+    B_ptr, C_ptr, bounds_ptr, cb_ptr,
+    num_chunks, d_state, stride_B_t, stride_B_g, stride_C_t, stride_C_g,
+    stride_cb_c, stride_cb_g,
+    Q: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    # Shared C B^T, one program per (chunk, group): [Q, Q] over all of d_state in steps
+    # of BLOCK_N, summed as the chunk-scan kernel sums it; rows and columns past the
+    # chunk's end are 0 (their C and B rows load as 0).
+    c = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1).to(tl.int64)
+    i = tl.arange(0, Q)
+    start = tl.load(bounds_ptr + c).to(tl.int64)
+    end = tl.load(bounds_ptr + num_chunks + c).to(tl.int64)
+    tok = start + i
+    tmask = tok < end
+    B_rows = B_ptr + tok[:, None] * stride_B_t + g * stride_B_g
+    C_rows = C_ptr + tok[:, None] * stride_C_t + g * stride_C_g
+    cb = tl.zeros([Q, Q], tl.float32)
+    for n0 in range(0, d_state, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        qn = tmask[:, None] & (n[None, :] < d_state)
+        C = tl.load(C_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)  # [Q, BLOCK_N]
+        B = tl.load(B_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)
+        cb = _dot(C, tl.trans(B), cb, PRECISION)
+    tl.store(cb_ptr + c * stride_cb_c + g * stride_cb_g + i[:, None] * Q + i[None, :], cb)
+
+
+@triton.jit(do_not_specialize=_PER_CALL)
 def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
-    bounds_ptr, states_ptr, state_ptr, save_ptr, out_ptr,
+    bounds_ptr, states_ptr, state_ptr, save_ptr, out_ptr, cb_ptr,
     num_chunks, head_dim, d_state, heads_per_group,
     stride_x_t, stride_x_h, stride_dt_t, stride_B_t, stride_B_g, stride_C_t, stride_C_g,
     stride_z_t, stride_z_h, stride_out_t, stride_out_h,
     stride_st_c, stride_st_h, stride_st_p, stride_s_slot, stride_s_h, stride_s_p,
+    stride_cb_c, stride_cb_g,
     DT_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, SHARED_CB: tl.constexpr,
 ):  # fmt: skip
     # Phase 3, one program per (chunk, head, block of head_dim); d_state in steps of BLOCK_N.
+    # SHARED_CB: C B^T read from _chunk_cb_kernel's [num_chunks, n_groups, Q, Q] buffer.
     c = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -183,16 +215,20 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     st_rows = states_ptr + c * stride_st_c + h * stride_st_h + p[:, None] * stride_st_p
     # Over d_state: C h0^T (the start state read at each token) and C B^T.
     ch = tl.zeros([Q, BLOCK_P], tl.float32)
-    cb = tl.zeros([Q, Q], tl.float32)
+    if SHARED_CB:
+        cb = tl.load(cb_ptr + c * stride_cb_c + g * stride_cb_g + i[:, None] * Q + i[None, :])
+    else:
+        cb = tl.zeros([Q, Q], tl.float32)
     for n0 in range(0, d_state, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         nmask = n < d_state
         qn = tmask[:, None] & nmask[None, :]
         C = tl.load(C_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)  # [Q, BLOCK_N]
-        B = tl.load(B_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)
         h0 = tl.load(st_rows + n[None, :], mask=pmask[:, None] & nmask[None, :], other=0.0)
         ch = _dot(C, tl.trans(h0), ch, PRECISION)
-        cb = _dot(C, tl.trans(B), cb, PRECISION)  # [Q, Q]
+        if not SHARED_CB:
+            B = tl.load(B_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)
+            cb = _dot(C, tl.trans(B), cb, PRECISION)  # [Q, Q]
     qp = tmask[:, None] & pmask[None, :]
     x = tl.load(x_ptr + tok[:, None] * stride_x_t + h * stride_x_h + p[None, :], mask=qp, other=0.0)
     x = x.to(tl.float32)  # [Q, BLOCK_P]
@@ -258,6 +294,22 @@ def _choices(tiles: ScanTiles, q: int, head_dim: int, d_state: int) -> tuple[int
     return block_p, block_n, precision, opts
 
 
+def _shared_cb(
+    B: torch.Tensor, C: torch.Tensor, bounds: torch.Tensor, q: int, block_n: int,
+    precision: str, opts: dict,
+) -> torch.Tensor:  # fmt: skip
+    """``C B^T`` per (chunk, group): fp32 ``[num_chunks, n_groups, Q, Q]``, 0 past a
+    chunk's end, summed over ``d_state`` in blocks of ``block_n`` as in the chunk scan."""
+    num_chunks, (n_groups, d_state) = bounds.shape[1], B.shape[1:]
+    cb = torch.empty((num_chunks, n_groups, q, q), dtype=torch.float32, device=B.device)
+    _chunk_cb_kernel[(num_chunks, n_groups)](
+        B, C, bounds, cb, num_chunks, d_state,
+        B.stride(0), B.stride(1), C.stride(0), C.stride(1), cb.stride(0), cb.stride(1),
+        Q=q, BLOCK_N=block_n, PRECISION=precision, **opts,
+    )  # fmt: skip
+    return cb
+
+
 def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
     x, dt, B, C, z, ssm_state, qsl = a.x, a.dt, a.B, a.C, a.z, a.ssm_state, a.query_start_loc
     num_tokens, n_heads, head_dim = x.shape
@@ -291,12 +343,15 @@ def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
         num_chunks, n_heads, head_dim, d_state, n_blocks, *sts, *sss,
         BLOCK_P=block_p, BLOCK_N=block_n, **opts,
     )  # fmt: skip
+    cb = _shared_cb(B, C, bounds, q, block_n, precision, opts) if tiles.shared_cb else dA_sum
+    cbs = (cb.stride(0), cb.stride(1)) if tiles.shared_cb else (0, 0)
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     _chunk_scan_kernel[(num_chunks, n_heads, p_blocks)](
         x, dt, a.A, B, C, D, z_, dt_bias, bounds, states, ssm_state, a.save_state_indices, out,
-        num_chunks, head_dim, d_state, hpg,
+        cb, num_chunks, head_dim, d_state, hpg,
         x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0),
-        C.stride(1), zs[0], zs[1], out.stride(0), out.stride(1), *sts, *sss,
-        **flags, Q=q, BLOCK_P=block_p, BLOCK_N=block_n, PRECISION=precision, **opts,
+        C.stride(1), zs[0], zs[1], out.stride(0), out.stride(1), *sts, *sss, *cbs,
+        **flags, Q=q, BLOCK_P=block_p, BLOCK_N=block_n, PRECISION=precision,
+        SHARED_CB=bool(tiles.shared_cb), **opts,
     )  # fmt: skip
     return out

@@ -11,6 +11,10 @@ cases check the plumbing only; they test the tf32 rounding where the suite runs
 compiled on a GPU (``tests/triton_on_cuda.py``). ``bf16`` rounds its operands
 under the interpreter too (``ScanTiles``' docstring), so its case checks the
 rounding everywhere, and that it happened.
+
+``shared_cb`` (``C B^T`` once per (chunk, group) in a kernel of its own) is checked
+against the in-kernel product (the same sums: 1e-6) and the oracle, with several
+heads per group and several groups.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from mamba_oracle import (
 from test_mamba_ssd_chunked import KEYS, _params
 
 from hybridkv.kernels.mamba import ssd_chunk_scan_fn
+from hybridkv.kernels.mamba._common import chunk_layout
 from hybridkv.kernels.mamba.scan_tiles import PRECISIONS, ScanTiles
 
 TOL = {"ieee": 1e-5, "tf32x3": 1e-5, "tf32": 1e-2, "bf16": 5e-2}
@@ -83,6 +88,73 @@ def test_precision_matches_oracle(precision):
         assert max(ey, es) > 1e-4, (ey, es)
 
 
+def _outputs(p: dict, tail: tuple[int, int, int], tiles: ScanTiles):
+    """``(out, ssm states)`` of the ``chunk_edges`` scenario, from the same states."""
+    sc = CHUNK_SCENARIOS[0]
+    sv = state_views(16, (3, 8), tail, seed=3)
+    out = ssd_chunk_scan_fn(
+        *[p[k] for k in KEYS], True, sv.ssm, *sc.tensors(), backend="triton", tiles=tiles
+    )
+    return out, sv.ssm
+
+
+@pytest.mark.parametrize(("precision", "block_n"), [("ieee", 16), ("ieee", None), ("bf16", 16)])
+def test_shared_cb_matches_in_kernel_product_and_oracle(precision, block_n):
+    """4 heads in 2 groups (2 per group), d_state 20 (in blocks of 16 where block_n is
+    16, the second partial), chunks of 16 over sequences of 1, 15, 16, 17 and 40
+    tokens with initial states and saves at and inside chunk ends."""
+    p = _params(sum(CHUNK_SCENARIOS[0].lengths), 4, 16, 2, 20, torch.float32, True, True, 13)
+    tail = (4, 16, 20)
+    inside = ScanTiles(chunk_size=16, block_p=16, block_n=block_n, precision=precision)
+    shared = ScanTiles(chunk_size=16, block_p=16, block_n=block_n, precision=precision,
+                       shared_cb=True)  # fmt: skip
+    want_y, want_st = _outputs(p, tail, inside)
+    got_y, got_st = _outputs(p, tail, shared)
+    torch.testing.assert_close(got_y, want_y, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got_st, want_st, atol=1e-6, rtol=1e-6)
+    ey, es = _relative_errors(p, tail, shared)
+    assert ey < TOL[precision] and es < TOL[precision], (ey, es)
+
+
+def test_shared_cb_kernel_zero_past_chunk_ends():
+    """The buffer itself: C B^T per (chunk, group) over the chunk's tokens, 0 in the
+    rows and columns past its end and in the unused chunks of the bound."""
+    from hybridkv.kernels.mamba.ssd_chunk_scan_triton import _shared_cb
+
+    g = torch.Generator().manual_seed(14)
+    B, C = torch.randn((2, 57, 3, 20), generator=g)
+    qsl = torch.tensor([0, 17, 18, 57], dtype=torch.int32)
+    bounds, _ = chunk_layout(qsl, 57, 16)
+    cb = _shared_cb(B, C, bounds, 16, 16, "ieee", {"num_warps": 4})
+    assert cb.shape == (bounds.shape[1], 3, 16, 16) and cb.dtype == torch.float32
+    for c, (t0, t1) in enumerate(bounds.T.tolist()):
+        want = torch.zeros(3, 16, 16)
+        n = t1 - t0
+        want[:, :n, :n] = torch.einsum("igd,jgd->gij", C[t0:t1].double(), B[t0:t1].double())
+        torch.testing.assert_close(cb[c].double(), want.double(), atol=1e-5, rtol=1e-5)
+
+
+def test_shared_cb_is_what_the_chunk_scan_reads(monkeypatch):
+    """With ``shared_cb`` the chunk-scan kernel uses the buffer, not its own product
+    (a buffer of zeros changes the outputs); without it no buffer is made."""
+    from hybridkv.kernels.mamba import ssd_chunk_scan_triton as mod
+
+    calls = []
+
+    def zeros(*args, **kwargs):
+        calls.append(args[3])
+        return torch.zeros_like(mod_shared(*args, **kwargs))
+
+    mod_shared = mod._shared_cb
+    want = _run(tiles=ScanTiles(shared_cb=True))
+    monkeypatch.setattr(mod, "_shared_cb", zeros)
+    got = _run(tiles=ScanTiles(shared_cb=True))
+    assert len(calls) == 1 and not torch.allclose(got, want)
+    inside = _run(tiles=ScanTiles(shared_cb=False))  # no buffer: the kernel's own product
+    assert len(calls) == 1
+    torch.testing.assert_close(inside, want, atol=1e-6, rtol=1e-6)
+
+
 def _run(tiles=None, chunk_size=None, backend="triton"):
     sc = SCENARIOS[0]
     p = _params(5, 4, 6, 2, 5, torch.float32, True, True, seed=9)
@@ -125,6 +197,8 @@ def test_tiles_must_be_scan_tiles():
         ({"num_stages": 0}, r"num_stages: must be an integer in \[1, 8\]"),
         ({"num_stages": 2.0}, r"num_stages: must be an integer in \[1, 8\]"),
         ({"precision": "fp16"}, "precision: must be one of"),
+        ({"shared_cb": 1}, "shared_cb: must be True, False or None"),
+        ({"shared_cb": "yes"}, "shared_cb: must be True, False or None"),
     ],
 )
 def test_scan_tiles_validation(kwargs, match):
@@ -136,3 +210,4 @@ def test_describe_names_the_fields_set():
     assert ScanTiles().describe() == "defaults"
     tiles = ScanTiles(chunk_size=128, precision="tf32")
     assert tiles.describe() == "chunk_size=128, precision=tf32"
+    assert ScanTiles(chunk_size=64, shared_cb=True).describe() == "chunk_size=64, shared_cb=True"
