@@ -104,7 +104,7 @@ class Plan:
 GPU_PLAN = Plan(PRECISIONS, (4, 8), (32, 64, 128, 256), (None, 64, 32), (None, 32), (None, 2, 3),
                 (16,), (16, 32, 64), reps=10, warmup=2, shared_cb=True)  # fmt: skip
 SMOKE_PLAN = Plan(("ieee", "bf16"), (4,), (16, 32), (None, 16), (None, 16), (None, 1), (8,),
-                  (2, 4), reps=1, warmup=0)  # fmt: skip
+                  (2, 4), reps=1, warmup=0, shared_cb=True)  # fmt: skip
 
 
 class Deadline:
