@@ -29,13 +29,18 @@ Every function takes its shapes as arguments with the issue's as defaults, so
 
 from __future__ import annotations
 
-import statistics
-import time
 from functools import partial
 
 import torch
 import torch.nn.functional as F
-from kernel_common import KINDS, host_seconds, paged_decode, timed_back_to_back, visible_keys
+from kernel_common import (
+    KINDS,
+    from_idle_seconds,
+    host_seconds,
+    paged_decode,
+    timed_back_to_back,
+    visible_keys,
+)
 from kernel_common import timed as _timed
 
 from hybridkv.kernels import AttentionMetadata, AttentionOptions, reshape_and_cache
@@ -249,16 +254,7 @@ CALL_COST_CASES = (
 
 def _synced_seconds(fn, device: torch.device, reps: int = 10) -> float:  # type: ignore[no-untyped-def]
     """Median host seconds of ``fn`` from an idle device until the device is idle again."""
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return from_idle_seconds(fn, device, reps, until_done=True)
 
 
 def _call_on_new_metadata(q, k, v, fresh: list[AttentionMetadata], opts):  # type: ignore[no-untyped-def]

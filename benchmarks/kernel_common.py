@@ -100,3 +100,22 @@ def visible_keys(ctx: int, kind: dict) -> int:
     last = ctx - 1
     lo = AttentionOptions(scale=1.0, **kind).first_visible_key(last)
     return ctx - lo
+
+
+def from_idle_seconds(
+    fn: Callable[[], object], device: torch.device, reps: int = 10, *, until_done: bool
+) -> float:
+    """Median host seconds of one ``fn`` started on an idle device: until it returns
+    (what issuing it costs), or with ``until_done`` until the device is idle again."""
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if until_done and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(times)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -58,7 +57,7 @@ from bench_kernels import (  # noqa: E402
     mamba1_prefill_inputs,
     mamba2_prefill_inputs,
 )
-from kernel_common import timed  # noqa: E402
+from kernel_common import from_idle_seconds, timed  # noqa: E402
 
 from hybridkv.kernels.mamba import (  # noqa: E402
     selective_chunk_scan_fn,
@@ -133,16 +132,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def host_seconds(fn: Callable[[], object], device: torch.device, reps: int) -> float:
     """Median host time to issue ``fn`` (the GPU idle at each start, not waited for)."""
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return statistics.median(times)
+    return from_idle_seconds(fn, device, reps, until_done=False)
 
 
 def stage1(plan: Plan) -> list[ScanTiles]:
