@@ -13,34 +13,9 @@ from hybridkv.kernels import AttentionMetadata, AttentionOptions
 KINDS = {"full": {}, "sliding 1024": {"sliding_window": 1024}, "chunked 8192": {"chunk_size": 8192}}
 
 
-def timed(fn: Callable[[], object], device: torch.device, reps: int = 20, warmup: int = 3) -> float:
-    """Median seconds of ``fn`` over ``reps`` calls after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def timed_back_to_back(
-    fn: Callable[[], object], device: torch.device, calls: int = 32, reps: int = 20
-) -> float:
-    """Median seconds per call of ``calls`` calls enqueued back to back between two
-    events, as a step's layers run: ``max(host cost, GPU time)`` per call, where
-    ``timed`` (one call between its events) gives host cost + launch latency + GPU
-    time. On the CPU: wall time per call."""
-    fn()
+def _event_seconds(fn: Callable[[], object], device: torch.device, calls: int, reps: int) -> float:
+    """Median seconds per call of ``calls`` calls between two CUDA events (on the CPU:
+    wall time), over ``reps`` repetitions."""
     times = []
     for _ in range(reps):
         if device.type == "cuda":
@@ -57,6 +32,24 @@ def timed_back_to_back(
                 fn()
             times.append((time.perf_counter() - t0) / calls)
     return statistics.median(times)
+
+
+def timed(fn: Callable[[], object], device: torch.device, reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    return _event_seconds(fn, device, 1, reps)
+
+
+def timed_back_to_back(
+    fn: Callable[[], object], device: torch.device, calls: int = 32, reps: int = 20
+) -> float:
+    """Median seconds per call of ``calls`` calls enqueued back to back between two
+    events, as a step's layers run: ``max(host cost, GPU time)`` per call, where
+    ``timed`` (one call between its events) gives host cost + launch latency + GPU
+    time. On the CPU: wall time per call."""
+    fn()
+    return _event_seconds(fn, device, calls, reps)
 
 
 def host_seconds(fn: Callable[[], object], device: torch.device, calls: int = 32) -> float:

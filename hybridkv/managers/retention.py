@@ -125,10 +125,17 @@ def floor_point_cost(groups: Sequence[tuple[bool, int, Callable[[int], int]]], l
     point's extra pages are averaged over the positions of a window or chunk far
     from the start.
     """
+    return _point_cost(groups, _point_pages(groups, lcm))
+
+
+def _point_cost(
+    groups: Sequence[tuple[bool, int, Callable[[int], int]]], pages: list[list[int]]
+) -> float:
+    """``floor_point_cost`` from the pages ``_point_pages`` found."""
     full_pages_per_token = sum(1 / bs for skips, bs, _ in groups if not skips)
     if not full_pages_per_token:
         return 0.0
-    return sum(sum(n) / len(n) for n in _point_pages(groups, lcm)) / full_pages_per_token
+    return sum(sum(n) / len(n) for n in pages) / full_pages_per_token
 
 
 def _point_pages(
@@ -151,11 +158,11 @@ def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm:
     window one whose point needs the same number of blocks wherever it falls (a
     chunk's varies). Under ``hybrid`` this is where ``floor_tuner`` starts.
     """
-    cost = floor_point_cost(groups, lcm)
+    pages = _point_pages(groups, lcm)
+    cost = _point_cost(groups, pages)
     if not cost:
         return 0
     spacing = FLOOR_RATIO * cost
-    pages = _point_pages(groups, lcm)
     if any(n[0] == 1 and len(set(n)) == 1 for n in pages):  # a full group needs them all
         spacing = min(spacing, FLOOR_MAX_STATE_TOKENS)
     elif all(len(set(n)) == 1 for n in pages):
