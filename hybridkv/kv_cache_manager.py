@@ -438,7 +438,9 @@ class KVCacheManager:
         tuner = self.coordinator.floor_tuner
         if tuner is not None:
             self.coordinator.floor_tokens = tuner.observe(
-                branch, num_hit, request.num_prompt_tokens
+                branch,
+                num_hit,
+                request.num_tokens,  # a resumed request's hit covers outputs
             )
         step = self.coordinator.floor_tokens
         floor = range(step, request.num_tokens, step) if step else ()

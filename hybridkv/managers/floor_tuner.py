@@ -102,7 +102,9 @@ class FloorTuner:
 
     def observe(self, full_match: int, hit: int, prompt_tokens: int) -> int:
         """One admission: full attention matched ``full_match`` tokens, the hit is
-        ``hit``, of a ``prompt_tokens``-token prompt. Returns the spacing in force
+        ``hit``, of a request of ``prompt_tokens`` tokens (its prompt at a first
+        admission; with its outputs when it resumes after preemption, since its hit
+        may cover them: the hit never exceeds it). Returns the spacing in force
         for the admissions that follow."""
         s = self.spacing
         m = _below(full_match, self.step)
