@@ -118,12 +118,13 @@ def call_on(device: torch.device | str, fn: Callable[..., Any], *args: Any, **kw
     moved_args = mover.to_device(args)
     moved_kwargs = mover.to_device(kwargs)
     result = fn(*moved_args, **moved_kwargs)
-    if mover.device.type == "cuda":
-        torch.cuda.synchronize(mover.device)
     if not mover.storages:
         # Nothing was copied: the caller passed device tensors (a GPU-only test or
-        # the engine on CUDA), so the result stays where the caller works.
+        # the engine on CUDA), so the result stays where the caller works, and the
+        # call is not synchronized (a test may count what a call does on the host).
         return result
+    if mover.device.type == "cuda":
+        torch.cuda.synchronize(mover.device)
     mover.write_back()
     return mover.to_host(result)
 

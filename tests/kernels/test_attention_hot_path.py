@@ -23,6 +23,7 @@ commit), for a call with the step's metadata already used by a layer:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,7 +34,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import hybridkv.kernels.cache_write_triton as cache_write_triton
 from hybridkv.kernels import AttentionMetadata, AttentionOptions, reshape_and_cache
-from hybridkv.kernels.attention import launcher, unified_attention
+from hybridkv.kernels.attention import launch_rules, launcher, unified_attention
+
+#: Where the Triton path runs: compiled on CUDA when present (device tensors, so the
+#: test shim passes the calls through untouched), else the interpreter on the CPU.
+DEVICE = torch.device(
+    "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+)
 
 #: aten ops that read device memory back to the host (a sync on CUDA).
 HOST_READS = {
@@ -76,6 +83,10 @@ class _Recorder:
 def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
     """Kernel launches recorded instead of run; any device query or ``tolist`` fails."""
     got: list[tuple[str, Any]] = []
+    if DEVICE.type == "cuda":
+        # torch's lazy CUDA init queries device properties itself: done before the refusal.
+        torch.cuda.init()
+        torch.empty(1, device=DEVICE)
     monkeypatch.setattr(launcher, "unified_attention_kernel", _Recorder("attention", got))
     monkeypatch.setattr(launcher, "reduce_segments_kernel", _Recorder("merge", got))
     monkeypatch.setattr(
@@ -102,11 +113,11 @@ def _ops(fn: Callable[[], object]) -> list[str]:
 def _decode(batch: int = 4, ctx: int = 4096, sinks: bool = False):
     hq, hkv, d, bs = 32, 8, 128, 16
     per = -(-ctx // bs)
-    k = torch.zeros(batch * per + 1, bs, hkv, d, dtype=torch.bfloat16)
-    table = (torch.arange(batch * per, dtype=torch.int32) + 1).view(batch, per)
+    k = torch.zeros(batch * per + 1, bs, hkv, d, dtype=torch.bfloat16, device=DEVICE)
+    table = (torch.arange(batch * per, dtype=torch.int32, device=DEVICE) + 1).view(batch, per)
     meta = AttentionMetadata.build([1] * batch, [ctx] * batch, table)
-    q = torch.zeros(batch, hq, d, dtype=torch.bfloat16)
-    s = torch.zeros(hq, dtype=torch.bfloat16) if sinks else None
+    q = torch.zeros(batch, hq, d, dtype=torch.bfloat16, device=DEVICE)
+    s = torch.zeros(hq, dtype=torch.bfloat16, device=DEVICE) if sinks else None
     return q, k, torch.zeros_like(k), meta, s
 
 
@@ -121,16 +132,22 @@ def test_a_decode_with_prepared_metadata_runs_one_op_and_no_host_read(launches, 
             q, k, v, meta, opts, sinks=s, out=out, backend="triton", num_segments=segments
         )
 
+    # No segments given: split-KV is automatic on CUDA (one segment per 2,048 keys), none
+    # under the interpreter.
+    split = segments or launch_rules.auto_segments(
+        launch_rules.BatchKind.DECODE, 4096, on_cuda=DEVICE.type == "cuda"
+    )
+    split = split if split > 1 else None
     first = _ops(call)  # the step's first layer: plans, and the partials once
-    assert first.count("aten.empty.memory_format") == (1 if segments else 0), first
+    assert first.count("aten.empty.memory_format") == (1 if split else 0), first
     launches.clear()
     ops = _ops(call)
     assert ops == ["aten.empty_like.default"]  # the output
     assert len(ops) <= MAX_ATTENTION_OPS
     out = torch.empty_like(q)
     assert _ops(lambda: call(out=out)) == []
-    want = [("attention", (4 // 4 + 4, 8, segments or 1))]
-    if segments:
+    want = [("attention", (4 // 4 + 4, 8, split or 1))]
+    if split:
         want.append(("merge", (4, 32)))
     assert launches[: len(want)] == want
 
@@ -147,17 +164,17 @@ def test_layers_share_the_steps_plans(launches, monkeypatch):
         unified_attention(q, k, v, meta, full, backend="triton")
         unified_attention(q, k, v, meta, sliding, backend="triton")
     assert len(planned) == 2  # one plan per layer geometry and step
-    assert meta.derived.checked == {(torch.device("cpu"), 16)}
+    assert meta.derived.checked == {(q.device, 16)}
     q2, k2, v2, meta2, _ = _decode()  # the next step: new metadata, new plans
     unified_attention(q2, k2, v2, meta2, full, backend="triton")
     assert len(planned) == 3
 
 
 def test_a_cache_write_runs_no_op(launches):
-    key = torch.zeros(256, 8, 128, dtype=torch.bfloat16)
-    kc = torch.zeros(64, 16, 8, 128, dtype=torch.bfloat16)
+    key = torch.zeros(256, 8, 128, dtype=torch.bfloat16, device=DEVICE)
+    kc = torch.zeros(64, 16, 8, 128, dtype=torch.bfloat16, device=DEVICE)
     vc = torch.zeros_like(kc)
-    slots = torch.randperm(1024)[:256]
+    slots = torch.randperm(1024, device=DEVICE)[:256]
     ops = _ops(lambda: reshape_and_cache(key, key, kc, vc, slots, backend="triton"))
     assert len(ops) <= MAX_CACHE_WRITE_OPS, ops
     assert launches == [("cache_write", (256,))]
@@ -176,15 +193,16 @@ def test_split_layers_sharing_the_partials_are_each_right(sinks_dtype):
         block_size=4,
         opts=opts,
         with_sinks=True,
+        device=DEVICE,  # on CUDA the metadata (and the plans it keeps) is the test's own
     )
     gen = torch.Generator().manual_seed(1)
     b = PagedBatch(
-        torch.randn(a.q.shape, generator=gen),
+        torch.randn(a.q.shape, generator=gen).to(DEVICE),
         a.key_cache * -1.3,  # NaN poison stays NaN
         a.value_cache * 0.7,
         a.meta,
         opts,
-        torch.randn(4, generator=gen),
+        torch.randn(4, generator=gen).to(DEVICE),
     )
     for layer in (a, b):
         layer.sinks = layer.sinks.to(sinks_dtype)
@@ -193,5 +211,5 @@ def test_split_layers_sharing_the_partials_are_each_right(sinks_dtype):
             layer.q, layer.key_cache, layer.value_cache, a.meta, opts,
             sinks=layer.sinks, backend="triton", num_segments=3,
         )  # fmt: skip
-        torch.testing.assert_close(got.double(), dense_oracle(layer), rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close(got.double().cpu(), dense_oracle(layer), rtol=2e-5, atol=2e-5)
     assert len(a.meta.derived.workspace) == 1

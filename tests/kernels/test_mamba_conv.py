@@ -220,9 +220,11 @@ def test_gpu_triton_matches_torch_bf16():
         [3, 10, 11, 5, 12, 13], device=dev
     )
     x = torch.randn(sum(lengths), dim, device=dev).to(torch.bfloat16)
+    # One set of initial states for both backends (each writes its own copy).
+    conv0 = torch.randn(16, width - 1, dim + 64, device=dev)
     res = {}
     for backend in BACKENDS:
-        conv = torch.randn(16, width - 1, dim + 64, device=dev)[:, :, :dim]
+        conv = conv0.clone()[:, :, :dim]
         out = causal_conv1d_fn(x, weight, b, "silu", conv, qsl, init, save, backend=backend)
         idx = torch.tensor([13, -1, 11, 5], device=dev)
         dec = causal_conv1d_update(

@@ -19,6 +19,8 @@ heads per group and several groups.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from mamba_oracle import (
@@ -35,6 +37,8 @@ from test_mamba_ssd_chunked import KEYS, _params
 from hybridkv.kernels.mamba import ssd_chunk_scan_fn
 from hybridkv.kernels.mamba._common import chunk_layout
 from hybridkv.kernels.mamba.scan_tiles import PRECISIONS, ScanTiles
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 TOL = {"ieee": 1e-5, "tf32x3": 1e-5, "tf32": 1e-2, "bf16": 5e-2}
 
@@ -125,7 +129,11 @@ def test_shared_cb_kernel_zero_past_chunk_ends():
     B, C = torch.randn((2, 57, 3, 20), generator=g)
     qsl = torch.tensor([0, 17, 18, 57], dtype=torch.int32)
     bounds, _ = chunk_layout(qsl, 57, 16)
-    cb = _shared_cb(B, C, bounds, 16, 16, "ieee", {"num_warps": 4})
+    # A private launcher, outside the backend table the CUDA test shim routes: on a GPU
+    # machine its tensors go to the GPU here, as the chunk scan's do.
+    dev = torch.device("cuda" if torch.cuda.is_available() and not INTERPRET else "cpu")
+    cb = _shared_cb(B.to(dev), C.to(dev), bounds.to(dev), 16, 16, "ieee", {"num_warps": 4})
+    cb = cb.cpu()
     assert cb.shape == (bounds.shape[1], 3, 16, 16) and cb.dtype == torch.float32
     for c, (t0, t1) in enumerate(bounds.T.tolist()):
         want = torch.zeros(3, 16, 16)

@@ -75,11 +75,11 @@ print('demo checkpoint:', demo_checkpoint())
 
 # pytest-xdist (in the device image) spreads Triton's compiles over the machine's cores.
 stage_kernels() {
-    "$PY" -m pytest tests/kernels $XDIST -q -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
+    "$PY" -m pytest tests/kernels $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
 }
 
 stage_engine-tests() {
-    "$PY" -m pytest tests/engine $XDIST -q -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
+    "$PY" -m pytest tests/engine $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
 }
 
 stage_bench-kernels() {
@@ -152,7 +152,8 @@ for arg in "$@"; do
     # Stage functions run in a child shell so that `timeout` can stop them.
     export -f "stage_$stage"
     export PY OUT XDIST
-    timeout "$limit" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
+    # SIGINT first: pytest then prints its summary (the failures so far) and the junit xml.
+    timeout -s INT -k 20 "$limit" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
     rc=$?
     echo "== $stage: exit $rc in $((SECONDS - start)) s" | tee -a "$OUT/$stage.txt"
     tail -n 25 "$OUT/$stage.txt"
