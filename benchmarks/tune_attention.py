@@ -83,6 +83,12 @@ def shapes(quick: bool, tiny: bool) -> list[Shape]:
         Shape("prefill 4 x 2k", ((0, 2048),) * 4),
         Shape("mixed 2k chunk + 64 x 8k", ((2048, 2048),) + ((8191, 1),) * 64),
         Shape("sliding 1024, decode 64 x 32k", ((32767, 1),) * 64, (("sliding_window", 1024),)),
+        # Second H200 lease: the short-span rule (no split, 2 warps, tile_n 32) measured
+        # slower than the rules before it at batch 1 and 16 (8 or 128 programs on 132 SMs).
+        Shape("sliding 1024, decode 1 x 32k", ((32767, 1),), (("sliding_window", 1024),)),
+        Shape("sliding 1024, decode 16 x 8k", ((8191, 1),) * 16, (("sliding_window", 1024),)),
+        Shape("decode 1 x 2k", ((2047, 1),)),
+        Shape("mixed 512 on 30k + 16 x 32k", ((30000, 512),) + ((32767, 1),) * 16),
     ]
     return out[::3] if quick else out
 
