@@ -52,3 +52,22 @@ def test_session_runs_stages_logs_them_and_refuses_unknown_ones(tmp_path):
     bad = _session(tmp_path, "noop", "fly")
     assert bad.returncode == 2 and "unknown stage: fly" in bad.stderr
     assert not (tmp_path / "out" / "noop.txt").exists()  # checked before any stage runs
+
+
+def test_triton_cache_stage_packs_the_cache_into_parts_that_unpack_to_it(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "ab12").mkdir(parents=True)
+    blob = os.urandom(4000)
+    (cache / "ab12" / "kernel.cubin").write_bytes(blob)
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PY": sys.executable}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    run = subprocess.run(
+        ["bash", str(SESSION), "triton-cache"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    parts = sorted((tmp_path / "out").glob("triton-cache.tar.gz.part-*"))
+    assert [p.name for p in parts] == ["triton-cache.tar.gz.part-00"]
+    back = tmp_path / "back"
+    back.mkdir()
+    subprocess.run(["tar", "xzf", str(parts[0]), "-C", str(back)], check=True)
+    assert (back / "ab12" / "kernel.cubin").read_bytes() == blob

@@ -10,8 +10,13 @@
 #                 checkpoint under $HYBRIDKV_CACHE (default /root/hybridkv-cache) with the
 #                 carried tokenizer (.gpu-carry/tokenizer)
 #   kernels       pytest tests/kernels: the interpreter suite compiled on CUDA
-#                 (tests/triton_on_cuda.py) plus the GPU-only cases
-#   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA)
+#                 (tests/triton_on_cuda.py) plus the GPU-only cases ($KERNEL_TESTS: other
+#                 test paths or node ids instead of tests/kernels)
+#   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA;
+#                 $ENGINE_TESTS instead of tests/engine)
+#   triton-cache  packs Triton's compile cache into $OUT/triton-cache.tar.gz.part-* (15 MiB
+#                 each, at most 4): copied to .gpu-carry/triton-cache/ here and carried,
+#                 `setup` unpacks it, so a later lease does not compile what this one did
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
 #   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
 #   tune-mamba    benchmarks/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep)
@@ -33,6 +38,7 @@ OUT="${OUT:-$PWD/gpu-out}"
 PY="${PY:-python3}"
 LIMIT="${STAGE_TIMEOUT:-540}"
 export HYBRIDKV_CACHE="${HYBRIDKV_CACHE:-/root/hybridkv-cache}"
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$HOME/.triton/cache}"
 XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8")
 mkdir -p "$OUT"
 
@@ -45,6 +51,23 @@ stage_setup() {
     fi
     "$PY" -m pip install --no-deps --no-build-isolation -e . >/dev/null && echo "hybridkv installed (editable)"
     "$PY" -c 'import hybridkv, pydantic; from hybridkv.kernels import unified_attention; print("import ok: hybridkv", hybridkv.__file__, "pydantic", pydantic.VERSION)'
+    if compgen -G ".gpu-carry/triton-cache/triton-cache.tar.gz.part-*" >/dev/null; then
+        mkdir -p "$TRITON_CACHE_DIR"
+        cat .gpu-carry/triton-cache/triton-cache.tar.gz.part-* | tar xzf - -C "$TRITON_CACHE_DIR" &&
+            echo "Triton cache unpacked: $(ls "$TRITON_CACHE_DIR" | wc -l) entries"
+    fi
+}
+
+stage_triton-cache() {
+    local n
+    tar czf - -C "$TRITON_CACHE_DIR" . | split -b 15M -d - "$OUT/triton-cache.tar.gz.part-"
+    n=$(ls "$OUT"/triton-cache.tar.gz.part-* | wc -l)
+    du -ch "$OUT"/triton-cache.tar.gz.part-* | tail -1
+    if [ "$n" -gt 4 ]; then
+        echo "the cache takes $n parts of 15 MiB: more than a call brings back; not kept"
+        rm -f "$OUT"/triton-cache.tar.gz.part-*
+        return 1
+    fi
 }
 
 stage_noop() {
@@ -75,11 +98,11 @@ print('demo checkpoint:', demo_checkpoint())
 
 # pytest-xdist (in the device image) spreads Triton's compiles over the machine's cores.
 stage_kernels() {
-    "$PY" -m pytest tests/kernels $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
+    "$PY" -m pytest ${KERNEL_TESTS:-tests/kernels} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
 }
 
 stage_engine-tests() {
-    "$PY" -m pytest tests/engine $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
+    "$PY" -m pytest ${ENGINE_TESTS:-tests/engine} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
 }
 
 stage_bench-kernels() {
@@ -151,7 +174,7 @@ for arg in "$@"; do
     start=$SECONDS
     # Stage functions run in a child shell so that `timeout` can stop them.
     export -f "stage_$stage"
-    export PY OUT XDIST
+    export PY OUT XDIST KERNEL_TESTS ENGINE_TESTS
     # SIGINT first: pytest then prints its summary (the failures so far) and the junit xml.
     timeout -s INT -k 20 "$limit" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
     rc=$?
