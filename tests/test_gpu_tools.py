@@ -71,3 +71,15 @@ def test_triton_cache_stage_packs_the_cache_into_parts_that_unpack_to_it(tmp_pat
     back.mkdir()
     subprocess.run(["tar", "xzf", str(parts[0]), "-C", str(back)], check=True)
     assert (back / "ab12" / "kernel.cubin").read_bytes() == blob
+
+
+def test_mamba_ssm_stage_says_when_mamba_ssm_was_not_carried(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PY": sys.executable}
+    env["MAMBA_SITE"] = str(tmp_path / "no-site")
+    run = subprocess.run(
+        ["bash", str(SESSION), "mamba-ssm-tests"], capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 1
+    log = (tmp_path / "out" / "mamba-ssm-tests.txt").read_text()
+    assert "mamba-ssm not carried (.gpu-carry/mamba)" in log

