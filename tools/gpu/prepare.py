@@ -137,7 +137,8 @@ def main() -> int:
         parts = split_file(gguf, CARRY, PART_MIB << 20)
         shutil.rmtree(scratch)
         print(f"{gguf.name} in {len(parts)} parts of <= {PART_MIB} MiB")
-        calls = [[".gpu-carry/wheels", ".gpu-carry/mamba", ".gpu-carry/tokenizer", ".gpu-carry/gguf-1"]]
+        first = [".gpu-carry/wheels", ".gpu-carry/mamba", ".gpu-carry/tokenizer"]
+        calls = [[*first, ".gpu-carry/gguf-1"]]
         calls += [[f".gpu-carry/gguf-{k}"] for k in range(2, len(parts) + 1)]
     print("\nDevice calls, back to back (a machine left idle 30 s is given back):")
     for i, carry in enumerate(calls, 1):
