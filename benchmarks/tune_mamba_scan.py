@@ -66,6 +66,7 @@ from hybridkv.kernels.mamba import (  # noqa: E402
     ssd_scan_fn,
 )
 from hybridkv.kernels.mamba.scan_tiles import PRECISIONS, ScanTiles  # noqa: E402
+from hybridkv.kernels.mamba.ssd_chunk_scan_triton import RULE_PRECISION  # noqa: E402
 
 # (outputs, states) tolerance per precision, as max |error| / max |sequential value|.
 # Outputs are bf16 in both kernels, so one bf16 rounding (2^-8 ~ 4e-3 of a value)
@@ -190,7 +191,7 @@ def sweep_shape(
             r = Result(tiles, None, why=f"{type(e).__name__}: {str(e)[:80]}")
         else:
             err = (rel_err(got, want_y), rel_err(state, want_st))
-            tol = TOL[tiles.precision or "ieee"]
+            tol = TOL[tiles.precision or RULE_PRECISION]
             if err[0] > tol[0] or err[1] > tol[1]:
                 r = Result(tiles, None, err, f"over the tolerance {tol[0]:g} / {tol[1]:g}")
             else:

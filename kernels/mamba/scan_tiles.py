@@ -9,7 +9,8 @@ matmul inputs (the tuning script checks each choice against the sequential
 kernel). The torch backend has no tiles and ignores them, as ``TritonTiles``
 is ignored by the attention op's torch backend.
 
-The launcher's rules (``None``) were not timed on a GPU; the sweep is
+The launcher's rules (``None``) were checked for registers and local memory on
+sm_90 offline (``benchmarks/kernel_resources.py``) but not timed on a GPU; the sweep is
 ``benchmarks/tune_mamba_scan.py`` (the ``tune-mamba`` stage of
 ``tools/gpu/session.sh``).
 """
@@ -39,8 +40,9 @@ class ScanTiles:
       (16-256); the rule takes all of ``d_state`` in one block;
     - ``num_warps``, ``num_stages``: Triton's launch options (all three kernels);
     - ``precision``: ``tl.dot``'s inputs, one of ``PRECISIONS``; the rule is
-      ``"ieee"``. Under Triton's interpreter ``"tf32"`` and ``"tf32x3"`` run as
-      fp32 and ``"bf16"`` rounds the inputs to bf16 and multiplies in fp32
+      ``"tf32x3"`` (``ssd_chunk_scan_triton.RULE_PRECISION``). Under Triton's
+      interpreter ``"tf32"`` and ``"tf32x3"`` run as fp32 and ``"bf16"`` rounds
+      the inputs to bf16 and multiplies in fp32
       (the interpreter cannot multiply bf16 tiles): the same products;
     - ``shared_cb``: ``True`` computes ``C B^T`` ([Q, Q] per chunk, over all of
       ``d_state``) once per (chunk, group) in a kernel of its own, into an fp32

@@ -2,19 +2,22 @@
 
 Imported only when the Triton backend runs the op (``triton`` is optional).
 
-Speed (first H200 run, Q 64, head_dim 64, d_state 128, 4 warps, all matmuls IEEE
-fp32): 0.5 TFLOP/s, 3-7x slower than the sequential kernel. Per (chunk, head) the
-three matmuls of phase 3 and the one of phase 1 cost ~1.8M multiply-adds (19
-GFLOP for 80 heads x 4k tokens), and IEEE fp32 ``tl.dot`` runs them on CUDA
-cores (no tensor cores), from [64, 128] fp32 tiles that, several at once in 4
-warps, spill registers. ``C B^T`` is also recomputed per head though it depends
-only on the group (a quarter of the multiply-adds; ``ScanTiles.shared_cb``
-computes it once per (chunk, group) in ``_chunk_cb_kernel`` instead). ptxas for sm_90 (Triton 3.6,
-compiled offline): the chunk-scan kernel spilled 54 KB of stores per thread at 4
-warps, 2 KB at 8 (hence the rule's 8 warps); with tf32 or bf16 matmuls and d_state
-blocks of 32 at 8 warps, none (and wgmma). The launch choices that
-remove the first two causes (tf32/bf16 matmuls, d_state blocks, warps, stages,
-chunk) are ``ScanTiles`` fields, swept by ``benchmarks/tune_mamba_scan.py``.
+Speed (first and second H200 leases, Q 64, head_dim 64, d_state 128, the rules of
+then: all matmuls IEEE fp32, all of d_state in one block, 8 warps): 0.5 TFLOP/s, 4-12x
+slower than the sequential kernel. Per (chunk, head) the three matmuls of phase 3
+and the one of phase 1 cost ~1.8M multiply-adds (19 GFLOP for 80 heads x 4k
+tokens), and IEEE fp32 ``tl.dot`` runs them as FMA loops on CUDA cores; compiled for
+sm_90 (``benchmarks/kernel_resources.py``, offline) the chunk-state and chunk-scan
+kernels held 32 registers and 5-9 KB of local memory per thread. ``C B^T`` is also
+recomputed per head though it depends only on the group (a quarter of the
+multiply-adds; ``ScanTiles.shared_cb`` computes it once per (chunk, group) in
+``_chunk_cb_kernel`` instead).
+
+The rules now (``_choices``; 2026-11-26, after the second lease, not yet timed):
+tf32x3 matmuls (about fp32's accuracy, on tensor cores) and d_state in blocks of
+32 at 4 warps, which compile to wgmma with no local memory in all three kernels,
+on Triton 3.6 and 3.9 (``tests/test_kernel_resources.py`` holds that). Every
+choice is a ``ScanTiles`` field, swept by ``benchmarks/tune_mamba_scan.py``.
 """
 
 from __future__ import annotations
@@ -30,10 +33,18 @@ from hybridkv.kernels.mamba.args import ScanArgs
 from hybridkv.kernels.mamba.scan_tiles import ScanTiles
 from hybridkv.kernels.mamba.ssd_chunk_scan import MIN_TILE as _MIN_TILE
 
-# The rule's matmuls are fp32 in IEEE precision: tf32 would cost ~1e-3 relative
-# error in the states, far above the fp32 tolerance of the references. Faster
-# modes are ScanTiles.precision choices, to be picked by the GPU sweep.
-_DEFAULT_PRECISION = "ieee"
+# The rule's matmuls: three tf32 products (tf32x3), about fp32's accuracy on tensor
+# cores. IEEE fp32 dots compiled for sm_90 to FMA loops on CUDA cores with 5-9 KB of
+# local memory per thread (``benchmarks/kernel_resources.py``); tf32x3 to wgmma with
+# none (with the d_state blocks below). Plain tf32 would cost ~1e-3 relative error in
+# the states and bf16 more: ScanTiles.precision choices, for the GPU sweep to weigh.
+# Under Triton's interpreter tf32x3 runs as fp32, as ieee does.
+RULE_PRECISION = "tf32x3"
+# The rule's d_state step: all of d_state in one [Q, d_state] tile made the chunk-scan
+# kernel's tiles exceed the registers (d_state 128: 255 registers and local memory
+# even with tensor cores at 8 warps); steps of 32 compile without local memory at 4
+# warps for Q 64 (Bamba 9B and Mamba2 2.7B heads, ``benchmarks/kernel_resources.py``).
+_RULE_BLOCK_N = 32
 # What "bf16" runs as under the interpreter, whose tl.dot multiplies bf16 tiles'
 # raw 16-bit patterns as integers: operands rounded to bf16, multiplied in fp32
 # (a product of two bf16 values is exact in fp32, so only the summation order differs).
@@ -277,18 +288,20 @@ def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
 def _choices(tiles: ScanTiles, q: int, head_dim: int, d_state: int) -> tuple[int, int, str, dict]:
     """``(block_p, block_n, precision, launch options)``: ``tiles`` where set, else the rules.
 
-    Rules (not timed on a GPU; ``benchmarks/tune_mamba_scan.py`` sweeps them):
-    up to 64 rows of ``head_dim`` per program, all of ``d_state`` in one block
-    (both at least ``tl.dot``'s 16), IEEE fp32 matmuls, and 8 warps where a
-    tile reaches ``[64, 128]`` fp32 (``_FOUR_WARP_ELEMS``), else Triton's 4.
+    Rules (checked for registers and local memory on sm_90 offline, not timed on a
+    GPU; ``benchmarks/tune_mamba_scan.py`` sweeps them): up to 64 rows of
+    ``head_dim`` per program, ``d_state`` in blocks of up to ``_RULE_BLOCK_N``
+    (both at least ``tl.dot``'s 16), tf32x3 matmuls (``RULE_PRECISION``), and 8
+    warps where a tile exceeds ``[64, 64]`` fp32 (``_FOUR_WARP_ELEMS``), else
+    Triton's 4.
     """
-    block_n = tiles.block_n or max(_MIN_TILE, triton.next_power_of_2(d_state))
+    block_n = tiles.block_n or max(_MIN_TILE, min(_RULE_BLOCK_N, triton.next_power_of_2(d_state)))
     block_p = tiles.block_p or max(_MIN_TILE, min(64, triton.next_power_of_2(head_dim)))
     largest = max(q * q, max(q, block_p) * block_n)
     opts = {"num_warps": tiles.num_warps or (8 if largest > _FOUR_WARP_ELEMS else 4)}
     if tiles.num_stages is not None:
         opts["num_stages"] = tiles.num_stages
-    precision = tiles.precision or _DEFAULT_PRECISION
+    precision = tiles.precision or RULE_PRECISION
     if precision == "bf16" and interpreter_enabled():
         precision = _BF16_ROUNDED
     return block_p, block_n, precision, opts
