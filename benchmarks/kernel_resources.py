@@ -47,7 +47,8 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton: its kernels must comp
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.runtime.jit import JITFunction
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +72,7 @@ from hybridkv.kernels.mamba import (  # noqa: E402
 TARGET = GPUTarget("cuda", 90, 32)
 #: Cases whose rule uses local memory, and why it stands (``--check`` lets these pass).
 ALLOWED_STACK = {
-    "prefill 1 x 2k, head 128": "block_m 128 / tile_n 32 / 4 warps spills 56 bytes, yet it "
+    "prefill 1 x 2k, head 128": "block_m 128 / tile_n 32 / 4 warps spills 40-56 bytes, yet it "
     "was the H200 sweep's fastest prefill (1.43x flash SDPA at 1 x 8k against 2.3-3.0x "
     "before; attention-tuning-nvidia-h200.md)",
 }
@@ -132,9 +133,10 @@ def capture(run: Callable[[], object]) -> list[Launch]:
 
 
 def _signature(launch: Launch) -> tuple[dict, dict, dict, dict]:
-    """``(signature, constexprs, attrs, options)`` as a launch on CUDA would specialise
-    them: pointers 16-byte aligned, integers divisible by 16 marked so unless the
-    kernel says ``do_not_specialize``."""
+    """``(signature, constexprs, attrs, options)`` as Triton specialises the launch on a
+    GPU (its own ``native_specialize_impl``): a pointer or integer divisible by 16 is
+    marked so and an integer equal to 1 becomes a constant, unless the kernel says
+    ``do_not_specialize`` for it."""
     fn = launch.fn
     values = dict(zip(fn.arg_names, launch.args, strict=False))
     values.update(launch.kwargs)
@@ -144,22 +146,31 @@ def _signature(launch: Launch) -> tuple[dict, dict, dict, dict]:
     attrs: dict[tuple[int], list] = {}
     for i, (name, param) in enumerate(zip(fn.arg_names, fn.params, strict=True)):
         v = values[name]
-        if param.is_constexpr or v is None:
+        if param.is_constexpr:
             sig[name], const[name] = "constexpr", v
-        elif isinstance(v, torch.Tensor):
-            sig[name] = "*" + _DTYPES[v.dtype]
+            continue
+        kind, spec = native_specialize_impl(
+            BaseBackend, v, False, not param.do_not_specialize, True
+        )
+        sig[name] = kind
+        if kind == "constexpr":  # None, or an integer 1
+            const[name] = v
+        elif spec == "D":
             attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool):
-            sig[name] = "i1"
-        elif isinstance(v, int):
-            sig[name] = "i64" if abs(v) >= 2**31 else "i32"
-            if not param.do_not_specialize and v and v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, float):
-            sig[name] = "fp32"
-        else:
-            raise TypeError(f"{fn.__name__}: argument {name} of type {type(v).__name__}")
     return sig, const, attrs, options
+
+
+def variant(launch: Launch) -> tuple:
+    """What Triton compiles one binary per: the kernel, its specialised signature,
+    constants and launch options. Launches with equal ``variant`` share a compile."""
+    sig, const, attrs, options = _signature(launch)
+    return (
+        launch.fn.__name__,
+        tuple(sig.items()),
+        repr(sorted(const.items())),
+        repr(sorted(attrs.items())),
+        repr(sorted(options.items())),
+    )
 
 
 def _tool(name: str) -> str:
@@ -196,15 +207,14 @@ def resources(case: str, launch: Launch) -> Resources:
 
 
 def _paged(lens: list[tuple[int, int]], hq: int, hkv: int, d: int, bs: int = 16):
-    """(q, key_cache, value_cache, metadata) for (context, new tokens) per sequence."""
+    """(q, key_cache, value_cache, metadata) for (context, new tokens) per sequence;
+    every sequence reads the same physical blocks (nothing runs: only shapes count)."""
     per = [-(-(c + n) // bs) for c, n in lens]
     width = max(per)
     table = torch.zeros(len(lens), width, dtype=torch.int32)
-    nxt = 1
     for i, n in enumerate(per):
-        table[i, :n] = torch.arange(nxt, nxt + n, dtype=torch.int32)
-        nxt += n
-    k = torch.zeros(nxt, bs, hkv, d, dtype=torch.bfloat16)
+        table[i, :n] = torch.arange(1, n + 1, dtype=torch.int32)
+    k = torch.zeros(width + 1, bs, hkv, d, dtype=torch.bfloat16)
     meta = AttentionMetadata.build([n for _, n in lens], [c + n for c, n in lens], table)
     q = torch.zeros(sum(n for _, n in lens), hq, d, dtype=torch.bfloat16)
     return q, k, torch.zeros_like(k), meta
@@ -271,14 +281,31 @@ CASES: dict[str, dict[str, Callable[[], object]]] = {
 }
 
 
+def decode_variants(
+    batches: tuple[int, ...] = (1, 2, 3, 15, 16, 17, 31, 32, 33, 40),
+    contexts: tuple[int, ...] = (100, 1000, *range(2148, 35000, 2048)),
+) -> dict[str, int]:
+    """Binaries Triton compiles for one layer geometry's decode steps (32 q / 8 KV heads,
+    head 128, bf16) over ``batches`` x ``contexts``, split-KV as on CUDA (the launch
+    rule's segments): a compile is a stall of the step that meets it first."""
+    from hybridkv.kernels.attention.launch_rules import BatchKind, auto_segments
+
+    seen: dict[str, set] = {}
+    for batch in batches:
+        for ctx in contexts:
+            segments = auto_segments(BatchKind.DECODE, ctx, on_cuda=True)
+            for launch in capture(_attention([(ctx - 1, 1)] * batch, segments=segments)):
+                seen.setdefault(launch.fn.__name__, set()).add(variant(launch))
+    return {name: len(keys) for name, keys in sorted(seen.items())}
+
+
 def report(groups: list[str]) -> list[Resources]:
     out: list[Resources] = []
     seen: set[tuple] = set()
     for group in groups:
         for case, run in CASES[group].items():
             for launch in capture(run):
-                sig, const, _, options = _signature(launch)
-                key = (launch.fn.__name__, tuple(sig.items()), repr(const), repr(options))
+                key = variant(launch)
                 if key in seen:  # the same compile as an earlier case's
                     continue
                 seen.add(key)
@@ -304,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
     ap.add_argument("--check", action="store_true", help="exit 1 if a rule uses local memory")
     ap.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    ap.add_argument(
+        "--variants",
+        action="store_true",
+        help="also count the binaries decode steps of batch 1-40 at 100-33k tokens compile",
+    )
     args = ap.parse_args(argv)
     groups = [g for g in args.cases.split(",") if g]
     unknown = [g for g in groups if g not in CASES]
@@ -312,6 +344,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = report(groups)
     lines = table(rows)
+    if args.variants:
+        counts = decode_variants()
+        lines += [
+            "",
+            "Binaries compiled for one layer geometry's decode steps, batch 1, 2, 3, 15, 16, 17, "
+            "31, 32, 33 and 40 at 100, 1,000 and 2,148 to 32,868 tokens in steps of 2,048 (every "
+            "split of 1 to 16 segments), split-KV as on CUDA: "
+            + ", ".join(f"`{k}` {v}" for k, v in counts.items()),
+        ]
     print("\n".join(lines))
     if args.write:
         head = [

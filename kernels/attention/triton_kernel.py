@@ -13,10 +13,23 @@ Only tiles that intersect the visible range are visited: from the first key
 the q block's first query can see (window start, chunk start, or 0) to its
 last query (causal). Inside, the mask is exact per (query, key).
 
-``NUM_SEGMENTS > 1`` (split-KV) cuts that tile range into equal parts, each
-written as an unnormalised partial (acc, max, sum) that ``_reduce_segments``
-merges; sinks then enter in the merge. With one segment the kernel normalises
-and stores the output itself. Softmax runs in base 2 on fp32 logits.
+``SPLIT`` (split-KV) cuts that tile range into as many equal parts as the grid
+has segments, each written as an unnormalised partial (acc, max, sum) that
+``reduce_segments_kernel`` merges; sinks then enter in the merge. Without it the
+kernel normalises and stores the output itself. Softmax runs in base 2 on fp32
+logits.
+
+Compiles: Triton compiles one binary per value of each ``tl.constexpr`` and, for
+an integer argument, per "equal to 1" / "divisible by 16" / neither. The number
+of segments is therefore read from the grid (``tl.num_programs(2)``) and passed
+to the merge as a plain argument, and ``num_seqs`` and the block table's row
+stride (both change from step to step) are not specialised
+(``do_not_specialize``). Decode steps of batch 1 to 40 at 100 to 32,868 tokens
+(every split of 1 to 16 segments) compile 3 attention binaries (short-span tiles,
+long-span tiles, split) and 4 merges (one per power of two of segments), where the
+constexpr segment count and specialised batch size and table width compiled 51 and
+15: each a stall of the step that meets it first (``benchmarks/kernel_resources.py
+--variants``; ``tests/test_kernel_resources.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ def _find_seq(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):  #
     return lo - 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
 def unified_attention_kernel(  # type: ignore[no-untyped-def]
     q_ptr,
     k_cache_ptr,
@@ -78,7 +91,7 @@ def unified_attention_kernel(  # type: ignore[no-untyped-def]
     BLOCK_M: tl.constexpr,
     TILE_N: tl.constexpr,
     HEAD_PAD: tl.constexpr,
-    NUM_SEGMENTS: tl.constexpr,
+    SPLIT: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     USE_CHUNK: tl.constexpr,
     USE_SOFTCAP: tl.constexpr,
@@ -119,12 +132,16 @@ def unified_attention_kernel(  # type: ignore[no-untyped-def]
         lo = (first_pos // chunk) * chunk
     tile_lo = lo // TILE_N
     tile_hi = tl.cdiv(hi, TILE_N)
-    per_segment = tl.cdiv(tile_hi - tile_lo, NUM_SEGMENTS)
-    seg_lo = tile_lo + segment * per_segment
-    seg_hi = tl.minimum(seg_lo + per_segment, tile_hi)
+    if SPLIT:
+        per_segment = tl.cdiv(tile_hi - tile_lo, tl.num_programs(2))
+        seg_lo = tile_lo + segment * per_segment
+        seg_hi = tl.minimum(seg_lo + per_segment, tile_hi)
+    else:
+        seg_lo = tile_lo
+        seg_hi = tile_hi
 
     qk_scale = scale * 1.4426950408889634  # softmax in base 2
-    if USE_SINKS and NUM_SEGMENTS == 1:
+    if USE_SINKS and not SPLIT:
         m_i = tl.load(sinks_ptr + head, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
         l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     else:
@@ -171,21 +188,21 @@ def unified_attention_kernel(  # type: ignore[no-untyped-def]
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
 
-    if NUM_SEGMENTS == 1:
+    if not SPLIT:
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         o_offs = tok[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
         tl.store(
             out_ptr + o_offs, o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :]
         )
     else:
-        # Partials: [T, Hq, NUM_SEGMENTS] for max/sum and [T, Hq, NUM_SEGMENTS, HEAD_PAD].
-        part = (tok * (G * tl.num_programs(1)) + head) * NUM_SEGMENTS + segment
+        # Partials: [T, Hq, segments] for max/sum and [T, Hq, segments, HEAD_PAD].
+        part = (tok * (G * tl.num_programs(1)) + head) * tl.num_programs(2) + segment
         tl.store(part_max_ptr + part, m_i, mask=row_ok)
         tl.store(part_sum_ptr + part, l_i, mask=row_ok)
         tl.store(part_acc_ptr + part[:, None] * HEAD_PAD + dims[None, :], acc, mask=row_ok[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_segments"])
 def reduce_segments_kernel(  # type: ignore[no-untyped-def]
     out_ptr,
     sinks_ptr,
@@ -196,7 +213,7 @@ def reduce_segments_kernel(  # type: ignore[no-untyped-def]
     head_size,
     stride_ot,
     stride_oh,
-    NUM_SEGMENTS: tl.constexpr,
+    num_segments,
     SEG_PAD: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     USE_SINKS: tl.constexpr,
@@ -205,8 +222,8 @@ def reduce_segments_kernel(  # type: ignore[no-untyped-def]
     tok = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     segs = tl.arange(0, SEG_PAD)
-    seg_ok = segs < NUM_SEGMENTS
-    base = (tok * num_heads + head) * NUM_SEGMENTS
+    seg_ok = segs < num_segments
+    base = (tok * num_heads + head) * num_segments
     m = tl.load(part_max_ptr + base + segs, mask=seg_ok, other=float("-inf"))
     l_seg = tl.load(part_sum_ptr + base + segs, mask=seg_ok, other=0.0)
     m_all = tl.max(m, axis=0)

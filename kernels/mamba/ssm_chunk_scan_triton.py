@@ -16,6 +16,11 @@ from hybridkv.kernels.mamba.args import ScanArgs
 _BLOCK_ELEMS = 8192
 
 
+# Arguments that change from call to call with the batch's token count: not
+# specialised (Triton would compile one binary per "equal to 1" / "divisible by
+# 16" / neither), so one compile serves every batch.
+_PER_CALL = ["num_chunks"]
+
 @triton.jit
 def _chunk_dt(  # type: ignore[no-untyped-def]
     dt_ptr, dt_bias_ptr, tok, tmask, m, mmask, stride_dt_t,
@@ -38,7 +43,7 @@ def _linear_recurrence(a1, b1, a2, b2):  # type: ignore[no-untyped-def]
     return a1 * a2, a2 * b1 + b2
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_CALL)
 def _chunk_state_kernel(  # type: ignore[no-untyped-def]
     x_ptr, dt_ptr, A_ptr, B_ptr, dt_bias_ptr, bounds_ptr, states_ptr, dtsum_ptr,
     num_chunks, d_inner, d_state,
@@ -72,7 +77,7 @@ def _chunk_state_kernel(  # type: ignore[no-untyped-def]
     tl.store(dtsum_ptr + c * d_inner + m, total, mask=mmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_CALL)
 def _state_passing_kernel(  # type: ignore[no-untyped-def]
     states_ptr, dtsum_ptr, A_ptr, bounds_ptr, first_ptr, state_ptr, init_ptr, save_ptr,
     num_chunks, d_inner, d_state,
@@ -103,7 +108,7 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
         save_state(state_ptr, save, stride_s_slot, s_offs, h, m, d_inner, nmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_PER_CALL)
 def _chunk_scan_kernel(  # type: ignore[no-untyped-def]
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr,
     bounds_ptr, states_ptr, state_ptr, save_ptr, out_ptr,
