@@ -21,6 +21,7 @@ _BLOCK_ELEMS = 8192
 # 16" / neither), so one compile serves every batch.
 _PER_CALL = ["num_chunks"]
 
+
 @triton.jit
 def _chunk_dt(  # type: ignore[no-untyped-def]
     dt_ptr, dt_bias_ptr, tok, tmask, m, mmask, stride_dt_t,
