@@ -52,7 +52,9 @@ def interpreter_enabled() -> bool:
     return env.triton_interpret()
 
 
+@functools.cache
 def triton_installed() -> bool:
+    """Whether Triton can be imported (asked once: every op's backend check reads it)."""
     return importlib.util.find_spec("triton") is not None
 
 

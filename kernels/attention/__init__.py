@@ -91,6 +91,52 @@ def unified_attention(
     return a.out
 
 
+def _well_formed(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    out: torch.Tensor | None,
+) -> bool:
+    """The common case of ``_check``'s conditions, read once each (a decode step calls
+    this per layer; the host time is the step's). True implies ``_check`` passes but
+    for ``meta.check_once`` and ``sinks``; False says nothing (``_check`` decides)."""
+    if not (
+        type(q) is torch.Tensor
+        and type(key_cache) is torch.Tensor
+        and type(value_cache) is torch.Tensor
+    ):
+        return False
+    qs, ks = q.shape, key_cache.shape
+    dt, dev = q.dtype, q.device
+    ok = (
+        len(qs) == 3
+        and len(ks) == 4
+        and dt in CACHE_DTYPES
+        and q.stride(2) == 1
+        and ks[3] == qs[2]
+        and ks[2] > 0
+        and qs[1] % ks[2] == 0
+        and qs[0] == meta.num_tokens
+        and key_cache.stride(3) == 1
+        and value_cache.shape == ks
+        and value_cache.stride(3) == 1
+        and key_cache.dtype == dt
+        and value_cache.dtype == dt
+        and key_cache.device == dev
+        and value_cache.device == dev
+    )
+    if ok and out is not None:
+        ok = (
+            type(out) is torch.Tensor
+            and out.shape == qs
+            and out.dtype == dt
+            and out.device == dev
+            and out.stride(2) == 1
+        )
+    return ok
+
+
 def _check(
     q: torch.Tensor,
     key_cache: torch.Tensor,
@@ -99,6 +145,11 @@ def _check(
     sinks: torch.Tensor | None,
     out: torch.Tensor | None,
 ) -> None:
+    if _well_formed(q, key_cache, value_cache, meta, out):
+        meta.check_once(q.device, key_cache.shape[1])
+        if sinks is not None:
+            _check_sinks(sinks, q.shape[1], q.device)
+        return
     check_tensor("q", q, ndim=3, dtypes=CACHE_DTYPES, unit_last_stride=True)
     t, hq, d = q.shape
     dev = q.device
@@ -116,17 +167,16 @@ def _check(
         raise ValueError(f"q has {t} tokens but meta describes {meta.num_tokens}")
     meta.check_once(dev, key_cache.shape[1])  # once per step and device: meta is immutable
     if sinks is not None:
-        check_tensor(
-            "sinks",
-            sinks,
-            shape=(hq,),
-            device=dev,
-            dtypes=(torch.float32, torch.float16, torch.bfloat16),
-        )
+        _check_sinks(sinks, hq, dev)
     if out is not None:
         check_tensor(
             "out", out, shape=(t, hq, d), dtypes=(q.dtype,), device=dev, unit_last_stride=True
         )
+
+
+def _check_sinks(sinks: torch.Tensor, hq: int, dev: torch.device) -> None:
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    check_tensor("sinks", sinks, shape=(hq,), device=dev, dtypes=dtypes)
 
 
 unified_attention_ref = pinned(unified_attention, "torch")
