@@ -17,6 +17,45 @@ from hybridkv.kernels.backend import Implementations, pinned, resolve_backend
 from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_same_dtype, check_tensor
 
 
+def _well_formed(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> bool:
+    """The common case of ``_check``'s conditions, read once each (a step calls this per
+    layer). True implies ``_check`` passes; False says nothing (``_check`` decides)."""
+    if not all(type(x) is torch.Tensor for x in (key, value, key_cache, value_cache)):
+        return False
+    if type(slot_mapping) is not torch.Tensor:
+        return False
+    ks, cs = key.shape, key_cache.shape
+    dt, dev = key.dtype, key.device
+    return (
+        len(ks) == 3
+        and len(cs) == 4
+        and dt in CACHE_DTYPES
+        and key.stride(2) == 1
+        and value.shape == ks
+        and value.stride(2) == 1
+        and cs[2] == ks[1]
+        and cs[3] == ks[2]
+        and key_cache.stride(3) == 1
+        and value_cache.shape == cs
+        and value_cache.stride(3) == 1
+        and value.dtype == dt
+        and key_cache.dtype == dt
+        and value_cache.dtype == dt
+        and value.device == dev
+        and key_cache.device == dev
+        and value_cache.device == dev
+        and slot_mapping.shape == ks[:1]
+        and slot_mapping.dtype in INDEX_DTYPES
+        and slot_mapping.device == dev
+    )
+
+
 def _check(
     key: torch.Tensor,
     value: torch.Tensor,
@@ -24,6 +63,8 @@ def _check(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
+    if _well_formed(key, value, key_cache, value_cache, slot_mapping):
+        return
     check_tensor("key", key, ndim=3, dtypes=CACHE_DTYPES, unit_last_stride=True)
     t, h, d = key.shape
     dev = key.device
