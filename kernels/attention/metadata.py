@@ -16,9 +16,11 @@ the launcher and the torch reference never read device memory back.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -181,29 +183,30 @@ class AttentionMetadata:
         device: torch.device | str | None = None,
     ) -> AttentionMetadata:
         """Validate the lengths and put the tensors on ``device`` (default: the table's)."""
-        q = tuple(int(x) for x in query_lens)
-        s = tuple(int(x) for x in seq_lens)
+        q = tuple(map(int, query_lens))
+        s = tuple(map(int, seq_lens))
         if len(q) != len(s):
             raise ValueError(f"query_lens has {len(q)} entries but seq_lens has {len(s)}")
-        for i, (ql, sl) in enumerate(zip(q, s, strict=True)):
-            if ql < 1:
-                raise ValueError(f"query_lens[{i}] = {ql}: every sequence needs >= 1 new token")
-            if sl < ql:
-                raise ValueError(f"seq_lens[{i}] = {sl} is shorter than query_lens[{i}] = {ql}")
+        # One pass in C for the common case (a step builds this per KV cache group);
+        # the loop below finds and words the first bad entry.
+        if q and (min(q) < 1 or not all(map(operator.ge, s, q))):
+            for i, (ql, sl) in enumerate(zip(q, s, strict=True)):
+                if ql < 1:
+                    raise ValueError(f"query_lens[{i}] = {ql}: every sequence needs >= 1 new token")
+                if sl < ql:
+                    raise ValueError(f"seq_lens[{i}] = {sl} is shorter than query_lens[{i}] = {ql}")
         check_tensor("block_table", block_table, ndim=2, dtypes=INDEX_DTYPES)
         if block_table.shape[0] != len(s):
             raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(s)} sequences")
         dev = torch.device(device) if device is not None else block_table.device
-        starts = [0]
-        for ql in q:
-            starts.append(starts[-1] + ql)
+        starts = (0, *accumulate(q))
         return cls(
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
             seq_lens=torch.tensor(s, dtype=torch.int32, device=dev),
             block_table=block_table.to(dev),
             query_lens_cpu=q,
             seq_lens_cpu=s,
-            query_starts_cpu=tuple(starts),
+            query_starts_cpu=starts,
         )
 
     def check_once(self, device: torch.device, block_size: int) -> None:
