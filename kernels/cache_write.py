@@ -14,7 +14,13 @@ from __future__ import annotations
 import torch
 
 from hybridkv.kernels.backend import Implementations, pinned, resolve_backend
-from hybridkv.kernels.checks import CACHE_DTYPES, INDEX_DTYPES, check_same_dtype, check_tensor
+from hybridkv.kernels.checks import (
+    CACHE_DTYPES,
+    INDEX_DTYPES,
+    all_like,
+    check_same_dtype,
+    check_tensor,
+)
 
 
 def _well_formed(
@@ -44,12 +50,7 @@ def _well_formed(
         and key_cache.stride(3) == 1
         and value_cache.shape == cs
         and value_cache.stride(3) == 1
-        and value.dtype == dt
-        and key_cache.dtype == dt
-        and value_cache.dtype == dt
-        and value.device == dev
-        and key_cache.device == dev
-        and value_cache.device == dev
+        and all_like(dt, dev, value, key_cache, value_cache)
         and slot_mapping.shape == ks[:1]
         and slot_mapping.dtype in INDEX_DTYPES
         and slot_mapping.device == dev

@@ -51,6 +51,11 @@ def check_tensor(
         raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
 
 
+def all_like(dtype: torch.dtype, device: torch.device, *tensors: torch.Tensor) -> bool:
+    """True when every tensor has ``dtype`` and lives on ``device`` (the ops' fast paths)."""
+    return all(t.dtype == dtype and t.device == device for t in tensors)
+
+
 def check_same_dtype(names: Sequence[str], tensors: Sequence[torch.Tensor]) -> None:
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) > 1:

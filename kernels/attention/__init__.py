@@ -21,7 +21,7 @@ from hybridkv.kernels.attention.metadata import (
 from hybridkv.kernels.attention.reference import run_reference
 from hybridkv.kernels.attention.tiles import TritonTiles
 from hybridkv.kernels.backend import Implementations, pinned, resolve_backend
-from hybridkv.kernels.checks import CACHE_DTYPES, check_same_dtype, check_tensor
+from hybridkv.kernels.checks import CACHE_DTYPES, all_like, check_same_dtype, check_tensor
 
 __all__ = [
     "AttentionMetadata",
@@ -121,10 +121,7 @@ def _well_formed(
         and key_cache.stride(3) == 1
         and value_cache.shape == ks
         and value_cache.stride(3) == 1
-        and key_cache.dtype == dt
-        and value_cache.dtype == dt
-        and key_cache.device == dev
-        and value_cache.device == dev
+        and all_like(dt, dev, key_cache, value_cache)
     )
     if ok and out is not None:
         ok = (
