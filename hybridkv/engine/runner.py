@@ -35,12 +35,10 @@ from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
 
 
 def _table(rows: list[list[int]]) -> torch.Tensor:
+    """The rows as one int64 table, each padded with block 0 (the null block) to the
+    longest; one tensor built from one list (a step builds this per group)."""
     width = max(1, max(len(r) for r in rows))
-    table = torch.zeros(len(rows), width, dtype=torch.int64)
-    for i, row in enumerate(rows):
-        if row:
-            table[i, : len(row)] = torch.tensor(row, dtype=torch.int64)
-    return table
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int64)
 
 
 class ModelRunner:
