@@ -1,16 +1,20 @@
 """``triton``: attention, the cache write and the Mamba ops as Triton kernels.
 
 CUDA tensors, or CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``,
-tests only). The elementwise ops (norms, RoPE, GeGLU) and greedy sampling
-have no Triton kernel: they come from the torch reference (``fallbacks``), which on CUDA is
-one or two eager kernels each. This module does not import Triton; the kernel
-modules the ops reach do, at their first call.
+tests only). The Gemma path's elementwise ops (residual add + norms, per-head norm +
+RoPE, GeGLU) are one Triton kernel each (``norms_triton.py``; as the torch
+reference, they were 5-10 eager kernels each). Llama's ``rms_norm``, Llama 4's
+pairwise RoPE and greedy sampling come from the torch reference (``fallbacks``).
+This module does not import Triton; the kernel modules the ops reach do, at their
+first call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import ClassVar
+
+import torch
 
 from hybridkv.kernels.registry import KernelBackend
 from hybridkv.kernels.torch_backend import TorchBackend
@@ -25,12 +29,36 @@ class TritonBackend(KernelBackend):
         "cache_write": "Triton: one program per token (cache_write_triton.py)",
         "causal_conv1d": "Triton: a program per (sequence, channel block) (conv_prefill_triton)",
         "selective_scan": "Triton: sequential scan per (sequence, channel block) (ssm_scan_triton)",
+        "add_rms_norm": "Triton: residual add and both Gemma norms, a program per row",
+        "norm_rope": "Triton: per-head Gemma norm then RoPE, a program per (token, head)",
+        "gelu_tanh_mul": "Triton: GELU (tanh) rounded, times up, a program per row block",
     }
     fallbacks: ClassVar[Mapping[str, type[KernelBackend]]] = {
         "rms_norm": TorchBackend,
-        "add_rms_norm": TorchBackend,
-        "norm_rope": TorchBackend,
         "rope_pairwise": TorchBackend,
-        "gelu_tanh_mul": TorchBackend,
         "greedy": TorchBackend,
     }
+
+    def add_rms_norm(
+        self,
+        x: torch.Tensor,
+        h: torch.Tensor | None,
+        h_scale: torch.Tensor | None,
+        out_scale: torch.Tensor,
+        eps: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        from hybridkv.kernels import norms_triton
+
+        return norms_triton.add_rms_norm(x, h, h_scale, out_scale, eps)
+
+    def norm_rope(
+        self, x: torch.Tensor, scale: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        from hybridkv.kernels import norms_triton
+
+        return norms_triton.norm_rope(x, scale, cos, sin, eps)
+
+    def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        from hybridkv.kernels import norms_triton
+
+        return norms_triton.gelu_tanh_mul(gate, up)

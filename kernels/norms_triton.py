@@ -1,0 +1,204 @@
+"""Triton kernels of the Gemma path's elementwise ops: residual add + norms, per-head
+norm + RoPE, GeGLU (the ``triton`` backend's ``add_rms_norm``, ``norm_rope`` and
+``gelu_tanh_mul``).
+
+Why: on CUDA each of these ran as the torch reference, several eager kernels per
+op (a Gemma norm alone is a cast, a square, a mean, an add, a reciprocal square
+root and two products), so a Gemma 3 decoder layer launched about 70 kernels, and
+a decode step of a small model was bound by launches, not by the GPU. Each op is
+one kernel here.
+
+Every value is rounded where the torch reference (``torch_backend.py``) rounds,
+so that the engine stays token-identical to transformers: norms in fp32 with the
+scale (``1 + weight``) applied before the cast back; the residual added in the
+activations' dtype; RoPE's two products each rounded, then their sum; GELU
+rounded before the product with ``up``. What can differ is fp32 summation order
+(the row's mean of squares) and the last bit of ``tanh``.
+
+One program per row (token) for the residual norm, per (token, head) for the
+norm + RoPE, per (row, block of columns) for GeGLU. Imported at the first call
+(``triton`` is optional).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hybridkv.kernels.backend import interpreter_enabled
+from hybridkv.kernels.checks import CACHE_DTYPES, check_tensor
+
+#: GeGLU columns per program.
+GELU_BLOCK = 1024
+
+
+@triton.jit
+def _round(x, dtype, RNE_BF16: tl.constexpr):  # type: ignore[no-untyped-def]
+    """fp32 ``x`` rounded to ``dtype``. Compiled, a cast rounds to nearest even; Triton's
+    interpreter truncates fp32 -> bf16 (with or without ``fp_downcast_rounding``), so
+    there (``RNE_BF16``) the rounding is made explicit on the bits (finite values)."""
+    if RNE_BF16 and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        x = (bits & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def _gemma_norm(x, mask, scale, C, eps):  # type: ignore[no-untyped-def]
+    """fp32 ``x * rsqrt(mean(x^2) + eps) * scale`` over a row of ``C`` (masked) values."""
+    ms = tl.sum(tl.where(mask, x * x, 0.0), axis=0) / C
+    return x * (1.0 / tl.sqrt(ms + eps)) * scale
+
+
+@triton.jit
+def _add_rms_norm_kernel(  # type: ignore[no-untyped-def]
+    x_ptr, h_ptr, h_scale_ptr, out_scale_ptr, x_out_ptr, y_ptr,
+    C, stride_x, stride_h, stride_xo, stride_y, eps,
+    HAS_H: tl.constexpr, BLOCK: tl.constexpr, RNE_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < C
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    dtype = x.dtype
+    if HAS_H:
+        h = tl.load(h_ptr + row * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
+        hs = tl.load(h_scale_ptr + cols, mask=mask, other=0.0)
+        hn = _round(_gemma_norm(h, mask, hs, C, eps), dtype, RNE_BF16)
+        x = _round(x.to(tl.float32) + hn.to(tl.float32), dtype, RNE_BF16)
+        tl.store(x_out_ptr + row * stride_xo + cols, x, mask=mask)
+    s = tl.load(out_scale_ptr + cols, mask=mask, other=0.0)
+    y = _round(_gemma_norm(x.to(tl.float32), mask, s, C, eps), dtype, RNE_BF16)
+    tl.store(y_ptr + row * stride_y + cols, y, mask=mask)
+
+
+@triton.jit
+def _norm_rope_kernel(  # type: ignore[no-untyped-def]
+    x_ptr, scale_ptr, cos_ptr, sin_ptr, out_ptr,
+    D, stride_xt, stride_xh, stride_ct, stride_st, stride_ot, stride_oh, eps,
+    BLOCK_D: tl.constexpr, RNE_BF16: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    mask = d < D
+    half = D // 2
+    # rotate_half: position d takes -x[d + D/2] in the first half, x[d - D/2] in the second.
+    rot = tl.where(d < half, d + half, d - half)
+    sign = tl.where(d < half, -1.0, 1.0)
+    row = x_ptr + t * stride_xt + h * stride_xh
+    x = tl.load(row + d, mask=mask, other=0.0)
+    dtype = x.dtype
+    xf = x.to(tl.float32)
+    ms = tl.sum(tl.where(mask, xf * xf, 0.0), axis=0) / D
+    rstd = 1.0 / tl.sqrt(ms + eps)
+    xn = _round(xf * rstd * tl.load(scale_ptr + d, mask=mask, other=0.0), dtype, RNE_BF16)
+    xr = tl.load(row + rot, mask=mask, other=0.0).to(tl.float32)
+    xrn = _round(xr * rstd * tl.load(scale_ptr + rot, mask=mask, other=0.0), dtype, RNE_BF16)
+    cos = tl.load(cos_ptr + t * stride_ct + d, mask=mask, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + t * stride_st + d, mask=mask, other=0.0).to(tl.float32)
+    a = _round(xn.to(tl.float32) * cos, dtype, RNE_BF16)
+    b = _round(sign * xrn.to(tl.float32) * sin, dtype, RNE_BF16)
+    out = _round(a.to(tl.float32) + b.to(tl.float32), dtype, RNE_BF16)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, out, mask=mask)
+
+
+@triton.jit
+def _gelu_tanh_mul_kernel(  # type: ignore[no-untyped-def]
+    gate_ptr, up_ptr, out_ptr, C, stride_g, stride_u, stride_o,
+    BLOCK: tl.constexpr, RNE_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < C
+    g = tl.load(gate_ptr + row * stride_g + cols, mask=mask, other=0.0)
+    dtype = g.dtype
+    gf = g.to(tl.float32)
+    inner = 0.7978845608028654 * (gf + 0.044715 * gf * gf * gf)  # sqrt(2 / pi)
+    tanh = 2.0 * tl.sigmoid(2.0 * inner) - 1.0
+    gelu = _round(0.5 * gf * (1.0 + tanh), dtype, RNE_BF16)
+    up = tl.load(up_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
+    out = _round(gelu.to(tl.float32) * up, dtype, RNE_BF16)
+    tl.store(out_ptr + row * stride_o + cols, out, mask=mask)
+
+
+def _row_major(name: str, t: torch.Tensor, ndim: int) -> None:
+    check_tensor(name, t, ndim=ndim, dtypes=CACHE_DTYPES, unit_last_stride=True)
+
+
+def _scale(name: str, s: torch.Tensor, n: int, dev: torch.device) -> None:
+    check_tensor(name, s, shape=(n,), dtypes=(torch.float32,), device=dev, contiguous=True)
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    h: torch.Tensor | None,
+    h_scale: torch.Tensor | None,
+    out_scale: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x + norm(h) * h_scale, norm(that) * out_scale)`` for ``x, h [R, C]`` (fp32
+    scales ``1 + weight``); without ``h`` the residual is ``x`` itself. New tensors."""
+    _row_major("x", x, 2)
+    rows, c = x.shape
+    _scale("out_scale", out_scale, c, x.device)
+    y = torch.empty_like(x)
+    if h is not None:
+        if h_scale is None:
+            raise ValueError("h_scale: required with h")
+        _row_major("h", h, 2)
+        if h.shape != x.shape or h.dtype != x.dtype or h.device != x.device:
+            raise ValueError(f"h: {tuple(h.shape)} {h.dtype} differs from x's")
+        _scale("h_scale", h_scale, c, x.device)
+        x_out = torch.empty_like(x)
+    else:
+        h, h_scale, x_out = x, out_scale, x  # unused pointers
+    if rows:
+        _add_rms_norm_kernel[(rows,)](
+            x, h, h_scale, out_scale, x_out, y,
+            c, x.stride(0), h.stride(0), x_out.stride(0), y.stride(0), eps,
+            HAS_H=x_out is not x, BLOCK=triton.next_power_of_2(c), RNE_BF16=interpreter_enabled(),
+        )  # fmt: skip
+    return x_out, y
+
+
+def norm_rope(
+    x: torch.Tensor, scale: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """Per-head Gemma norm of ``x [T, H, D]`` (fp32 ``scale [D]``), then RoPE with
+    ``cos``/``sin`` ``[T, 1, D]`` or ``[T, D]`` (x's dtype, rotate_half layout). A new tensor."""
+    _row_major("x", x, 3)
+    t, heads, d = x.shape
+    if d % 2:
+        raise ValueError(f"x: head size {d} must be even")
+    _scale("scale", scale, d, x.device)
+    cos, sin = cos.reshape(t, d), sin.reshape(t, d)
+    for name, v in (("cos", cos), ("sin", sin)):
+        check_tensor(name, v, dtypes=(x.dtype,), device=x.device, unit_last_stride=True)
+    out = torch.empty_like(x)
+    if t:
+        _norm_rope_kernel[(t, heads)](
+            x, scale, cos, sin, out,
+            d, x.stride(0), x.stride(1), cos.stride(0), sin.stride(0), out.stride(0),
+            out.stride(1), eps, BLOCK_D=triton.next_power_of_2(d), RNE_BF16=interpreter_enabled(),
+        )  # fmt: skip
+    return out
+
+
+def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``gelu_tanh(gate) * up`` for ``[R, C]`` inputs, GELU rounded first. A new tensor."""
+    _row_major("gate", gate, 2)
+    _row_major("up", up, 2)
+    if gate.shape != up.shape or gate.dtype != up.dtype or gate.device != up.device:
+        raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} must match")
+    rows, c = gate.shape
+    out = torch.empty_like(gate)
+    if rows and c:
+        block = min(GELU_BLOCK, triton.next_power_of_2(c))
+        _gelu_tanh_mul_kernel[(rows, triton.cdiv(c, block))](
+            gate, up, out, c, gate.stride(0), up.stride(0), out.stride(0), BLOCK=block,
+            RNE_BF16=interpreter_enabled(),
+        )  # fmt: skip
+    return out
