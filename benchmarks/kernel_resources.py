@@ -258,6 +258,24 @@ def _mamba1(chunked: bool) -> Callable[[], object]:
     return run
 
 
+def _norms(op: str) -> Callable[[], object]:
+    from hybridkv.kernels import norms_triton
+
+    def run() -> object:  # Gemma 3 27B: hidden 5,376, MLP 21,504, 32 q heads of 128
+        if op == "add_rms_norm":
+            x = torch.zeros(64, 5376, dtype=torch.bfloat16)
+            s = torch.ones(5376)
+            return norms_triton.add_rms_norm(x, x, s, s, 1e-6)
+        if op == "norm_rope":
+            q = torch.zeros(64, 32, 128, dtype=torch.bfloat16)
+            cs = torch.zeros(64, 1, 128, dtype=torch.bfloat16)
+            return norms_triton.norm_rope(q, torch.ones(128), cs, cs, 1e-6)
+        g = torch.zeros(64, 21504, dtype=torch.bfloat16)
+        return norms_triton.gelu_tanh_mul(g, g)
+
+    return run
+
+
 CASES: dict[str, dict[str, Callable[[], object]]] = {
     "attention": {
         "decode 4 x 4k, 32 q / 8 KV heads, head 128, bf16": _attention([(4095, 1)] * 4),
@@ -270,6 +288,11 @@ CASES: dict[str, dict[str, Callable[[], object]]] = {
         ),
     },
     "cache": {"reshape_and_cache, 256 tokens, 8 KV heads, head 128, bf16": _cache_write},
+    "norms": {
+        "add_rms_norm, Gemma 3 27B rows (5,376), bf16": _norms("add_rms_norm"),
+        "norm_rope, 32 heads of 128, bf16": _norms("norm_rope"),
+        "gelu_tanh_mul, Gemma 3 27B MLP (21,504), bf16": _norms("gelu_tanh_mul"),
+    },
     "mamba2": {
         "Mamba2 chunked scan, Bamba 9B heads (128 x 64, d_state 128), bf16": _mamba2(True),
         "Mamba2 sequential scan, Bamba 9B heads": _mamba2(False),

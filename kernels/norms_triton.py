@@ -156,10 +156,14 @@ def add_rms_norm(
     else:
         h, h_scale, x_out = x, out_scale, x  # unused pointers
     if rows:
+        # A whole row per program: 16 warps for Gemma 3 27B's 5,376 (8,192 padded) keep
+        # 16 values of each tile per thread (4 warps: 187 registers, kernel_resources.py).
+        block = triton.next_power_of_2(c)
         _add_rms_norm_kernel[(rows,)](
             x, h, h_scale, out_scale, x_out, y,
             c, x.stride(0), h.stride(0), x_out.stride(0), y.stride(0), eps,
-            HAS_H=x_out is not x, BLOCK=triton.next_power_of_2(c), RNE_BF16=interpreter_enabled(),
+            HAS_H=x_out is not x, BLOCK=block, RNE_BF16=interpreter_enabled(),
+            num_warps=max(4, min(16, block // 512)),
         )  # fmt: skip
     return x_out, y
 
