@@ -45,7 +45,13 @@ trace 7.09 -> 7.82 % at 40 GB and 11.49 -> 12.49 % at 80 GB, Granite 4.0 H Tiny 
 Granite on the whole conversation trace gave the same hit rates as the fixed
 floor. Of the settings tried, ``ALPHA`` 0.7 cost Bamba on the synthetic trace at
 40 GB (6.90 % against 7.16 %) and Granite at 80 GB (18.08 %), ``HYSTERESIS`` 1.2
-Granite (9.38 / 18.24 %) and Bamba at 80 GB (11.53 %).
+Granite (9.38 / 18.24 %) and Bamba at 80 GB (11.53 %); levels a factor sqrt(2)
+apart instead of 2 (2026-11-26) gave Granite 9.97 / 18.57 % and Bamba 12.38 % at
+80 GB but cost Jamba (7.57 / 12.34 %) and Bamba at 40 GB (6.70 %, below 1.5x vLLM).
+On Jamba's synthetic rows the tuner spends most windows at ``S0 / 4`` and ends at
+``S0``: it hits 7.82 % at 40 GB as a fixed ``S0 / 2`` (8,960) does, but ends holding
+3.47 GB of Mamba state against the fixed floor's 2.69 GB (``hybridkv simulate
+--floor-tokens 8960 --json``).
 """
 
 from __future__ import annotations
