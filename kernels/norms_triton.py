@@ -117,6 +117,9 @@ def _gelu_tanh_mul_kernel(  # type: ignore[no-untyped-def]
     dtype = g.dtype
     gf = g.to(tl.float32)
     inner = 0.7978845608028654 * (gf + 0.044715 * gf * gf * gf)  # sqrt(2 / pi)
+    # tanh(z) = 2 sigmoid(2z) - 1; |z| <= 20 (fp32's tanh is +-1 from |z| ~ 9) keeps the
+    # exp inside sigmoid finite.
+    inner = tl.minimum(tl.maximum(inner, -20.0), 20.0)
     tanh = 2.0 * tl.sigmoid(2.0 * inner) - 1.0
     gelu = _round(0.5 * gf * (1.0 + tanh), dtype, RNE_BF16)
     up = tl.load(up_ptr + row * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
