@@ -270,6 +270,9 @@ def _norms(op: str) -> Callable[[], object]:
             q = torch.zeros(64, 32, 128, dtype=torch.bfloat16)
             cs = torch.zeros(64, 1, 128, dtype=torch.bfloat16)
             return norms_triton.norm_rope(q, torch.ones(128), cs, cs, 1e-6)
+        if op == "rms_norm":  # Jamba: hidden 4,096
+            x = torch.zeros(64, 4096, dtype=torch.bfloat16)
+            return norms_triton.rms_norm(x, torch.ones(4096, dtype=torch.bfloat16), 1e-6)
         g = torch.zeros(64, 21504, dtype=torch.bfloat16)
         return norms_triton.gelu_tanh_mul(g, g)
 
@@ -292,6 +295,7 @@ CASES: dict[str, dict[str, Callable[[], object]]] = {
         "add_rms_norm, Gemma 3 27B rows (5,376), bf16": _norms("add_rms_norm"),
         "norm_rope, 32 heads of 128, bf16": _norms("norm_rope"),
         "gelu_tanh_mul, Gemma 3 27B MLP (21,504), bf16": _norms("gelu_tanh_mul"),
+        "rms_norm (Llama's), Jamba rows (4,096), bf16": _norms("rms_norm"),
     },
     "mamba2": {
         "Mamba2 chunked scan, Bamba 9B heads (128 x 64, d_state 128), bf16": _mamba2(True),

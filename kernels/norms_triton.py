@@ -75,6 +75,25 @@ def _add_rms_norm_kernel(  # type: ignore[no-untyped-def]
 
 
 @triton.jit
+def _rms_norm_kernel(  # type: ignore[no-untyped-def]
+    x_ptr, w_ptr, out_ptr, C, stride_x, stride_o, eps,
+    HAS_W: tl.constexpr, BLOCK: tl.constexpr, RNE_BF16: tl.constexpr,
+):  # fmt: skip
+    # Llama's norm: normalize in fp32, round to x's dtype, then * weight, rounded to out's.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < C
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    xf = x.to(tl.float32)
+    ms = tl.sum(tl.where(mask, xf * xf, 0.0), axis=0) / C
+    y = _round(xf * (1.0 / tl.sqrt(ms + eps)), x.dtype, RNE_BF16)
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+        y = _round(w.to(tl.float32) * y.to(tl.float32), out_ptr.dtype.element_ty, RNE_BF16)
+    tl.store(out_ptr + row * stride_o + cols, y, mask=mask)
+
+
+@triton.jit
 def _norm_rope_kernel(  # type: ignore[no-untyped-def]
     x_ptr, scale_ptr, cos_ptr, sin_ptr, out_ptr,
     D, stride_xt, stride_xh, stride_ct, stride_st, stride_ot, stride_oh, eps,
@@ -169,6 +188,31 @@ def add_rms_norm(
             num_warps=max(4, min(16, block // 512)),
         )  # fmt: skip
     return x_out, y
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """Llama's norm of ``x [..., C]`` over its last dimension: ``normalize(x)`` rounded to
+    ``x``'s dtype, then ``* weight [C]`` if given, in the dtype torch would promote the
+    product to. A new tensor of ``x``'s shape."""
+    check_tensor("x", x, dtypes=CACHE_DTYPES, unit_last_stride=True)
+    if x.dim() == 0:
+        raise ValueError("x: needs at least one dimension")
+    c = x.shape[-1]
+    rows = x.reshape(-1, c)  # a view for row-major leading dimensions, else a copy
+    out_dtype = x.dtype
+    if weight is not None:
+        check_tensor("weight", weight, shape=(c,), dtypes=CACHE_DTYPES, device=x.device,
+                     contiguous=True)  # fmt: skip
+        out_dtype = torch.promote_types(weight.dtype, x.dtype)
+    out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
+    if rows.shape[0] and c:
+        block = triton.next_power_of_2(c)
+        _rms_norm_kernel[(rows.shape[0],)](
+            rows, weight if weight is not None else rows, out, c, rows.stride(0),
+            out.stride(0), eps, HAS_W=weight is not None, BLOCK=block,
+            RNE_BF16=interpreter_enabled(), num_warps=max(4, min(16, block // 512)),
+        )  # fmt: skip
+    return out.view(x.shape)
 
 
 def norm_rope(

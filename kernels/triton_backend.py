@@ -2,9 +2,10 @@
 
 CUDA tensors, or CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``,
 tests only). The Gemma path's elementwise ops (residual add + norms, per-head norm +
-RoPE, GeGLU) are one Triton kernel each (``norms_triton.py``; as the torch
-reference, they were 5-10 eager kernels each). Llama's ``rms_norm``, Llama 4's
-pairwise RoPE and greedy sampling come from the torch reference (``fallbacks``).
+RoPE, GeGLU) and Llama's ``rms_norm`` are one Triton kernel each
+(``norms_triton.py``; as the torch reference, they were 5-10 eager kernels each).
+Llama 4's pairwise RoPE and greedy sampling come from the torch reference
+(``fallbacks``).
 This module does not import Triton; the kernel modules the ops reach do, at their
 first call.
 """
@@ -32,12 +33,17 @@ class TritonBackend(KernelBackend):
         "add_rms_norm": "Triton: residual add and both Gemma norms, a program per row",
         "norm_rope": "Triton: per-head Gemma norm then RoPE, a program per (token, head)",
         "gelu_tanh_mul": "Triton: GELU (tanh) rounded, times up, a program per row block",
+        "rms_norm": "Triton: Llama's norm (fp32, rounded, then * weight), a program per row",
     }
     fallbacks: ClassVar[Mapping[str, type[KernelBackend]]] = {
-        "rms_norm": TorchBackend,
         "rope_pairwise": TorchBackend,
         "greedy": TorchBackend,
     }
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        from hybridkv.kernels import norms_triton
+
+        return norms_triton.rms_norm(x, weight, eps)
 
     def add_rms_norm(
         self,

@@ -94,6 +94,26 @@ def test_gelu_tanh_mul_matches_the_reference(dtype, cols):
     _close(TRI.gelu_tanh_mul(gate, up), REF.gelu_tanh_mul(gate, up))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_dtype", [None, "same", torch.float32])
+@pytest.mark.parametrize("shape", [(6, 64), (5, 3, 80), (2, 4096)])
+def test_rms_norm_matches_the_reference(dtype, weight_dtype, shape):
+    x = _rand(*shape, dtype=dtype, seed=13)
+    w = None
+    if weight_dtype is not None:
+        wd = dtype if weight_dtype == "same" else weight_dtype
+        w = (1 + _rand(shape[-1], dtype=torch.float32, seed=14) * 0.1).to(wd)
+    got, want = TRI.rms_norm(x, w, 1e-5), REF.rms_norm(x, w, 1e-5)
+    _close(got, want)
+
+
+def test_rms_norm_of_a_strided_view():
+    # Llama 4's q / k norm: [T, H, D] heads of a wider projection output.
+    qkv = _rand(3, 6 * 64, dtype=torch.float32, seed=15)
+    x = qkv[:, : 4 * 64].view(3, 4, 64)
+    _close(TRI.rms_norm(x, None, 1e-6), REF.rms_norm(x, None, 1e-6))
+
+
 def test_bad_shapes_are_refused():
     x = _rand(2, 8, dtype=torch.float32, seed=11)
     with pytest.raises(ValueError, match="out_scale"):
@@ -105,3 +125,5 @@ def test_bad_shapes_are_refused():
         TRI.norm_rope(y, torch.ones(7, device=DEVICE), y, y, 1e-6)
     with pytest.raises(ValueError, match="must match"):
         TRI.gelu_tanh_mul(x, x[:, :4])
+    with pytest.raises(ValueError, match="weight: dimension 0 is 7"):
+        TRI.rms_norm(x, torch.ones(7, device=DEVICE), 1e-6)
