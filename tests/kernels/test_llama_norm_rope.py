@@ -1,8 +1,12 @@
 """Llama's ``rms_norm`` and Llama 4's ``rope_pairwise`` ops against transformers' modules.
 
-The norms must be bit-identical to transformers' (the oracle tests compare
-greedy tokens); every backend that runs on the CPU gives the torch reference's
-bits (both ops are declared fallbacks there).
+The torch reference's norms are bit-identical to transformers' (the oracle tests
+compare greedy tokens). The native backend gives the reference's bits (both ops
+are declared fallbacks there); the Triton backend gives them for the pairwise RoPE
+(a fallback) and runs ``rms_norm`` as its own kernel (``norms_triton.py``), which
+rounds where the reference rounds but sums the squares in its own order: in fp32
+it agrees to that order, in bf16 to at most one ulp (``test_norms_triton.py``
+holds it at every shape; the Jamba and Llama 4 oracle tests run it).
 """
 
 from __future__ import annotations
@@ -77,6 +81,13 @@ def test_every_backend_gives_the_reference_bits(
     x, weight = _rows((9, 4, 16), dtype, 4), _rows((16,), dtype, 5)
     rotary = InterleavedRotary(16, {"rope_theta": 500.0, "rope_type": "default"})
     cos, sin = rotary.cos_sin(torch.arange(3, 12))
-    assert torch.equal(ops.rms_norm(x, weight, 1e-5), ref.rms_norm(x, weight, 1e-5))
-    assert torch.equal(ops.rms_norm(x, None, 1e-5), ref.rms_norm(x, None, 1e-5))
+    for w in (weight, None):
+        got, want = ops.rms_norm(x, w, 1e-5), ref.rms_norm(x, w, 1e-5)
+        if backend is NativeBackend:
+            assert torch.equal(got, want)
+        elif dtype == torch.float32:  # Triton's kernel: its own order of the sum of squares
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        else:  # one ulp
+            ulp = torch.finfo(dtype).eps * want.float().abs()
+            assert ((got.float() - want.float()).abs() <= ulp * 1.01).all()
     assert torch.equal(ops.rope_pairwise(x, cos, sin), ref.rope_pairwise(x, cos, sin))
