@@ -46,10 +46,15 @@ def _round(x, dtype, RNE_BF16: tl.constexpr):  # type: ignore[no-untyped-def]
 
 
 @triton.jit
+def _rstd(x, mask, C, eps):  # type: ignore[no-untyped-def]
+    """``1 / sqrt(mean(x^2) + eps)`` of an fp32 row of ``C`` (masked) values."""
+    return 1.0 / tl.sqrt(tl.sum(tl.where(mask, x * x, 0.0), axis=0) / C + eps)
+
+
+@triton.jit
 def _gemma_norm(x, mask, scale, C, eps):  # type: ignore[no-untyped-def]
     """fp32 ``x * rsqrt(mean(x^2) + eps) * scale`` over a row of ``C`` (masked) values."""
-    ms = tl.sum(tl.where(mask, x * x, 0.0), axis=0) / C
-    return x * (1.0 / tl.sqrt(ms + eps)) * scale
+    return x * _rstd(x, mask, C, eps) * scale
 
 
 @triton.jit
@@ -85,8 +90,7 @@ def _rms_norm_kernel(  # type: ignore[no-untyped-def]
     mask = cols < C
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     xf = x.to(tl.float32)
-    ms = tl.sum(tl.where(mask, xf * xf, 0.0), axis=0) / C
-    y = _round(xf * (1.0 / tl.sqrt(ms + eps)), x.dtype, RNE_BF16)
+    y = _round(xf * _rstd(xf, mask, C, eps), x.dtype, RNE_BF16)
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0)
         y = _round(w.to(tl.float32) * y.to(tl.float32), out_ptr.dtype.element_ty, RNE_BF16)
@@ -111,8 +115,7 @@ def _norm_rope_kernel(  # type: ignore[no-untyped-def]
     x = tl.load(row + d, mask=mask, other=0.0)
     dtype = x.dtype
     xf = x.to(tl.float32)
-    ms = tl.sum(tl.where(mask, xf * xf, 0.0), axis=0) / D
-    rstd = 1.0 / tl.sqrt(ms + eps)
+    rstd = _rstd(xf, mask, D, eps)
     xn = _round(xf * rstd * tl.load(scale_ptr + d, mask=mask, other=0.0), dtype, RNE_BF16)
     xr = tl.load(row + rot, mask=mask, other=0.0).to(tl.float32)
     xrn = _round(xr * rstd * tl.load(scale_ptr + rot, mask=mask, other=0.0), dtype, RNE_BF16)
