@@ -38,7 +38,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,10 @@ class Resources:
     tensor_cores: str
 
 
-def capture(run: Callable[[], object]) -> list[Launch]:
-    """The Triton launches ``run`` makes, intercepted (none runs)."""
+@contextmanager
+def intercepted() -> Iterator[list[Launch]]:
+    """Inside, every Triton launch is recorded into the yielded list instead of run,
+    and the backend checks accept CPU tensors without the interpreter."""
     got: list[Launch] = []
 
     def getitem(self: JITFunction, grid: Any) -> Callable[..., None]:
@@ -122,13 +125,18 @@ def capture(run: Callable[[], object]) -> list[Launch]:
 
     saved_getitem, saved_checks = JITFunction.__getitem__, backend._CHECKS
     JITFunction.__getitem__ = getitem  # type: ignore[method-assign]
-    # The backend refuses CPU tensors without the interpreter; nothing runs here.
     backend._CHECKS = {name: (lambda *a, **k: None) for name in saved_checks}
     try:
-        run()
+        yield got
     finally:
         JITFunction.__getitem__ = saved_getitem  # type: ignore[method-assign]
         backend._CHECKS = saved_checks
+
+
+def capture(run: Callable[[], object]) -> list[Launch]:
+    """The Triton launches ``run`` makes, intercepted (none runs)."""
+    with intercepted() as got:
+        run()
     return got
 
 

@@ -5,7 +5,7 @@ A decode step of a small model on a GPU is bound by launches when each of its ke
 costs the host more than the GPU (issue 16). This counts them for a model's layer
 structure with tiny widths (the count does not depend on widths): the engine runs
 ``--kernel-backend triton`` on CPU tensors with every Triton launch intercepted
-(recorded, not run; ``kernel_resources.capture``'s trick) and every aten op recorded
+(recorded, not run: ``kernel_resources.intercepted``) and every aten op recorded
 by a ``TorchDispatchMode``. Aten ops that only make views or allocate are left out;
 the rest approximate the eager kernels a CUDA run would launch (a cast to the same
 dtype launches none, a few ops launch two).
@@ -23,12 +23,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton: its kernels are intercepted
 
 from torch.utils._python_dispatch import TorchDispatchMode
-from triton.runtime.jit import JITFunction
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -58,39 +56,29 @@ class _Aten(TorchDispatchMode):
 
 def count(model: str, requests: int) -> tuple[collections.Counter, collections.Counter]:
     """(Triton launches, kernel-launching aten ops) of one decode step of ``requests``."""
+    from kernel_resources import intercepted
     from random_checkpoint import write_random_checkpoint
 
     from hybridkv.engine import LLM, SamplingParams
     from hybridkv.engine.engine_request import EngineRequest
-    from hybridkv.kernels import backend
 
-    triton: collections.Counter = collections.Counter()
-
-    def getitem(self: JITFunction, grid: Any) -> Any:
-        return lambda *a, **k: triton.update([self.__name__])
-
-    saved = JITFunction.__getitem__, backend._CHECKS
-    JITFunction.__getitem__ = getitem  # type: ignore[method-assign]
-    backend._CHECKS = {n: (lambda *a, **k: None) for n in saved[1]}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            ck = write_random_checkpoint(model, Path(tmp) / "ck", overrides=TINY)
-            llm = LLM(str(ck), device="cpu", dtype="float32", kernel_backend="triton",
-                      max_num_seqs=max(8, requests), max_model_len=2048,
-                      kv_cache_memory_bytes=1 << 28)  # fmt: skip
-            params = SamplingParams(max_tokens=10**6, ignore_eos=True)
-            for i in range(requests):
-                prompt = [(7 * i + j) % 500 + 3 for j in range(64)]
-                llm.scheduler.add_request(
-                    EngineRequest(f"p{i}", prompt, params, max_model_len=llm.max_model_len)
-                )
-            for _ in range(4):  # the prefill, then decodes
-                llm.step()
-            triton.clear()
-            with _Aten() as aten:
-                llm.step()
-    finally:
-        JITFunction.__getitem__, backend._CHECKS = saved  # type: ignore[method-assign]
+    with intercepted() as launches, tempfile.TemporaryDirectory() as tmp:
+        ck = write_random_checkpoint(model, Path(tmp) / "ck", overrides=TINY)
+        llm = LLM(str(ck), device="cpu", dtype="float32", kernel_backend="triton",
+                  max_num_seqs=max(8, requests), max_model_len=2048,
+                  kv_cache_memory_bytes=1 << 28)  # fmt: skip
+        params = SamplingParams(max_tokens=10**6, ignore_eos=True)
+        for i in range(requests):
+            prompt = [(7 * i + j) % 500 + 3 for j in range(64)]
+            llm.scheduler.add_request(
+                EngineRequest(f"p{i}", prompt, params, max_model_len=llm.max_model_len)
+            )
+        for _ in range(4):  # the prefill, then decodes
+            llm.step()
+        launches.clear()
+        with _Aten() as aten:
+            llm.step()
+    triton = collections.Counter(launch.fn.__name__ for launch in launches)
     return triton, collections.Counter(o for o in aten.ops if o not in NO_KERNEL)
 
 

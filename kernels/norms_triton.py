@@ -33,6 +33,13 @@ from hybridkv.kernels.checks import CACHE_DTYPES, check_tensor
 GELU_BLOCK = 1024
 
 
+def _row_warps(block: int) -> int:
+    """Warps for a program holding a whole row of ``block`` (a power of two) values:
+    16 for 8,192 (Gemma 3 27B's 5,376 padded) keep 16 values of each tile per thread
+    (4 warps: 187 registers; ``benchmarks/kernel_resources.py``)."""
+    return max(4, min(16, block // 512))
+
+
 @triton.jit
 def _round(x, dtype, RNE_BF16: tl.constexpr):  # type: ignore[no-untyped-def]
     """fp32 ``x`` rounded to ``dtype``. Compiled, a cast rounds to nearest even; Triton's
@@ -181,14 +188,12 @@ def add_rms_norm(
     else:
         h, h_scale, x_out = x, out_scale, x  # unused pointers
     if rows:
-        # A whole row per program: 16 warps for Gemma 3 27B's 5,376 (8,192 padded) keep
-        # 16 values of each tile per thread (4 warps: 187 registers, kernel_resources.py).
         block = triton.next_power_of_2(c)
         _add_rms_norm_kernel[(rows,)](
             x, h, h_scale, out_scale, x_out, y,
             c, x.stride(0), h.stride(0), x_out.stride(0), y.stride(0), eps,
             HAS_H=x_out is not x, BLOCK=block, RNE_BF16=interpreter_enabled(),
-            num_warps=max(4, min(16, block // 512)),
+            num_warps=_row_warps(block),
         )  # fmt: skip
     return x_out, y
 
@@ -213,7 +218,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
         _rms_norm_kernel[(rows.shape[0],)](
             rows, weight if weight is not None else rows, out, c, rows.stride(0),
             out.stride(0), eps, HAS_W=weight is not None, BLOCK=block,
-            RNE_BF16=interpreter_enabled(), num_warps=max(4, min(16, block // 512)),
+            RNE_BF16=interpreter_enabled(), num_warps=_row_warps(block),
         )  # fmt: skip
     return out.view(x.shape)
 
