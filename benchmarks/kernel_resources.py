@@ -148,7 +148,7 @@ def _signature(launch: Launch) -> tuple[dict, dict, dict, dict]:
     fn = launch.fn
     values = dict(zip(fn.arg_names, launch.args, strict=False))
     values.update(launch.kwargs)
-    options = {k: values.pop(k) for k in ("num_warps", "num_stages") if k in values}
+    options = {k: values.pop(k) for k in ("num_warps", "num_stages", "enable_fp_fusion") if k in values}
     sig: dict[str, str] = {}
     const: dict[str, Any] = {}
     attrs: dict[tuple[int], list] = {}
@@ -185,11 +185,18 @@ def _tool(name: str) -> str:
     return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
 
 
-def resources(case: str, launch: Launch) -> Resources:
-    """Compile ``launch`` for sm_90 and read its resource use."""
+def compile_launch(launch: Launch, **overrides: Any) -> Any:
+    """``launch``'s kernel compiled for sm_90 as a GPU would compile it (``overrides``:
+    compile options to change, e.g. ``enable_fp_fusion``)."""
     sig, const, attrs, options = _signature(launch)
     src = triton.compiler.ASTSource(launch.fn, sig, const, attrs)
-    compiled = triton.compile(src, target=TARGET, options=options)
+    return triton.compile(src, target=TARGET, options={**options, **overrides})
+
+
+def resources(case: str, launch: Launch) -> Resources:
+    """Compile ``launch`` for sm_90 and read its resource use."""
+    options = _signature(launch)[3]
+    compiled = compile_launch(launch)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(compiled.asm["cubin"])

@@ -32,6 +32,16 @@ from hybridkv.kernels.checks import CACHE_DTYPES, check_tensor
 #: GeGLU columns per program.
 GELU_BLOCK = 1024
 
+#: Launch option of the norm kernels: no FMA contraction. With Triton's default
+#: (contraction on), LLVM fused a rounded product into the next add (``norm_rope``
+#: compiled to one ``fma.rn.bf16`` for RoPE's two products and their sum, and
+#: ``add_rms_norm`` fused the residual add with the norm's last product), dropping a
+#: rounding the reference makes: on an H100 the outputs then differed from torch's by
+#: one or two ulps in about a fifth of the values (2026-11-26). torch's norms run as
+#: separate kernels, so nothing in them is contracted. ``gelu_tanh_mul`` keeps the
+#: default: torch's own GELU kernel is compiled with contraction too.
+NO_FMA = {"enable_fp_fusion": False}
+
 
 def _row_warps(block: int) -> int:
     """Warps for a program holding a whole row of ``block`` (a power of two) values:
@@ -193,7 +203,7 @@ def add_rms_norm(
             x, h, h_scale, out_scale, x_out, y,
             c, x.stride(0), h.stride(0), x_out.stride(0), y.stride(0), eps,
             HAS_H=x_out is not x, BLOCK=block, RNE_BF16=interpreter_enabled(),
-            num_warps=_row_warps(block),
+            num_warps=_row_warps(block), **NO_FMA,
         )  # fmt: skip
     return x_out, y
 
@@ -218,7 +228,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
         _rms_norm_kernel[(rows.shape[0],)](
             rows, weight if weight is not None else rows, out, c, rows.stride(0),
             out.stride(0), eps, HAS_W=weight is not None, BLOCK=block,
-            RNE_BF16=interpreter_enabled(), num_warps=_row_warps(block),
+            RNE_BF16=interpreter_enabled(), num_warps=_row_warps(block), **NO_FMA,
         )  # fmt: skip
     return out.view(x.shape)
 
@@ -242,6 +252,7 @@ def norm_rope(
             x, scale, cos, sin, out,
             d, x.stride(0), x.stride(1), cos.stride(0), sin.stride(0), out.stride(0),
             out.stride(1), eps, BLOCK_D=triton.next_power_of_2(d), RNE_BF16=interpreter_enabled(),
+            **NO_FMA,
         )  # fmt: skip
     return out
 

@@ -84,3 +84,26 @@ def test_decode_steps_of_any_batch_and_length_reuse_a_few_binaries():
     assert got.returncode == 0, got.stderr
     counts = eval(got.stdout.strip().splitlines()[-1])  # a dict literal printed above
     assert counts == {"reduce_segments_kernel": 4, "unified_attention_kernel": 3}
+
+
+def test_the_norm_kernels_compile_without_contracted_multiply_adds():
+    # The H100 lease (2026-11-26): with Triton's default FMA contraction, norm_rope
+    # compiled RoPE's two rounded products and their sum into one fma.rn.bf16, and
+    # the norms differed from torch's by one or two ulps in about a fifth of the
+    # values. Their launches turn contraction off; forced back on, the fma returns
+    # (so this check sees it).
+    got = _python(
+        "import sys, re; sys.path.insert(0, 'benchmarks')\n"
+        "import kernel_resources as kr\n"
+        "for op in ('add_rms_norm', 'norm_rope', 'rms_norm'):\n"
+        "    (launch,) = kr.capture(kr._norms(op))\n"
+        "    n = len(re.findall(r'\\bfma\\.', kr.compile_launch(launch).asm['ptx']))\n"
+        "    on = kr.compile_launch(launch, enable_fp_fusion=True).asm['ptx']\n"
+        "    print(op, n, len(re.findall(r'\\bfma\\.', on)))\n"
+    )
+    assert got.returncode == 0, got.stderr
+    counts = {op: (int(a), int(b)) for op, a, b in (ln.split() for ln in got.stdout.splitlines())}
+    assert set(counts) == {"add_rms_norm", "norm_rope", "rms_norm"}
+    for op, (launched, fused) in counts.items():
+        assert launched == 0, f"{op}: {launched} fma instructions as launched"
+        assert fused > 0, f"{op}: no fma even with contraction on"

@@ -102,6 +102,26 @@ def test_cached_plans_are_copied_not_shared():
     assert set(meta.derived.decode) == {"k"}
 
 
+def test_metadata_already_on_the_device_is_passed_itself():
+    """The GPU lease's hot-path failures: a metadata whose tensors are all on the
+    device reached the callee as a copy, so the plans the launcher cached in its
+    ``derived`` were lost after each call and every layer planned again. Nothing is
+    copied now, so the callee gets the caller's objects ("meta" plays the device)."""
+    meta = AttentionMetadata.build([1], [3], torch.zeros((1, 2), dtype=torch.int32), device="meta")
+    args = _Args(
+        torch.empty(2, device="meta"),
+        torch.empty(1, device="meta"),
+        (torch.empty(1, device="meta"), 3),
+    )
+
+    def fn(m: AttentionMetadata, a: _Args) -> None:
+        assert m is meta and m.derived is meta.derived and a is args
+        m.derived.launches["plan"] = 1  # type: ignore[index]
+
+    call_on("cpu", fn, meta, args)
+    assert meta.derived.launches == {"plan": 1}
+
+
 def test_install_routes_triton_calls_and_native_restores(monkeypatch):
     calls = []
     real = kernel_backend.Implementations.__getitem__

@@ -75,19 +75,32 @@ class _Mover:
         done = self.memo.get(id(obj))
         if done is not None:
             return done
+        # A container whose contents all stay as they are is returned itself, not a
+        # copy: state a callee keeps in it (the plans ``AttentionMetadata.derived``
+        # caches for the step's other layers) must land in the caller's object.
         out: Any
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            self.memo[id(obj)] = obj  # a cycle back to obj meets obj itself
+            names = [f.name for f in dataclasses.fields(obj)]
+            old = [getattr(obj, n) for n in names]
+            new = [self.to_device(v) for v in old]
+            if all(a is b for a, b in zip(old, new)):
+                return obj
             out = copy.copy(obj)
-            self.memo[id(obj)] = out
-            for f in dataclasses.fields(obj):
-                object.__setattr__(out, f.name, self.to_device(getattr(obj, f.name)))
-            return out
-        if isinstance(obj, dict):
-            out = {k: self.to_device(v) for k, v in obj.items()}
-        elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
-            out = type(obj)(*(self.to_device(v) for v in obj))
+            for n, v in zip(names, new):
+                object.__setattr__(out, n, v)
+        elif isinstance(obj, dict):
+            moved = {k: self.to_device(v) for k, v in obj.items()}
+            unchanged = all(moved[k] is v for k, v in obj.items())
+            out = obj if unchanged else moved
         elif isinstance(obj, (tuple, list)):
-            out = type(obj)(self.to_device(v) for v in obj)
+            items = [self.to_device(v) for v in obj]
+            if all(a is b for a, b in zip(obj, items)):
+                out = obj
+            elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
+                out = type(obj)(*items)
+            else:
+                out = type(obj)(items)
         else:
             return obj
         self.memo[id(obj)] = out

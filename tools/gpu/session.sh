@@ -45,6 +45,11 @@ export HYBRIDKV_CACHE="${HYBRIDKV_CACHE:-/root/hybridkv-cache}"
 export MAMBA_SITE="${MAMBA_SITE:-/root/mamba-site}"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$HOME/.triton/cache}"
 XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8")
+# The test stages' workers share the machine's 16 cores: 2 CPU threads each. Without
+# this, each of the 8 workers ran transformers' float64 CPU oracle on 16 threads, and
+# the H100 lease's Jamba oracle tests ran past their 100 s timeout (12 of them; each
+# passed in 10 s alone).
+pytest_threads() { OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 "$@"; }
 mkdir -p "$OUT"
 
 stage_setup() {
@@ -107,11 +112,11 @@ print('demo checkpoint:', demo_checkpoint())
 
 # pytest-xdist (in the device image) spreads Triton's compiles over the machine's cores.
 stage_kernels() {
-    "$PY" -m pytest ${KERNEL_TESTS:-tests/kernels} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
+    pytest_threads "$PY" -m pytest ${KERNEL_TESTS:-tests/kernels} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/kernels.xml"
 }
 
 stage_engine-tests() {
-    "$PY" -m pytest ${ENGINE_TESTS:-tests/engine} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
+    pytest_threads "$PY" -m pytest ${ENGINE_TESTS:-tests/engine} $XDIST -v -p no:cacheprovider -rfEs --junitxml="$OUT/engine.xml"
 }
 
 # mamba-ssm, where setup installed it, for this stage's Python only.
@@ -125,7 +130,7 @@ with_mamba() {
 
 stage_mamba-ssm-tests() {
     [ -d "$MAMBA_SITE/mamba_ssm" ] || { echo "mamba-ssm not carried (.gpu-carry/mamba)"; return 1; }
-    with_mamba "$PY" -m pytest tests/kernels/test_mamba_compat.py tests/kernels/test_mamba_ssm.py \
+    pytest_threads with_mamba "$PY" -m pytest tests/kernels/test_mamba_compat.py tests/kernels/test_mamba_ssm.py \
         tests/kernels/test_mamba_ssm_chunked.py tests/kernels/test_mamba_ssd_chunked.py \
         -k "not test_loader_leaves_mamba_ssm_unimportable" $XDIST -v -p no:cacheprovider -rfEs \
         --junitxml="$OUT/mamba-ssm.xml"
