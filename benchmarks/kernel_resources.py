@@ -148,7 +148,8 @@ def _signature(launch: Launch) -> tuple[dict, dict, dict, dict]:
     fn = launch.fn
     values = dict(zip(fn.arg_names, launch.args, strict=False))
     values.update(launch.kwargs)
-    options = {k: values.pop(k) for k in ("num_warps", "num_stages", "enable_fp_fusion") if k in values}
+    option_names = ("num_warps", "num_stages", "enable_fp_fusion")
+    options = {k: values.pop(k) for k in option_names if k in values}
     sig: dict[str, str] = {}
     const: dict[str, Any] = {}
     attrs: dict[tuple[int], list] = {}

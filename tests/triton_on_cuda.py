@@ -84,10 +84,10 @@ class _Mover:
             names = [f.name for f in dataclasses.fields(obj)]
             old = [getattr(obj, n) for n in names]
             new = [self.to_device(v) for v in old]
-            if all(a is b for a, b in zip(old, new)):
+            if all(a is b for a, b in zip(old, new, strict=True)):
                 return obj
             out = copy.copy(obj)
-            for n, v in zip(names, new):
+            for n, v in zip(names, new, strict=True):
                 object.__setattr__(out, n, v)
         elif isinstance(obj, dict):
             moved = {k: self.to_device(v) for k, v in obj.items()}
@@ -95,7 +95,7 @@ class _Mover:
             out = obj if unchanged else moved
         elif isinstance(obj, (tuple, list)):
             items = [self.to_device(v) for v in obj]
-            if all(a is b for a, b in zip(obj, items)):
+            if all(a is b for a, b in zip(obj, items, strict=True)):
                 out = obj
             elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
                 out = type(obj)(*items)
