@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,3 +84,27 @@ def test_mamba_ssm_stage_says_when_mamba_ssm_was_not_carried(tmp_path):
     assert run.returncode == 1
     log = (tmp_path / "out" / "mamba-ssm-tests.txt").read_text()
     assert "mamba-ssm not carried (.gpu-carry/mamba)" in log
+
+
+def test_more_than_eight_result_files_come_back_as_one_archive(tmp_path):
+    # The device tool returns at most 8 files from $OUT; the third lease lost its Mamba
+    # sweep's table to that limit.
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(8):
+        (out / f"r{i}.md").write_text(f"result {i}\n")
+    run = _session(tmp_path, "noop")  # + noop.txt: 9 files
+    assert run.returncode == 0, run.stderr
+    assert [p.name for p in out.iterdir()] == ["out.tar.gz"]
+    with tarfile.open(out / "out.tar.gz") as tar:
+        names = {n.lstrip("./") for n in tar.getnames()} - {""}
+        assert {f"r{i}.md" for i in range(8)} | {"noop.txt"} <= names
+        assert tar.extractfile("./r3.md").read() == b"result 3\n"
+
+
+def test_eight_result_files_or_fewer_come_back_as_they_are(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.md").write_text("x\n")
+    assert _session(tmp_path, "noop").returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == ["noop.txt", "r.md"]

@@ -137,21 +137,20 @@ stage_mamba-ssm-tests() {
 }
 
 stage_bench-kernels() {
-    with_mamba "$PY" benchmarks/bench_kernels.py --write && cp benchmarks/results/kernels-*.md "$OUT/" 2>/dev/null
+    with_mamba "$PY" benchmarks/bench_kernels.py --write
 }
 
 stage_tune() {
-    "$PY" benchmarks/tune_attention.py --write && cp benchmarks/results/attention-tuning-*.md "$OUT/"
+    "$PY" benchmarks/tune_attention.py --write
 }
 
 stage_tune-mamba() {
-    with_mamba "$PY" benchmarks/tune_mamba_scan.py --write && cp benchmarks/results/mamba-scan-tuning-*.md "$OUT/"
+    with_mamba "$PY" benchmarks/tune_mamba_scan.py --write
 }
 
 stage_bench-engine() {
     "$PY" benchmarks/bench_engine.py --dtype bfloat16 --kernel-backend triton --write &&
-        "$PY" benchmarks/bench_engine.py --dtype float32 --kernel-backend triton --write &&
-        cp benchmarks/results/engine-cuda-*.md "$OUT/" 2>/dev/null
+        "$PY" benchmarks/bench_engine.py --dtype float32 --kernel-backend triton --write
 }
 
 # The demo's shape with random weights (benchmarks/random_checkpoint.py): what a lease
@@ -160,19 +159,15 @@ stage_bench-engine-random() {
     "$PY" benchmarks/bench_engine.py --random-weights gemma-3-270m --dtype bfloat16 \
         --kernel-backend triton --write &&
         "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
-            --write &&
-        cp benchmarks/results/engine-cuda-*-random.md benchmarks/results/step-profile-cuda-*-random.md \
-            "$OUT/" 2>/dev/null
+            --write
 }
 
 stage_step-profile() {
-    "$PY" benchmarks/step_profile.py --kernel-backend triton --write &&
-        cp benchmarks/results/step-profile-cuda-*.md "$OUT/" 2>/dev/null
+    "$PY" benchmarks/step_profile.py --kernel-backend triton --write
 }
 
 stage_divergence() {
-    "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write &&
-        cp benchmarks/results/divergence-cuda-*.md "$OUT/" 2>/dev/null
+    "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write
 }
 
 for arg in "$@"; do
@@ -203,6 +198,7 @@ for arg in "$@"; do
     fi
     echo "== $stage" >"$OUT/$stage.txt"
     start=$SECONDS
+    touch "$OUT/.stamp"
     # Stage functions run in a child shell so that `timeout` can stop them.
     export -f "stage_$stage" with_mamba
     export PY OUT XDIST KERNEL_TESTS ENGINE_TESTS
@@ -211,6 +207,16 @@ for arg in "$@"; do
     rc=$?
     echo "== $stage: exit $rc in $((SECONDS - start)) s" | tee -a "$OUT/$stage.txt"
     tail -n 25 "$OUT/$stage.txt"
+    # What the stage wrote into benchmarks/results/ (a --write), and only that.
+    find benchmarks/results -maxdepth 1 -type f -newer "$OUT/.stamp" -exec cp {} "$OUT/" \;
     [ $rc -eq 0 ] || status=$rc
 done
+rm -f "$OUT/.stamp"
+
+# The device tool brings back at most 8 files from $OUT: past that, everything goes
+# into one archive (the third lease lost its Mamba sweep's table to this limit).
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+    tar czf /tmp/gpu-out.tar.gz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu-out.tar.gz "$OUT/out.tar.gz"
+    echo "more than 8 result files: all of them are in \$OUT/out.tar.gz"
+fi
 exit $status
