@@ -11,6 +11,9 @@ room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 see ``engine_setup.resolve_kernel_backend``) is resolved once into a
 ``KernelBackend`` object (``self.kernel_backend``; ``describe()`` lists which
 kernel runs each op) that every step's batch and the sampler use.
+``cuda_graphs=True`` replays decode steps from CUDA graphs
+(``hybridkv.engine.decode_graphs``: Gemma 3 on CUDA with the ``triton`` backend;
+anything else is refused with the reason; ``runner.graphs.stats`` counts replays).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hybridkv.engine.decode_graphs import DecodeGraphs, unsupported_reason
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.engine_setup import (
     check_dtype,
@@ -106,6 +110,7 @@ class LLM:
         hybrid_value_weight: float | None = None,
         hybrid_floor_tokens: int | None = None,
         kernel_backend: str | None = None,
+        cuda_graphs: bool = False,
         allow_long_max_model_len: bool = False,
         progress: bool = False,
         kv_events_endpoint: str | None = None,
@@ -146,6 +151,7 @@ class LLM:
         for flag, name in (
             (enable_prefix_caching, "enable_prefix_caching"),
             (allow_long_max_model_len, "allow_long_max_model_len"),
+            (cuda_graphs, "cuda_graphs"),
         ):
             check_flag(flag, name)
         check_dtype(dtype)
@@ -158,7 +164,7 @@ class LLM:
         check_architecture(self.model_dir / "config.json")
         hf_config = read_hf_config(self.model_dir / "config.json")
 
-        _, text_config = resolve_architecture(hf_config)
+        model_cls, text_config = resolve_architecture(hf_config)
         self.dtype = resolve_dtype(dtype, text_config)
         dtype_name = str(self.dtype).removeprefix("torch.")
         layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name)
@@ -187,6 +193,12 @@ class LLM:
         )
         memory = kv_cache_memory_bytes or default_kv_bytes(pages, max_num_seqs)
         self.plan = fit_memory(pages, memory)
+        if cuda_graphs:
+            why = unsupported_reason(
+                model_cls, self.plan.kv_cache_config, self.kernel_backend.name, self.device
+            )
+            if why:
+                raise ValueError(f"cuda_graphs=True: {why}")
 
         self.model = load_model(
             self.model_dir,
@@ -219,6 +231,8 @@ class LLM:
         self.runner = ModelRunner(
             self.model, config, self.kv_buffers, self.manager, self.device, self.kernel_backend
         )
+        if cuda_graphs:
+            self.runner.graphs = DecodeGraphs(self.runner, max_num_seqs, self.max_model_len)
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None

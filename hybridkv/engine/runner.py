@@ -16,6 +16,7 @@ share.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,6 +33,9 @@ from hybridkv.models.batch import (
 from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
 from hybridkv.snapshots import resume_entry, save_slots
 from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
+
+if TYPE_CHECKING:
+    from hybridkv.engine.decode_graphs import DecodeGraphs
 
 
 def _table(rows: list[list[int]]) -> torch.Tensor:
@@ -59,6 +63,8 @@ class ModelRunner:
         self.manager = manager
         self.device = device
         self.ops = ops
+        #: Decode steps replayed from CUDA graphs (``LLM(cuda_graphs=True)``), or None.
+        self.graphs: DecodeGraphs | None = None
 
     def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
         """The step's ``ForwardBatch`` (block tables built once per group)."""
@@ -120,6 +126,10 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, work: Sequence[ScheduledRequest]) -> torch.Tensor:
         """Logits ``[N, vocab]`` (model dtype) of the sequences that sample, in batch order."""
+        if self.graphs is not None:
+            logits = self.graphs.run(work)
+            if logits is not None:
+                return logits
         batch = self.build_batch(work)
         hidden = self.model(batch)
         return self.model.compute_logits(hidden[batch.logits_indices])

@@ -160,6 +160,7 @@ class Gemma3ForCausalLM(CausalLM):
     """Gemma 3 text model on paged KV (see the module docstring)."""
 
     model_types = ("gemma3_text",)
+    supports_cuda_graphs = True
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -1,0 +1,123 @@
+"""Decode steps replayed from graphs (``hybridkv.engine.decode_graphs``).
+
+On the CPU the graphs are ``EagerReplay``: each replay re-runs the captured step over
+the same static inputs (token ids, positions, metadata tensors, slot mappings) with
+the metadata's host values of the capture, as a CUDA graph would. So these tests
+check what a graph depends on besides the capture itself: every value a step
+changes reaches the static tensors, padding rows change nothing, and nothing on the
+decode path reads the stale host values. On a GPU the same generation runs with real
+CUDA graphs, against the eager engine and transformers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from oracle import check_against_hf
+from tiny_checkpoints import gemma3_config, save_checkpoint
+
+from hybridkv.engine import LLM, SamplingParams
+from hybridkv.engine.decode_graphs import (
+    DecodeGraphs,
+    EagerReplay,
+    bucket_sizes,
+    span_class,
+    unsupported_reason,
+)
+from hybridkv.models.gemma3 import Gemma3ForCausalLM
+from hybridkv.models.llama4 import Llama4ForCausalLM
+
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Two layers, one of each kind: the interpreter runs every Triton kernel per program.
+    config = gemma3_config(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+    return save_checkpoint(config, tmp_path_factory.mktemp("gemma3-graphs"))
+
+
+def _prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(3, 500, (n,), generator=g).tolist() for n in (5, 9, 11, 12, 14)]
+
+
+def _generate(llm: LLM) -> list[list[int]]:
+    # Different lengths: the batch shrinks 5 -> 1 as requests finish, crossing buckets.
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (2, 4, 6, 8, 11)]
+    outs = llm.generate([{"prompt_token_ids": p} for p in _prompts()], params, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def test_buckets_and_span_classes():
+    assert bucket_sizes(1) == (1,)
+    assert bucket_sizes(3) == (1, 2, 3)
+    assert bucket_sizes(20) == (1, 2, 4, 8, 16, 20)
+    assert bucket_sizes(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert span_class(5, 1024) == 1024  # never past max_model_len
+    assert span_class(2048, 32768) == 2048
+    assert span_class(2049, 32768) == 4096
+    assert span_class(30000, 32768) == 32768
+
+
+def test_replayed_decode_steps_give_the_eager_tokens(ckpt: Path):
+    kw = dict(kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=8)
+    want = _generate(LLM(ckpt, **kw))
+    llm = LLM(ckpt, **kw)
+    # Span classes from 8 keys: contexts of 6-25 tokens cross 16, so
+    # buckets are captured again for longer contexts, as at 2,048+ on a GPU.
+    graphs = DecodeGraphs(llm.runner, 8, llm.max_model_len, graph_factory=EagerReplay)
+    graphs.min_span = 8
+    llm.runner.graphs = graphs
+    got = _generate(llm)
+    assert got == want
+    assert graphs.stats["replays"] >= 10  # the longest request's decodes at least
+    assert graphs.stats["eager: prefill or mixed step"] >= 1
+    assert graphs.stats["captures"] == len(graphs.graphs)
+    buckets = {b for b, _ in graphs.graphs}
+    spans = {s for _, s in graphs.graphs}
+    assert {1, 2, 4, 8} <= buckets, graphs.graphs.keys()
+    assert len(spans) >= 2, graphs.graphs.keys()
+    llm.manager.check_integrity()
+
+
+def test_a_step_that_is_not_a_pure_decode_runs_eagerly(ckpt: Path):
+    llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=2)
+    graphs = DecodeGraphs(llm.runner, 2, llm.max_model_len, graph_factory=EagerReplay)
+    assert graphs.eager_reason(()) == "empty step"
+    llm.runner.graphs = graphs
+    outs = llm.generate(
+        [{"prompt_token_ids": p} for p in _prompts()[:3]],
+        SamplingParams(max_tokens=3, ignore_eos=True),
+        use_tqdm=False,
+    )
+    assert all(len(o.outputs[0].token_ids) == 3 for o in outs)
+    assert graphs.stats["eager: prefill or mixed step"] >= 2  # each prompt's prefill
+    assert set(graphs.buckets) == {1, 2}
+
+
+def test_engines_that_cannot_be_graphed_are_refused_with_the_reason(ckpt: Path):
+    cuda = torch.device("cuda")  # a device type only: nothing runs on it
+    llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32")
+    config = llm.kv_cache_config
+    assert unsupported_reason(Gemma3ForCausalLM, config, "triton", cuda) == ""
+    assert "CUDA device" in unsupported_reason(Gemma3ForCausalLM, config, "triton", llm.device)
+    assert "kernel_backend='triton'" in unsupported_reason(Gemma3ForCausalLM, config, "torch", cuda)
+    why = unsupported_reason(Llama4ForCausalLM, config, "triton", cuda)
+    assert why.startswith("Llama4ForCausalLM reads host values")
+    if not CUDA:
+        with pytest.raises(ValueError, match=r"cuda_graphs=True: CUDA graphs need a CUDA device"):
+            LLM(ckpt, device="cpu", cuda_graphs=True)
+
+
+@pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
+def test_cuda_graphs_on_the_gpu_match_the_eager_engine_and_transformers(ckpt: Path):
+    kw = dict(device="cuda", kernel_backend="triton", block_size=4, dtype="float32")
+    want = _generate(LLM(ckpt, **kw, max_num_seqs=8))
+    llm = LLM(ckpt, **kw, max_num_seqs=8, cuda_graphs=True)
+    assert _generate(llm) == want
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.stats["replays"] >= 10
+    check_against_hf(ckpt, llm, _prompts()[:3], 8)
