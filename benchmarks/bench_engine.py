@@ -137,6 +137,11 @@ def arguments(doc: str | None, dtype: str, results: str) -> argparse.ArgumentPar
         default=None,
         help="hybridkv's kernels: native | torch | triton (default: the engine's)",
     )
+    ap.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="replay decode steps from CUDA graphs (LLM(cuda_graphs=True))",
+    )
     return ap
 
 
@@ -176,6 +181,7 @@ def engine(args: argparse.Namespace, device: str) -> tuple[torch.dtype, LLM]:
         max_model_len=4096,
         max_num_batched_tokens=2048,
         kernel_backend=args.kernel_backend,
+        cuda_graphs=args.cuda_graphs,
     )
     return dtype, llm
 
@@ -308,7 +314,8 @@ def main() -> int:
         where = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     lines = [f"# Engine benchmark: {model_title(args)}, {args.dtype}, {device}", "",
              f"{where}; torch {torch.__version__}; hybridkv (kernel backend "
-             f"`{llm.kernel_backend}`; linear layers: {describe_linears(llm.model)}) vs "
+             f"`{llm.kernel_backend}`; linear layers: {describe_linears(llm.model)}"
+             f"{'; decode steps from CUDA graphs' if args.cuda_graphs else ''}) vs "
              "transformers `generate` in the "
              "same process, same checkpoint and dtype, greedy.", "",
              "## 1. Batch throughput (output tokens/s)", "",
@@ -329,6 +336,11 @@ def main() -> int:
              "peak ratio |",
              "| --- | --- | --- | --- | --- | --- |", *rows_m]  # fmt: skip
     suffix = "-random" if args.random_weights is not None else ""
+    suffix += "-graphs" if args.cuda_graphs else ""
+    if args.cuda_graphs:
+        graphs = llm.runner.graphs
+        assert graphs is not None
+        lines += ["", f"Decode steps from CUDA graphs: {dict(sorted(graphs.stats.items()))}."]
     emit(lines, f"engine-{device}-{args.dtype}{suffix}.md", args.write)
     return 0
 

@@ -27,6 +27,7 @@
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
 #   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
 #                 random weights (no carried GGUF needed), bf16, Triton backend
+#   bench-engine-graphs  the same with decode steps replayed from CUDA graphs
 #   step-profile  benchmarks/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
 #   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
@@ -160,6 +161,14 @@ stage_bench-engine-random() {
         --kernel-backend triton --write &&
         "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
             --write
+}
+
+# The same with decode steps replayed from CUDA graphs (LLM(cuda_graphs=True)).
+stage_bench-engine-graphs() {
+    "$PY" benchmarks/bench_engine.py --random-weights gemma-3-270m --dtype bfloat16 \
+        --kernel-backend triton --cuda-graphs --write &&
+        "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
+            --cuda-graphs --write
 }
 
 stage_step-profile() {
