@@ -11,9 +11,10 @@ room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 see ``engine_setup.resolve_kernel_backend``) is resolved once into a
 ``KernelBackend`` object (``self.kernel_backend``; ``describe()`` lists which
 kernel runs each op) that every step's batch and the sampler use.
-``cuda_graphs=True`` replays decode steps from CUDA graphs
-(``hybridkv.engine.decode_graphs``: Gemma 3 on CUDA with the ``triton`` backend;
-anything else is refused with the reason; ``runner.graphs.stats`` counts replays).
+``cuda_graphs=True`` replays steps from CUDA graphs (``hybridkv.engine.graphs``:
+decode steps and one-request short prefills of Gemma 3 on CUDA with the ``triton``
+backend; anything else is refused with the reason; ``runner.graphs.stats`` counts
+replays).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
@@ -48,7 +49,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hybridkv.engine.decode_graphs import DecodeGraphs, unsupported_reason
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.engine_setup import (
     check_dtype,
@@ -60,6 +60,7 @@ from hybridkv.engine.engine_setup import (
     resolve_dtype,
     resolve_kernel_backend,
 )
+from hybridkv.engine.graphs import StepGraphs, unsupported_reason
 from hybridkv.engine.inputs import PromptType, prompt_ids, sampling_list
 from hybridkv.engine.model_source import resolve_model_dir
 from hybridkv.engine.outputs import CompletionOutput, RequestOutput
@@ -232,7 +233,7 @@ class LLM:
             self.model, config, self.kv_buffers, self.manager, self.device, self.kernel_backend
         )
         if cuda_graphs:
-            self.runner.graphs = DecodeGraphs(self.runner, max_num_seqs, self.max_model_len)
+            self.runner.graphs = StepGraphs(self.runner, max_num_seqs, self.max_model_len)
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None

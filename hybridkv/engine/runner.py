@@ -35,7 +35,7 @@ from hybridkv.snapshots import resume_entry, save_slots
 from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
 
 if TYPE_CHECKING:
-    from hybridkv.engine.decode_graphs import DecodeGraphs
+    from hybridkv.engine.graphs import StepGraphs
 
 
 def _table(rows: list[list[int]]) -> torch.Tensor:
@@ -63,8 +63,8 @@ class ModelRunner:
         self.manager = manager
         self.device = device
         self.ops = ops
-        #: Decode steps replayed from CUDA graphs (``LLM(cuda_graphs=True)``), or None.
-        self.graphs: DecodeGraphs | None = None
+        #: Steps replayed from CUDA graphs (``LLM(cuda_graphs=True)``), or None.
+        self.graphs: StepGraphs | None = None
 
     def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
         """The step's ``ForwardBatch`` (block tables built once per group)."""

@@ -37,8 +37,8 @@ class CausalLM(nn.Module):
     #: ``model_type`` values of the text configs this family reads.
     model_types: ClassVar[tuple[str, ...]] = ()
     #: True when ``forward`` reads nothing back from the device (no ``.item()``,
-    #: ``nonzero`` or data-dependent shapes), so a decode step can be captured in a
-    #: CUDA graph (``hybridkv.engine.decode_graphs``).
+    #: ``nonzero`` or data-dependent shapes), so a step can be captured in a
+    #: CUDA graph (``hybridkv.engine.graphs``).
     supports_cuda_graphs: ClassVar[bool] = False
 
     def __init__(self, config: Any) -> None:

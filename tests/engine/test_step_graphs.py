@@ -1,4 +1,4 @@
-"""Decode steps replayed from graphs (``hybridkv.engine.decode_graphs``).
+"""Steps replayed from graphs (``hybridkv.engine.graphs``).
 
 On the CPU the graphs are ``EagerReplay``: each replay re-runs the captured step over
 the same static inputs (token ids, positions, metadata tensors, slot mappings) with
@@ -12,6 +12,7 @@ CUDA graphs, against the eager engine and transformers.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,9 +20,10 @@ from oracle import check_against_hf
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
 from hybridkv.engine import LLM, SamplingParams
-from hybridkv.engine.decode_graphs import (
-    DecodeGraphs,
+from hybridkv.engine.graphs import (
     EagerReplay,
+    StepGraphs,
+    StepShape,
     bucket_sizes,
     span_class,
     unsupported_reason,
@@ -51,6 +53,19 @@ def _generate(llm: LLM) -> list[list[int]]:
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
+def _ask(llm: LLM) -> list[tuple[list[int], int]]:
+    """Two questions on one 40-token document, one by one: (tokens, cached tokens)."""
+    g = torch.Generator().manual_seed(5)
+    doc = torch.randint(3, 500, (40,), generator=g).tolist()
+    questions = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (3, 15)]
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    outs = []
+    for q in questions:
+        o = llm.generate({"prompt_token_ids": doc + q}, params, use_tqdm=False)[0]
+        outs.append((list(o.outputs[0].token_ids), o.num_cached_tokens))
+    return outs
+
+
 def test_buckets_and_span_classes():
     assert bucket_sizes(1) == (1,)
     assert bucket_sizes(3) == (1, 2, 3)
@@ -62,40 +77,74 @@ def test_buckets_and_span_classes():
     assert span_class(30000, 32768) == 32768
 
 
+def _work(*steps: tuple[int, int, bool]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(start=a, num_tokens=n, samples=smp) for a, n, smp in steps]
+
+
+def test_which_steps_are_graphed_and_at_what_shape():
+    buckets = bucket_sizes(16)
+    shape = StepShape.of(_work((100, 1, True)) * 3, buckets, 32768, 2048)
+    assert shape == StepShape(tokens=4, seqs=4, span=2048, decode=True)
+    shape = StepShape.of(_work((3000, 1, True), (5, 1, True)), buckets, 32768, 2048)
+    assert shape == StepShape(tokens=2, seqs=2, span=4096, decode=True)
+    # One request's short prefill: room for one padding token at least, in a dummy seq.
+    assert StepShape.of(_work((2048, 36, True)), buckets, 32768, 2048) == StepShape(
+        64, 2, 4096, decode=False
+    )
+    assert StepShape.of(_work((0, 16, True)), buckets, 32768, 2048).tokens == 32
+    assert StepShape.of(_work((0, 511, True)), buckets, 32768, 2048).tokens == 512
+    assert StepShape.of(_work((0, 512, True)), buckets, 32768, 2048) == (
+        "prefill of over 511 tokens"
+    )
+    assert StepShape.of(_work((0, 40, True)), buckets, 32, 8) == "prefill of over 31 tokens"
+    assert StepShape.of(_work((0, 5, True), (9, 1, True)), buckets, 32768, 2048) == (
+        "prefill or mixed step of several requests"
+    )
+    assert StepShape.of(_work((0, 64, False)), buckets, 32768, 2048) == (
+        "a request that does not sample"
+    )
+    assert StepShape.of(_work((7, 1, True)) * 17, buckets, 32768, 2048) == "decode batch over 16"
+    assert StepShape.of([], buckets, 32768, 2048) == "empty step"
+
+
 def test_replayed_decode_steps_give_the_eager_tokens(ckpt: Path):
     kw = dict(kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=8)
     want = _generate(LLM(ckpt, **kw))
     llm = LLM(ckpt, **kw)
     # Span classes from 8 keys: contexts of 6-25 tokens cross 16, so
     # buckets are captured again for longer contexts, as at 2,048+ on a GPU.
-    graphs = DecodeGraphs(llm.runner, 8, llm.max_model_len, graph_factory=EagerReplay)
+    graphs = StepGraphs(llm.runner, 8, llm.max_model_len, graph_factory=EagerReplay)
     graphs.min_span = 8
     llm.runner.graphs = graphs
     got = _generate(llm)
     assert got == want
-    assert graphs.stats["replays"] >= 10  # the longest request's decodes at least
-    assert graphs.stats["eager: prefill or mixed step"] >= 1
+    assert graphs.stats["decode replays"] >= 10  # the longest request's decodes at least
+    assert graphs.stats["eager: prefill or mixed step of several requests"] >= 1
     assert graphs.stats["captures"] == len(graphs.graphs)
-    buckets = {b for b, _ in graphs.graphs}
-    spans = {s for _, s in graphs.graphs}
+    buckets = {shape.seqs for shape in graphs.graphs if shape.decode}
+    spans = {shape.span for shape in graphs.graphs if shape.decode}
     assert {1, 2, 4, 8} <= buckets, graphs.graphs.keys()
     assert len(spans) >= 2, graphs.graphs.keys()
     llm.manager.check_integrity()
 
 
-def test_a_step_that_is_not_a_pure_decode_runs_eagerly(ckpt: Path):
-    llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=2)
-    graphs = DecodeGraphs(llm.runner, 2, llm.max_model_len, graph_factory=EagerReplay)
-    assert graphs.eager_reason(()) == "empty step"
+def test_prefix_hits_replay_the_short_prefill_they_leave(ckpt: Path):
+    # Questions on a shared document, asked one by one. Each prompt is one step of
+    # one request (43-55 tokens cold, 3 or 15 after a hit): the step a graph of one
+    # request and a dummy sequence replays.
+    kw = dict(kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=2)
+    want = _ask(LLM(ckpt, **kw))
+    llm = LLM(ckpt, **kw)
+    graphs = StepGraphs(llm.runner, 2, llm.max_model_len, graph_factory=EagerReplay)
     llm.runner.graphs = graphs
-    outs = llm.generate(
-        [{"prompt_token_ids": p} for p in _prompts()[:3]],
-        SamplingParams(max_tokens=3, ignore_eos=True),
-        use_tqdm=False,
-    )
-    assert all(len(o.outputs[0].token_ids) == 3 for o in outs)
-    assert graphs.stats["eager: prefill or mixed step"] >= 2  # each prompt's prefill
-    assert set(graphs.buckets) == {1, 2}
+    got = _ask(llm)
+    assert got == want
+    assert got[0][1] == 0 and got[1][1] == 40  # the second hit the document's 10 blocks
+    assert graphs.stats["prefill replays"] == 2, graphs.stats
+    assert graphs.stats["decode replays"] == 2, graphs.stats
+    prefills = {shape.tokens for shape in graphs.graphs if not shape.decode}
+    assert prefills == {64, 16}  # 43 tokens cold; 15 after the hit (+1 padding: 16 is full)
+    llm.manager.check_integrity()
 
 
 def test_engines_that_cannot_be_graphed_are_refused_with_the_reason(ckpt: Path):
@@ -119,5 +168,7 @@ def test_cuda_graphs_on_the_gpu_match_the_eager_engine_and_transformers(ckpt: Pa
     llm = LLM(ckpt, **kw, max_num_seqs=8, cuda_graphs=True)
     assert _generate(llm) == want
     graphs = llm.runner.graphs
-    assert graphs is not None and graphs.stats["replays"] >= 10
+    assert graphs is not None and graphs.stats["decode replays"] >= 10
     check_against_hf(ckpt, llm, _prompts()[:3], 8)
+    # One-request short prefills (cold and after a prefix hit) from real graphs too.
+    assert _ask(LLM(ckpt, **kw, cuda_graphs=True)) == _ask(LLM(ckpt, **kw))
