@@ -18,10 +18,12 @@ import pytest
 import torch
 from oracle import check_against_hf
 from tiny_checkpoints import gemma3_config, save_checkpoint
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hybridkv.engine import LLM, SamplingParams
 from hybridkv.engine.graphs import (
     EagerReplay,
+    StaticStep,
     StepGraphs,
     StepShape,
     bucket_sizes,
@@ -145,6 +147,44 @@ def test_prefix_hits_replay_the_short_prefill_they_leave(ckpt: Path):
     prefills = {shape.tokens for shape in graphs.graphs if not shape.decode}
     assert prefills == {64, 16}  # 43 tokens cold; 15 after the hit (+1 padding: 16 is full)
     llm.manager.check_integrity()
+
+
+#: Aten ops that read a device value back on the host: a CUDA graph capture fails on
+#: each (the stream cannot synchronise while it is capturing).
+HOST_READS = {
+    "aten._local_scalar_dense.default",
+    "aten.nonzero.default",
+    "aten.is_nonzero.default",
+    "aten.equal.default",
+    "aten.masked_select.default",
+}
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_captured_step_reads_nothing_back_from_the_device(ckpt: Path):
+    llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32")
+    runner = llm.runner
+    groups = list(runner.config.kv_cache_groups)
+    for shape in (StepShape(4, 4, 64, decode=True), StepShape(16, 2, 64, decode=False)):
+        static = StaticStep.make(shape, groups, runner.buffers, llm.max_model_len, runner.device)
+        with torch.inference_mode():
+            static.forward(runner.model, runner.ops)  # the first run plans the launches
+            with _Ops() as seen:
+                static.forward(runner.model, runner.ops)
+        assert "aten.linear.default" in seen.ops
+        assert not HOST_READS & seen.ops, (shape, HOST_READS & seen.ops)
+    with _Ops() as seen:  # what a host read looks like here
+        torch.ones(2).sum().item()
+    assert HOST_READS & seen.ops
 
 
 def test_engines_that_cannot_be_graphed_are_refused_with_the_reason(ckpt: Path):
