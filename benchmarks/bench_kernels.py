@@ -362,10 +362,13 @@ def main() -> int:
                   "## Decode (bf16, 32 q heads / 8 KV heads, head 128, block 16)", "",
                   "Bytes: the K/V the kernel must read (inside the window or chunk). Target: "
                   ">= 60 % of the copy bandwidth at >= 2k context; batch x context above "
-                  "64 x 32k left out (memory).", "",
+                  "64 x 32k left out (memory). *Ours*: one call between two CUDA events "
+                  "(the host's launch cost included); *in a graph*: per call of 16 replayed "
+                  "from one CUDA graph, the GPU's time alone (how the engine's decode steps "
+                  "run with `cuda_graphs=True`).", "",
                   "| kind | batch | context | ours us | ours GB/s | ours / copy bw | "
-                  "SDPA contiguous us | SDPA / copy bw |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+                  "in a graph us | in a graph / copy bw | SDPA contiguous us | SDPA / copy bw |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += decode_rows(dev, bw, args.quick)
         lines += ["", "## Prefill (bf16, fresh prompts)", "",
                   "| kind | batch x length | ours ms | SDPA flash (full causal) ms | ratio |",

@@ -52,6 +52,33 @@ def timed_back_to_back(
     return _event_seconds(fn, device, calls, reps)
 
 
+def graph_seconds(
+    fn: Callable[[], object], device: torch.device, calls: int = 16, reps: int = 10
+) -> tuple[float | None, str]:
+    """``(median seconds per call, '')`` of ``calls`` calls replayed from one CUDA graph:
+    the GPU's time alone, without the host's cost per launch (how the engine's decode
+    steps run, ``LLM(cuda_graphs=True)``); ``(None, why)`` when the calls cannot be
+    captured (on the CPU: no graphs)."""
+    if device.type != "cuda":
+        return None, "no CUDA graphs on the CPU"
+    fn()  # compiles and plans outside the capture
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception as e:  # reported in the table's cell, never hidden
+        torch.cuda.synchronize(device)
+        return None, f"{type(e).__name__}: {e}".splitlines()[0][:80]
+    graph.replay()
+    return _event_seconds(graph.replay, device, 1, reps) / calls, ""
+
+
 def host_seconds(fn: Callable[[], object], device: torch.device, calls: int = 32) -> float:
     """Median host seconds per call (``perf_counter`` around ``calls`` enqueues, the
     device synchronized only after): the launch side's cost, whatever the GPU does."""
