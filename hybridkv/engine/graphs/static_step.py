@@ -132,7 +132,7 @@ class StaticStep:
             meta.seq_lens.copy_(torch.tensor(seq_lens, dtype=torch.int32))
             if not shape.decode:
                 meta.query_start_loc.copy_(torch.tensor([0, n, shape.tokens], dtype=torch.int32))
-            slot_ids = []
+            slot_ids: list[int] = []
             for r, s in zip(rows, work, strict=True):
                 slot_ids.extend(
                     r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens)
