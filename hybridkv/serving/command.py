@@ -71,6 +71,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
     p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="replay decode steps and short one-request prefills from CUDA graphs "
+        "(Gemma 3 on CUDA with the triton backend)",
+    )
+    p.add_argument(
         "--kv-events-endpoint",
         default=None,
         help="publish KV cache events (vLLM's ZMQ format) at this endpoint, "
@@ -116,6 +122,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         hybrid_value_weight=args.hybrid_value_weight,
         hybrid_floor_tokens=args.hybrid_floor_tokens,
         kernel_backend=args.kernel_backend,
+        cuda_graphs=args.cuda_graphs,
         kv_events_endpoint=args.kv_events_endpoint,
         kv_events_replay_endpoint=args.kv_events_replay_endpoint,
         kv_events_topic=args.kv_events_topic,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from live_server import start_server
 from serve_http import post, wait_until
 
@@ -105,6 +106,12 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err == "hybridkv serve: error: hybrid_floor_tokens must be an int >= 0, got -1"
+    if not torch.cuda.is_available():
+        assert main(["serve", str(tok_ckpt), "--device", "cpu", "--cuda-graphs"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            "hybridkv serve: error: cuda_graphs=True: CUDA graphs need a CUDA device, not 'cpu'"
+        )
 
 
 def test_cli_bad_chat_template_is_one_line(tok_ckpt: Path, tmp_path: Path, capsys: Any) -> None:
