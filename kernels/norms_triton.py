@@ -64,8 +64,12 @@ def _round(x, dtype, RNE_BF16: tl.constexpr):  # type: ignore[no-untyped-def]
 
 @triton.jit
 def _rstd(x, mask, C, eps):  # type: ignore[no-untyped-def]
-    """``1 / sqrt(mean(x^2) + eps)`` of an fp32 row of ``C`` (masked) values."""
-    return 1.0 / tl.sqrt(tl.sum(tl.where(mask, x * x, 0.0), axis=0) / C + eps)
+    """``rsqrt(mean(x^2) + eps)`` of an fp32 row of ``C`` (masked) values. Compiled,
+    ``tl.math.rsqrt`` is the GPU's ``rsqrt.approx``, the instruction torch's CUDA
+    ``rsqrt`` runs (``1.0 / tl.sqrt(v)`` compiles to ``sqrt.approx`` and ``div.full``, a
+    few ulps from it), and ``div_rn`` an IEEE division (``/`` compiles to ``div.full``,
+    up to 2 ulps off); the interpreter computes both exactly, as the CPU reference does."""
+    return tl.math.rsqrt(tl.math.div_rn(tl.sum(tl.where(mask, x * x, 0.0), axis=0), C * 1.0) + eps)
 
 
 @triton.jit
