@@ -99,11 +99,15 @@ def test_the_norm_kernels_compile_without_contracted_multiply_adds():
         "    (launch,) = kr.capture(kr._norms(op))\n"
         "    n = len(re.findall(r'\\bfma\\.', kr.compile_launch(launch).asm['ptx']))\n"
         "    on = kr.compile_launch(launch, enable_fp_fusion=True).asm['ptx']\n"
-        "    print(op, n, len(re.findall(r'\\bfma\\.', on)))\n"
+        "    full = 'div.full' in kr.compile_launch(launch).asm['ptx']\n"
+        "    print(op, n, len(re.findall(r'\\bfma\\.', on)), full)\n"
     )
     assert got.returncode == 0, got.stderr
-    counts = {op: (int(a), int(b)) for op, a, b in (ln.split() for ln in got.stdout.splitlines())}
+    rows = [ln.split() for ln in got.stdout.splitlines()]
+    counts = {op: (int(a), int(b), full == "True") for op, a, b, full in rows}
     assert set(counts) == {"add_rms_norm", "norm_rope", "rms_norm"}
-    for op, (launched, fused) in counts.items():
+    for op, (launched, fused, approx_div) in counts.items():
         assert launched == 0, f"{op}: {launched} fma instructions as launched"
         assert fused > 0, f"{op}: no fma even with contraction on"
+        # The mean of squares divides as IEEE does (div.rn), not approximately.
+        assert not approx_div, f"{op}: div.full (approximate division) in its PTX"
