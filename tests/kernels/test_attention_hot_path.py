@@ -213,3 +213,23 @@ def test_split_layers_sharing_the_partials_are_each_right(sinks_dtype):
         )  # fmt: skip
         torch.testing.assert_close(got.double().cpu(), dense_oracle(layer), rtol=2e-5, atol=2e-5)
     assert len(a.meta.derived.workspace) == 1
+
+
+def test_a_chunk_or_window_longer_than_every_sequence_launches_the_full_path(monkeypatch):
+    flags: list[tuple[bool, bool, int, int]] = []
+
+    class _Flags:
+        def __getitem__(self, grid: Any) -> Callable[..., None]:
+            def launch(*args: Any, **kw: Any) -> None:
+                # positional: ..., sliding_window (17th) and chunk_size (18th) values
+                flags.append((kw["USE_WINDOW"], kw["USE_CHUNK"], args[16], args[17]))
+
+            return launch
+
+    monkeypatch.setattr(launcher, "unified_attention_kernel", _Flags())
+    q, k, v, meta, _ = _decode(ctx=4096)  # every sequence 4,096 long
+    kinds = [{"chunk_size": 8192}, {"chunk_size": 4096}, {"sliding_window": 4096}]
+    kinds += [{"chunk_size": 4095}, {"sliding_window": 64}]
+    for kind in kinds:
+        unified_attention(q, k, v, meta, AttentionOptions(scale=0.1, **kind), backend="triton")
+    assert flags == [(False, False, 0, 0)] * 3 + [(False, True, 0, 4095), (True, False, 64, 0)]

@@ -23,7 +23,7 @@ from hybridkv.kernels.attention.launch_rules import (
     num_warps,
     tile_n,
 )
-from hybridkv.kernels.attention.launcher import plan_launch, visible_span
+from hybridkv.kernels.attention.launcher import plan_launch, visible_span, within_reach
 
 CUDA = torch.device("cuda")
 DECODE, PREFILL, MIXED = BatchKind.DECODE, BatchKind.PREFILL, BatchKind.MIXED
@@ -145,3 +145,18 @@ def test_tiles_and_num_segments_override_the_rules():
     assert choose_launch(DECODE, 1000, 4, 128, 2, True, tiles, num_segments=5).segments == 5
     # A forced split applies off CUDA too (the interpreter tests it).
     assert choose_launch(PREFILL, 10, 4, 128, 2, False, None, num_segments=2).segments == 2
+
+
+def test_a_window_or_chunk_no_sequence_outgrows_launches_as_full_attention():
+    # W >= the longest sequence hides no key (q - W < 0 <= k); C >= it holds every
+    # position in chunk 0. Exactly the keys of full attention: the full path runs.
+    full = AttentionOptions(scale=0.1)
+    for lens, longest in (([(0, 2048)], 2048), ([(4000, 1), (100, 1)], 4001)):
+        meta = _meta(lens)
+        for kind in ({"sliding_window": longest}, {"chunk_size": longest}, {"chunk_size": 8192}):
+            assert within_reach(meta, AttentionOptions(scale=0.1, **kind)) == full
+        for kind in ({"sliding_window": longest - 1}, {"chunk_size": longest - 1}):
+            opts = AttentionOptions(scale=0.1, softcap=30.0, **kind)
+            assert within_reach(meta, opts) is opts
+    soft = AttentionOptions(scale=0.3, sliding_window=5000, softcap=30.0)
+    assert within_reach(_meta([(0, 9)]), soft) == AttentionOptions(scale=0.3, softcap=30.0)
