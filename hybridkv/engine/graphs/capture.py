@@ -41,7 +41,9 @@ class CudaGraph:
                 fn()
         main.wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=self.pool):
+        # thread_local: only this thread's unsafe CUDA calls are errors during the
+        # capture (the server's other threads may go on using CUDA meanwhile).
+        with torch.cuda.graph(self.graph, pool=self.pool, capture_error_mode="thread_local"):
             out = fn()
         return out
 
