@@ -199,11 +199,13 @@ def throughput(llm: LLM, hf: Any, tok: Any, n_prompts: int, length: int, new: in
     text = corpus(tok, length + 16 * n_prompts)
     prompts = [text[i * 13 : i * 13 + length] for i in range(n_prompts)]
     params = SamplingParams(max_tokens=new, ignore_eos=True)
+    # Warm-up at the timed run's shapes (Triton's compiles; with --cuda-graphs, the
+    # captures of its decode batch), so that neither is timed.
     llm.generate(
-        [{"prompt_token_ids": p} for p in prompts[:2]],
+        [{"prompt_token_ids": p} for p in prompts],
         SamplingParams(max_tokens=2, ignore_eos=True),
         use_tqdm=False,
-    )  # warm-up
+    )
     hf_generate(hf, prompts[:2], 2, pad_id(tok))  # warm-up (CUDA: kernels, cuBLAS)
     llm.manager.reset_prefix_cache()
     t = time.perf_counter()
@@ -227,6 +229,12 @@ def shared_document(llm: LLM, hf: Any, tok: Any, doc_len: int, n_q: int) -> list
     doc = corpus(tok, doc_len)
     qs = [encode(tok, q) for q in QUESTIONS[:n_q]]
     one = SamplingParams(max_tokens=1)
+    # Warm-up on another document of the same length (no prefix in common): a cold
+    # question and a hit, so that compiles and graph captures of these shapes are
+    # not timed below.
+    other = corpus(tok, doc_len + 64)[64:]
+    for q in qs[:2]:
+        llm.generate({"prompt_token_ids": other + q}, one, use_tqdm=False)
     llm.manager.reset_prefix_cache()
     cold = llm.generate({"prompt_token_ids": doc + qs[0]}, one, use_tqdm=False)[0]
     cold_s = cold.metrics.time_to_first_token or 0.0
