@@ -73,7 +73,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--cuda-graphs",
         action="store_true",
-        help="replay decode steps and short one-request prefills from CUDA graphs "
+        help="replay decode steps and small steps (up to 511 new tokens) from CUDA graphs "
         "(Gemma 3 on CUDA with the triton backend)",
     )
     p.add_argument(

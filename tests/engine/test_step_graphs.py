@@ -84,29 +84,30 @@ def _work(*steps: tuple[int, int, bool]) -> list[SimpleNamespace]:
 
 
 def test_which_steps_are_graphed_and_at_what_shape():
-    buckets = bucket_sizes(16)
-    shape = StepShape.of(_work((100, 1, True)) * 3, buckets, 32768, 2048)
-    assert shape == StepShape(tokens=4, seqs=4, span=2048, decode=True)
-    shape = StepShape.of(_work((3000, 1, True), (5, 1, True)), buckets, 32768, 2048)
+    buckets = bucket_sizes(17)  # max_batch 16, + room for a padding sequence
+    of = StepShape.of
+    assert of(_work((100, 1, True)) * 3, buckets, 32768, 2048) == StepShape(4, 4, 2048, True)
+    shape = of(_work((3000, 1, True), (5, 1, True)), buckets, 32768, 2048)
     assert shape == StepShape(tokens=2, seqs=2, span=4096, decode=True)
-    # One request's short prefill: room for one padding token at least, in a dummy seq.
-    assert StepShape.of(_work((2048, 36, True)), buckets, 32768, 2048) == StepShape(
-        64, 2, 4096, decode=False
-    )
-    assert StepShape.of(_work((0, 16, True)), buckets, 32768, 2048).tokens == 32
-    assert StepShape.of(_work((0, 511, True)), buckets, 32768, 2048).tokens == 512
-    assert StepShape.of(_work((0, 512, True)), buckets, 32768, 2048) == (
-        "prefill of over 511 tokens"
-    )
-    assert StepShape.of(_work((0, 40, True)), buckets, 32, 8) == "prefill of over 31 tokens"
-    assert StepShape.of(_work((0, 5, True), (9, 1, True)), buckets, 32768, 2048) == (
-        "prefill or mixed step of several requests"
-    )
-    assert StepShape.of(_work((0, 64, False)), buckets, 32768, 2048) == (
-        "a request that does not sample"
-    )
-    assert StepShape.of(_work((7, 1, True)) * 17, buckets, 32768, 2048) == "decode batch over 16"
-    assert StepShape.of([], buckets, 32768, 2048) == "empty step"
+    assert of(_work((7, 1, True)) * 16, buckets, 32768, 2048).seqs == 16
+    # Small steps: a sequence bucket with a padding sequence, a token bucket with
+    # room for one padding token per padding sequence.
+    assert of(_work((2048, 36, True)), buckets, 32768, 2048) == StepShape(64, 2, 4096, False)
+    assert of(_work((0, 15, True)), buckets, 32768, 2048).tokens == 16
+    assert of(_work((0, 16, True)), buckets, 32768, 2048).tokens == 32
+    assert of(_work((0, 511, True)), buckets, 32768, 2048).tokens == 512
+    mixed = _work((0, 5, True), (9, 1, True), (40, 1, True))
+    assert of(mixed, buckets, 32768, 2048) == StepShape(16, 4, 2048, False)
+    # 3 requests, 14 tokens: bucket 4 sequences, 16 tokens leave 2 for 1 padding seq.
+    assert of(_work((0, 12, True), (9, 1, True), (40, 1, True)), buckets, 32768, 2048).tokens == 16
+    # 15 requests, 15 tokens but one not sampling: padded to 16 seqs, 16 tokens.
+    not_all = _work((0, 1, False)) + _work((9, 1, True)) * 14
+    assert of(not_all, buckets, 32768, 2048) == StepShape(16, 16, 2048, False)
+    assert of(_work((0, 512, True)), buckets, 32768, 2048) == "step of over 511 new tokens"
+    assert of(_work((0, 40, True)), buckets, 32, 8) == "step of over 31 new tokens"
+    assert of(_work((7, 2, True)) * 17, buckets, 32768, 2048) == "step of over 16 requests"
+    assert of(_work((7, 1, True)) * 18, buckets, 32768, 2048) == "decode batch over 17"
+    assert of([], buckets, 32768, 2048) == "empty step"
 
 
 def test_replayed_decode_steps_give_the_eager_tokens(ckpt: Path):
@@ -121,7 +122,7 @@ def test_replayed_decode_steps_give_the_eager_tokens(ckpt: Path):
     got = _generate(llm)
     assert got == want
     assert graphs.stats["decode replays"] >= 10  # the longest request's decodes at least
-    assert graphs.stats["eager: prefill or mixed step of several requests"] >= 1
+    assert graphs.stats["small-step replays"] >= 1  # the five prompts' prefill
     assert graphs.stats["captures"] == len(graphs.graphs)
     buckets = {shape.seqs for shape in graphs.graphs if shape.decode}
     spans = {shape.span for shape in graphs.graphs if shape.decode}
@@ -142,11 +143,68 @@ def test_prefix_hits_replay_the_short_prefill_they_leave(ckpt: Path):
     got = _ask(llm)
     assert got == want
     assert got[0][1] == 0 and got[1][1] == 40  # the second hit the document's 10 blocks
-    assert graphs.stats["prefill replays"] == 2, graphs.stats
+    assert graphs.stats["small-step replays"] == 2, graphs.stats
     assert graphs.stats["decode replays"] == 2, graphs.stats
     prefills = {shape.tokens for shape in graphs.graphs if not shape.decode}
     assert prefills == {64, 16}  # 43 tokens cold; 15 after the hit (+1 padding: 16 is full)
     llm.manager.check_integrity()
+
+
+def test_mixed_steps_and_middle_chunks_replay_as_the_eager_engine(ckpt: Path):
+    # Six prompts, three running at a time: new prompts are admitted while others
+    # decode (steps mixing prefills and decodes), and chunks of 16 tokens split the
+    # longer prompts (chunks that do not sample).
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (4, 30, 9, 21, 3, 12)]
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 2, 4, 2, 3, 2)]
+    kw = dict(kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=3)
+
+    def run(llm: LLM) -> list[list[int]]:
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outs]
+
+    want = run(LLM(ckpt, **kw, max_num_batched_tokens=16))
+    llm = LLM(ckpt, **kw, max_num_batched_tokens=16)
+    graphs = StepGraphs(llm.runner, 3, llm.max_model_len, graph_factory=EagerReplay)
+    llm.runner.graphs = graphs
+    assert run(llm) == want
+    mixed = [s for s in graphs.graphs if not s.decode and s.seqs > 2]
+    assert mixed, graphs.graphs.keys()  # steps of several requests, prefills among them
+    assert graphs.stats["small-step replays"] >= 5, graphs.stats
+    assert not any(k.startswith("eager") for k in graphs.stats), graphs.stats
+    llm.manager.check_integrity()
+
+
+def test_a_small_step_fills_its_static_tensors_exactly(ckpt: Path):
+    # Worked example: a middle chunk (3 tokens at 8, not sampling), a decode (at 5) and
+    # a new prompt of 4 tokens, in a 16-token, 4-sequence shape: 8 padding tokens in
+    # one padding sequence. Block size 4; one attention group per layer kind.
+    llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32")
+    runner = llm.runner
+    groups = list(runner.config.kv_cache_groups)
+    shape = StepShape(tokens=16, seqs=4, span=64, decode=False)
+    static = StaticStep.make(shape, groups, runner.buffers, llm.max_model_len, runner.device)
+    ids = list(range(100, 120))
+
+    def req(start: int, n: int, samples: bool) -> SimpleNamespace:
+        core = SimpleNamespace(all_token_ids=ids)
+        return SimpleNamespace(request=SimpleNamespace(core=core), start=start, num_tokens=n,
+                               samples=samples)  # fmt: skip
+
+    work = [req(8, 3, False), req(5, 1, True), req(0, 4, True)]
+    tables = [[7, 8, 9], [3, 4], [11]]  # each group gets the same ids here
+    sampled = static.fill(work, [tuple(t for _ in groups) for t in tables])
+    assert sampled == 2
+    assert static.input_ids.tolist() == [108, 109, 110, 105, 100, 101, 102, 103] + [0] * 8
+    assert static.positions.tolist() == [8, 9, 10, 5, 0, 1, 2, 3] + [0] * 8
+    # The decode's last token is row 3, the new prompt's row 7; the chunk samples nothing.
+    assert static.logits_indices.tolist() == [3, 7, 0, 0]
+    for meta, slot in zip(static.metas, static.slots, strict=True):
+        assert meta.query_start_loc.tolist() == [0, 3, 4, 8, 16]
+        assert meta.seq_lens.tolist() == [11, 6, 4, 8]
+        assert meta.block_table[:, :3].tolist() == [[7, 8, 9], [3, 4, 0], [11, 0, 0], [0, 0, 0]]
+        # slot = block * 4 + position % 4
+        assert slot.tolist() == [36, 37, 38, 17, 44, 45, 46, 47] + [-1] * 8
 
 
 #: Aten ops that read a device value back on the host: a CUDA graph capture fails on

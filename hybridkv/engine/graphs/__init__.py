@@ -1,6 +1,6 @@
 """CUDA graphs of the engine's steps (``LLM(cuda_graphs=True)``).
 
-- ``shapes``: which steps are graphed (decode steps, one-request short prefills) and
+- ``shapes``: which steps are graphed (decode steps; small steps of any mix) and
   the padded shape each is captured at;
 - ``static_step``: the tensors a graph reads, made once per shape and refilled per step;
 - ``capture``: ``CudaGraph`` (a GPU) and ``EagerReplay`` (the CPU tests' stand-in);

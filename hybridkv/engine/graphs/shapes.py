@@ -5,15 +5,18 @@ Two kinds of step are graphed:
 - **decode**: every request adds one token and samples. Padded to a *bucket* of
   sequences (1, 2, 4, 8, then multiples of 8 up to ``max_batch``), each padding row a
   one-token sequence of its own.
-- **short prefill**: one request adds at most ``MAX_PREFILL_TOKENS`` tokens and
-  samples (a new turn on a cached conversation: the step a prefix hit leaves). Padded
-  to a token bucket (16, 32, ..., 512) with room for at least one padding token, which
-  all go to a second, dummy sequence.
+- **small**: any other step of at most ``MAX_SMALL_TOKENS`` new tokens: new turns on
+  cached conversations (the step a prefix hit leaves), short prompts, and decodes
+  batched with them, sampling or not (a prompt's middle chunk). Padded to a token
+  bucket (16, 32, ..., 512) and a sequence bucket with at least one *padding
+  sequence* more than the step has; the padding tokens (at least one per padding
+  sequence) go to the padding sequences, one each but the last, which takes the rest.
 
 Both also carry a *span class*: the power of two (at least ``MIN_SPAN`` keys, at most
-``max_model_len``) the attention launcher plans a split-KV decode for, so the launch
-baked into a graph suits the contexts it replays. Anything else runs eagerly, with
-the reason (``StepShape.of``).
+``max_model_len``) the attention launcher plans for, so the launch baked into a graph
+suits the contexts it replays. Anything else (steps of more tokens: long prompts'
+chunks, which the GPU rather than the host bounds) runs eagerly, with the reason
+(``StepShape.of``).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from hybridkv.engine.scheduler import ScheduledRequest
 
 #: The smallest span class: contexts up to this share one plan.
 MIN_SPAN = 2048
-#: Token buckets of short prefills.
-PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
-MAX_PREFILL_TOKENS = PREFILL_BUCKETS[-1] - 1
+#: Token buckets of small steps.
+TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512)
+MAX_SMALL_TOKENS = TOKEN_BUCKETS[-1] - 1
 
 
 def bucket_sizes(max_batch: int) -> tuple[int, ...]:
@@ -49,8 +52,7 @@ def span_class(max_seq_len: int, max_model_len: int, min_span: int = MIN_SPAN) -
 @dataclass(frozen=True)
 class StepShape:
     """A captured step's padded shape: ``tokens`` new tokens of ``seqs`` sequences
-    (``decode``: one each; else one real sequence and one dummy), planned for
-    contexts up to ``span``."""
+    (``decode``: one each), planned for contexts up to ``span``."""
 
     tokens: int
     seqs: int
@@ -61,22 +63,23 @@ class StepShape:
     def of(
         work: Sequence[ScheduledRequest], buckets: Sequence[int], max_model_len: int, min_span: int
     ) -> StepShape | str:
-        """The shape ``work`` replays at, or why it runs eagerly."""
+        """The shape ``work`` replays at, or why it runs eagerly. ``buckets``: the
+        sequence buckets (``bucket_sizes(max_batch + 1)``: a small step of
+        ``max_batch`` requests still has room for its padding sequence)."""
         if not work:
             return "empty step"
-        if not all(s.samples for s in work):
-            return "a request that does not sample"
         longest = max(s.start + s.num_tokens for s in work)
         span = span_class(longest, max_model_len, min_span)
-        if all(s.num_tokens == 1 for s in work):
+        n, seqs = sum(s.num_tokens for s in work), len(work)
+        if n == seqs and all(s.samples for s in work):
             for b in buckets:
-                if b >= len(work):
+                if b >= seqs:
                     return StepShape(b, b, span, decode=True)
             return f"decode batch over {buckets[-1]}"
-        if len(work) > 1:
-            return "prefill or mixed step of several requests"
-        n = work[0].num_tokens
-        for t in PREFILL_BUCKETS:
-            if n < t <= max_model_len:
-                return StepShape(t, 2, span, decode=False)
-        return f"prefill of over {min(MAX_PREFILL_TOKENS, max_model_len - 1)} tokens"
+        padded = next((b for b in buckets if b > seqs), None)
+        if padded is None:
+            return f"step of over {buckets[-1] - 1} requests"
+        for t in TOKEN_BUCKETS:
+            if t - n >= padded - seqs and t <= max_model_len:
+                return StepShape(t, padded, span, decode=False)
+        return f"step of over {min(MAX_SMALL_TOKENS, max_model_len - 1)} new tokens"

@@ -11,9 +11,10 @@ them only through the launch plan, which suits any step of the same shape (its g
 covers every query block of ``tokens`` tokens in ``seqs`` sequences).
 
 Padding is inert: padding tokens have slot -1 (no cache write) and belong to
-padding sequences (decode: one token each, length 1; prefill: one dummy sequence
-holding them all, with no context), whose block-table rows are zeros or left from
-an earlier step (valid block ids: their keys are read and their rows dropped).
+padding sequences with no context (decode: one token each; small steps: one each but
+the last, which holds the rest), whose block-table rows are zeros or left from an
+earlier step (valid block ids: their keys are read and their rows dropped), and whose
+logits are not returned.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from hybridkv.planning import AttentionCache
 
 
 def _capture_lengths(shape: StepShape) -> tuple[list[int], list[int]]:
-    """(query lens, seq lens) the metadata is built with: they fix the launch plan."""
+    """(query lens, seq lens) the metadata is built with: they fix the launch plan (a
+    decode's split-KV for ``span`` keys; else a mixed batch's tiles)."""
     if shape.decode:
         return [1] * shape.seqs, [shape.span] * shape.seqs
-    return [shape.tokens - 1, 1], [max(shape.span, shape.tokens - 1), 1]
+    first = shape.tokens - (shape.seqs - 1)
+    return [first] + [1] * (shape.seqs - 1), [max(shape.span, first)] + [1] * (shape.seqs - 1)
 
 
 @dataclass
@@ -45,7 +48,7 @@ class StaticStep:
     shape: StepShape
     input_ids: torch.Tensor  # [tokens] int64
     positions: torch.Tensor  # [tokens] int64
-    logits_indices: torch.Tensor  # [seqs that sample] int64
+    logits_indices: torch.Tensor  # [seqs] int64: the sampled rows first
     metas: list[AttentionMetadata]  # per attention group, in group order
     slots: list[torch.Tensor]  # per attention group: [tokens] int64
     block_sizes: list[int]
@@ -72,12 +75,11 @@ class StaticStep:
                 cache = buffers.layers[name]
                 assert isinstance(cache, AttentionCache)
                 attention[name] = AttentionLayerInputs(meta, slot, cache)
-        sampled = shape.seqs if shape.decode else 1
         return cls(
             shape=shape,
             input_ids=torch.zeros(shape.tokens, dtype=torch.int64, device=device),
             positions=torch.zeros(shape.tokens, dtype=torch.int64, device=device),
-            logits_indices=torch.arange(sampled, dtype=torch.int64, device=device),
+            logits_indices=torch.arange(shape.seqs, dtype=torch.int64, device=device),
             metas=metas,
             slots=slots,
             block_sizes=sizes,
@@ -85,7 +87,8 @@ class StaticStep:
         )
 
     def forward(self, model: Any, ops: Any) -> torch.Tensor:
-        """The step over the static tensors: logits ``[seqs that sample, vocab]``. A new
+        """The step over the static tensors: logits ``[seqs, vocab]`` of the rows
+        ``logits_indices`` names (the sampling requests' first). A new
         ``StepValues`` each run: the RoPE tables are computed from the static positions
         inside the captured region, never carried over."""
         batch = ForwardBatch(
@@ -100,9 +103,10 @@ class StaticStep:
         )
         return model.compute_logits(model(batch)[self.logits_indices])
 
-    def fill(self, work: Sequence[ScheduledRequest], block_ids: Sequence[Any]) -> None:
+    def fill(self, work: Sequence[ScheduledRequest], block_ids: Sequence[Any]) -> int:
         """Write ``work``'s values (``block_ids``: the manager's per-group ids of each
-        request) into the static tensors."""
+        request) into the static tensors; returns how many requests sample (their
+        logits are the first rows of the output, in batch order)."""
         shape = self.shape
         positions: list[int] = []
         tokens: list[int] = []
@@ -110,31 +114,43 @@ class StaticStep:
             positions.extend(range(s.start, s.start + s.num_tokens))
             tokens.extend(s.request.core.all_token_ids[s.start : s.start + s.num_tokens])
         n = len(tokens)
-        pad = shape.tokens - n
+        pad, pad_seqs = shape.tokens - n, shape.seqs - len(work)
         self.input_ids.copy_(torch.tensor(tokens + [0] * pad, dtype=torch.int64))
         self.positions.copy_(torch.tensor(positions + [0] * pad, dtype=torch.int64))
+        seq_lens = [s.start + s.num_tokens for s in work]
+        sampled = len(work)
         if shape.decode:
-            seq_lens = [s.start + 1 for s in work] + [1] * (shape.seqs - len(work))
+            seq_lens += [1] * pad_seqs
         else:
-            seq_lens = [work[0].start + n, pad]
-            self.logits_indices.fill_(n - 1)
+            pad_lens = [1] * (pad_seqs - 1) + [pad - (pad_seqs - 1)]
+            seq_lens += pad_lens
+            starts = [0]
+            for q in [s.num_tokens for s in work] + pad_lens:
+                starts.append(starts[-1] + q)
+            rows = [starts[i + 1] - 1 for i, s in enumerate(work) if s.samples]
+            sampled = len(rows)
+            self.logits_indices.copy_(
+                torch.tensor(rows + [0] * (shape.seqs - sampled), dtype=torch.int64)
+            )
+            query_starts = torch.tensor(starts, dtype=torch.int32)
+        lens = torch.tensor(seq_lens, dtype=torch.int32)
         for g, (meta, slot, bs) in enumerate(
             zip(self.metas, self.slots, self.block_sizes, strict=True)
         ):
-            rows = [ids[g] for ids in block_ids]
-            width = max(len(r) for r in rows)
+            table_rows = [ids[g] for ids in block_ids]
+            width = max(len(r) for r in table_rows)
             table = torch.tensor(
-                [r + [0] * (width - len(r)) for r in rows]
-                + [[0] * width] * (shape.seqs - len(rows)),
+                [r + [0] * (width - len(r)) for r in table_rows] + [[0] * width] * pad_seqs,
                 dtype=torch.int32,
             )
             meta.block_table[:, :width].copy_(table)
-            meta.seq_lens.copy_(torch.tensor(seq_lens, dtype=torch.int32))
+            meta.seq_lens.copy_(lens)
             if not shape.decode:
-                meta.query_start_loc.copy_(torch.tensor([0, n, shape.tokens], dtype=torch.int32))
+                meta.query_start_loc.copy_(query_starts)
             slot_ids: list[int] = []
-            for r, s in zip(rows, work, strict=True):
+            for r, s in zip(table_rows, work, strict=True):
                 slot_ids.extend(
                     r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens)
                 )
             slot.copy_(torch.tensor(slot_ids + [-1] * pad, dtype=torch.int64))
+        return sampled

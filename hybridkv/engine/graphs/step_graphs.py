@@ -7,7 +7,7 @@ the GPU (``benchmarks/results/engine-nvidia-h100-bfloat16-random.md``). A graph
 records a step's launches once and replays them with one call.
 
 ``run(work)`` finds the step's padded shape (``shapes.StepShape``: decode steps and
-one-request short prefills), captures a graph for a new shape (its ``StaticStep``
+small steps of any mix), captures a graph for a new shape (its ``StaticStep``
 tensors made once), fills the tensors with the step's values and replays; it returns
 None for a step that runs eagerly, counting why in ``stats``.
 
@@ -68,7 +68,7 @@ class StepGraphs:
         graph_factory: Callable[[], Graph] | None = None,
     ) -> None:
         self.runner = runner
-        self.buckets = bucket_sizes(max_batch)
+        self.buckets = bucket_sizes(max_batch + 1)  # + room for a padding sequence
         self.max_model_len = max_model_len
         #: The smallest span class (a power of two; tests lower it).
         self.min_span = MIN_SPAN
@@ -115,7 +115,7 @@ class StepGraphs:
             found = self.graphs[shape] = self._capture(shape)
         graph, static, logits = found
         manager = self.runner.manager
-        static.fill(work, [manager.get_block_ids(s.request.request_id) for s in work])
+        sampled = static.fill(work, [manager.get_block_ids(s.request.request_id) for s in work])
         graph.replay()
-        self.stats["decode replays" if shape.decode else "prefill replays"] += 1
-        return logits[: len(work)]
+        self.stats["decode replays" if shape.decode else "small-step replays"] += 1
+        return logits[:sampled]
