@@ -68,6 +68,18 @@ def _ask(llm: LLM) -> list[tuple[list[int], int]]:
     return outs
 
 
+def _mixed(llm: LLM) -> list[list[int]]:
+    """Six prompts, three running at a time (``max_num_seqs=3``): new prompts are
+    admitted while others decode (steps mixing prefills and decodes), and with
+    ``max_num_batched_tokens=16`` the longer prompts are split into chunks that do not
+    sample."""
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (4, 30, 9, 21, 3, 12)]
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 2, 4, 2, 3, 2)]
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
 def test_buckets_and_span_classes():
     assert bucket_sizes(1) == (1,)
     assert bucket_sizes(3) == (1, 2, 3)
@@ -151,23 +163,12 @@ def test_prefix_hits_replay_the_short_prefill_they_leave(ckpt: Path):
 
 
 def test_mixed_steps_and_middle_chunks_replay_as_the_eager_engine(ckpt: Path):
-    # Six prompts, three running at a time: new prompts are admitted while others
-    # decode (steps mixing prefills and decodes), and chunks of 16 tokens split the
-    # longer prompts (chunks that do not sample).
-    g = torch.Generator().manual_seed(9)
-    prompts = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (4, 30, 9, 21, 3, 12)]
-    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 2, 4, 2, 3, 2)]
     kw = dict(kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=3)
-
-    def run(llm: LLM) -> list[list[int]]:
-        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outs]
-
-    want = run(LLM(ckpt, **kw, max_num_batched_tokens=16))
+    want = _mixed(LLM(ckpt, **kw, max_num_batched_tokens=16))
     llm = LLM(ckpt, **kw, max_num_batched_tokens=16)
     graphs = StepGraphs(llm.runner, 3, llm.max_model_len, graph_factory=EagerReplay)
     llm.runner.graphs = graphs
-    assert run(llm) == want
+    assert _mixed(llm) == want
     mixed = [s for s in graphs.graphs if not s.decode and s.seqs > 2]
     assert mixed, graphs.graphs.keys()  # steps of several requests, prefills among them
     assert graphs.stats["small-step replays"] >= 5, graphs.stats
@@ -268,5 +269,7 @@ def test_cuda_graphs_on_the_gpu_match_the_eager_engine_and_transformers(ckpt: Pa
     graphs = llm.runner.graphs
     assert graphs is not None and graphs.stats["decode replays"] >= 10
     check_against_hf(ckpt, llm, _prompts()[:3], 8)
-    # One-request short prefills (cold and after a prefix hit) from real graphs too.
+    # Small steps from real graphs too: after prefix hits, and prefills among decodes.
     assert _ask(LLM(ckpt, **kw, cuda_graphs=True)) == _ask(LLM(ckpt, **kw))
+    small = dict(max_num_seqs=3, max_num_batched_tokens=16)
+    assert _mixed(LLM(ckpt, **kw, **small, cuda_graphs=True)) == _mixed(LLM(ckpt, **kw, **small))
