@@ -9,7 +9,12 @@ records a step's launches once and replays them with one call.
 ``run(work)`` finds the step's padded shape (``shapes.StepShape``: decode steps and
 small steps of any mix), captures a graph for a new shape (its ``StaticStep``
 tensors made once), fills the tensors with the step's values and replays; it returns
-None for a step that runs eagerly, counting why in ``stats``.
+None for a step that runs eagerly, counting why in ``stats``. Graphs are captured
+lazily, each on the first step of its shape (a stall of three forward passes: two
+warm-ups and the capture); an engine meets at most sequence buckets x (1 + token
+buckets) x span classes of them (with ``max_num_seqs`` 64 and ``max_model_len``
+32,768: 11 x 7 x 5), and sees far fewer (a decode batch's bucket changes as requests
+come and go; small steps are what arrivals and prefix hits make).
 
 What a graph needs (``unsupported_reason``, checked by ``LLM(cuda_graphs=True)``
 before any weight is loaded): a CUDA device; the ``triton`` kernel backend, whose
