@@ -8,7 +8,9 @@ per attention group the ``AttentionMetadata`` device tensors (query starts, sequ
 lengths, block table) and the slot mapping. The metadata's host values (lengths as
 Python ints) stay those of the capture: the ``triton`` backend's launches depend on
 them only through the launch plan, which suits any step of the same shape (its grid
-covers every query block of ``tokens`` tokens in ``seqs`` sequences).
+covers every query block of ``tokens`` tokens in ``seqs`` sequences), and through
+``within_reach`` (a window or chunk no sequence outgrows runs as full attention),
+decided on the span class, which bounds every replayed step's longest context.
 
 Padding is inert: padding tokens have slot -1 (no cache write) and belong to
 padding sequences with no context (decode: one token each; small steps: one each but
