@@ -21,6 +21,7 @@ from tiny_checkpoints import gemma3_config, save_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hybridkv.engine import LLM, SamplingParams
+from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.graphs import (
     EagerReplay,
     StaticStep,
@@ -206,6 +207,25 @@ def test_a_small_step_fills_its_static_tensors_exactly(ckpt: Path):
         assert meta.block_table[:, :3].tolist() == [[7, 8, 9], [3, 4, 0], [11, 0, 0], [0, 0, 0]]
         # slot = block * 4 + position % 4
         assert slot.tolist() == [36, 37, 38, 17, 44, 45, 46, 47] + [-1] * 8
+
+
+def test_a_graph_made_inside_inference_mode_replays_outside_it(ckpt: Path):
+    # The runner calls run() under inference mode, a profiler's wrapper may not: the
+    # static tensors are inference tensors either way (in-place writes to them outside
+    # inference mode raised before).
+    llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32", max_num_seqs=2)
+    graphs = StepGraphs(llm.runner, 2, llm.max_model_len, graph_factory=EagerReplay)
+    llm.runner.graphs = graphs
+    llm.generate({"prompt_token_ids": [5, 6, 7]}, SamplingParams(max_tokens=2), use_tqdm=False)
+    params = SamplingParams(max_tokens=2)
+    llm.scheduler.add_request(
+        EngineRequest("x", [5, 6, 7, 8], params, max_model_len=llm.max_model_len)
+    )
+    work = llm.scheduler.schedule().scheduled
+    assert not torch.is_inference_mode_enabled()
+    logits = graphs.run(work)
+    assert logits is not None and logits.shape[0] == 1
+    assert graphs.stats["small-step replays"] == 2  # the first prompt's, then this one
 
 
 #: Aten ops that read a device value back on the host: a CUDA graph capture fails on

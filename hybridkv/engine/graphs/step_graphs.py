@@ -103,11 +103,11 @@ class StepGraphs:
         )
         graph = self.graph_factory()
         model, ops = runner.model, runner.ops
-        with torch.inference_mode():
-            logits = graph.capture(lambda: static.forward(model, ops))
+        logits = graph.capture(lambda: static.forward(model, ops))
         self.stats["captures"] += 1
         return graph, static, logits
 
+    @torch.inference_mode()  # the static tensors are inference tensors, whoever calls
     def run(self, work: Sequence[ScheduledRequest]) -> torch.Tensor | None:
         """The step's logits ``[sampling requests, vocab]`` from a graph, in batch order,
         or None when the step runs eagerly (counted in ``stats``)."""
