@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from host_reads import HOST_READS, RecordOps
 from oracle import check_against_hf
 from tiny_checkpoints import gemma3_config, save_checkpoint
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hybridkv.engine import LLM, SamplingParams
 from hybridkv.engine.engine_request import EngineRequest
@@ -228,27 +228,6 @@ def test_a_graph_made_inside_inference_mode_replays_outside_it(ckpt: Path):
     assert graphs.stats["small-step replays"] == 2  # the first prompt's, then this one
 
 
-#: Aten ops that read a device value back on the host: a CUDA graph capture fails on
-#: each (the stream cannot synchronise while it is capturing).
-HOST_READS = {
-    "aten._local_scalar_dense.default",
-    "aten.nonzero.default",
-    "aten.is_nonzero.default",
-    "aten.equal.default",
-    "aten.masked_select.default",
-}
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops.add(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def test_a_captured_step_reads_nothing_back_from_the_device(ckpt: Path):
     llm = LLM(ckpt, kernel_backend="triton", block_size=4, dtype="float32")
     runner = llm.runner
@@ -257,13 +236,13 @@ def test_a_captured_step_reads_nothing_back_from_the_device(ckpt: Path):
         static = StaticStep.make(shape, groups, runner.buffers, llm.max_model_len, runner.device)
         with torch.inference_mode():
             static.forward(runner.model, runner.ops)  # the first run plans the launches
-            with _Ops() as seen:
+            with RecordOps() as seen:
                 static.forward(runner.model, runner.ops)
         assert "aten.linear.default" in seen.ops
-        assert not HOST_READS & seen.ops, (shape, HOST_READS & seen.ops)
-    with _Ops() as seen:  # what a host read looks like here
+        assert not HOST_READS & set(seen.ops), (shape, HOST_READS & set(seen.ops))
+    with RecordOps() as seen:  # what a host read looks like here
         torch.ones(2).sum().item()
-    assert HOST_READS & seen.ops
+    assert HOST_READS & set(seen.ops)
 
 
 def test_engines_that_cannot_be_graphed_are_refused_with_the_reason(ckpt: Path):

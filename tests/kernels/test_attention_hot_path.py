@@ -27,10 +27,11 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import host_reads
 import pytest
 import torch
+from host_reads import RecordOps
 from paged_factory import PagedBatch, dense_oracle, make_paged_batch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import hybridkv.kernels.cache_write_triton as cache_write_triton
 from hybridkv.kernels import AttentionMetadata, AttentionOptions, reshape_and_cache
@@ -42,28 +43,12 @@ DEVICE = torch.device(
     "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 )
 
-#: aten ops that read device memory back to the host (a sync on CUDA).
-HOST_READS = {
-    "aten._local_scalar_dense.default",
-    "aten.nonzero.default",
-    "aten.is_nonzero.default",
-    "aten.equal.default",
-    "aten._to_copy.default",  # .cpu() / .to("cpu") when it crosses devices
-    "aten.masked_select.default",
-}
+#: Host reads, and ``.cpu()`` / ``.to("cpu")``: here every tensor is on one device, so
+#: any copy crosses devices.
+HOST_READS = host_reads.HOST_READS | {"aten._to_copy.default"}
 #: Per call with prepared metadata: ``empty_like`` for the output, nothing else.
 MAX_ATTENTION_OPS = 1
 MAX_CACHE_WRITE_OPS = 0
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 class _Recorder:
@@ -104,7 +89,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]
 
 
 def _ops(fn: Callable[[], object]) -> list[str]:
-    with _Ops() as mode:
+    with RecordOps() as mode:
         fn()
     assert not HOST_READS & set(mode.ops), mode.ops
     return mode.ops

@@ -18,21 +18,22 @@ WARMUP_RUNS = 2
 
 
 class Graph(Protocol):
-    def capture(self, fn: Callable[[], torch.Tensor]) -> torch.Tensor: ...
+    def capture(self, fn: Callable[[], Any]) -> Any: ...
 
     def replay(self) -> None: ...
 
 
 class CudaGraph:
     """A ``torch.cuda.CUDAGraph`` of ``fn``, warmed up on a side stream first; the
-    graphs of one engine share a memory pool (they never run concurrently)."""
+    graphs of one engine share a memory pool (they never run concurrently; ``pool``
+    None: a pool of its own)."""
 
     def __init__(self, device: torch.device, pool: Any) -> None:
         self.device = device
         self.pool = pool
         self.graph: Any = None
 
-    def capture(self, fn: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def capture(self, fn: Callable[[], Any]) -> Any:
         main = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(main)
