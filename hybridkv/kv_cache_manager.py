@@ -388,6 +388,7 @@ class KVCacheManager:
             branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
             key = request.live_block_hashes[branch // self.hash_block_size - 1] if branch else None
             coordinator.observe_branch(branch, request.num_tokens, key)
+            coordinator.mark_prompt_end(request.live_block_hashes, request.num_prompt_tokens)
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(
@@ -444,7 +445,8 @@ class KVCacheManager:
             )
         step = self.coordinator.floor_tokens
         floor = range(step, request.num_tokens, step) if step else ()
-        prompt = prompt_point(request.num_prompt_tokens, lcm, self.coordinator.tail_alignment.align)
+        ta = self.coordinator.tail_alignment
+        prompt = prompt_point(request.num_prompt_tokens, lcm, ta.align, ta.fine.align)
         return tuple(sorted({p for p in (num_hit, branch, prompt, *floor) if p > 0}))
 
     def _check_new_computed(

@@ -147,6 +147,20 @@ class KVCacheCoordinator(ABC):
         self.tail_alignment.observe(branch, num_tokens)
         if key is not None:
             self.tail_alignment.observe_key(key)
+            self.tail_alignment.fine.observe(branch, key)
+
+    def mark_prompt_end(self, block_hashes: list[bytes], num_prompt_tokens: int) -> None:
+        """An admitted request's prompt (``block_hashes``: its hash-block-size
+        hashes) ends ``num_prompt_tokens`` in: mark the full-attention block at or
+        below its end for ``fine_alignment`` (``hybrid``; nothing without full
+        attention)."""
+        if not self.hybrid or self._full_gid is None:
+            return
+        g = self.managers[self._full_gid].block_size
+        end = num_prompt_tokens - num_prompt_tokens % g
+        if end:
+            key = block_hashes[end // self.hash_block_size - 1]
+            self.tail_alignment.fine.mark(key, num_prompt_tokens - end)
 
     def is_returning(self, block_hashes: list[bytes], num_prompt_tokens: int) -> bool:
         """Whether a new request's prompt continues what the cache has held

@@ -103,14 +103,21 @@ FLOOR_MAX_STATE_TOKENS = 17_920
 FLOOR_MAX_WINDOW_TOKENS = 24_576
 
 
-def prompt_point(num_prompt_tokens: int, step: int, align: int) -> int:
+def prompt_point(num_prompt_tokens: int, step: int, align: int, fine: int = 0) -> int:
     """``P``, a request's prompt-end kept point: the last multiple of ``step``
     at or below the prompt's end that is ``on_grid`` for ``align`` (0: none).
+    Without a coarse grid but with a ``fine`` one (``fine_alignment``: branches
+    at multiples of ``fine <= step``'s full-attention block), the hit boundary
+    at or below the last multiple of ``fine`` in the prompt: where a request
+    that diverges there resumes.
 
     Another sample of the same prompt, or a next turn that shares the prompt
     but not this answer (the Mooncake traces' expansion), resumes there; ``E``'s
     tail covers it only while the output is shorter than the tail.
     """
+    if fine and not align:
+        last = num_prompt_tokens - num_prompt_tokens % fine
+        return last - last % step
     p = num_prompt_tokens - num_prompt_tokens % step
     while not on_grid(p, align, step):  # 0 is on every grid
         p -= step

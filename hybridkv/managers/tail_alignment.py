@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from hybridkv.managers.fine_alignment import FineAlignment
 from hybridkv.managers.tail_demand import TailDemand
 
 #: Observations remembered (the most recent ones).
@@ -69,7 +70,16 @@ class TailAlignment:
     ``A`` whatever is observed.
     """
 
-    __slots__ = ("_agree", "_candidates", "_seen", "align", "demand", "fixed", "granularity")
+    __slots__ = (
+        "_agree",
+        "_candidates",
+        "_seen",
+        "align",
+        "demand",
+        "fine",
+        "fixed",
+        "granularity",
+    )
 
     def __init__(self, granularity: int, tail: int, fixed: int | None) -> None:
         self.granularity = granularity
@@ -87,6 +97,9 @@ class TailAlignment:
         self._agree = [0] * len(self._candidates)
         #: Which aligned tail points are kept (``tail_demand``).
         self.demand = TailDemand()
+        #: A grid no coarser than ``granularity`` (``fine_alignment``): where the
+        #: prompt-end state goes while no coarse grid is in force.
+        self.fine = FineAlignment(granularity, tail, learn=fixed is None)
 
     def observe_key(self, key: bytes) -> None:
         """A new request branched after the full-attention block ``key``
@@ -127,3 +140,4 @@ class TailAlignment:
         assert self.fixed is None or self.align == self.fixed
         assert self.align or not self.demand._marks, "tail points marked without a grid"
         self.demand.check_integrity()
+        self.fine.check_integrity()

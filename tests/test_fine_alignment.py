@@ -1,0 +1,192 @@
+"""A branch grid no coarser than the full-attention block
+(``hybridkv.managers.fine_alignment``): learned from branches at marked prompt
+ends, and where it puts the prompt-end state (``retention.prompt_point``)."""
+
+from __future__ import annotations
+
+import pytest
+from factories import config, full, mamba
+
+from hybridkv import KVCacheManager, Request
+from hybridkv.managers.fine_alignment import (
+    CHANCE,
+    MAX_MARKS,
+    MIN_OBSERVED,
+    WINDOW,
+    FineAlignment,
+)
+from hybridkv.managers.retention import prompt_point
+
+
+def key(i: int) -> bytes:
+    return i.to_bytes(8, "little")
+
+
+def test_candidates_are_powers_of_two_up_to_the_block_and_the_tail() -> None:
+    assert FineAlignment(528, 512)._candidates == (4, 8, 16, 32, 64, 128, 256, 512)
+    assert FineAlignment(80, 512)._candidates == (4, 8, 16, 32, 64)
+    assert FineAlignment(12, 8)._candidates == (4, 8)
+    assert FineAlignment(12, 0)._candidates == ()  # no tail: nothing to learn
+    assert FineAlignment(528, 512, learn=False)._candidates == ()
+
+
+def test_only_branches_at_marked_prompt_ends_are_evidence() -> None:
+    f = FineAlignment(528, 512)
+    for i in range(2 * MIN_OBSERVED):
+        f.observe(528 * (i + 1), key(i))  # nobody's prompt ended there
+    assert not f._seen and f.align == 0
+    f.mark(key(7), 100)
+    f.observe(528 * 4, key(7))
+    assert list(f._seen) == [(2112, 100)]
+    f.check_integrity()
+
+
+def mooncake_like(count: int) -> list[tuple[int, int]]:
+    """``count`` informative observations ``(end, overhang)`` of 528-token blocks
+    and branches at multiples of 512 (Mooncake's expansion): prompts of varied
+    length whose next turn diverges at the prompt's last multiple of 512, kept
+    where that lies in ``[end, n]`` (a next turn that resumes below the prompt's
+    last hit boundary is no evidence here)."""
+    out = []
+    i = 0
+    while len(out) < count:
+        n = 2_000 + 397 * i
+        end, last = n - n % 528, n - n % 512
+        if last >= end:
+            out.append((end, n - end))
+        i += 1
+    return out
+
+
+def feed(f: FineAlignment, observations: list[tuple[int, int]], first_key: int = 0) -> None:
+    for i, (end, overhang) in enumerate(observations):
+        f.mark(key(first_key + i), overhang)
+        f.observe(end, key(first_key + i))
+
+
+def test_learns_512_on_528_token_blocks() -> None:
+    f = FineAlignment(528, 512)
+    obs = mooncake_like(MIN_OBSERVED)
+    feed(f, obs[:-1])
+    assert f.align == 0  # too few to tell
+    feed(f, obs[-1:], first_key=MIN_OBSERVED)
+    assert f.align == 512
+    # every grid of 512 or finer explains every observation; 512 is the largest
+    n = len(f._seen)
+    assert f._agree == [n] * 8
+    # ... and random divergences would fit 512 in about 70 % of them (Mooncake's
+    # own: the same), the finer grids in more
+    assert 0.65 * 512 * n < f._chance[-1] <= CHANCE * 512 * n
+    f.check_integrity()
+
+
+def test_divergences_off_the_grid_refute_it() -> None:
+    f = FineAlignment(528, 512)
+    # [2112 + 528 i, + 40] holds a multiple of 512 for i = 26, 27, 28 only: 512 is
+    # refuted; 64 fits 3 in 4 (under AGREE); 32 and finer fit any range of 41 tokens
+    feed(f, [(2112 + 528 * i, 40) for i in range(MIN_OBSERVED)])
+    assert f._agree[-1] == 3
+    assert f.align == 0
+    f.check_integrity()
+
+
+def test_a_grid_that_fits_by_chance_is_refused() -> None:
+    # An overhang of 11 tokens holds a multiple of 4 or 8 whatever the traffic.
+    f = FineAlignment(12, 8)
+    feed(f, [(12, 11)] * MIN_OBSERVED)
+    assert f._agree == [MIN_OBSERVED, MIN_OBSERVED]
+    assert f.align == 0
+    # Overhangs of 2 and 5: 8 fits at a chance of (3 + 6) / 2 / 8 = 0.56; 4 at 0.875.
+    h = FineAlignment(12, 8)
+    feed(h, [(24, 2), (36, 5)] * (MIN_OBSERVED // 2))  # 24 in [24, 26]; 40 in [36, 41]
+    assert h.align == 8
+    h.check_integrity()
+
+
+def test_forgets_beyond_the_window_and_marks_beyond_their_bound() -> None:
+    f = FineAlignment(528, 512)
+    feed(f, mooncake_like(WINDOW))
+    assert f.align == 512
+    feed(f, [(2640, 40)] * WINDOW, first_key=WINDOW)  # [2640, 2680]: no multiple of 512
+    assert len(f._seen) == WINDOW and f.align == 0
+    f.check_integrity()
+    for i in range(MAX_MARKS + 5):
+        f.mark(key(10 * WINDOW + i), 3)
+    assert len(f._marks) == MAX_MARKS and key(0) not in f._marks
+    f.check_integrity()
+
+
+def test_check_integrity_catches_a_stale_count() -> None:
+    f = FineAlignment(528, 512)
+    feed(f, mooncake_like(MIN_OBSERVED))
+    f._agree[-1] -= 1
+    with pytest.raises(AssertionError, match="agreement"):
+        f.check_integrity()
+
+
+def test_prompt_point_with_a_fine_grid() -> None:
+    # Bamba: 528-token steps, branches at multiples of 512.
+    assert prompt_point(2651, 528, 0) == 2640  # no grid: the last hit boundary
+    assert prompt_point(2651, 528, 0, 512) == 2112  # diverging at 2560 resumes at 2112
+    assert prompt_point(2700, 528, 0, 512) == 2112
+    assert prompt_point(3100, 528, 0, 512) == 2640  # 3072 lies past 2640
+    assert prompt_point(3072, 528, 0, 512) == 2640  # the whole prompt shared: 3072
+    assert prompt_point(500, 528, 0, 512) == 0
+    # a coarse grid wins: Jamba's 80-token steps on a 512 grid
+    assert prompt_point(1000, 80, 512, 64) == prompt_point(1000, 80, 512) == 960
+
+
+def manager(align: int | None) -> KVCacheManager:
+    """Full attention + Mamba, block 12, tail 8 (under one block: no tail, as with
+    Bamba's 528-token blocks and the 512-token tail), no floor points."""
+    return KVCacheManager(
+        config(1024, full(12), mamba(12)),
+        512,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=8,
+        hybrid_value_weight=0.0,
+        hybrid_floor_tokens=0,
+        hybrid_tail_align=align,
+    )
+
+
+def serve(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
+    req = Request(rid, tokens)
+    blocks, hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
+    req.num_computed_tokens = len(tokens)
+    kv.check_integrity()
+    kv.free(req)
+    kv.check_integrity()
+    return hit
+
+
+def teach(kv: KVCacheManager) -> None:
+    """Two-turn conversations in 8-token units: a 26- or 41-token first turn, a
+    second that keeps its whole 8-token units (24 or 40 tokens) and goes on."""
+    for i in range(MIN_OBSERVED):
+        n, keep = (26, 24) if i % 2 else (41, 40)
+        first = [10_000 + 100 * i + j for j in range(n)]
+        serve(kv, f"a{i}", first)
+        # full attention matches 24 or 36 (whole 12-token blocks), where the
+        # first turn's state is: its last hit boundary
+        hit = serve(kv, f"b{i}", first[:keep] + [90_000 + 100 * i + j for j in range(9)])
+        assert hit == keep - keep % 12
+
+
+def test_a_learned_fine_grid_keeps_the_state_where_the_next_turn_resumes() -> None:
+    kv = manager(None)
+    teach(kv)
+    assert kv.coordinator.tail_alignment.align == 0  # no grid coarser than 12
+    assert kv.coordinator.tail_alignment.fine.align == 8
+    # A 37-token first turn: its last hit boundary is 36, its last 8-token unit
+    # ends at 32, so the next turn diverges at 32 and resumes from the state at 24.
+    first = list(range(500, 537))
+    assert serve(kv, "x", first) == 0
+    assert serve(kv, "y", first[:32] + [9999] * 8) == 24
+
+    fixed = manager(0)  # a fixed (dense) tail learns no grid at all
+    teach(fixed)
+    assert fixed.coordinator.tail_alignment.fine.align == 0
+    serve(fixed, "x", first)
+    assert serve(fixed, "y", first[:32] + [9999] * 8) == 0  # the only state is at 36
