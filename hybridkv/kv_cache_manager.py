@@ -544,7 +544,9 @@ class KVCacheManager:
         live = self._live.pop(rid, None)
         self._quiet.pop(rid, None)
         self._admission.forget(rid)
-        return self.coordinator.free(rid, None if live is None else live.live_block_hashes)
+        if live is None:
+            return self.coordinator.free(rid)
+        return self.coordinator.free(rid, live.live_block_hashes, live.num_computed_tokens)
 
     def uncache_uncomputed(self, request: Request) -> int:
         """Take the request's blocks past ``num_computed_tokens`` out of the prefix

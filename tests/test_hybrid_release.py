@@ -110,13 +110,15 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
     coord = kv.coordinator
     real = coord._free_hybrid
 
-    def free_hybrid(states: list[Any], factor: float = 1.0) -> None:
+    def free_hybrid(states: list[Any], factor: float = 1.0, num_tokens: int | None = None) -> None:
         lcm = coord.block_size_lcm
         end = min(
             st.num_cached * m.block_size for m, st in zip(coord.managers, states, strict=True)
         )
         end -= end % lcm
-        points = FinalPoints(states[0].kept, end, coord.tail, lcm, coord.tail_alignment.align)
+        points = FinalPoints(
+            states[0].kept, end, coord.tail, lcm, coord.tail_alignment.align, num_tokens=num_tokens
+        )
         mine = recorded(
             kv,
             lambda _: release_hybrid(
@@ -128,7 +130,7 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
         counter[0] += 1
         counter[1] += sum(len(c[0]) for c in mine)
         counter[2] += factor != 1.0
-        real(states, factor)
+        real(states, factor, num_tokens)
 
     coord._free_hybrid = free_hybrid  # type: ignore[method-assign]
 

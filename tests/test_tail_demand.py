@@ -9,7 +9,7 @@ from factories import config, decode, free_ids, full, mamba, serve, swa
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.managers.retention import FinalPoints, UnitValues, prompt_point
-from hybridkv.managers.tail_alignment import TailAlignment, tail_points
+from hybridkv.managers.tail_alignment import TailAlignment, on_grid, tail_points
 from hybridkv.managers.tail_demand import (
     AT_END,
     BELOW,
@@ -349,6 +349,46 @@ def test_prompt_point_is_the_last_boundary_on_the_grid() -> None:
     assert prompt_point(1040, 80, 512) == 960
     assert prompt_point(400, 80, 512) == 0  # no grid point below: none
     assert prompt_point(70, 80, 0) == 0
+
+
+def test_a_grid_point_past_the_tokens_serves_no_branch() -> None:
+    """Jamba's 80-token steps on a 512 grid: a 1,000-token request ends at 960,
+    whose grid point 1,024 lies past its tokens; a request sharing them diverges
+    at 512 at most and resumes at 480."""
+    assert on_grid(960, 512, 80) and on_grid(960, 512, 80, 1024)
+    assert not on_grid(960, 512, 80, 1000)
+    assert on_grid(960, 0, 80, 961)
+    assert prompt_point(1000, 80, 512) == 480
+    p = FinalPoints([], 960, 480, 80, 512, 0.25, 0.125, num_tokens=1000)
+    assert p.tail == [480, 960] and p.top == 480
+    assert p.weight(480) == 1.0 and p.weight(960) == 0.125  # the end is off the grid
+    unknown = FinalPoints([], 960, 480, 80, 512, 0.25, 0.125)  # tokens not given
+    assert unknown.top == 960 and unknown.weight(480) == 0.25
+
+
+def test_the_manager_marks_an_end_past_the_last_grid_point_off_the_grid() -> None:
+    """Block 12 on a grid of 16, tail 24: a 62-token request keeps its prompt
+    point at 48 (the last multiple of 16 in it); its tail is 48 and its end 60,
+    whose grid point 64 it never reached, so 60 is marked an off-grid end."""
+    kv = KVCacheManager(
+        config(256, full(12), mamba(12)),
+        512,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=24,
+        hybrid_tail_align=16,
+    )
+    r = Request("r", list(range(62)))
+    blocks, hit = kv.get_computed_blocks(r)
+    assert hit == 0 and kv.allocate_slots(r, 62, 0, blocks) is not None
+    assert kv.coordinator.managers[0].states["r"].kept == (48,)
+    full_blocks = kv.coordinator.managers[0].states["r"].blocks
+    r.num_computed_tokens = 62
+    kv.free(r)
+    kv.check_integrity()
+    marks = kv.coordinator.tail_alignment.demand._marks
+    assert marks[full_blocks[3].block_hash] == AT_END  # ends at 48
+    assert marks[full_blocks[4].block_hash] == OFF_GRID_END  # ends at 60
+    assert serve(kv, "next", list(range(48)) + [9] * 20) == 48
 
 
 def test_the_prompt_end_stays_a_hit_point_after_a_long_answer() -> None:

@@ -283,11 +283,18 @@ class KVCacheCoordinator(ABC):
         """The longest hit valid for every group, and its length. Read-only."""
 
     # -- release -------------------------------------------------------------
-    def free(self, request_id: str, block_hashes: list[bytes] | None = None) -> bool:
+    def free(
+        self,
+        request_id: str,
+        block_hashes: list[bytes] | None = None,
+        num_tokens: int | None = None,
+    ) -> bool:
         """Release all of a request's blocks, tail first; False if unknown.
 
         ``block_hashes``: the request's hash-block-size hashes; with
         ``seen``, what its first full-attention group cached is recorded there.
+        ``num_tokens``: its computed tokens (``hybrid``: an end whose grid point
+        lies past them is off the grid, ``FinalPoints``).
 
         Across groups, blocks are released by token position, last first (for
         equal block sizes: position ``i`` of every group, then ``i - 1``...),
@@ -305,7 +312,7 @@ class KVCacheCoordinator(ABC):
                 m = self.managers[self._full_gid]  # type: ignore[index]
                 st = states[self._full_gid]  # type: ignore[index]
                 self.seen.record(m.group_hashes(block_hashes), st.num_cached)  # type: ignore[union-attr]
-            self._free_hybrid(states, factor)  # type: ignore[arg-type]
+            self._free_hybrid(states, factor, num_tokens)  # type: ignore[arg-type]
             return True
         tables = [st.blocks[st.num_skipped :] for st in states if st is not None]
         pool = self.pool
@@ -326,7 +333,9 @@ class KVCacheCoordinator(ABC):
             pool.free_blocks(b for _, _, b in keyed)
         return True
 
-    def _free_hybrid(self, states: list[RequestBlockState], factor: float = 1.0) -> None:
+    def _free_hybrid(
+        self, states: list[RequestBlockState], factor: float = 1.0, num_tokens: int | None = None
+    ) -> None:
         """``hybrid`` release (``hybridkv.coordinators.hybrid_release``);
         ``factor`` multiplies every unit's value (a returning request's).
 
@@ -348,6 +357,7 @@ class KVCacheCoordinator(ABC):
             d.below_weight,
             d.end_weight,
             self.free_point_period,
+            num_tokens,
         )
         if ta.align and self._full_gid is not None:
             self._mark_tail(states[self._full_gid], points)

@@ -104,24 +104,23 @@ FLOOR_MAX_WINDOW_TOKENS = 24_576
 
 
 def prompt_point(num_prompt_tokens: int, step: int, align: int, fine: int = 0) -> int:
-    """``P``, a request's prompt-end kept point: the last multiple of ``step``
-    at or below the prompt's end that is ``on_grid`` for ``align`` (0: none).
-    Without a coarse grid but with a ``fine`` one (``fine_alignment``: branches
-    at multiples of ``fine <= step``'s full-attention block), the hit boundary
-    at or below the last multiple of ``fine`` in the prompt: where a request
-    that diverges there resumes.
+    """``P``, a request's prompt-end kept point: the last multiple of ``step`` at
+    or below the prompt's last multiple of the branch grid (``align``, a coarse
+    grid of ``tail_alignment``, else ``fine``, one no coarser than the
+    full-attention block, ``fine_alignment``; with neither, every token): where
+    a request that shares the prompt up to there resumes.
 
     Another sample of the same prompt, or a next turn that shares the prompt
-    but not this answer (the Mooncake traces' expansion), resumes there; ``E``'s
-    tail covers it only while the output is shorter than the tail.
+    but not this answer (the Mooncake traces' expansion: a next turn shares the
+    prompt's whole 512-token units, so it diverges at the last multiple of 512
+    in it), resumes there; ``E``'s tail covers it only while the output is
+    shorter than the tail. (A grid point past the prompt's end is no branch a
+    next turn can take: Jamba's 1,000-token prompt resumes at 480, below 512, not
+    at 960, below 1,024.)
     """
-    if fine and not align:
-        last = num_prompt_tokens - num_prompt_tokens % fine
-        return last - last % step
-    p = num_prompt_tokens - num_prompt_tokens % step
-    while not on_grid(p, align, step):  # 0 is on every grid
-        p -= step
-    return p
+    grid = align or fine or 1
+    last = num_prompt_tokens - num_prompt_tokens % grid
+    return last - last % step
 
 
 def floor_point_cost(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> float:
@@ -217,7 +216,10 @@ class FinalPoints:
     *aligned end* (``top``, a main point of ``UnitValues``; ``end`` when there
     is none). What only a grid point below it needs is weighed by
     ``below_weight``, what only an off-grid ``end`` needs by ``end_weight``
-    (``weight``; learned by ``tail_demand``).
+    (``weight``; learned by ``tail_demand``). ``num_tokens``: the request's
+    computed tokens (``None``: unknown); an ``end`` whose grid multiple lies
+    past them is off the grid (Jamba: a request of 1,000 tokens ends at 960,
+    and 1,024 is no branch a request sharing its tokens can take).
 
     ``free_period``: hits at its multiples need nothing outside full attention
     (chunk boundaries when every other group is chunked; 0: none). Those up
@@ -247,6 +249,7 @@ class FinalPoints:
         below_weight: float = 1.0,
         end_weight: float = 1.0,
         free_period: int = 0,
+        num_tokens: int | None = None,
     ) -> None:
         free = range(free_period, end + 1, free_period) if free_period else ()
         self.kept = sorted({*(p for p in kept if 0 < p <= end), *free})
@@ -260,7 +263,7 @@ class FinalPoints:
         self.tail = tail_points(end, tail, step, align)
         #: The aligned end (``end`` in a dense tail, or when no grid point is in the tail).
         self.top = end
-        if len(self.tail) > 1 and not on_grid(end, align, step):  # dense: all on grid
+        if len(self.tail) > 1 and not on_grid(end, align, step, num_tokens):  # dense: all on grid
             self.top = self.tail[-2]
         #: All of them, tail included, ascending (``unit_of`` runs per block).
         self.points = sorted({*self.kept, *self.tail})

@@ -43,10 +43,15 @@ MIN_OBSERVED = 32
 AGREE = 0.9
 
 
-def on_grid(point: int, align: int, step: int) -> bool:
+def on_grid(point: int, align: int, step: int, limit: int | None = None) -> bool:
     """True when a hit at boundary ``point`` (a multiple of ``step``) can
-    serve a branch at a multiple of ``align`` (``0``: any point can)."""
-    return align == 0 or -point % align < step
+    serve a branch at a multiple of ``align`` (``0``: any point can); with
+    ``limit``, a branch at or below it (a request sharing at most the ``limit``
+    tokens of the one that kept ``point``)."""
+    if align == 0:
+        return True
+    gap = -point % align
+    return gap < step and (limit is None or gap <= limit - point)
 
 
 def tail_points(end: int, tail: int, step: int, align: int) -> list[int]:

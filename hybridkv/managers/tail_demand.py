@@ -8,8 +8,9 @@ per group:
   request that extends it (the next turn of a conversation) resumes;
 - ``BELOW``: the grid points of its tail below that (a request that shares
   all but its last grid unit: an edited last message);
-- ``OFF_GRID_END``: its end ``E`` itself, when ``E`` is not on the grid (a
-  request that repeats it up to its end).
+- ``OFF_GRID_END``: its end ``E`` itself, when ``E`` is not on the grid, or
+  its grid multiple lies past the request's tokens (a request that repeats it
+  up to its end).
 
 Whether later requests branch at the last two is traffic's business. On the
 Mooncake conversation trace they rarely do (Jamba at 40 GB, first 1,500
