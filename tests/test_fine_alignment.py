@@ -5,9 +5,9 @@ ends, and where it puts the prompt-end state (``retention.prompt_point``)."""
 from __future__ import annotations
 
 import pytest
-from factories import config, full, mamba
+from factories import config, full, mamba, serve
 
-from hybridkv import KVCacheManager, Request
+from hybridkv import KVCacheManager
 from hybridkv.managers.fine_alignment import (
     CHANCE,
     MAX_MARKS,
@@ -148,17 +148,6 @@ def manager(align: int | None) -> KVCacheManager:
         hybrid_floor_tokens=0,
         hybrid_tail_align=align,
     )
-
-
-def serve(kv: KVCacheManager, rid: str, tokens: list[int]) -> int:
-    req = Request(rid, tokens)
-    blocks, hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
-    req.num_computed_tokens = len(tokens)
-    kv.check_integrity()
-    kv.free(req)
-    kv.check_integrity()
-    return hit
 
 
 def teach(kv: KVCacheManager) -> None:

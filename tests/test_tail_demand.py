@@ -220,6 +220,17 @@ def make(second: object) -> KVCacheManager:
     )
 
 
+def aligned(block: int, tail: int, align: int, num_blocks: int = 64) -> KVCacheManager:
+    """Full attention + Mamba, both of ``block`` tokens, tail ``tail``, grid ``align``."""
+    return KVCacheManager(
+        config(num_blocks, full(block), mamba(block)),
+        512,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=tail,
+        hybrid_tail_align=align,
+    )
+
+
 def conversations(kv: KVCacheManager, n: int) -> None:
     """``n`` two-turn conversations: the second turn resumes at the first's
     aligned end 32 (its prompt ends at 40, off the grid of 16)."""
@@ -297,13 +308,7 @@ def test_branch_points_feed_demand_from_the_first_block_on() -> None:
     """Grid 4 on blocks of 4: every boundary is on the grid, so a freed
     request's aligned end is its end. A branch after one block (key of block
     0) is observed; a request with no match at all is not."""
-    kv = KVCacheManager(
-        config(64, full(4), mamba(4)),
-        64,
-        cache_policy="hybrid",
-        hybrid_tail_tokens=8,
-        hybrid_tail_align=4,
-    )
+    kv = aligned(4, 8, 4)
     demand = kv.coordinator.tail_alignment.demand
     assert serve(kv, "a", [1, 2, 3, 4, 5, 6]) == 0  # E = 4: marks block 0
     assert not demand._seen  # no branch, nothing observed
@@ -370,13 +375,7 @@ def test_the_manager_marks_an_end_past_the_last_grid_point_off_the_grid() -> Non
     """Block 12 on a grid of 16, tail 24: a 62-token request keeps its prompt
     point at 48 (the last multiple of 16 in it); its tail is 48 and its end 60,
     whose grid point 64 it never reached, so 60 is marked an off-grid end."""
-    kv = KVCacheManager(
-        config(256, full(12), mamba(12)),
-        512,
-        cache_policy="hybrid",
-        hybrid_tail_tokens=24,
-        hybrid_tail_align=16,
-    )
+    kv = aligned(12, 24, 16)
     r = Request("r", list(range(62)))
     blocks, hit = kv.get_computed_blocks(r)
     assert hit == 0 and kv.allocate_slots(r, 62, 0, blocks) is not None
