@@ -116,6 +116,39 @@ def test_forgets_beyond_the_window_and_marks_beyond_their_bound() -> None:
     f.check_integrity()
 
 
+def test_a_grid_is_adopted_at_exactly_the_agreement_share() -> None:
+    # 32-token blocks, candidates 4..32; 40 observations (0.9 x 40 = 36 exactly).
+    # 36 branches on a multiple of 32, 4 at 16 past one with 3 tokens of
+    # overhang: only 32 is refuted by them, and it still fits exactly 90 %.
+    f = FineAlignment(32, 512)
+    feed(f, [(64, 3)] * 36 + [(80, 3)] * 4)
+    assert f._agree[-1] == 36 and len(f._seen) == 40
+    assert f.align == 32  # 36 >= 0.9 x 40; a strict share would fall back to 16
+    f.check_integrity()
+
+
+def test_a_grid_is_adopted_at_exactly_the_chance_bound() -> None:
+    # Every branch on a multiple of 32 (every grid fits). The chance that a
+    # random divergence fits 32 is the mean of min(32, r + 1) / 32: 24 ranges of
+    # 32 tokens and 16 of 16 give 1,024 / (32 x 40) = 0.8, the bound itself.
+    # Every finer grid fits every range by chance and is refused.
+    f = FineAlignment(32, 512)
+    feed(f, [(64, 31)] * 24 + [(64, 15)] * 16)
+    assert f._chance[-1] == CHANCE * 32 * 40
+    assert f.align == 32
+    f.check_integrity()
+
+
+def test_a_prompt_end_marked_again_is_the_most_recent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hybridkv.managers.fine_alignment.MAX_MARKS", 2)
+    f = FineAlignment(528, 512)
+    f.mark(key(1), 5)
+    f.mark(key(2), 6)
+    f.mark(key(1), 7)  # renewed: key(2) is now the oldest
+    f.mark(key(3), 8)
+    assert dict(f._marks) == {key(1): 7, key(3): 8}
+
+
 def test_check_integrity_catches_a_stale_count() -> None:
     f = FineAlignment(528, 512)
     feed(f, mooncake_like(MIN_OBSERVED))

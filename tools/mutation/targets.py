@@ -43,6 +43,7 @@ _MANAGER_TESTS = (
     "tests/test_floor_tuner.py",
     "tests/test_tail_alignment.py",
     "tests/test_tail_demand.py",
+    "tests/test_fine_alignment.py",
     "tests/test_free_queue.py",
     "tests/test_uncache.py",
     "tests/test_hybrid.py",
