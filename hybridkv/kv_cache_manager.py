@@ -36,7 +36,7 @@ from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import NEVER
 from hybridkv.managers.retention import TAIL_TOKENS, prompt_point
-from hybridkv.managers.returning import RETURN_BONUS
+from hybridkv.managers.returning import RETURN_BONUS, RETURN_GRADE, check_return_grade
 from hybridkv.request import Request
 from hybridkv.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
 from hybridkv.specs.base import KVCacheSpec, check_positive_int
@@ -111,7 +111,10 @@ class KVCacheManager:
     (None: learned from where requests branch, ``managers/tail_alignment.py``;
     0: every boundary; ``A``: multiples of ``A`` only);
     ``hybrid_return_bonus``, pool turnovers a returning request's units are
-    kept longer (``managers/returning.py``; 0: off); ``hybrid_floor_tokens``,
+    kept longer (``managers/returning.py``; 0: off); ``hybrid_return_grade``,
+    how that bonus grows with a returning request's turn in its conversation
+    (``"flat"``: not at all; ``"turn"``, ``"log-turn"``; ``RETURN_GRADES``);
+    ``hybrid_floor_tokens``,
     tokens between two snapshot floor points, rounded up to the hit step
     (None: by cost and kind, ``retention.floor_spacing``, then moved with the
     traffic by ``managers/floor_tuner.py``; 0: no floor; a value stays fixed). The
@@ -137,6 +140,7 @@ class KVCacheManager:
         hybrid_tail_align: int | None = None,
         hybrid_return_bonus: float = RETURN_BONUS,
         hybrid_floor_tokens: int | None = None,
+        hybrid_return_grade: str = RETURN_GRADE,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -159,6 +163,7 @@ class KVCacheManager:
                 f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
             )
         check_hybrid_knob(hybrid_return_bonus, "hybrid_return_bonus")
+        check_return_grade(hybrid_return_grade, "hybrid_return_grade")
         if hybrid_floor_tokens is not None:
             check_floor_knob(
                 hybrid_floor_tokens, "hybrid_floor_tokens", "None (by cost) or an int >= 0"
@@ -204,6 +209,7 @@ class KVCacheManager:
             hybrid_tail_tokens,
             hybrid_tail_align,
             float(hybrid_return_bonus),
+            hybrid_return_grade,
         )
         if hybrid_floor_tokens is not None and self.coordinator.hybrid:
             lcm = self.coordinator.block_size_lcm
@@ -382,7 +388,7 @@ class KVCacheManager:
                     request.live_block_hashes, request.num_prompt_tokens
                 )
             if request.returning:
-                coordinator.mark_returning(rid)
+                coordinator.mark_returning(rid, request.returning)
         if admitted and not request.num_preemptions:
             assert new_computed_blocks is not None
             branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed

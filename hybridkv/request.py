@@ -82,7 +82,8 @@ class Request:
     prefix hit is its own earlier progress: ``hybrid`` learns branch points
     only from requests never preempted). ``returning``: set by a ``hybrid``
     manager when it first admits the request (``managers/returning.py``): its
-    prompt continues one the cache has held; a resumed request keeps it.
+    turn (>= 1) when its prompt continues one the cache has held, else 0; a
+    resumed request keeps it.
     """
 
     __slots__ = (
@@ -133,7 +134,7 @@ class Request:
         self.num_prompt_tokens = len(tokens)
         self._num_computed_tokens = 0
         self.num_preemptions = 0
-        self.returning: bool | None = None
+        self.returning: int | None = None
         self.cache_salt = cache_salt
         self.lora_name = lora_name
         self.mm_inputs = _check_mm_inputs(mm_inputs or (), len(tokens))

@@ -8,6 +8,8 @@ only a header, a resumed request and ``lru`` are not.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from factories import config
 from test_hybrid_policy import FULL, SWA, manager, run
@@ -15,7 +17,13 @@ from test_hybrid_policy import FULL, SWA, manager, run
 from hybridkv import KVCacheManager, Request
 from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
-from hybridkv.managers.returning import SAMPLE_BLOCKS, SEEN_PER_BLOCK, SeenPrefixes
+from hybridkv.managers.returning import (
+    MAX_TURN,
+    RETURN_GRADES,
+    SAMPLE_BLOCKS,
+    SEEN_PER_BLOCK,
+    SeenPrefixes,
+)
 
 
 def chain(text: str) -> list[bytes]:
@@ -48,13 +56,43 @@ def test_one_block_in_stride_is_remembered_and_looked_up() -> None:
     # 8 blocks of 1 token: half is 4 blocks, rounded up to 6: abcdef seen.
     assert seen.returning(chain("abcdefxy"), 1, 8)
     # Half is 2 blocks, rounded up to 3: abc seen, although only 2 are needed.
-    assert seen.returning(chain("abxy"), 1, 4) is False  # ab + x: abx, not abc
+    assert seen.returning(chain("abxy"), 1, 4) == 0  # ab + x: abx, not abc
     assert seen.returning(chain("abcy"), 1, 4)
     # 14 tokens: half is 7 blocks, rounded up to 9; 8 whole blocks: too short.
     assert not seen.returning(chain("abcdefgh"), 1, 14)
     # With 9 whole blocks the sample abcdefghi decides: never recorded (the
     # 7 blocks recorded end before it), so not returning.
     assert not seen.returning(chain("abcdefghi"), 1, 14)
+
+
+def test_turns_are_remembered_with_the_samples_when_kept() -> None:
+    """With turns kept, a returning prompt's turn is 1 + the one recorded with
+    the sample that decided it (the newest record of it), at most ``MAX_TURN``;
+    without, every returning prompt is turn 1."""
+    seen = SeenPrefixes(capacity=8, stride=1, turns=True)
+    seen.record(chain("abc"))  # a first turn: turn 0
+    assert seen.returning(chain("abxy"), 4, 16) == 1
+    seen.record(chain("abcd"), turn=1)  # its next turn renews a, ab, abc
+    assert seen.returning(chain("abxy"), 4, 16) == 2
+    assert seen.returning(chain("abcdxyzw"), 4, 32) == 2  # decided by abcd
+    seen.record(chain("abcde"), turn=MAX_TURN)
+    assert seen.returning(chain("abcdexyzwv"), 4, 40) == MAX_TURN
+    assert seen.returning(chain("xy"), 4, 8) == 0
+    seen.check_integrity()
+    flat = SeenPrefixes(capacity=8, stride=1)
+    flat.record(chain("abcd"), turn=5)
+    assert flat.returning(chain("abxy"), 4, 16) == 1
+    flat.check_integrity()
+
+
+def test_a_generation_of_turns_turns_over_as_one_of_samples() -> None:
+    seen = SeenPrefixes(capacity=4, stride=1, turns=True)
+    seen.record(chain("abc"), turn=3)  # 3 > 2: the newer generation turns over
+    assert seen._new == {} and len(seen._old) == 3
+    assert seen.returning(chain("abxy"), 4, 16) == 4  # found in the older one
+    seen.record(chain("ab"), turn=0)  # the newer one wins
+    assert seen.returning(chain("abxy"), 4, 16) == 1
+    seen.check_integrity()
 
 
 def test_the_manager_samples_every_sample_blocks_blocks() -> None:
@@ -103,6 +141,14 @@ def test_the_manager_rejects_a_bad_bonus(bonus: object) -> None:
         manager(FULL, SWA, bonus=bonus)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("grade", ["steep", "Turn", 1, None, ["turn"]])
+def test_the_manager_rejects_a_bad_grade(grade: object) -> None:
+    with pytest.raises(
+        ValueError, match=r"^hybrid_return_grade must be one of flat, turn, log-turn"
+    ):
+        KVCacheManager(config(64, FULL, SWA), 256, hybrid_return_grade=grade)  # type: ignore[arg-type]
+
+
 def keyed(kv: KVCacheManager) -> list[tuple[int, int, float]]:
     return [
         (b.block_id, b.free_class, b.evict_key)
@@ -135,6 +181,72 @@ def test_a_returning_request_is_valued_bonus_turnovers_higher_by_hand() -> None:
     ]
 
 
+def graded(grade: str) -> KVCacheManager:
+    return KVCacheManager(
+        config(64, FULL, SWA),
+        256,
+        cache_policy="hybrid",
+        hybrid_value_weight=1.0,
+        hybrid_return_bonus=2.0,
+        hybrid_return_grade=grade,
+    )
+
+
+def three_turns(kv: KVCacheManager) -> list[tuple[int, int, float]]:
+    """A (32 tokens), B = A + 4 tokens, C = B + 4 tokens, one after the other;
+    each request's turn checked; the keyed free blocks after C."""
+    run(kv, "a", list(range(32)))
+    turns = []
+    for rid, tokens in (
+        ("b", [*range(32), *range(100, 104)]),
+        ("c", [*range(32), *range(100, 104), *range(200, 204)]),
+    ):
+        req = Request(rid, tokens)
+        blocks, hit = kv.get_computed_blocks(req)
+        assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
+        turns.append((req.returning, kv.coordinator._returning[rid]))
+        req.num_computed_tokens = len(tokens)
+        kv.free(req)
+        kv.check_integrity()
+    flat = kv.coordinator.seen is not None and not kv.coordinator.seen.turns
+    assert turns == [(1, 1), (1, 1) if flat else (2, 2)]
+    return keyed(kv)
+
+
+#: C's release under the flat grade (bonus 2 at weight 1: every unit 4x): its
+#: last 13 free blocks, (block id, class); the 7 before are A's and B's.
+C_FLAT = [(19, 6), (20, 6), (16, 6), (17, 7), (18, 7), *((i, 7) for i in range(8, 0, -1))]
+
+
+@pytest.mark.parametrize("grade", sorted(RETURN_GRADES))
+def test_the_bonus_grows_with_the_turn_by_hand(grade: str) -> None:
+    """B continues A: turn 1, valued 4x (``return_factor``) under every grade.
+    C's deciding sample (the block ending token 32) was last recorded by B, of
+    turn 1, so C is turn 2 where turns are kept and is worth ``4 ** grade(2)``:
+    16 with ``turn`` (every class of C's release 4 half-octaves above the flat
+    grade's), ``4 ** log2(3)`` with ``log-turn`` (2 log2 of 4 ** (log2(3) - 1)
+    = 2.34 half-octaves: 2 or 3 classes above, by where each value sits in its
+    class); 4 with ``flat`` (no turns kept: C is turn 1). Everything released
+    before C is the same."""
+    flat = three_turns(graded("flat"))
+    kv = graded(grade)
+    got = three_turns(kv)
+    assert [(i, c) for i, c, _ in flat[-13:]] == C_FLAT
+    assert got[:-13] == flat[:-13]
+    assert [i for i, _, _ in got] == [i for i, _, _ in flat]
+    shift = [c - f for (_, c, _), (_, f, _) in zip(got[-13:], flat[-13:], strict=True)]
+    factor = {"flat": 4.0, "turn": 16.0, "log-turn": 4.0 ** math.log2(3)}[grade]
+    assert kv.coordinator.return_value(2) == pytest.approx(factor)
+    assert kv.coordinator.return_value(0) == 1.0
+    if grade == "flat":
+        assert shift == [0] * 13
+    elif grade == "turn":
+        assert shift == [4] * 13
+    else:
+        # C's unit 40 (classes 6 flat) lands 2 classes up, the rest 3.
+        assert shift == [2] * 3 + [3] * 10
+
+
 def test_a_shared_header_alone_is_not_returning_by_hand() -> None:
     """C shares A's first 8 tokens (2 blocks) of its 36: half needs 5 blocks,
     so C is a first turn and keeps the plain values (its own unit 36 would
@@ -144,7 +256,7 @@ def test_a_shared_header_alone_is_not_returning_by_hand() -> None:
     c = Request("c", [*range(8), *range(200, 228)])
     blocks, hit = kv.get_computed_blocks(c)
     assert kv.allocate_slots(c, 36 - hit, hit, blocks) is not None
-    assert c.returning is False
+    assert c.returning == 0
     c.num_computed_tokens = 36
     kv.free(c)
     assert max(cls for _, cls, _ in keyed(kv)) == 3
@@ -159,7 +271,7 @@ def test_a_resumed_request_keeps_its_first_answer() -> None:
     blocks, hit = kv.get_computed_blocks(d)
     assert kv.allocate_slots(d, 40, hit, blocks) is not None
     d.num_computed_tokens = 40
-    assert d.returning is False
+    assert d.returning == 0
     kv.free(d)  # preempted
     d.num_preemptions += 1
     d.num_computed_tokens = 0
@@ -167,7 +279,7 @@ def test_a_resumed_request_keeps_its_first_answer() -> None:
     blocks, hit = kv.get_computed_blocks(d)
     assert hit == 36
     assert kv.allocate_slots(d, 40 - hit, hit, blocks) is not None
-    assert d.returning is False
+    assert d.returning == 0
     assert "d" not in kv.coordinator._returning
     kv.check_integrity()
 
@@ -186,7 +298,7 @@ def test_off_under_lru_without_bonus_or_ranking(policy: str, bonus: float, weigh
     blocks, hit = kv.get_computed_blocks(b)
     assert kv.allocate_slots(b, 36 - hit, hit, blocks) is not None
     assert b.returning is None
-    assert kv.coordinator.is_returning(b.live_block_hashes, b.num_prompt_tokens) is False
+    assert kv.coordinator.is_returning(b.live_block_hashes, b.num_prompt_tokens) == 0
 
 
 def test_a_bonus_under_one_turnover_still_counts() -> None:

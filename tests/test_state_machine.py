@@ -44,7 +44,13 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
-from hybridkv.managers.returning import RETURNING_SHARE, SEEN_PER_BLOCK, SeenPrefixes
+from hybridkv.managers.returning import (
+    MAX_TURN,
+    RETURN_GRADES,
+    RETURNING_SHARE,
+    SEEN_PER_BLOCK,
+    SeenPrefixes,
+)
 
 MAX_REQUESTS = 8  # live + waiting at once
 
@@ -57,7 +63,7 @@ class Tracked:
     hit: int = 0  # prefix-hit length at its last admission (first computed token)
     last_tc: int = 0  # tokens computed before its last successful allocate_slots
     recorded: list[int] = field(default_factory=list)  # shadowed hashes per group
-    returning: bool | None = None  # the model's answer at its first admission
+    returning: int | None = None  # the model's answer (its turn, 0: not) at its first admission
 
 
 class KVCacheMachine(RuleBasedStateMachine):
@@ -86,6 +92,9 @@ class KVCacheMachine(RuleBasedStateMachine):
                 KVCacheGroupSpec([f"l{g}"], d.spec()) for g, d in enumerate(self.groups)
             ],
         )
+        # How the returning bonus grows with the turn (only turns are modelled:
+        # the values it gives are checked by hand in tests/test_returning.py).
+        self.grade = data.draw(st.sampled_from(sorted(RETURN_GRADES)), label="return grade")
         self.kv = KVCacheManager(
             config,
             cfg.max_model_len,
@@ -97,15 +106,17 @@ class KVCacheMachine(RuleBasedStateMachine):
             hybrid_tail_tokens=cfg.hybrid_tail_tokens,
             hybrid_value_weight=cfg.hybrid_value_weight,
             hybrid_tail_align=cfg.hybrid_tail_align,
+            hybrid_return_grade=self.grade,
         )
         self.hybrid = self.kv.coordinator.hybrid
         # Returning prompts, modelled: the first full-attention group's hashes
         # that freed requests cached, most recent last (``managers/returning.py``).
         self.full_gid = next((g for g, d in enumerate(self.groups) if d.kind == "full"), None)
         # Two generations, newer first (``SeenPrefixes``): a generation that
-        # grows past half the capacity becomes the older one.
-        self.seen_model: list[set[bytes]] | None = (
-            [set(), set()]
+        # grows past half the capacity becomes the older one. Each hash maps to
+        # the turn of the request that cached it.
+        self.seen_model: list[dict[bytes, int]] | None = (
+            [{}, {}]
             if self.hybrid and self.full_gid is not None and cfg.hybrid_value_weight != 0
             else None
         )
@@ -116,7 +127,9 @@ class KVCacheMachine(RuleBasedStateMachine):
         self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
         if self.seen_model is not None:
             self.kv.coordinator.seen = SeenPrefixes(
-                SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride, stride=self.seen_stride
+                SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride,
+                stride=self.seen_stride,
+                turns=self.grade != "flat",
             )
         self.log: ReleaseLog | None = None
         if self.hybrid:  # watch the dead blocks (``release_log.py``)
@@ -268,13 +281,20 @@ class KVCacheMachine(RuleBasedStateMachine):
             # chained, the one ending the run that covers ``need`` decides.
             stride = self.seen_stride
             last = -(-need // stride) * stride - 1
-            t.returning = last < whole and (
-                self._group_hash(req.block_hashes, g, last) in self.seen_model[0]
-                or self._group_hash(req.block_hashes, g, last) in self.seen_model[1]
-            )
-            event(f"first admission, returning: {t.returning}")
+            held = None
+            if last < whole:
+                key = self._group_hash(req.block_hashes, g, last)
+                held = self.seen_model[0].get(key, self.seen_model[1].get(key))
+            if held is None:
+                t.returning = 0
+            else:  # without turns kept (flat), every returning request is turn 1
+                t.returning = 1 if self.grade == "flat" else min(held + 1, MAX_TURN)
+            event(f"first admission, returning: {bool(t.returning)}")
+            if t.returning > 1:
+                event("first admission: a returning request past its first turn")
         assert req.returning == t.returning, f"returning {req.returning}, model {t.returning}"
-        assert marked == t.returning
+        assert self.manager.coordinator._returning.get(req.request_id, 0) == t.returning
+        assert marked == bool(t.returning)
 
     def _kept_points(self) -> dict[str, tuple[int, ...]]:
         """Each live request's kept points (``hybrid``; the same in every group)."""
@@ -438,10 +458,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         if self.seen_model is not None:
             half = SEEN_PER_BLOCK * self.cfg.num_blocks // self.seen_stride // 2
             newer = self.seen_model[0]
-            newer.update(cached_full)
+            newer.update(dict.fromkeys(cached_full, t.returning or 0))
             if len(newer) > half:
                 event("seen prefixes: a generation turned over")
-                self.seen_model[:] = [set(), newer]
+                self.seen_model[:] = [{}, newer]
         new_queue = [b.block_id for b in pool.policy]
         if self.hybrid:
             keys = {

@@ -7,6 +7,7 @@ from hybridkv.coordinators.hybrid import HybridKVCacheCoordinator
 from hybridkv.coordinators.no_prefix_cache import KVCacheCoordinatorNoPrefixCache
 from hybridkv.coordinators.unitary import UnitaryKVCacheCoordinator
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.managers.returning import RETURN_GRADE
 from hybridkv.specs import KVCacheConfig
 
 
@@ -19,6 +20,7 @@ def get_kv_cache_coordinator(
     hybrid_tail_tokens: int = 0,
     hybrid_tail_align: int | None = 0,
     hybrid_return_bonus: float = 0.0,
+    hybrid_return_grade: str = RETURN_GRADE,
 ) -> KVCacheCoordinator:
     """No-prefix-cache, unitary (one group) or hybrid (several groups)."""
     cls: type[KVCacheCoordinator]
@@ -37,6 +39,7 @@ def get_kv_cache_coordinator(
         hybrid_tail_tokens,
         hybrid_tail_align,
         hybrid_return_bonus,
+        hybrid_return_grade,
     )
 
 

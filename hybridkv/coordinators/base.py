@@ -19,7 +19,13 @@ from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.managers.floor_tuner import FloorTuner
 from hybridkv.managers.retention import FinalPoints, floor_point_cost, floor_spacing
-from hybridkv.managers.returning import SAMPLE_BLOCKS, SEEN_PER_BLOCK, SeenPrefixes
+from hybridkv.managers.returning import (
+    RETURN_GRADE,
+    RETURN_GRADES,
+    SAMPLE_BLOCKS,
+    SEEN_PER_BLOCK,
+    SeenPrefixes,
+)
 from hybridkv.managers.tail_alignment import TailAlignment
 from hybridkv.managers.tail_demand import AT_END, BELOW, OFF_GRID_END
 from hybridkv.specs import KVCacheConfig
@@ -38,6 +44,7 @@ class KVCacheCoordinator(ABC):
         hybrid_tail_tokens: int = 0,
         hybrid_tail_align: int | None = 0,
         hybrid_return_bonus: float = 0.0,
+        hybrid_return_grade: str = RETURN_GRADE,
     ) -> None:
         self.pool = block_pool
         self.enable_caching = enable_caching
@@ -118,15 +125,21 @@ class KVCacheCoordinator(ABC):
         ]
         #: Returning prompts (``hybrid`` with a full-attention group and a
         #: return bonus): what the cache has held, and each live returning
-        #: request's value factor (``managers/returning.py``).
+        #: request's turn (``managers/returning.py``).
         weight = getattr(block_pool.policy, "weight", 0.0)
         self.seen: SeenPrefixes | None = (
-            SeenPrefixes(SEEN_PER_BLOCK * kv_cache_config.num_blocks // SAMPLE_BLOCKS)
+            SeenPrefixes(
+                SEEN_PER_BLOCK * kv_cache_config.num_blocks // SAMPLE_BLOCKS,
+                turns=hybrid_return_grade != "flat",
+            )
             if self.hybrid and self._full_gid is not None and hybrid_return_bonus > 0 and weight
             else None
         )
+        #: A returning request's units are valued ``2 ** (bonus x grade(turn) / weight)``
+        #: higher; ``return_factor`` is that factor at a grade of 1 (turn 1).
         self.return_factor = 2.0 ** (hybrid_return_bonus / weight) if self.seen is not None else 1.0
-        self._returning: set[str] = set()
+        self._return_grade = RETURN_GRADES[hybrid_return_grade]
+        self._returning: dict[str, int] = {}
         #: Tokens the full-attention groups alone matched in the last
         #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
@@ -162,19 +175,28 @@ class KVCacheCoordinator(ABC):
             key = block_hashes[end // self.hash_block_size - 1]
             self.tail_alignment.fine.mark(key, num_prompt_tokens - end)
 
-    def is_returning(self, block_hashes: list[bytes], num_prompt_tokens: int) -> bool:
-        """Whether a new request's prompt continues what the cache has held
-        (``SeenPrefixes.returning`` on the first full-attention group's
-        blocks); False without ``seen``. Read-only."""
+    def is_returning(self, block_hashes: list[bytes], num_prompt_tokens: int) -> int:
+        """A new request's turn if its prompt continues what the cache has
+        held, else 0 (``SeenPrefixes.returning`` on the first full-attention
+        group's blocks); 0 without ``seen``. Read-only."""
         if self.seen is None:
-            return False
+            return 0
         m = self.managers[self._full_gid]  # type: ignore[index]
         return self.seen.returning(m.group_hashes(block_hashes), m.block_size, num_prompt_tokens)
 
-    def mark_returning(self, request_id: str) -> None:
-        """The live request's units are worth ``return_factor`` more when freed."""
-        assert self.seen is not None and self.has_request(request_id)
-        self._returning.add(request_id)
+    def mark_returning(self, request_id: str, turn: int = 1) -> None:
+        """The live request is returning, of ``turn`` (>= 1): its units are
+        worth ``return_value(turn)`` more when freed."""
+        assert self.seen is not None and self.has_request(request_id) and turn >= 1
+        self._returning[request_id] = turn
+
+    def return_value(self, turn: int) -> float:
+        """What a returning request's units are worth more, by its turn (1.0
+        for turn 0: not returning)."""
+        if not turn:
+            return 1.0
+        grade = self._return_grade(turn)
+        return self.return_factor if grade == 1.0 else self.return_factor**grade
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
@@ -304,14 +326,12 @@ class KVCacheCoordinator(ABC):
         if states[0] is None:
             return False
         if self.hybrid:
-            factor = 1.0
-            if request_id in self._returning:
-                self._returning.discard(request_id)
-                factor = self.return_factor
+            turn = self._returning.pop(request_id, 0)
+            factor = self.return_value(turn)
             if self.seen is not None and block_hashes is not None:
                 m = self.managers[self._full_gid]  # type: ignore[index]
                 st = states[self._full_gid]  # type: ignore[index]
-                self.seen.record(m.group_hashes(block_hashes), st.num_cached)  # type: ignore[union-attr]
+                self.seen.record(m.group_hashes(block_hashes), st.num_cached, turn)  # type: ignore[union-attr]
             self._free_hybrid(states, factor, num_tokens)  # type: ignore[arg-type]
             return True
         tables = [st.blocks[st.num_skipped :] for st in states if st is not None]
@@ -398,6 +418,6 @@ class KVCacheCoordinator(ABC):
         if self.floor_tuner is not None:
             self.floor_tuner.check_integrity()
             assert self.floor_tokens == self.floor_tuner.spacing, "the floor is the tuner's"
-        assert self._returning <= ids, "a freed request is still marked returning"
+        assert self._returning.keys() <= ids, "a freed request is still marked returning"
         if self.seen is not None:
             self.seen.check_integrity()

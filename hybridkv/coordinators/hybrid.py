@@ -15,6 +15,7 @@ from __future__ import annotations
 from hybridkv.coordinators.base import KVCacheCoordinator
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.managers.returning import RETURN_GRADE
 from hybridkv.specs import KVCacheConfig
 
 
@@ -31,6 +32,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         hybrid_tail_tokens: int = 0,
         hybrid_tail_align: int | None = 0,
         hybrid_return_bonus: float = 0.0,
+        hybrid_return_grade: str = RETURN_GRADE,
     ) -> None:
         super().__init__(
             kv_cache_config,
@@ -41,6 +43,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             hybrid_tail_tokens,
             hybrid_tail_align,
             hybrid_return_bonus,
+            hybrid_return_grade,
         )
         order = sorted(
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)

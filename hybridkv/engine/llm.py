@@ -20,11 +20,11 @@ BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
 ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
-``hybrid_return_bonus``, ``hybrid_value_weight`` and ``hybrid_floor_tokens``
-tune ``hybrid`` (None: the manager's defaults; set under ``lru``, where they
-would change nothing, they are an error). ``hybridkv simulate
---return-bonus/--value-weight/--floor-tokens`` compares settings on one's own
-trace first.
+``hybrid_return_bonus``, ``hybrid_return_grade``, ``hybrid_value_weight`` and
+``hybrid_floor_tokens`` tune ``hybrid`` (None: the manager's defaults; set under
+``lru``, where they would change nothing, they are an error). ``hybridkv simulate
+--return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
+one's own trace first.
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -81,6 +81,7 @@ from hybridkv.kv_cache_manager import (
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
+from hybridkv.managers.returning import check_return_grade
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
@@ -108,6 +109,7 @@ class LLM:
         hash_algo: str = "sha256",
         cache_policy: str = "lru",
         hybrid_return_bonus: float | None = None,
+        hybrid_return_grade: str | None = None,
         hybrid_value_weight: float | None = None,
         hybrid_floor_tokens: int | None = None,
         kernel_backend: str | None = None,
@@ -129,6 +131,7 @@ class LLM:
         knobs: dict[str, Any] = {}
         for name, value, check in (
             ("hybrid_return_bonus", hybrid_return_bonus, check_hybrid_knob),
+            ("hybrid_return_grade", hybrid_return_grade, check_return_grade),
             ("hybrid_value_weight", hybrid_value_weight, check_hybrid_knob),
             ("hybrid_floor_tokens", hybrid_floor_tokens, check_floor_knob),
         ):

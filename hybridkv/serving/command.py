@@ -56,6 +56,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="hybrid: pool turnovers a returning prompt's blocks are kept longer (default 4)",
     )
     p.add_argument(
+        "--hybrid-return-grade",
+        default=None,
+        help="hybrid: how the return bonus grows with the conversation's turn: flat | turn | "
+        "log-turn (default flat)",
+    )
+    p.add_argument(
         "--hybrid-value-weight",
         type=float,
         default=None,
@@ -119,6 +125,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         cache_policy=args.cache_policy,
         hybrid_return_bonus=args.hybrid_return_bonus,
+        hybrid_return_grade=args.hybrid_return_grade,
         hybrid_value_weight=args.hybrid_value_weight,
         hybrid_floor_tokens=args.hybrid_floor_tokens,
         kernel_backend=args.kernel_backend,

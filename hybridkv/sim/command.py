@@ -4,8 +4,8 @@
         --policy lru,hybrid --requests 1500 --json out.json --plot hit.png
 
 ``--memory`` and ``--policy`` take comma lists: every (budget, policy) pair is
-replayed, in that order. ``--return-bonus``, ``--value-weight`` and
-``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is repeated for every
+replayed, in that order. ``--return-bonus``, ``--return-grade``, ``--value-weight``
+and ``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is repeated for every
 combination, to try them on one's own trace; they are an error without
 ``hybrid`` in ``--policy``. ``run_simulate`` prints one table row per replay on
 stdout (a progress bar per replay on stderr) and returns 0. Every user error
@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybridkv.managers.returning import check_return_grade
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.devices import DEVICES, device_profile
@@ -88,6 +89,11 @@ def add_simulate_parser(sub: Any) -> None:
         "--return-bonus",
         help="hybrid: pool turnovers a returning prompt's blocks are kept longer, or a comma "
         "list to compare (default: the manager's, 4; 0: off)",
+    )
+    p.add_argument(
+        "--return-grade",
+        help="hybrid: how the return bonus grows with the conversation's turn, flat | turn | "
+        "log-turn, or a comma list (default flat)",
     )
     p.add_argument(
         "--value-weight",
@@ -178,6 +184,12 @@ def _prepare(
         "hash_algo": args.hash_algo,
     }
     bonuses = _knobs(args.return_bonus, "--return-bonus")
+    grades: list[str | None] = [None]
+    if args.return_grade is not None:
+        grades = list(_items(args.return_grade, "--return-grade"))
+    for grade in grades:
+        if grade is not None:
+            check_return_grade(grade, "--return-grade")
     weights = _knobs(args.value_weight, "--value-weight")
     floors: list[int | None] = (
         [None]
@@ -189,6 +201,7 @@ def _prepare(
     )
     for flag, given in (
         ("--return-bonus", args.return_bonus),
+        ("--return-grade", args.return_grade),
         ("--value-weight", args.value_weight),
         ("--floor-tokens", args.floor_tokens),
     ):
@@ -196,14 +209,20 @@ def _prepare(
             raise ValueError(f"{flag} tunes the hybrid policy: add hybrid to --policy")
     runs = [
         SimOptions(
-            memory_bytes=b, policy=p, return_bonus=r, value_weight=w, floor_tokens=f, **common
+            memory_bytes=b,
+            policy=p,
+            return_bonus=r,
+            return_grade=g,
+            value_weight=w,
+            floor_tokens=f,
+            **common,
         )
         for b in budgets
         for p in policies
-        for r, w, f in (
-            [(r, w, f) for r in bonuses for w in weights for f in floors]
+        for r, g, w, f in (
+            [(r, g, w, f) for r in bonuses for g in grades for w in weights for f in floors]
             if p == "hybrid"
-            else [(None, None, None)]
+            else [(None, None, None, None)]
         )
     ]
     output_tokens = _output_tokens(args.output_tokens)

@@ -9,9 +9,10 @@ the token budget, the KV memory) pace the replay. ``hash_algo`` defaults to
 2x faster, it must compare the stored token ids of every block a lookup visits,
 which costs more; measured on 800 conversation-trace requests with
 gemma-3-27b at 80 GB, sha256 replays in 19.3 s of CPU, xxhash in 20.5 s.
-``return_bonus``, ``value_weight`` and ``floor_tokens`` tune the ``hybrid``
-policy (``KVCacheManager``'s ``hybrid_return_bonus``, ``hybrid_value_weight``
-and ``hybrid_floor_tokens``; None: the manager's defaults); they are an error
+``return_bonus``, ``return_grade``, ``value_weight`` and ``floor_tokens`` tune
+the ``hybrid`` policy (``KVCacheManager``'s ``hybrid_return_bonus``,
+``hybrid_return_grade``, ``hybrid_value_weight`` and ``hybrid_floor_tokens``;
+None: the manager's defaults); they are an error
 under ``lru``, where they
 would change nothing. Invalid values raise a one-line ``ValueError`` naming
 the field.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from hybridkv.hashing import HASH_ALGOS
 from hybridkv.kv_cache_manager import CACHE_POLICIES, check_floor_knob, check_hybrid_knob
+from hybridkv.managers.returning import check_return_grade
 
 ARRIVALS = ("trace", "closed")
 
@@ -37,13 +39,15 @@ def policy_label(
     return_bonus: float | None,
     value_weight: float | None,
     floor_tokens: int | None = None,
+    return_grade: str | None = None,
 ) -> str:
     """The policy, with the ``hybrid`` knobs set away from their defaults:
-    ``hybrid (bonus 8, weight 1, floor 8960)``."""
+    ``hybrid (bonus 8, grade turn, weight 1, floor 8960)``."""
     knobs = [
-        f"{name} {value:g}"
+        f"{name} {value:g}" if name != "grade" else f"grade {value}"
         for name, value in (
             ("bonus", return_bonus),
+            ("grade", return_grade),
             ("weight", value_weight),
             ("floor", floor_tokens),
         )
@@ -67,6 +71,7 @@ class SimOptions:
     return_bonus: float | None = None
     value_weight: float | None = None
     floor_tokens: int | None = None
+    return_grade: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -89,6 +94,7 @@ class SimOptions:
             )
         for field, check in (
             ("return_bonus", check_hybrid_knob),
+            ("return_grade", check_return_grade),
             ("value_weight", check_hybrid_knob),
             ("floor_tokens", check_floor_knob),
         ):
@@ -104,13 +110,17 @@ class SimOptions:
     @property
     def policy_label(self) -> str:
         """``policy_label`` of these options."""
-        return policy_label(self.policy, self.return_bonus, self.value_weight, self.floor_tokens)
+        return policy_label(
+            self.policy, self.return_bonus, self.value_weight, self.floor_tokens, self.return_grade
+        )
 
     @property
-    def manager_knobs(self) -> dict[str, float | int]:
+    def manager_knobs(self) -> dict[str, float | int | str]:
         """The ``KVCacheManager`` keywords the options set (none: its defaults)."""
         knobs = {"hybrid_return_bonus": self.return_bonus, "hybrid_value_weight": self.value_weight}
-        out: dict[str, float | int] = {k: float(v) for k, v in knobs.items() if v is not None}
+        out: dict[str, float | int | str] = {k: float(v) for k, v in knobs.items() if v is not None}
         if self.floor_tokens is not None:
             out["hybrid_floor_tokens"] = self.floor_tokens
+        if self.return_grade is not None:
+            out["hybrid_return_grade"] = self.return_grade
         return out

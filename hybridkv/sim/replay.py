@@ -219,6 +219,7 @@ def replay_trace(
         layout=layout.name,
         policy=options.policy,
         return_bonus=options.return_bonus,
+        return_grade=options.return_grade,
         value_weight=options.value_weight,
         floor_tokens=options.floor_tokens,
         memory_bytes=options.memory_bytes,

@@ -27,8 +27,9 @@ times ``page_bytes`` (one block id across all the shared buffers). Times are
 modeled seconds of the simulated device (``hybridkv.sim.cost_model``), except
 ``replay_seconds``: the wall time the replay took here.
 
-``return_bonus`` / ``value_weight`` / ``floor_tokens``: the ``hybrid`` knobs the replay set
-(``SimOptions``; None: the manager's defaults); ``policy_label`` names them.
+``return_bonus`` / ``return_grade`` / ``value_weight`` / ``floor_tokens``: the
+``hybrid`` knobs the replay set (``SimOptions``; None: the manager's defaults);
+``policy_label`` names them.
 """
 
 from __future__ import annotations
@@ -74,12 +75,15 @@ class SimResult:
     value_weight: float | None = None
     full_match_tokens: int = 0
     floor_tokens: int | None = None
+    return_grade: str | None = None
 
     @property
     def policy_label(self) -> str:
         """The policy, with the knobs set away from their defaults:
         ``hybrid (bonus 8, weight 1)`` (``options.policy_label``)."""
-        return policy_label(self.policy, self.return_bonus, self.value_weight, self.floor_tokens)
+        return policy_label(
+            self.policy, self.return_bonus, self.value_weight, self.floor_tokens, self.return_grade
+        )
 
     @property
     def token_hit_rate(self) -> float:
@@ -112,6 +116,7 @@ class SimResult:
             "layout": self.layout,
             "policy": self.policy,
             "return_bonus": self.return_bonus,
+            "return_grade": self.return_grade,
             "value_weight": self.value_weight,
             "floor_tokens": self.floor_tokens,
             "memory_bytes": self.memory_bytes,

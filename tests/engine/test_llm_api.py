@@ -242,6 +242,11 @@ def test_bad_engine_arguments(no_tok):
             r"hybrid_value_weight must be a finite number >= 0, got inf",
         ),
         ({"hybrid_floor_tokens": 8960}, r"hybrid_floor_tokens tunes cache_policy='hybrid'"),
+        ({"hybrid_return_grade": "turn"}, r"hybrid_return_grade tunes cache_policy='hybrid'"),
+        (
+            {"cache_policy": "hybrid", "hybrid_return_grade": "steep"},
+            r"hybrid_return_grade must be one of flat, turn, log-turn, got 'steep'",
+        ),
         (
             {"cache_policy": "hybrid", "hybrid_floor_tokens": 1.5},
             r"hybrid_floor_tokens must be an int >= 0, got 1.5",
@@ -279,3 +284,9 @@ def test_hybrid_knobs_reach_the_manager(no_tok):
         no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_floor_tokens=10
     )
     assert floor.manager.coordinator.floor_tokens == 12  # rounded up to the 4-token hit step
+    assert default.manager.coordinator.seen.turns is False  # flat: no turns kept
+    graded = LLM(
+        no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_return_grade="turn"
+    )
+    assert graded.manager.coordinator.seen.turns is True
+    assert graded.manager.coordinator.return_value(3) == 2.0 ** (4 * 3)

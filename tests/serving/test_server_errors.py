@@ -102,6 +102,12 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     assert (
         err == "hybridkv serve: error: hybrid_value_weight must be a finite number >= 0, got -2.0"
     )
+    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-return-grade", "x"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "hybridkv serve: error: hybrid_return_grade must be one of flat, turn, log-turn, got 'x'"
+    )
     argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-floor-tokens", "-1"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

@@ -1,7 +1,7 @@
-"""The ``hybrid`` knobs of a replay: ``SimOptions.return_bonus`` / ``value_weight`` /
-``floor_tokens``, their way to the manager, the result's label and JSON, and
-``hybridkv simulate``'s ``--return-bonus`` / ``--value-weight`` / ``--floor-tokens``
-sweeps and errors."""
+"""The ``hybrid`` knobs of a replay: ``SimOptions.return_bonus`` / ``return_grade`` /
+``value_weight`` / ``floor_tokens``, their way to the manager, the result's label and
+JSON, and ``hybridkv simulate``'s ``--return-bonus`` / ``--return-grade`` /
+``--value-weight`` / ``--floor-tokens`` sweeps and errors."""
 
 from __future__ import annotations
 
@@ -42,6 +42,17 @@ def test_a_floor_under_lru_is_an_error() -> None:
         SimOptions(memory_bytes=10**9, policy="lru", floor_tokens=8960)
 
 
+@pytest.mark.parametrize("value", ["steep", "", "Turn", 1])
+def test_options_reject_a_bad_grade(value) -> None:
+    with pytest.raises(ValueError, match=r"^return_grade must be one of flat, turn, log-turn"):
+        SimOptions(memory_bytes=10**9, policy="hybrid", return_grade=value)
+
+
+def test_a_grade_under_lru_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"^return_grade tunes the hybrid policy.*'lru'"):
+        SimOptions(memory_bytes=10**9, policy="lru", return_grade="turn")
+
+
 def test_manager_knobs_are_the_ones_set() -> None:
     assert SimOptions(memory_bytes=1, policy="hybrid").manager_knobs == {}
     assert SimOptions(memory_bytes=1, policy="hybrid", return_bonus=0).manager_knobs == {
@@ -52,6 +63,8 @@ def test_manager_knobs_are_the_ones_set() -> None:
     floor = SimOptions(memory_bytes=1, policy="hybrid", floor_tokens=0)
     assert floor.manager_knobs == {"hybrid_floor_tokens": 0}
     assert isinstance(floor.manager_knobs["hybrid_floor_tokens"], int)
+    graded = SimOptions(memory_bytes=1, policy="hybrid", return_grade="log-turn")
+    assert graded.manager_knobs == {"hybrid_return_grade": "log-turn"}
 
 
 def replay(write_trace, **knobs):
@@ -101,6 +114,12 @@ def test_the_knobs_reach_the_manager(write_trace) -> None:
     assert m2.coordinator.floor_tokens == 112  # rounded up to the 16-token hit step
     assert floored.policy_label == "hybrid (floor 100)"
     assert floored.to_json()["floor_tokens"] == 100
+    assert m0.coordinator.seen.turns is False and default.to_json()["return_grade"] is None
+    graded, m3 = replay(write_trace, return_bonus=2, return_grade="turn")
+    assert m3.coordinator.seen.turns is True
+    assert m3.coordinator.return_value(2) == 2.0 ** (2 * 2 / 1.0)
+    assert graded.policy_label == "hybrid (bonus 2, grade turn)"
+    assert graded.to_json()["return_grade"] == "turn"
 
 
 def test_simulate_sweeps_the_knobs_of_hybrid_runs_only(
@@ -134,6 +153,14 @@ def test_simulate_sweeps_the_knobs_of_hybrid_runs_only(
         ("hybrid", 4096),
     ]
     assert "hybrid (floor 4096)" in out
+    rc, out, err = simulate(
+        capsys, str(one_full), "--trace", trace, "--memory", "1MB", "--policy", "hybrid",
+        "--return-grade", "flat,log-turn", "--return-bonus", "1", "--json", str(out_json),
+    )  # fmt: skip
+    assert rc == 0, err
+    data = json.loads(out_json.read_text())
+    assert [r["return_grade"] for r in data] == ["flat", "log-turn"]
+    assert "hybrid (bonus 1, grade log-turn)" in out
 
 
 def test_tuned_runs_are_curves_of_their_own(write_trace) -> None:
@@ -158,6 +185,11 @@ def test_tuned_runs_are_curves_of_their_own(write_trace) -> None:
             ["--floor-tokens must be an integer >= 0"],
         ),
         (["--policy", "hybrid", "--floor-tokens", "1.5"], ["--floor-tokens must be an integer"]),
+        (["--return-grade", "turn"], ["--return-grade tunes the hybrid policy: add hybrid"]),
+        (
+            ["--policy", "hybrid", "--return-grade", "turn,steep"],
+            ["--return-grade must be one of flat, turn, log-turn", "'steep'"],
+        ),
     ],
 )
 def test_bad_knobs_are_one_line_and_exit_2(capsys, one_full, write_trace, argv, needles) -> None:
