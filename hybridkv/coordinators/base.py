@@ -193,10 +193,7 @@ class KVCacheCoordinator(ABC):
     def return_value(self, turn: int) -> float:
         """What a returning request's units are worth more, by its turn (1.0
         for turn 0: not returning)."""
-        if not turn:
-            return 1.0
-        grade = self._return_grade(turn)
-        return self.return_factor if grade == 1.0 else self.return_factor**grade
+        return self.return_factor ** self._return_grade(turn) if turn else 1.0
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
