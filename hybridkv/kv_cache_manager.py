@@ -392,9 +392,9 @@ class KVCacheManager:
         if admitted and not request.num_preemptions:
             assert new_computed_blocks is not None
             branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
-            key = request.live_block_hashes[branch // self.hash_block_size - 1] if branch else None
-            coordinator.observe_branch(branch, request.num_tokens, key)
-            coordinator.mark_prompt_end(request.live_block_hashes, request.num_prompt_tokens)
+            hashes, packed = request.live_block_hashes, request.packed_prompt
+            coordinator.observe_branch(branch, request.num_tokens, hashes, packed)
+            coordinator.mark_prompt_end(hashes, request.num_prompt_tokens, packed)
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(

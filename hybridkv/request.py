@@ -238,6 +238,11 @@ class Request:
         return self._block_hashes
 
     @property
+    def packed_prompt(self) -> bytes:
+        """The prompt's token ids packed as uint32 in native byte order (read-only)."""
+        return self._prompt_bytes
+
+    @property
     def live_token_ids(self) -> list[int]:
         """Prompt then output token ids, the list itself (read-only by contract)."""
         return self._token_ids

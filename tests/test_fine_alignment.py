@@ -1,8 +1,11 @@
 """A branch grid no coarser than the full-attention block
 (``hybridkv.managers.fine_alignment``): learned from branches at marked prompt
-ends, and where it puts the prompt-end state (``retention.prompt_point``)."""
+ends and from divergences inside recorded blocks, and where it puts the
+prompt-end state (``retention.prompt_point``)."""
 
 from __future__ import annotations
+
+from array import array
 
 import pytest
 from factories import config, full, mamba, serve
@@ -11,9 +14,12 @@ from hybridkv import KVCacheManager
 from hybridkv.managers.fine_alignment import (
     CHANCE,
     MAX_MARKS,
+    MAX_RECORDS,
     MIN_OBSERVED,
     WINDOW,
     FineAlignment,
+    chunk_hashes,
+    chunk_size,
 )
 from hybridkv.managers.retention import prompt_point
 
@@ -212,3 +218,119 @@ def test_a_learned_fine_grid_keeps_the_state_where_the_next_turn_resumes() -> No
     assert fixed.coordinator.tail_alignment.fine.align == 0
     serve(fixed, "x", first)
     assert serve(fixed, "y", first[:32] + [9999] * 8) == 0  # the only state is at 36
+
+
+# -- recorded blocks: divergences before the prompt's last hit boundary ----------
+def packed(tokens: list[int]) -> bytes:
+    return array("I", tokens).tobytes()
+
+
+def test_chunks_are_a_32nd_of_the_block_and_at_least_the_finest_grid() -> None:
+    assert chunk_size(528) == 16  # Bamba: 33 chunks a block
+    assert chunk_size(400) == 12  # Granite: 33 chunks of 12 cover 396 tokens
+    assert chunk_size(80) == 4 and chunk_size(12) == 4
+
+
+def test_chunk_hashes_cover_whole_chunks_inside_the_prompt() -> None:
+    p = packed(list(range(100)))
+    assert len(chunk_hashes(p, 0, 16, 4)) == 4
+    assert len(chunk_hashes(p, 90, 106, 4)) == 2  # tokens 90-97; 98-99 are no chunk
+    assert len(chunk_hashes(p, 97, 113, 4)) == 0
+    same = packed([*range(40), 7, 7, 7, 7, *range(44, 100)])
+    a, b = chunk_hashes(p, 32, 48, 4), chunk_hashes(same, 32, 48, 4)
+    assert [x == y for x, y in zip(a, b, strict=True)] == [True, True, False, True]
+
+
+def bamba_turns() -> tuple[list[int], list[int]]:
+    """A 6,077-token prompt (last hit boundary 5,808) and its next turn, which
+    keeps its whole 512-token units (5,632 tokens) and goes on."""
+    first = list(range(1, 6078))
+    return first, first[:5632] + [900_000 + i for i in range(600)]
+
+
+def test_a_next_turn_diverging_before_the_last_boundary_is_seen_to_the_chunk() -> None:
+    f = FineAlignment(528, 512)
+    first, second = bamba_turns()
+    f.record(key(1), packed(first), 5280)  # the block [5280, 5808), under the block at 5280
+    assert list(f._records) == [key(1)] and len(f._records[key(1)]) == 33
+    f.observe(5280, key(1), packed(second))
+    assert list(f._seen) == [(5632, 15)]  # chunk 22 differs: [5632, 5648)
+    # ... which a grid of 512 explains, at a chance of 16 / 512
+    assert f._agree[-1] == 1 and f._chance[-1] == 16
+    f.check_integrity()
+
+
+def test_a_recorded_block_is_found_past_the_branch() -> None:
+    # The first turn's blocks were evicted: the next turn branches at 0 (or
+    # anywhere below), yet its own hashes lead to the recorded block.
+    first, second = bamba_turns()
+    f = FineAlignment(528, 512)
+    f.record(key(1), packed(first), 5280)
+    f.observe(0, None, packed(second), [(528, key(50)), (5280, key(1)), (5808, key(51))])
+    assert list(f._seen) == [(5632, 15)]
+    # the deepest recorded block wins
+    g = FineAlignment(528, 512)
+    g.record(key(1), packed(first), 5280)
+    g.record(key(2), packed(first), 4752)
+    g.observe(1056, key(3), packed(second), [(4752, key(2)), (5280, key(1))])
+    assert list(g._seen) == [(5632, 15)]
+    h = FineAlignment(528, 512)
+    h.record(key(2), packed(first), 4752)
+    h.observe(1056, key(3), packed(second), [(4752, key(2)), (5280, key(1))])
+    assert list(h._seen) == []  # [4752, 5280) is shared whole: no divergence seen
+
+
+def test_a_prompt_sharing_every_chunk_it_holds_is_no_evidence() -> None:
+    first, _ = bamba_turns()
+    f = FineAlignment(528, 512)
+    f.record(key(1), packed(first), 5280)
+    f.observe(5280, key(1), packed(first[:5700]))  # ends inside the block, same tokens
+    f.observe(5280, key(1), None)  # no prompt given
+    f.observe(5280, key(9), packed([5] * 6000))  # nothing recorded there
+    assert not f._seen
+
+
+def test_a_marked_prompt_end_wins_over_a_record() -> None:
+    first, second = bamba_turns()
+    f = FineAlignment(528, 512)
+    f.record(key(1), packed(first), 5280)
+    f.mark(key(1), 100)
+    f.observe(5280, key(1), packed(second))
+    assert list(f._seen) == [(5280, 100)]
+
+
+def test_records_are_bounded_and_a_fixed_grid_records_nothing() -> None:
+    first, _ = bamba_turns()
+    f = FineAlignment(528, 512)
+    for i in range(MAX_RECORDS + 3):
+        f.record(key(i), packed(first), 528)
+    assert len(f._records) == MAX_RECORDS and key(0) not in f._records and key(3) in f._records
+    f.record(key(3), packed(first), 528)  # renewed: the newest
+    assert next(reversed(f._records)) == key(3)
+    f.check_integrity()
+    f._records[key(3)] = f._records[key(3)][:-1]
+    with pytest.raises(AssertionError, match="one block"):
+        f.check_integrity()
+    fixed = FineAlignment(528, 512, learn=False)
+    assert not fixed.learning
+    fixed.record(key(1), packed(first), 5280)
+    assert not fixed._records
+
+
+def test_a_grid_is_learned_from_next_turns_that_diverge_before_the_last_boundary() -> None:
+    # 12-token blocks, 8-token units: a 37-token first turn (last hit boundary
+    # 36) whose next turn keeps 32 tokens branches at 24, in a block no prompt
+    # end marks; the recorded block [24, 36) shows it diverged at 32.
+    kv = manager(None)
+    for i in range(MIN_OBSERVED):
+        first = [10_000 + 100 * i + j for j in range(37)]
+        serve(kv, f"a{i}", first)
+        assert serve(kv, f"b{i}", first[:32] + [90_000 + 100 * i + j for j in range(9)]) == 0
+    fine = kv.coordinator.tail_alignment.fine
+    assert list(fine._seen) == [(32, 3)] * MIN_OBSERVED  # each seen to the 4-token chunk
+    assert fine.align == 8  # 4 fits any chunk by chance and is refused
+    # Now the next turn resumes from the state at 24 (the prompt's last multiple
+    # of 8, 32, rounded down to the block), not from 36.
+    first = list(range(500, 537))
+    assert serve(kv, "x", first) == 0
+    assert serve(kv, "y", first[:32] + [9999] * 8) == 24

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from itertools import chain, zip_longest
 
 from hybridkv.coordinators.hybrid_release import release_hybrid
@@ -152,28 +153,49 @@ class KVCacheCoordinator(ABC):
             return 0
         return math.lcm(self.block_size_lcm, *periods)
 
-    def observe_branch(self, branch: int, num_tokens: int, key: bytes | None = None) -> None:
+    def observe_branch(
+        self,
+        branch: int,
+        num_tokens: int,
+        block_hashes: list[bytes],
+        packed_prompt: bytes | None = None,
+    ) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
-        ``num_tokens``; ``key``: the hash of its block ending at ``branch``,
-        None when ``branch`` is 0 (``hybrid``: feeds ``tail_alignment`` and
-        its ``tail_demand``)."""
+        ``num_tokens`` (``block_hashes``: its hash-block-size hashes;
+        ``packed_prompt``: its prompt as uint32). ``hybrid``: feeds
+        ``tail_alignment``, its ``tail_demand`` (with the hash of the block
+        ending at ``branch``, when ``branch`` > 0) and its ``fine`` grid (with
+        the hashes of the blocks past ``branch`` as well)."""
         self.tail_alignment.observe(branch, num_tokens)
+        h = self.hash_block_size
+        key = block_hashes[branch // h - 1] if branch else None
         if key is not None:
             self.tail_alignment.observe_key(key)
-            self.tail_alignment.fine.observe(branch, key)
+        fine = self.tail_alignment.fine
+        shared: Iterable[tuple[int, bytes]] = ()
+        if packed_prompt is not None and fine.learning:
+            stop = min(num_tokens, len(block_hashes) * h)
+            g = fine.granularity
+            shared = ((x, block_hashes[x // h - 1]) for x in range(branch + g, stop + 1, g))
+        fine.observe(branch, key, packed_prompt, shared)
 
-    def mark_prompt_end(self, block_hashes: list[bytes], num_prompt_tokens: int) -> None:
+    def mark_prompt_end(
+        self, block_hashes: list[bytes], num_prompt_tokens: int, packed_prompt: bytes | None = None
+    ) -> None:
         """An admitted request's prompt (``block_hashes``: its hash-block-size
-        hashes) ends ``num_prompt_tokens`` in: mark the full-attention block at or
-        below its end for ``fine_alignment`` (``hybrid``; nothing without full
-        attention)."""
+        hashes; ``packed_prompt``: its tokens as uint32) ends
+        ``num_prompt_tokens`` in: mark the full-attention block at or below its
+        end, and record the block before that, for ``fine_alignment``
+        (``hybrid``; nothing without full attention)."""
         if not self.hybrid or self._full_gid is None:
             return
         g = self.managers[self._full_gid].block_size
         end = num_prompt_tokens - num_prompt_tokens % g
+        fine = self.tail_alignment.fine
         if end:
-            key = block_hashes[end // self.hash_block_size - 1]
-            self.tail_alignment.fine.mark(key, num_prompt_tokens - end)
+            fine.mark(block_hashes[end // self.hash_block_size - 1], num_prompt_tokens - end)
+        if end > g and packed_prompt is not None:
+            fine.record(block_hashes[(end - g) // self.hash_block_size - 1], packed_prompt, end - g)
 
     def is_returning(self, block_hashes: list[bytes], num_prompt_tokens: int) -> int:
         """A new request's turn if its prompt continues what the cache has

@@ -31,6 +31,21 @@ of ``r + 1`` tokens holds a multiple of ``A`` by chance with probability
 against a chance of about a half; a small ``A`` fits any traffic, and is
 refused.) Else 0.
 
+A marked prompt end is evidence only when the next turn diverges at or past the
+prompt's last hit boundary ``E``. Most of Bamba's next turns diverge in the block
+before it, ``[E - g, E)`` (the prompt's last multiple of 512 lies there when
+``E`` is past it), and branch at ``E - g``: a range of ``g`` tokens, which every
+grid up to ``g`` fits. So every admitted request also *records* that block, as
+the hashes of its chunks of ``chunk`` tokens (``max(MIN_ALIGN, g //
+CHUNKS_PER_BLOCK)``), under the hash of the block ending at ``E - g``. A later
+request branching there, where no prompt end is marked, is compared chunk by
+chunk over its own prompt: its first differing chunk ``[D, D + chunk)`` is an
+informative observation (overhang ``chunk - 1``), a divergence from a real
+sibling whether or not that block is still cached; a request whose prompt
+matches every chunk it holds (it ends inside the block, or the block was
+evicted) is no evidence. On the first 1,500 Mooncake conversation requests
+this adopts Bamba's 512 after a few hundred requests instead of about 1,200.
+
 ``prompt_point`` then keeps the state where a request that diverges at the last
 multiple of ``align`` in the prompt resumes (``kv_cache_manager._kept_points``).
 It is used only when no coarse grid is in force.
@@ -38,7 +53,9 @@ It is used only when no coarse grid is in force.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 
 #: Informative observations remembered (the most recent ones).
 WINDOW = 256
@@ -52,6 +69,32 @@ CHANCE = 0.8
 MAX_MARKS = 16384
 #: The finest grid tried.
 MIN_ALIGN = 4
+#: Blocks before a prompt's end recorded chunk by chunk (the most recent).
+MAX_RECORDS = 4096
+#: A recorded block is cut into about this many chunks (``chunk_size``).
+CHUNKS_PER_BLOCK = 32
+#: Bytes per token in a packed prompt (``Request.packed_prompt``: uint32).
+TOKEN_BYTES = 4
+
+
+def chunk_size(granularity: int) -> int:
+    """Tokens per recorded chunk for full-attention blocks of ``granularity``."""
+    return max(MIN_ALIGN, granularity // CHUNKS_PER_BLOCK)
+
+
+def chunk_hashes(packed: bytes, start: int, stop: int, chunk: int) -> array[int]:
+    """Hashes of the whole ``chunk``-token chunks of ``packed`` (uint32 tokens)
+    from token ``start`` up to ``stop`` or the end of ``packed``, whichever is
+    first (equal chunks hash equal; unequal ones collide with chance 2**-64)."""
+    stop = min(stop, len(packed) // TOKEN_BYTES)
+    step = chunk * TOKEN_BYTES
+    return array(
+        "q",
+        (
+            hash(packed[b : b + step])
+            for b in range(start * TOKEN_BYTES, (stop - chunk + 1) * TOKEN_BYTES, step)
+        ),
+    )
 
 
 class FineAlignment:
@@ -63,7 +106,17 @@ class FineAlignment:
     ``align`` stays 0).
     """
 
-    __slots__ = ("_agree", "_candidates", "_chance", "_marks", "_seen", "align", "granularity")
+    __slots__ = (
+        "_agree",
+        "_candidates",
+        "_chance",
+        "_marks",
+        "_records",
+        "_seen",
+        "align",
+        "chunk",
+        "granularity",
+    )
 
     def __init__(self, granularity: int, tail: int, learn: bool = True) -> None:
         self.granularity = granularity
@@ -79,8 +132,17 @@ class FineAlignment:
         #: ``(branch, overhang)`` of the remembered informative observations.
         self._seen: deque[tuple[int, int]] = deque()
         self._marks: OrderedDict[bytes, int] = OrderedDict()
+        #: Tokens per recorded chunk (``chunk_size``).
+        self.chunk = chunk_size(granularity)
+        #: Hash of the block before a recorded one -> the recorded block's chunk hashes.
+        self._records: OrderedDict[bytes, array[int]] = OrderedDict()
         #: The grid in force (0: none).
         self.align = 0
+
+    @property
+    def learning(self) -> bool:
+        """Whether any grid is tried (False: a fixed alignment, or no tail)."""
+        return bool(self._candidates)
 
     def mark(self, key: bytes, overhang: int) -> None:
         """An admitted request's prompt runs ``overhang`` tokens (``< g``) past the
@@ -93,12 +155,56 @@ class FineAlignment:
         if len(marks) > MAX_MARKS:
             marks.popitem(last=False)
 
-    def observe(self, branch: int, key: bytes) -> None:
-        """A new request branched after ``branch`` tokens, at the block with hash
-        ``key``: informative when a prompt end marked it."""
-        overhang = self._marks.get(key)
-        if overhang is None:
+    def record(self, key: bytes, packed: bytes, start: int) -> None:
+        """An admitted request's prompt (``packed``) holds the whole block of
+        ``g`` tokens from ``start``, the one before its last hit boundary;
+        ``key``: the hash of its block ending at ``start``."""
+        if not self._candidates:
             return
+        records = self._records
+        records.pop(key, None)
+        records[key] = chunk_hashes(packed, start, start + self.granularity, self.chunk)
+        if len(records) > MAX_RECORDS:
+            records.popitem(last=False)
+
+    def observe(
+        self,
+        branch: int,
+        key: bytes | None,
+        packed: bytes | None = None,
+        shared: Iterable[tuple[int, bytes]] = (),
+    ) -> None:
+        """A new request branched after ``branch`` tokens, at the block with hash
+        ``key``: informative when a prompt end marked it, else when a block after
+        one of its own was recorded and its prompt (``packed``) differs from that
+        block (module docstring). ``shared``: ``(x, hash of its block ending at
+        x)`` for ``x`` past ``branch``, ascending (the deepest recorded one is
+        compared)."""
+        overhang = None if key is None else self._marks.get(key)
+        if overhang is None:
+            if packed is None or not self._records:
+                return
+            records = self._records
+            recorded = None if key is None else records.get(key)
+            for x, k in shared:
+                r = records.get(k)
+                if r is not None:
+                    branch, recorded = x, r
+            if recorded is None:
+                return
+            c = self.chunk
+            mine = chunk_hashes(packed, branch, branch + self.granularity, c)
+            # ``mine`` is shorter where the prompt ends inside the block
+            pairs = zip(mine, recorded, strict=False)
+            first = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+            if first is None:
+                return
+            branch, overhang = branch + first * c, c - 1
+        self._add(branch, overhang)
+
+    def _add(self, branch: int, overhang: int) -> None:
+        """Remember one informative observation: a divergence in ``[branch,
+        branch + overhang]``."""
         seen, agree, chance = self._seen, self._agree, self._chance
         seen.append((branch, overhang))
         for k, a in enumerate(self._candidates):
@@ -124,6 +230,9 @@ class FineAlignment:
     def check_integrity(self) -> None:
         """Counts match the remembered observations; ``align`` matches the counts."""
         assert len(self._seen) <= WINDOW and len(self._marks) <= MAX_MARKS
+        assert len(self._records) <= MAX_RECORDS
+        n = self.granularity // self.chunk
+        assert all(len(r) == n for r in self._records.values()), "a record is not one block"
         assert all(0 <= r < self.granularity for r in self._marks.values()), "overhang >= g"
         for k, a in enumerate(self._candidates):
             assert self._agree[k] == sum(-b % a <= r for b, r in self._seen), "agreement off"
