@@ -334,3 +334,42 @@ def test_a_grid_is_learned_from_next_turns_that_diverge_before_the_last_boundary
     first = list(range(500, 537))
     assert serve(kv, "x", first) == 0
     assert serve(kv, "y", first[:32] + [9999] * 8) == 24
+
+
+def test_a_next_turn_is_evidence_after_its_first_turn_left_the_cache() -> None:
+    # 12-token blocks, 4-token chunks. The first turn (37 tokens) records its
+    # block [24, 36) under the hash of its block ending at 24; the cache is then
+    # emptied, so the next turn matches nothing (branch 0) and finds the record
+    # through its own hashes.
+    kv = manager(None)
+    fine = kv.coordinator.tail_alignment.fine
+    first = list(range(100, 137))
+    serve(kv, "a", first)
+    assert kv.reset_prefix_cache()
+    assert serve(kv, "b", first[:32] + [9_000 + j for j in range(9)]) == 0
+    assert list(fine._seen) == [(32, 3)]
+    # A prompt that ends 5 tokens past the recorded block's start (its last
+    # hashed boundary) still shows one whole chunk there, [24, 28), that differs.
+    assert kv.reset_prefix_cache()
+    assert serve(kv, "c", first[:24] + [8_000 + j for j in range(5)]) == 0
+    assert list(fine._seen) == [(32, 3), (24, 3)]
+    # The first block past the branch counts: a 29-token first turn records
+    # [12, 24) under its first block; its next turn diverges at 16.
+    short = list(range(300, 329))
+    serve(kv, "d", short)
+    assert kv.reset_prefix_cache()
+    assert serve(kv, "e", short[:16] + [7_000 + j for j in range(13)]) == 0
+    assert list(fine._seen)[-1] == (16, 3)
+    fine.check_integrity()
+
+
+def test_only_a_prompt_with_two_whole_blocks_records_one() -> None:
+    kv = manager(None)
+    records = kv.coordinator.tail_alignment.fine._records
+    serve(kv, "a", list(range(100, 124)))  # last hit boundary 24: records [12, 24)
+    assert len(records) == 1 and len(next(iter(records.values()))) == 3
+    serve(kv, "b", list(range(200, 223)))  # boundary 12: no block before it
+    assert len(records) == 1
+    lru = KVCacheManager(config(1024, full(12), mamba(12)), 512, hybrid_tail_tokens=8)
+    serve(lru, "a", list(range(100, 137)))  # lru records nothing
+    assert not lru.coordinator.tail_alignment.fine._records

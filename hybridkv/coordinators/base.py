@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from itertools import chain, zip_longest
 
 from hybridkv.coordinators.hybrid_release import release_hybrid
@@ -154,33 +153,30 @@ class KVCacheCoordinator(ABC):
         return math.lcm(self.block_size_lcm, *periods)
 
     def observe_branch(
-        self,
-        branch: int,
-        num_tokens: int,
-        block_hashes: list[bytes],
-        packed_prompt: bytes | None = None,
+        self, branch: int, num_tokens: int, block_hashes: list[bytes], packed_prompt: bytes
     ) -> None:
         """A new request branches off the cache after ``branch`` tokens of its
         ``num_tokens`` (``block_hashes``: its hash-block-size hashes;
         ``packed_prompt``: its prompt as uint32). ``hybrid``: feeds
         ``tail_alignment``, its ``tail_demand`` (with the hash of the block
         ending at ``branch``, when ``branch`` > 0) and its ``fine`` grid (with
-        the hashes of the blocks past ``branch`` as well)."""
+        the hashes of the blocks past ``branch`` as well, cached or not)."""
         self.tail_alignment.observe(branch, num_tokens)
         h = self.hash_block_size
         key = block_hashes[branch // h - 1] if branch else None
         if key is not None:
             self.tail_alignment.observe_key(key)
         fine = self.tail_alignment.fine
-        shared: Iterable[tuple[int, bytes]] = ()
-        if packed_prompt is not None and fine.learning:
-            stop = min(num_tokens, len(block_hashes) * h)
-            g = fine.granularity
-            shared = ((x, block_hashes[x // h - 1]) for x in range(branch + g, stop + 1, g))
+        g = fine.granularity
+        per = g // h  # hash blocks per full-attention block (h divides every block size)
+        shared = (
+            (b * g, block_hashes[b * per - 1])
+            for b in range(branch // g + 1, len(block_hashes) // per + 1)
+        )
         fine.observe(branch, key, packed_prompt, shared)
 
     def mark_prompt_end(
-        self, block_hashes: list[bytes], num_prompt_tokens: int, packed_prompt: bytes | None = None
+        self, block_hashes: list[bytes], num_prompt_tokens: int, packed_prompt: bytes
     ) -> None:
         """An admitted request's prompt (``block_hashes``: its hash-block-size
         hashes; ``packed_prompt``: its tokens as uint32) ends
@@ -194,7 +190,7 @@ class KVCacheCoordinator(ABC):
         fine = self.tail_alignment.fine
         if end:
             fine.mark(block_hashes[end // self.hash_block_size - 1], num_prompt_tokens - end)
-        if end > g and packed_prompt is not None:
+        if end > g:
             fine.record(block_hashes[(end - g) // self.hash_block_size - 1], packed_prompt, end - g)
 
     def is_returning(self, block_hashes: list[bytes], num_prompt_tokens: int) -> int:
