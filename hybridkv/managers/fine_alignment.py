@@ -148,7 +148,7 @@ class FineAlignment:
     def mark(self, key: bytes, overhang: int) -> None:
         """An admitted request's prompt runs ``overhang`` tokens (``< g``) past the
         full-attention block with hash ``key``, which ends its last hit boundary."""
-        if not self._candidates:
+        if not self.learning:
             return
         marks = self._marks
         marks.pop(key, None)
@@ -160,7 +160,7 @@ class FineAlignment:
         """An admitted request's prompt (``packed``) holds the whole block of
         ``g`` tokens from ``start``, the one before its last hit boundary;
         ``key``: the hash of its block ending at ``start``."""
-        if not self._candidates:
+        if not self.learning:
             return
         records = self._records
         records.pop(key, None)
