@@ -14,11 +14,18 @@ Two vLLM modules cannot be imported under the shim (``kv_cache_planning`` and
 ``core.sched.scheduler`` need the full ``vllm.config``). ``source_functions``
 reads named functions (or ``Class.method``) out of such a file with ``ast`` and
 executes them in a namespace we give: vLLM's own code runs, nothing is copied.
+
+The shim stubs ``zmq`` and ``uvloop`` under their real top-level names, so that
+vLLM imports without them. ``load_vllm`` puts back whichever of the real ones
+this Python has once vLLM is imported: a later ``import zmq`` in the same
+process (our KV event publisher, a test run after the cache benchmark's) gets
+the real module, not a stub that raises when used.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import logging
 import os
@@ -28,6 +35,8 @@ from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: Modules the shim replaces by stubs under their real names (``load_vllm``).
+SHIMMED_TOP_LEVEL = ("zmq", "uvloop")
 DEFAULT_HARNESS = REPO.parent / "shared" / "bench" / "vllm_baseline"
 BASELINE_ROOT = Path.home() / ".cache" / "hybridkv-vllm-baseline"
 DEFAULT_VLLM_SRC = BASELINE_ROOT / "src" / "vllm-0.33.0"
@@ -74,6 +83,10 @@ def load_vllm(src: Path | None = None, harness: Path | None = None) -> SimpleNam
         sys.path.insert(0, str(harness))
     import vllm_shim
 
+    real = {}
+    for name in SHIMMED_TOP_LEVEL:
+        with contextlib.suppress(ImportError):  # not installed here: the stub stays
+            real[name] = importlib.import_module(name)
     vllm_shim.install(str(src))
     logging.getLogger("vllm").setLevel(logging.ERROR)
 
@@ -87,6 +100,7 @@ def load_vllm(src: Path | None = None, harness: Path | None = None) -> SimpleNam
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.request import Request, RequestStatus
 
+    sys.modules.update(real)  # the real zmq / uvloop for everything imported later
     return SimpleNamespace(
         version=vllm.__version__,
         src=src,
