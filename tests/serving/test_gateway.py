@@ -57,9 +57,13 @@ def test_the_gateway_routes_to_hybridkv(server: Any, tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 60
         workers: list[Any] = []
-        while not workers:  # until the gateway has registered the worker
+        # Until the gateway has registered the worker and its first health
+        # check has passed (on a loaded box registration can come first).
+        while not workers or not all(w["is_healthy"] for w in workers):
             assert proc.poll() is None, "the gateway exited"
-            assert time.monotonic() < deadline, "the gateway never registered the worker"
+            assert time.monotonic() < deadline, (
+                f"the gateway never registered the worker as healthy: {workers}"
+            )
             time.sleep(0.2)
             try:
                 with urllib.request.urlopen(router + "/workers", timeout=5) as r:
