@@ -24,6 +24,11 @@ the host's time to issue the call (launches, ``chunk_layout``'s torch ops,
 allocations; the GPU idle before each call). Where the two are close the call
 is launch-bound and only fewer launches help.
 
+Where the time goes: for the defaults and the best choice, each launched
+kernel's mean device time per call (``torch.profiler``, CUDA activity only), to
+tell which phase (chunk states, state passing, C B^T, chunk scan, or torch's
+own ops) holds the gap to mamba-ssm.
+
 Every compile counts: ``--budget`` seconds (120 by default) bounds the sweep;
 candidates past it are counted as skipped. Expected: 1-2 minutes on an H200
 (29 candidates per shape and case, 2 of them for ``shared_cb``).
@@ -41,7 +46,7 @@ import datetime
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -136,6 +141,37 @@ def host_seconds(fn: Callable[[], object], device: torch.device, reps: int) -> f
     return from_idle_seconds(fn, device, reps, until_done=False)
 
 
+def kernel_totals(events: Sequence[object], calls: int) -> list[tuple[str, float]]:
+    """``(kernel name, mean device seconds per call)``, costliest first, from a CUDA-only
+    profile's ``key_averages()`` over ``calls`` calls (names cut at the first ``(``)."""
+    totals: dict[str, float] = {}
+    for e in events:
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:  # torch before 2.4
+            us = getattr(e, "self_cuda_time_total", 0.0)
+        if us > 0:
+            name = str(getattr(e, "key", "?")).split("(")[0].strip() or "?"
+            totals[name] = totals.get(name, 0.0) + us * 1e-6 / calls
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def kernel_seconds(
+    fn: Callable[[], object], device: torch.device, calls: int
+) -> list[tuple[str, float]] | None:
+    """``kernel_totals`` of ``calls`` calls of ``fn`` after one warm-up; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize(device)
+    return kernel_totals(prof.key_averages(), calls)
+
+
 def stage1(plan: Plan) -> list[ScanTiles]:
     return [ScanTiles(precision=p, num_warps=w) for p in plan.precisions for w in plan.warps]
 
@@ -165,8 +201,9 @@ def _errs(r: Result) -> str:
 def sweep_shape(
     name: str, shape: tuple[int, int, int, int], seqs: int, length: int,
     device: torch.device, plan: Plan, deadline: Deadline,
-) -> tuple[str, list[str], list[str]]:  # fmt: skip
-    """One shape's sweep: (summary row, one detail row per candidate, host-cost rows)."""
+) -> tuple[str, list[str], list[str], list[str]]:  # fmt: skip
+    """One shape's sweep: (summary row, one detail row per candidate, host-cost rows,
+    per-kernel rows)."""
     args, _ = mamba2_prefill_inputs(seqs, length, shape, None, device)
     state = args[9]
     seq_run = partial(ssd_scan_fn, *args, backend="triton")
@@ -228,14 +265,21 @@ def sweep_shape(
         f"{what} {r.tiles.describe()} | {_ms(r.seconds)} | {_errs(r)} | {r.why or 'ok'} |"
         for r in tried
     ]
-    host = []
+    host, phases = [], []
     for label, r in (("defaults", base), ("best", best)):
         if r.seconds is not None:
             h = host_seconds(partial(run, r.tiles), device, plan.reps)
             host.append(f"{what} {label}: {r.tiles.describe()} | {_ms(r.seconds)} | {_ms(h)} | "
                         f"{h / r.seconds:.0%} |")  # fmt: skip
+            kernels = kernel_seconds(partial(run, r.tiles), device, plan.reps)
+            if kernels is None:
+                phases.append(f"{what} {label} | - | - | no CUDA profiler on the CPU |")
+            else:
+                total = sum(t for _, t in kernels) or 1.0
+                phases += [f"{what} {label} | `{k}` | {_ms(t)} | {t / total:.0%} |"
+                           for k, t in kernels]  # fmt: skip
     print(row, flush=True)
-    return row, details, host
+    return row, details, host, phases
 
 
 def mamba1_rows(device: torch.device, plan: Plan, tiny: bool) -> list[str]:
@@ -268,13 +312,14 @@ def report(device: torch.device, smoke: bool, budget: float | None) -> list[str]
     shapes = TINY_SHAPES if smoke else MAMBA2_SHAPES
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
-    summary, details, host = [], [], []
+    summary, details, host, kernels = [], [], [], []
     for label, shape in shapes.items():
         for seqs, length in TINY_CASES if smoke else CASES:
-            row, d, h = sweep_shape(label, shape, seqs, length, device, plan, deadline)
+            row, d, h, k = sweep_shape(label, shape, seqs, length, device, plan, deadline)
             summary.append(row)
             details += d
             host += h
+            kernels += k
     m1 = mamba1_rows(device, plan, smoke)
     note = "" if cuda and not smoke else " Smoke run: tiny shapes, the times mean nothing."
     return [
@@ -293,6 +338,10 @@ def report(device: torch.device, smoke: bool, budget: float | None) -> list[str]
         "| heads | seqs x tokens | choice | CUDA events ms | host issue ms | host / events |",
         "| --- | --- | --- | ---: | ---: | ---: |",
         *host, "",
+        "## Where the time goes (each kernel's device time per call, `torch.profiler`)", "",
+        "| heads | seqs x tokens | choice | kernel | ms per call | share |",
+        "| --- | --- | --- | --- | ---: | ---: |",
+        *kernels, "",
         f"## Mamba1 (`selective_chunk_scan_fn`, d_inner {(TINY_MAMBA1 if smoke else MAMBA1)[0]}"
         f", d_state {(TINY_MAMBA1 if smoke else MAMBA1)[1]})", "",
         "| seqs x tokens | chunk | sequential ms | chunked ms | sequential / chunked | errors |",

@@ -27,8 +27,13 @@ def _cells(row: str) -> list[str]:
 def test_smoke_report_has_every_section():
     lines = tune.report(CPU, smoke=True, budget=None)
     text = "\n".join(lines)
-    for head in ("## Mamba2", "## Host cost", "## Mamba1", "## Every Mamba2 candidate"):
+    for head in ("## Mamba2", "## Host cost", "## Where the time goes", "## Mamba1",
+                 "## Every Mamba2 candidate"):  # fmt: skip
         assert head in text
+    assert [_cells(r)[2:] for r in lines if "no CUDA profiler" in r] == [
+        ["defaults", "-", "-", "no CUDA profiler on the CPU"],
+        ["best", "-", "-", "no CUDA profiler on the CPU"],
+    ]
     (summary,) = [r for r in lines if r.startswith("| tiny |") and r.count("|") == 13]
     cells = _cells(summary)
     # defaults, 2 precisions, 4 chunk x block_n, 4 block_p x stages (one already seen),
@@ -47,7 +52,7 @@ def test_choices_over_tolerance_are_refused_not_timed(monkeypatch):
     # bf16 rounds the matmul inputs (~1e-3 here); the fp32 choices stay within 1e-5.
     monkeypatch.setattr(tune, "TOL", {p: (1e-5, 1e-5) for p in tune.TOL})
     plan = tune.Plan(("ieee", "bf16"), (4,), (), (), (), (), (), (), reps=1, warmup=0)
-    row, details, _ = tune.sweep_shape(
+    row, details, _, _ = tune.sweep_shape(
         "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(None)
     )
     status = {_cells(d)[2]: _cells(d)[5] for d in details}
@@ -58,7 +63,7 @@ def test_choices_over_tolerance_are_refused_not_timed(monkeypatch):
 
 def test_past_the_budget_only_the_defaults_run():
     plan = tune.Plan(("ieee", "bf16"), (4,), (16,), (None,), (None,), (None,), (8,), (), 1, 0)
-    row, details, _ = tune.sweep_shape(
+    row, details, _, _ = tune.sweep_shape(
         "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(-1.0)
     )
     assert _cells(details[0])[5] == "ok"
@@ -69,3 +74,28 @@ def test_past_the_budget_only_the_defaults_run():
 def test_main_refuses_to_write_a_smoke_run():
     with pytest.raises(SystemExit, match="nothing to write"):
         tune.main(["--smoke", "--write"])
+
+
+class _Event:
+    def __init__(self, key: str, us: float) -> None:
+        self.key, self.self_device_time_total = key, us
+
+
+def test_kernel_totals_sum_per_name_per_call_costliest_first():
+    events = [
+        _Event("_chunk_scan_kernel", 900.0),
+        _Event("_state_passing_kernel", 300.0),
+        _Event("_chunk_scan_kernel(int, int)", 300.0),  # the same kernel, another key
+        _Event("Memset (Device)", 0.0),  # no device time: left out
+    ]
+    assert tune.kernel_totals(events, calls=3) == [
+        ("_chunk_scan_kernel", pytest.approx(400e-6)),
+        ("_state_passing_kernel", pytest.approx(100e-6)),
+    ]
+
+
+def test_kernel_totals_reads_the_old_profiler_field():
+    class Old:
+        key, self_cuda_time_total = "k", 50.0
+
+    assert tune.kernel_totals([Old()], calls=1) == [("k", pytest.approx(50e-6))]
