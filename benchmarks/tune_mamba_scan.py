@@ -271,7 +271,12 @@ def sweep_shape(
             h = host_seconds(partial(run, r.tiles), device, plan.reps)
             host.append(f"{what} {label}: {r.tiles.describe()} | {_ms(r.seconds)} | {_ms(h)} | "
                         f"{h / r.seconds:.0%} |")  # fmt: skip
-            kernels = kernel_seconds(partial(run, r.tiles), device, plan.reps)
+            try:  # a profiler that fails here must not cost the sweep's other rows
+                kernels = kernel_seconds(partial(run, r.tiles), device, plan.reps)
+            except Exception as e:
+                phases.append(f"{what} {label} | - | - | profiler failed: "
+                              f"{type(e).__name__}: {str(e)[:80]} |")  # fmt: skip
+                continue
             if kernels is None:
                 phases.append(f"{what} {label} | - | - | no CUDA profiler on the CPU |")
             else:

@@ -99,3 +99,19 @@ def test_kernel_totals_reads_the_old_profiler_field():
         key, self_cuda_time_total = "k", 50.0
 
     assert tune.kernel_totals([Old()], calls=1) == [("k", pytest.approx(50e-6))]
+
+
+def test_a_failing_profiler_is_reported_in_its_row_and_the_sweep_goes_on(monkeypatch):
+    def boom(*_a, **_k):
+        raise RuntimeError("CUPTI unavailable")
+
+    monkeypatch.setattr(tune, "kernel_seconds", boom)
+    plan = tune.Plan(("ieee",), (4,), (), (), (), (), (), (), reps=1, warmup=0)
+    row, _, host, kernels = tune.sweep_shape(
+        "tiny", (2, 16, 1, 32), 1, 40, CPU, plan, tune.Deadline(None)
+    )
+    assert len(host) == 2 and row.startswith("| tiny |")
+    assert [_cells(k)[2:] for k in kernels] == [
+        ["defaults", "-", "-", "profiler failed: RuntimeError: CUPTI unavailable"],
+        ["best", "-", "-", "profiler failed: RuntimeError: CUPTI unavailable"],
+    ]
