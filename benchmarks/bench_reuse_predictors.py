@@ -36,6 +36,10 @@ tells about its future, to see how far any of them gets:
   (1 + the turn of the request it continues, 0 for a first one), and the
   bonus grows with it (``min(turn, 8)`` or ``log2(1 + turn)`` times ``B``):
   continuation climbs from 26 % of first turns to 97 % past the eighth;
+- ``hit density (LHD), turn classes``: online, least hit density
+  (``lhd_ranking.py``, after Beckmann et al., NSDI 2018), with the turn in the
+  conversation (1-6+) as the class: each request's blocks rank by the hits
+  their class has got at their age so far, per block and request of time;
 - ``belady``: offline optimal (``bench_ceiling.belady_hits``).
 
     .venv/bin/python benchmarks/bench_reuse_predictors.py          # Jamba, 40 and 80 GB
@@ -58,6 +62,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from bench_ceiling import belady_hits, block_keys, hit_blocks, lru_hits  # noqa: E402
+from lhd_ranking import lhd_hits  # noqa: E402
 from machine_info import machine  # noqa: E402
 
 from hybridkv.layouts import shipped_layout  # noqa: E402
@@ -305,6 +310,10 @@ def run(
         out[f"returning by turn, +{b:g} x log2(1 + turn) turnovers"] = pct(
             returning_hits(keys, lengths, bs, cap, b * turnover, lambda t: math.log2(1 + t))
         )
+    # LHD's settings: the best of 3 on the whole trace, Jamba at 80 GB (results file).
+    out["hit density (LHD), turn classes"] = pct(
+        lhd_hits(keys, lengths, bs, cap, [min(t, 6) for t in conv.turn[:n]], 200, 0.99)
+    )
     if online_only:
         return out
     out["oracle: continued"] = pct(
