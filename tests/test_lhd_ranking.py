@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import lhd_ranking as lhd  # noqa: E402
-from bench_ceiling import lru_hits  # noqa: E402
+import lhd_ranking as lhd
+from bench_ceiling import lru_hits
 
 
 def test_age_bins_are_quarter_octaves_capped():
