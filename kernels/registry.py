@@ -43,7 +43,7 @@ import torch
 from hybridkv.kernels.attention import unified_attention
 from hybridkv.kernels.backend import resolve_backend
 from hybridkv.kernels.cache_write import reshape_and_cache
-from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn
+from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn, ssd_scan_fn
 
 #: The ops every backend provides, in ``describe()`` order.
 OPS = (
@@ -57,6 +57,7 @@ OPS = (
     "greedy",
     "causal_conv1d",
     "selective_scan",
+    "ssd_scan",
 )
 
 
@@ -212,6 +213,8 @@ class KernelBackend(ABC):
     causal_conv1d = _public_op(causal_conv1d_fn)
     #: ``selective_scan_fn`` (same contract): varlen Mamba1 scan over state slots.
     selective_scan = _public_op(selective_scan_fn)
+    #: ``ssd_scan_fn`` (same contract): varlen Mamba2 (SSD) scan over state slots.
+    ssd_scan = _public_op(ssd_scan_fn)
 
 
 #: name -> ``"module:Class"``, loaded on first request.

@@ -77,6 +77,7 @@ class TorchBackend(KernelBackend):
         "greedy": "torch: logits.max(-1).indices (in the logits' dtype)",
         "causal_conv1d": "torch: one einsum over gathered taps (mamba/conv_prefill.py)",
         "selective_scan": "torch: sequential fp32 scan (mamba/ssm_scan.py)",
+        "ssd_scan": "torch: sequential fp32 Mamba2 scan (mamba/ssd_scan.py)",
     }
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -30,6 +30,7 @@ class TritonBackend(KernelBackend):
         "cache_write": "Triton: one program per token (cache_write_triton.py)",
         "causal_conv1d": "Triton: a program per (sequence, channel block) (conv_prefill_triton)",
         "selective_scan": "Triton: sequential scan per (sequence, channel block) (ssm_scan_triton)",
+        "ssd_scan": "Triton: sequential Mamba2 scan per (sequence, head) (ssd_scan_triton)",
         "add_rms_norm": "Triton: residual add and both Gemma norms, a program per row",
         "norm_rope": "Triton: per-head Gemma norm then RoPE, a program per (token, head)",
         "gelu_tanh_mul": "Triton: GELU (tanh) rounded, times up, a program per row block",

@@ -22,6 +22,7 @@ ARCHITECTURES: dict[str, tuple[str, str, bool]] = {
     "Llama4ForCausalLM": ("hybridkv.models.llama4", "Llama4ForCausalLM", False),
     "Llama4ForConditionalGeneration": ("hybridkv.models.llama4", "Llama4ForCausalLM", True),
     "JambaForCausalLM": ("hybridkv.models.jamba", "JambaForCausalLM", False),
+    "BambaForCausalLM": ("hybridkv.models.bamba", "BambaForCausalLM", False),
 }
 
 _BY_MODEL_TYPE = {
@@ -30,6 +31,7 @@ _BY_MODEL_TYPE = {
     "llama4_text": "Llama4ForCausalLM",
     "llama4": "Llama4ForConditionalGeneration",
     "jamba": "JambaForCausalLM",
+    "bamba": "BambaForCausalLM",
 }
 
 

@@ -39,6 +39,7 @@ class NativeBackend(KernelBackend):
         "rope_pairwise": TorchBackend,
         "causal_conv1d": TorchBackend,
         "selective_scan": TorchBackend,
+        "ssd_scan": TorchBackend,
     }
     amx_linears = True
     linear_kernels = "AMX tiles up to 64 rows where the CPU has AMX-BF16, else oneDNN-packed"

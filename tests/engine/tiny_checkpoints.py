@@ -94,6 +94,27 @@ def jamba_config(**overrides: Any) -> Any:
     return JambaConfig(**kw)
 
 
+def bamba_config(**overrides: Any) -> Any:
+    """Bamba: Mamba2 (8 heads of 16, 2 groups, d_state 16) on layers 0 and 2, full
+    attention with RoPE on half of each head on 1 and 3."""
+    from transformers import BambaConfig
+
+    kw = dict(
+        COMMON,
+        num_hidden_layers=4,
+        attn_layer_indices=[1, 3],
+        mamba_n_heads=8,
+        mamba_d_head=16,
+        mamba_n_groups=2,
+        mamba_d_state=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=16,
+    )
+    kw.update(overrides)
+    return BambaConfig(**kw)
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
     "{% if add_generation_prompt %}assistant{% endif %}"

@@ -42,7 +42,7 @@ def test_native_declares_its_llama_and_mamba_fallbacks() -> None:
 
     native = NativeBackend()
     assert [op for op in OPS if native.runs(op) != "native"] == [
-        "rms_norm", "rope_pairwise", "causal_conv1d", "selective_scan"
+        "rms_norm", "rope_pairwise", "causal_conv1d", "selective_scan", "ssd_scan"
     ]  # fmt: skip
     assert native.amx_linears and not TorchBackend.amx_linears
     assert "prefill rows: torch" in native.describe()
