@@ -3,7 +3,7 @@
 Layer ``i`` is an attention layer where the layout reader says so
 (``hybridkv.layouts.hf_families.read_bamba``: the config's ``layer_types``, else
 ``attn_layer_indices``), so the model and the planner's KV cache groups always
-agree; every other layer is a Mamba2 mixer (``bamba_mixer``). Every layer's
+agree; every other layer is a Mamba2 mixer (``mamba2_mixer``). Every layer's
 feed-forward is a SwiGLU MLP (``mlp_bias``). Pre-norm residual blocks
 (``input_layernorm``, ``pre_ff_layernorm``, Llama-style RMSNorm through
 ``batch.ops.rms_norm``), ``final_layernorm``, no embedding scale. Attention:
@@ -25,11 +25,11 @@ from torch.nn import functional as F
 from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.layouts.hf_families import read_bamba
-from hybridkv.models.bamba_mixer import BambaMamba2Mixer
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import PagedAttention, RMSNorm
 from hybridkv.models.layers.rotary import RotaryEmbedding, rope_parameters
+from hybridkv.models.mamba2_mixer import Mamba2Mixer
 
 
 class BambaAttention(nn.Module):
@@ -94,7 +94,7 @@ class BambaDecoderLayer(nn.Module):
         super().__init__()
         eps = config.rms_norm_eps
         self.self_attn = BambaAttention(config, index) if attention else None
-        self.mamba = None if attention else BambaMamba2Mixer(config, index)
+        self.mamba = None if attention else Mamba2Mixer(config, index, "Bamba")
         self.feed_forward = BambaMLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps)
         self.pre_ff_layernorm = RMSNorm(config.hidden_size, eps)

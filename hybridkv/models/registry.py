@@ -23,6 +23,11 @@ ARCHITECTURES: dict[str, tuple[str, str, bool]] = {
     "Llama4ForConditionalGeneration": ("hybridkv.models.llama4", "Llama4ForCausalLM", True),
     "JambaForCausalLM": ("hybridkv.models.jamba", "JambaForCausalLM", False),
     "BambaForCausalLM": ("hybridkv.models.bamba", "BambaForCausalLM", False),
+    "GraniteMoeHybridForCausalLM": (
+        "hybridkv.models.granite",
+        "GraniteMoeHybridForCausalLM",
+        False,
+    ),
 }
 
 _BY_MODEL_TYPE = {
@@ -32,6 +37,7 @@ _BY_MODEL_TYPE = {
     "llama4": "Llama4ForConditionalGeneration",
     "jamba": "JambaForCausalLM",
     "bamba": "BambaForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
 }
 
 

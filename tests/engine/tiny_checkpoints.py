@@ -115,6 +115,35 @@ def bamba_config(**overrides: Any) -> Any:
     return BambaConfig(**kw)
 
 
+def granite_config(**overrides: Any) -> Any:
+    """Granite 4.0 H: Mamba2 (as ``bamba_config``) on layers 0 and 2, NoPE attention on 1
+    and 3, 4 experts (top 2) plus the shared MLP everywhere, and multipliers away from 1."""
+    from transformers import GraniteMoeHybridConfig
+
+    kw = dict(
+        COMMON,
+        num_hidden_layers=4,
+        layer_types=["mamba", "attention", "mamba", "attention"],
+        intermediate_size=32,
+        shared_intermediate_size=48,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        mamba_n_heads=8,
+        mamba_d_head=16,
+        mamba_n_groups=2,
+        mamba_d_state=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=16,
+        embedding_multiplier=3.0,
+        residual_multiplier=0.5,
+        attention_multiplier=0.2,
+        logits_scaling=2.0,
+    )
+    kw.update(overrides)
+    return GraniteMoeHybridConfig(**kw)
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
     "{% if add_generation_prompt %}assistant{% endif %}"

@@ -1,4 +1,4 @@
-"""Bamba's Mamba2 mixer on the engine's state slots (``BambaMamba2Mixer``).
+"""The Mamba2 mixer of Bamba and Granite 4.0 H on the engine's state slots (``Mamba2Mixer``).
 
 Per token ``t`` of the flattened batch (``H = mamba_n_heads``, ``P = mamba_d_head``,
 ``DI = H * P = mamba_expand * hidden_size``, ``G = mamba_n_groups``,
@@ -12,7 +12,8 @@ Per token ``t`` of the flattened batch (``H = mamba_n_heads``, ``P = mamba_d_hea
     out        = out_proj(y)
 
 The gated norm runs in fp32 and is cast back before its weight multiplies, as
-transformers' ``BambaRMSNormGated``. The conv and the scan run as varlen chunks
+transformers' ``BambaRMSNormGated`` (``GraniteMoeHybridRMSNormGated`` is the same; so
+are the two families' mixers). The conv and the scan run as varlen chunks
 (``batch.ops.causal_conv1d``, ``batch.ops.ssd_scan``; a decode is a chunk of one
 token): each sequence starts from its ``initial_state_indices`` slot, and the
 states after the tokens named by ``save_state_indices`` are written into the
@@ -79,12 +80,12 @@ class GatedRMSNorm(nn.Module):
         return self.weight * groups.flatten(-2).to(y.dtype)
 
 
-class BambaMamba2Mixer(nn.Module):
-    """One Mamba2 layer (see the module docstring)."""
+class Mamba2Mixer(nn.Module):
+    """One Mamba2 layer (see the module docstring); ``family`` names the model in errors."""
 
-    def __init__(self, config: Any, index: int) -> None:
+    def __init__(self, config: Any, index: int, family: str) -> None:
         super().__init__()
-        check_mamba2_config(config, "Bamba")
+        check_mamba2_config(config, family)
         self.layer_name = layer_name(index)
         self.n_heads, self.head_dim = config.mamba_n_heads, config.mamba_d_head
         self.n_groups, self.d_state = config.mamba_n_groups, config.mamba_d_state
