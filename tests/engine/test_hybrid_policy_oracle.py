@@ -15,9 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 from oracle import check_against_hf
-from tiny_checkpoints import gemma3_config, jamba_config, llama4_config, save_checkpoint
+from tiny_checkpoints import (
+    bamba_config,
+    gemma3_config,
+    granite_config,
+    jamba_config,
+    llama4_config,
+    save_checkpoint,
+)
 
 from hybridkv.engine import LLM
+from hybridkv.specs import MambaSpec
 
 
 def _prompt(n: int, seed: int = 0) -> list[int]:
@@ -25,9 +33,18 @@ def _prompt(n: int, seed: int = 0) -> list[int]:
     return torch.randint(3, 500, (n,), generator=g).tolist()
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llama4", "jamba"])
+CONFIGS = {
+    "gemma3": gemma3_config,
+    "llama4": llama4_config,
+    "jamba": jamba_config,
+    "bamba": bamba_config,
+    "granite": granite_config,
+}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
 def ckpt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config = {"gemma3": gemma3_config, "llama4": llama4_config, "jamba": jamba_config}
+    config = CONFIGS
     return save_checkpoint(config[request.param](), tmp_path_factory.mktemp(request.param))
 
 
@@ -40,14 +57,16 @@ def test_prefix_hits_and_odd_chunks(ckpt: Path) -> None:
     outs = check_against_hf(ckpt, llm, [[*doc[:30], 7, 8, 9], [*doc, 5, 6]], 6)
     bs = max(g.kv_cache_spec.block_size for g in llm.kv_cache_config.kv_cache_groups)
     # Every boundary of the first request is inside the tail: the hits are the
-    # whole blocks of the shared tokens (none for Jamba, whose block is a page).
+    # whole blocks of the shared tokens (none with Mamba layers, whose block is a page).
     assert [o.num_cached_tokens for o in outs] == [30 // bs * bs, 41 // bs * bs]
 
 
 def test_preemption_by_a_tiny_cache(ckpt: Path) -> None:
     probe = LLM(ckpt, block_size=4, max_model_len=96, cache_policy="hybrid")
-    # Jamba's blocks are whole pages (8 blocks: its requests preempt each other).
-    memory = (8 if "jamba" in ckpt.name else 70) * probe.plan.page_bytes
+    # With Mamba layers a block is a whole page (8 blocks: the requests preempt each other).
+    groups = probe.kv_cache_config.kv_cache_groups
+    mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in groups)
+    memory = (8 if mamba else 70) * probe.plan.page_bytes
     llm = LLM(
         ckpt,
         block_size=4,
