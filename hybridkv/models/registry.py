@@ -23,6 +23,8 @@ ARCHITECTURES: dict[str, tuple[str, str, bool]] = {
     "Llama4ForConditionalGeneration": ("hybridkv.models.llama4", "Llama4ForCausalLM", True),
     "JambaForCausalLM": ("hybridkv.models.jamba", "JambaForCausalLM", False),
     "BambaForCausalLM": ("hybridkv.models.bamba", "BambaForCausalLM", False),
+    "MistralForCausalLM": ("hybridkv.models.mistral", "MistralForCausalLM", False),
+    "MinistralForCausalLM": ("hybridkv.models.mistral", "MistralForCausalLM", False),
     "GraniteMoeHybridForCausalLM": (
         "hybridkv.models.granite",
         "GraniteMoeHybridForCausalLM",
@@ -38,6 +40,8 @@ _BY_MODEL_TYPE = {
     "jamba": "JambaForCausalLM",
     "bamba": "BambaForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "ministral": "MinistralForCausalLM",
 }
 
 

@@ -1,7 +1,7 @@
 """The engine on CUDA with the Triton backend (issue 16), against transformers.
 
-On a GPU: the tiny Gemma 3, Llama 4, Jamba, Bamba and Granite 4.0 H checkpoints in
-float32, under both
+On a GPU: the tiny Gemma 3, Llama 4, Jamba, Bamba, Granite 4.0 H and Ministral
+checkpoints in float32, under both
 cache policies: greedy tokens identical to transformers' (run in float64 on the
 CPU: a reference with no rounding of its own), logits within 1e-4; then a
 prefix hit on the GPU gives the same tokens as the cold run. Without CUDA the
@@ -22,6 +22,7 @@ from tiny_checkpoints import (
     granite_config,
     jamba_config,
     llama4_config,
+    ministral_config,
     save_checkpoint,
 )
 
@@ -35,6 +36,7 @@ CONFIGS = {
     "jamba": jamba_config,
     "bamba": bamba_config,
     "granite": granite_config,
+    "ministral": ministral_config,
 }
 N = 8
 

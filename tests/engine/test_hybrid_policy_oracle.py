@@ -21,6 +21,7 @@ from tiny_checkpoints import (
     granite_config,
     jamba_config,
     llama4_config,
+    ministral_config,
     save_checkpoint,
 )
 
@@ -39,6 +40,7 @@ CONFIGS = {
     "jamba": jamba_config,
     "bamba": bamba_config,
     "granite": granite_config,
+    "ministral": ministral_config,
 }
 
 

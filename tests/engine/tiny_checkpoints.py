@@ -144,6 +144,30 @@ def granite_config(**overrides: Any) -> Any:
     return GraniteMoeHybridConfig(**kw)
 
 
+def mistral_config(**overrides: Any) -> Any:
+    """Mistral: 3 layers, every one sliding over the last ``WINDOW`` tokens."""
+    from transformers import MistralConfig
+
+    kw = dict(COMMON, num_hidden_layers=3, head_dim=16, sliding_window=WINDOW)
+    kw.update(overrides)
+    return MistralConfig(**kw)
+
+
+def ministral_config(**overrides: Any) -> Any:
+    """Ministral: sliding layers 0 and 2 (``WINDOW`` tokens), full attention on 1 and 3."""
+    from transformers import MinistralConfig
+
+    kw = dict(
+        COMMON,
+        num_hidden_layers=4,
+        head_dim=16,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+    )
+    kw.update(overrides)
+    return MinistralConfig(**kw)
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
     "{% if add_generation_prompt %}assistant{% endif %}"
