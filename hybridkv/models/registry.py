@@ -23,6 +23,7 @@ ARCHITECTURES: dict[str, tuple[str, str, bool]] = {
     "Llama4ForConditionalGeneration": ("hybridkv.models.llama4", "Llama4ForCausalLM", True),
     "JambaForCausalLM": ("hybridkv.models.jamba", "JambaForCausalLM", False),
     "BambaForCausalLM": ("hybridkv.models.bamba", "BambaForCausalLM", False),
+    "Cohere2ForCausalLM": ("hybridkv.models.cohere2", "Cohere2ForCausalLM", False),
     "MistralForCausalLM": ("hybridkv.models.mistral", "MistralForCausalLM", False),
     "MinistralForCausalLM": ("hybridkv.models.mistral", "MistralForCausalLM", False),
     "GraniteMoeHybridForCausalLM": (
@@ -40,6 +41,7 @@ _BY_MODEL_TYPE = {
     "jamba": "JambaForCausalLM",
     "bamba": "BambaForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "cohere2": "Cohere2ForCausalLM",
     "mistral": "MistralForCausalLM",
     "ministral": "MinistralForCausalLM",
 }

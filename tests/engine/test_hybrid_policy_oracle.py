@@ -17,6 +17,7 @@ import torch
 from oracle import check_against_hf
 from tiny_checkpoints import (
     bamba_config,
+    cohere2_config,
     gemma3_config,
     granite_config,
     jamba_config,
@@ -41,6 +42,7 @@ CONFIGS = {
     "bamba": bamba_config,
     "granite": granite_config,
     "ministral": ministral_config,
+    "cohere2": cohere2_config,
 }
 
 

@@ -168,6 +168,26 @@ def ministral_config(**overrides: Any) -> Any:
     return MinistralConfig(**kw)
 
 
+def cohere2_config(**overrides: Any) -> Any:
+    """Cohere 2: sliding layers 0-2 (``WINDOW`` tokens, RoPE), a full NoPE layer 3, a
+    logit scale away from 1 and tied embeddings (the family's default)."""
+    from transformers import Cohere2Config
+
+    kw = dict(
+        COMMON,
+        num_hidden_layers=4,
+        head_dim=16,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        logit_scale=0.5,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    kw.update(overrides)
+    return Cohere2Config(**kw)
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}"
     "{% if add_generation_prompt %}assistant{% endif %}"
