@@ -186,8 +186,8 @@ def test_missing_path_and_unsupported_architecture(tmp_path, no_tok):
     bad = tmp_path / "bad"
     shutil.copytree(no_tok, bad)
     cfg = json.loads((bad / "config.json").read_text())
-    cfg["architectures"] = ["MistralForCausalLM"]
-    cfg["model_type"] = "mistral"
+    cfg["architectures"] = ["Qwen2ForCausalLM"]
+    cfg["model_type"] = "qwen2"
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UnsupportedModelError, match=r"Gemma3ForCausalLM.*JambaForCausalLM"):
         LLM(bad)
