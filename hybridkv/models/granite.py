@@ -15,7 +15,7 @@ The embeddings are scaled by ``embedding_multiplier``, the logits divided by
 ``logits_scaling``; the final norm is ``model.norm``. Attention: scale
 ``attention_multiplier`` (not ``head_dim ** -0.5``), causal over everything, RoPE
 (``rotate_half`` over the whole head) only when ``position_embedding_type`` is
-``"rope"``, none when it is unset (Granite 4.0 H's NoPE). MoE (``granite_moe``):
+``"rope"``, none when it is ``"nope"`` or unset (Granite 4.0 H's NoPE). MoE (``granite_moe``):
 top-k of the router's logits, softmax over those k. ``lm_head`` is untied unless
 ``tie_word_embeddings``.
 """
@@ -37,8 +37,9 @@ from hybridkv.models.layers import PagedAttention, RMSNorm
 from hybridkv.models.layers.rotary import RotaryEmbedding, rope_parameters
 from hybridkv.models.mamba2_mixer import Mamba2Mixer
 
-#: ``position_embedding_type`` values: RoPE over the whole head, or no positions.
-POSITION_TYPES = ("rope", None)
+#: ``position_embedding_type`` values: RoPE over the whole head, or no positions
+#: (Granite 4.0 H's checkpoints say ``"nope"``; unset means the same).
+POSITION_TYPES = ("rope", "nope", None)
 
 
 class GraniteAttention(nn.Module):
@@ -53,9 +54,11 @@ class GraniteAttention(nn.Module):
         kind = getattr(config, "position_embedding_type", None)
         if kind not in POSITION_TYPES:
             raise ValueError(
-                f"Granite: position_embedding_type {kind!r} is not supported ('rope' or unset)"
+                f"Granite: position_embedding_type {kind!r} is not supported ('rope', 'nope' "
+                "or unset)"
             )
-        self.rotary = RotaryEmbedding(self.head_dim, rope_parameters(config)) if kind else None
+        rope = kind == "rope"
+        self.rotary = RotaryEmbedding(self.head_dim, rope_parameters(config)) if rope else None
         bias = config.attention_bias
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)

@@ -135,6 +135,7 @@ def granite_config(**overrides: Any) -> Any:
         mamba_d_conv=4,
         mamba_expand=2,
         mamba_chunk_size=16,
+        position_embedding_type="nope",  # what Granite 4.0 H's checkpoints say
         embedding_multiplier=3.0,
         residual_multiplier=0.5,
         attention_multiplier=0.2,
