@@ -135,6 +135,7 @@ class Cohere2ForCausalLM(CausalLM):
     """Command R7B on paged KV (see the module docstring)."""
 
     model_types = ("cohere2",)
+    supports_cuda_graphs = True  # tests/engine/test_step_graphs_families.py
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

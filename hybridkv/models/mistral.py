@@ -111,6 +111,7 @@ class MistralForCausalLM(CausalLM):
     """Mistral or Ministral on paged KV (see the module docstring)."""
 
     model_types = ("mistral", "ministral")
+    supports_cuda_graphs = True  # tests/engine/test_step_graphs_families.py
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -21,8 +21,9 @@ before any weight is loaded): a CUDA device; the ``triton`` kernel backend, whos
 launches read lengths and tables from the metadata's device tensors (the torch and
 native backends build index plans on the host from its host lists, which a replay
 does not rewrite); a model whose forward reads nothing back from the device
-(``CausalLM.supports_cuda_graphs``: Gemma 3; Llama 4's MoE routing and Jamba's
-experts use ``nonzero``); attention groups only.
+(``CausalLM.supports_cuda_graphs``: Gemma 3, Mistral / Ministral, Command R7B;
+Llama 4's MoE routing and Jamba's and Granite's experts use ``nonzero``); attention
+groups only (Mamba layers are refused).
 """
 
 from __future__ import annotations
