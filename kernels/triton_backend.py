@@ -30,7 +30,7 @@ class TritonBackend(KernelBackend):
         "cache_write": "Triton: one program per token (cache_write_triton.py)",
         "causal_conv1d": "Triton: a program per (sequence, channel block) (conv_prefill_triton)",
         "selective_scan": "Triton: sequential scan per (sequence, channel block) (ssm_scan_triton)",
-        "ssd_scan": "Triton: sequential Mamba2 scan per (sequence, head) (ssd_scan_triton)",
+        "ssd_scan": "Triton: chunked SSD for long prefills, else sequential (mamba/scan_choice)",
         "add_rms_norm": "Triton: residual add and both Gemma norms, a program per row",
         "norm_rope": "Triton: per-head Gemma norm then RoPE, a program per (token, head)",
         "gelu_tanh_mul": "Triton: GELU (tanh) rounded, times up, a program per row block",
@@ -40,6 +40,34 @@ class TritonBackend(KernelBackend):
         "rope_pairwise": TorchBackend,
         "greedy": TorchBackend,
     }
+
+    def ssd_scan(
+        self,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        D: torch.Tensor | None,
+        z: torch.Tensor | None,
+        dt_bias: torch.Tensor | None,
+        dt_softplus: bool,
+        ssm_state: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        initial_state_indices: torch.Tensor,
+        save_state_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        """``ssd_scan_fn``'s contract; the chunked form for long prefills
+        (``mamba/scan_choice.py``), else the sequential one."""
+        from hybridkv.kernels.mamba import ssd_chunk_scan_fn, ssd_scan_fn
+        from hybridkv.kernels.mamba.scan_choice import use_chunked
+
+        chunked = use_chunked(x.shape[0], query_start_loc.shape[0] - 1)
+        fn = ssd_chunk_scan_fn if chunked else ssd_scan_fn
+        return fn(
+            x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state,
+            query_start_loc, initial_state_indices, save_state_indices, backend="triton",
+        )  # fmt: skip
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
         from hybridkv.kernels import norms_triton

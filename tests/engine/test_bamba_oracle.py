@@ -126,3 +126,31 @@ def test_unsupported_configs_are_refused_by_name(field: str, value: object, matc
     setattr(config, field, value)
     with pytest.raises(ValueError, match=match):
         BambaForCausalLM(config)
+
+
+def test_the_chunked_mamba2_scan_in_the_engine(ckpt: Path, monkeypatch) -> None:
+    # The triton backend runs the chunked SSD form for long prefills
+    # (kernels/mamba/scan_choice.py); thresholds lowered so that these prompts take it.
+    import hybridkv.kernels.mamba as mamba
+    from hybridkv.kernels.mamba import scan_choice
+
+    monkeypatch.setattr(scan_choice, "CHUNKED_MIN_TOKENS", 16)
+    monkeypatch.setattr(scan_choice, "CHUNKED_MIN_PER_SEQ", 8)
+    chunked_calls = []
+    real = mamba.ssd_chunk_scan_fn
+
+    def spy(*args, **kwargs):
+        chunked_calls.append(args[0].shape[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mamba, "ssd_chunk_scan_fn", spy)
+    llm = LLM(ckpt, block_size=4, kernel_backend="triton", device=device_for("triton"))
+    bs = _block_size(llm)
+    doc = _prompt(2 * bs + 6, 91)
+    outs = check_against_hf(ckpt, llm, [doc, _prompt(bs + 3, 92)], N)
+    assert [o.num_cached_tokens for o in outs] == [0, 0]
+    outs = check_against_hf(ckpt, llm, [[*doc[: 2 * bs], 4, 5, 6, 7, 8, 9, 10, 11, 12]], N)
+    assert outs[0].num_cached_tokens == 2 * bs  # the chunked scan saved the state it needs
+    # Both Mamba layers ran the two-prompt prefill chunked (once per transformers
+    # comparison); decodes and the 9-token prefill after the hit stayed sequential.
+    assert chunked_calls and set(chunked_calls) == {3 * bs + 9}
