@@ -16,7 +16,8 @@ engine step at a time:
 - ``checkpoint_tensors(name, tensor)``: where a checkpoint tensor goes, as
   ``(parameter_name, tensor)`` pairs (several for fused or stacked weights), or
   ``IGNORED`` for a tensor the family deliberately does not use (for example
-  the vision tower of a multimodal checkpoint). The default keeps the name.
+  the vision tower of a multimodal checkpoint). The default keeps the name and
+  ignores a tied ``lm_head.weight``.
 """
 
 from __future__ import annotations
@@ -64,5 +65,9 @@ class CausalLM(nn.Module):
             self.lm_head.weight = embed.weight
 
     def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-        """Parameter names (and tensors) for checkpoint tensor ``name``."""
+        """Parameter names (and tensors) for checkpoint tensor ``name``: the name itself,
+        except ``lm_head.weight`` of a config that ties it to the embeddings (which the
+        checkpoint also holds), ignored."""
+        if name == "lm_head.weight" and getattr(self.config, "tie_word_embeddings", False):
+            return IGNORED
         return [(name, tensor)]

@@ -24,15 +24,18 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from hybridkv.kernels import AttentionOptions
-from hybridkv.layouts import layer_name
 from hybridkv.layouts.hf_families import read_cohere2
 from hybridkv.layouts.kinds import SlidingWindowLayer
-from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.base import CausalLM
 from hybridkv.models.batch import ForwardBatch
-from hybridkv.models.layers import PagedAttention, rope_parameters
+from hybridkv.models.layers import (
+    GroupedQueryAttention,
+    SwiGLU,
+    config_head_dim,
+    rope_parameters,
+)
 from hybridkv.models.llama4 import InterleavedRotary
 
 
@@ -51,48 +54,25 @@ class CohereLayerNorm(nn.Module):
         return (self.weight.float() * h).to(x.dtype)
 
 
-class Cohere2Attention(nn.Module):
+class Cohere2Attention(GroupedQueryAttention):
+    """Sliding with pairwise RoPE, or full with no positions (see the module docstring)."""
+
     def __init__(self, config: Any, index: int, sliding_window: int | None) -> None:
-        super().__init__()
-        hidden = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or hidden // self.num_heads
+        options = AttentionOptions(
+            scale=config_head_dim(config) ** -0.5, sliding_window=sliding_window
+        )
+        super().__init__(config, index, options, config.attention_bias)
         self.rotary = (
             InterleavedRotary(self.head_dim, rope_parameters(config)) if sliding_window else None
         )
-        bias = config.attention_bias
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
-        options = AttentionOptions(scale=self.head_dim**-0.5, sliding_window=sliding_window)
-        self.attn = PagedAttention(layer_name(index), options)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        if self.rotary is not None:
-            cos, sin = self.rotary.for_step(batch)
-            q, k = batch.ops.rope_pairwise(q, cos, sin), batch.ops.rope_pairwise(k, cos, sin)
-        out = self.attn(q, k, v, batch)
-        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
-
-
-class Cohere2MLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``."""
-
-    def __init__(self, config: Any) -> None:
-        super().__init__()
-        hidden, inter = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def position(
+        self, q: torch.Tensor, k: torch.Tensor, batch: ForwardBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rotary is None:
+            return q, k
+        cos, sin = self.rotary.for_step(batch)
+        return batch.ops.rope_pairwise(q, cos, sin), batch.ops.rope_pairwise(k, cos, sin)
 
 
 class Cohere2DecoderLayer(nn.Module):
@@ -101,7 +81,7 @@ class Cohere2DecoderLayer(nn.Module):
     def __init__(self, config: Any, index: int, sliding_window: int | None) -> None:
         super().__init__()
         self.self_attn = Cohere2Attention(config, index, sliding_window)
-        self.mlp = Cohere2MLP(config)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
         self.input_layernorm = CohereLayerNorm(config.hidden_size, config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
@@ -146,8 +126,3 @@ class Cohere2ForCausalLM(CausalLM):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden) * self.logit_scale
-
-    def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-        if name == "lm_head.weight" and self.config.tie_word_embeddings:
-            return IGNORED  # tied to the embeddings, which the checkpoint also holds
-        return [(name, tensor)]

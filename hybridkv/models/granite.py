@@ -28,12 +28,11 @@ import torch
 from torch import nn
 
 from hybridkv.kernels import AttentionOptions
-from hybridkv.layouts import layer_name
 from hybridkv.layouts.hf_families import read_granitemoehybrid
-from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.base import CausalLM
 from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.granite_moe import GraniteMoE, GraniteSharedMLP
-from hybridkv.models.layers import PagedAttention, RMSNorm
+from hybridkv.models.layers import GroupedQueryAttention, RMSNorm
 from hybridkv.models.layers.rotary import RotaryEmbedding, rope_parameters
 from hybridkv.models.mamba2_mixer import Mamba2Mixer
 
@@ -42,41 +41,28 @@ from hybridkv.models.mamba2_mixer import Mamba2Mixer
 POSITION_TYPES = ("rope", "nope", None)
 
 
-class GraniteAttention(nn.Module):
+class GraniteAttention(GroupedQueryAttention):
     """Grouped-query attention, optional RoPE (see the module docstring)."""
 
     def __init__(self, config: Any, index: int) -> None:
-        super().__init__()
-        hidden = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or hidden // self.num_heads
         kind = getattr(config, "position_embedding_type", None)
         if kind not in POSITION_TYPES:
             raise ValueError(
                 f"Granite: position_embedding_type {kind!r} is not supported ('rope', 'nope' "
                 "or unset)"
             )
+        options = AttentionOptions(scale=float(config.attention_multiplier))
+        super().__init__(config, index, options, config.attention_bias)
         rope = kind == "rope"
         self.rotary = RotaryEmbedding(self.head_dim, rope_parameters(config)) if rope else None
-        bias = config.attention_bias
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
-        scale = float(config.attention_multiplier)
-        self.attn = PagedAttention(layer_name(index), AttentionOptions(scale=scale))
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        if self.rotary is not None:
-            cos, sin = self.rotary.for_step(batch, q.dtype)
-            q, k = RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
-        out = self.attn(q, k, v, batch)
-        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
+    def position(
+        self, q: torch.Tensor, k: torch.Tensor, batch: ForwardBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rotary is None:
+            return q, k
+        cos, sin = self.rotary.for_step(batch, q.dtype)
+        return RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
 
 
 class GraniteDecoderLayer(nn.Module):
@@ -140,8 +126,3 @@ class GraniteMoeHybridForCausalLM(CausalLM):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden) / self.logits_scaling
-
-    def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-        if name == "lm_head.weight" and self.config.tie_word_embeddings:
-            return IGNORED  # tied to the embeddings, which the checkpoint also holds
-        return [(name, tensor)]

@@ -20,23 +20,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from hybridkv.models.layers import SwiGLU
 
 _FUSED = re.compile(r"^(.*\.feed_forward\.experts)\.(gate_up_proj|down_proj)$")
 
 
-class JambaMLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``."""
-
-    def __init__(self, config: Any) -> None:
-        super().__init__()
-        hidden, inter = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+def jamba_mlp(config: Any) -> SwiGLU:
+    """Jamba's SwiGLU MLP (also each expert of the MoE)."""
+    return SwiGLU(config.hidden_size, config.intermediate_size)
 
 
 class JambaSparseMoe(nn.Module):
@@ -51,7 +43,7 @@ class JambaSparseMoe(nn.Module):
                 f"{config.num_experts}]"
             )
         self.router = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = nn.ModuleList(JambaMLP(config) for _ in range(config.num_experts))
+        self.experts = nn.ModuleList(jamba_mlp(config) for _ in range(config.num_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, H]`` -> ``[T, H]``."""

@@ -19,56 +19,31 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from hybridkv.kernels import AttentionOptions
-from hybridkv.layouts import layer_name
 from hybridkv.layouts.hf_families import READERS
 from hybridkv.layouts.kinds import SlidingWindowLayer
-from hybridkv.models.base import IGNORED, CausalLM
+from hybridkv.models.base import CausalLM
 from hybridkv.models.batch import ForwardBatch
-from hybridkv.models.layers import PagedAttention, RMSNorm
+from hybridkv.models.layers import GroupedQueryAttention, RMSNorm, SwiGLU, config_head_dim
 from hybridkv.models.layers.rotary import RotaryEmbedding, rope_parameters
 
 
-class MistralAttention(nn.Module):
+class MistralAttention(GroupedQueryAttention):
+    """Grouped-query attention with RoPE over the whole head, sliding or full."""
+
     def __init__(self, config: Any, index: int, sliding_window: int | None) -> None:
-        super().__init__()
-        hidden = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or hidden // self.num_heads
+        scale = config_head_dim(config) ** -0.5
+        super().__init__(
+            config, index, AttentionOptions(scale=scale, sliding_window=sliding_window)
+        )
         self.rotary = RotaryEmbedding(self.head_dim, rope_parameters(config))
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
-        options = AttentionOptions(scale=self.head_dim**-0.5, sliding_window=sliding_window)
-        self.attn = PagedAttention(layer_name(index), options)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+    def position(
+        self, q: torch.Tensor, k: torch.Tensor, batch: ForwardBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.rotary.for_step(batch, q.dtype)
-        q, k = RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
-        out = self.attn(q, k, v, batch)
-        return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
-
-
-class MistralMLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``."""
-
-    def __init__(self, config: Any) -> None:
-        super().__init__()
-        hidden, inter = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return RotaryEmbedding.rotate(q, cos, sin), RotaryEmbedding.rotate(k, cos, sin)
 
 
 class MistralDecoderLayer(nn.Module):
@@ -76,7 +51,7 @@ class MistralDecoderLayer(nn.Module):
         super().__init__()
         eps = config.rms_norm_eps
         self.self_attn = MistralAttention(config, index, sliding_window)
-        self.mlp = MistralMLP(config)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
         self.input_layernorm = RMSNorm(config.hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
 
@@ -118,8 +93,3 @@ class MistralForCausalLM(CausalLM):
         self.model = MistralModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
-
-    def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-        if name == "lm_head.weight" and self.config.tie_word_embeddings:
-            return IGNORED  # tied to the embeddings, which the checkpoint also holds
-        return [(name, tensor)]

@@ -3,7 +3,8 @@
 ``run_engine`` generates greedily with our ``LLM`` while recording, per
 request, the logits of every step that sampled (wrapping the runner).
 ``check_against_hf`` compares tokens exactly and logits at rtol/atol 1e-4
-with transformers' greedy ``generate`` on the same checkpoint.
+with transformers' greedy ``generate`` on the same checkpoint. ``random_prompt``
+and ``shared_block_size`` are the per-family tests' helpers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ def cached_hf_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], 
     if key not in _HF_CACHE:
         _HF_CACHE[key] = hf_greedy(path, prompt, n)
     return _HF_CACHE[key]
+
+
+def random_prompt(n: int, seed: int = 0) -> list[int]:
+    """``n`` token ids in [3, 500), reproducible from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, 500, (n,), generator=g).tolist()
+
+
+def shared_block_size(llm: LLM) -> int:
+    """The one block size every KV cache group of ``llm`` has (with Mamba layers, a
+    page's worth of attention: prefix hits come in whole blocks of it)."""
+    sizes = {g.kv_cache_spec.block_size for g in llm.kv_cache_config.kv_cache_groups}
+    assert len(sizes) == 1, sizes
+    return sizes.pop()
 
 
 def device_for(backend: str) -> str:

@@ -11,8 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from oracle import bf16_and_fp32_logits, check_against_hf, device_for
+from oracle import (
+    bf16_and_fp32_logits,
+    check_against_hf,
+    device_for,
+    random_prompt,
+    shared_block_size,
+)
 from tiny_checkpoints import bamba_config, save_checkpoint
 
 from hybridkv.engine import LLM
@@ -27,19 +32,12 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_checkpoint(bamba_config(), tmp_path_factory.mktemp("bamba"))
 
 
-def _prompt(n: int, seed: int = 0) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, 500, (n,), generator=g).tolist()
-
-
 def _block_size(llm: LLM) -> int:
-    sizes = {g.kv_cache_spec.block_size for g in llm.kv_cache_config.kv_cache_groups}
     mamba = [
         g for g in llm.kv_cache_config.kv_cache_groups if isinstance(g.kv_cache_spec, MambaSpec)
     ]
-    assert len(sizes) == 1 and len(mamba) == 1
-    assert mamba[0].kv_cache_spec.mamba_type == "mamba2"
-    return sizes.pop()
+    assert len(mamba) == 1 and mamba[0].kv_cache_spec.mamba_type == "mamba2"
+    return shared_block_size(llm)
 
 
 def test_prompts_of_several_lengths(ckpt: Path) -> None:
@@ -47,7 +45,7 @@ def test_prompts_of_several_lengths(ckpt: Path) -> None:
     assert isinstance(llm.model, BambaForCausalLM)
     bs = _block_size(llm)
     for n in (1, 5, bs, bs + 1, 2 * bs + 3):
-        outs = check_against_hf(ckpt, llm, [_prompt(n, n)], N)
+        outs = check_against_hf(ckpt, llm, [random_prompt(n, n)], N)
         assert len(set(outs[0].outputs[0].token_ids)) >= 3
 
 
@@ -55,10 +53,10 @@ def test_prompts_of_several_lengths(ckpt: Path) -> None:
 def test_mixed_lengths_and_a_prefix_hit(ckpt: Path, policy: str) -> None:
     llm = LLM(ckpt, block_size=4, cache_policy=policy)
     bs = _block_size(llm)
-    prompts = [_prompt(n, n) for n in (5, 2 * bs + 3, 1, bs)]
+    prompts = [random_prompt(n, n) for n in (5, 2 * bs + 3, 1, bs)]
     outs = check_against_hf(ckpt, llm, prompts, N)
     assert all(len(set(o.outputs[0].token_ids)) >= 3 for o in outs)
-    doc = _prompt(2 * bs + 6, 5)
+    doc = random_prompt(2 * bs + 6, 5)
     check_against_hf(ckpt, llm, [doc[: 2 * bs]], N)
     outs = check_against_hf(ckpt, llm, [[*doc, 10, 11]], N)
     assert outs[0].num_cached_tokens == 2 * bs
@@ -68,7 +66,7 @@ def test_small_budget_many_chunks(ckpt: Path) -> None:
     llm = LLM(ckpt, block_size=4, max_num_batched_tokens=8)
     bs = _block_size(llm)
     assert bs % 8 == 0 and bs > 8  # chunks of 8 start mid-block
-    check_against_hf(ckpt, llm, [_prompt(bs + 1, bs + 1), _prompt(5, 5)], N)
+    check_against_hf(ckpt, llm, [random_prompt(bs + 1, bs + 1), random_prompt(5, 5)], N)
     assert llm.num_steps >= (bs + 1 + 5) // 8 + N
 
 
@@ -82,7 +80,7 @@ def test_preemption_by_a_tiny_cache(ckpt: Path, policy: str) -> None:
         cache_policy=policy,
         kv_cache_memory_bytes=150_000,
     )
-    prompts = [_prompt(40, 10 + i) for i in range(3)]
+    prompts = [random_prompt(40, 10 + i) for i in range(3)]
     check_against_hf(ckpt, llm, prompts, 16)
     assert llm.scheduler.num_preemptions > 0
 
@@ -93,7 +91,7 @@ def test_other_backends_share_a_prefix_in_one_batch(ckpt: Path, backend: str) ->
     # states that the first is computing in the same step.
     llm = LLM(ckpt, block_size=4, kernel_backend=backend, device=device_for(backend))
     bs = _block_size(llm)
-    doc = _prompt(2 * bs + 6, 77)
+    doc = random_prompt(2 * bs + 6, 77)
     prompts = [doc, [*doc[: 2 * bs], 9, 8, 7], [*doc[: 2 * bs], 5]]
     outs = check_against_hf(ckpt, llm, prompts, 4)
     assert [o.num_cached_tokens for o in outs] == [0, 2 * bs, 2 * bs]
@@ -105,7 +103,7 @@ def test_bfloat16_runs_close_to_fp32(ckpt: Path) -> None:
     # past one the two runs decode different tokens.
     compared = 0
     for n, seed in ((17, 11), (9, 12), (23, 13)):
-        ours, want = bf16_and_fp32_logits(ckpt, _prompt(n, seed), 4)
+        ours, want = bf16_and_fp32_logits(ckpt, random_prompt(n, seed), 4)
         same = (ours.argmax(-1) == want.argmax(-1)).tolist()
         rows = same.index(False) + 1 if False in same else len(same)
         assert (ours[:rows] - want[:rows]).abs().max() < 0.1 * want[:rows].abs().max()
@@ -146,8 +144,8 @@ def test_the_chunked_mamba2_scan_in_the_engine(ckpt: Path, monkeypatch) -> None:
     monkeypatch.setattr(mamba, "ssd_chunk_scan_fn", spy)
     llm = LLM(ckpt, block_size=4, kernel_backend="triton", device=device_for("triton"))
     bs = _block_size(llm)
-    doc = _prompt(2 * bs + 6, 91)
-    outs = check_against_hf(ckpt, llm, [doc, _prompt(bs + 3, 92)], N)
+    doc = random_prompt(2 * bs + 6, 91)
+    outs = check_against_hf(ckpt, llm, [doc, random_prompt(bs + 3, 92)], N)
     assert [o.num_cached_tokens for o in outs] == [0, 0]
     outs = check_against_hf(ckpt, llm, [[*doc[: 2 * bs], 4, 5, 6, 7, 8, 9, 10, 11, 12]], N)
     assert outs[0].num_cached_tokens == 2 * bs  # the chunked scan saved the state it needs

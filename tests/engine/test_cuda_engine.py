@@ -1,12 +1,11 @@
 """The engine on CUDA with the Triton backend (issue 16), against transformers.
 
-On a GPU: the tiny Gemma 3, Llama 4, Jamba, Bamba, Granite 4.0 H and Ministral
-checkpoints in float32, under both
-cache policies: greedy tokens identical to transformers' (run in float64 on the
-CPU: a reference with no rounding of its own), logits within 1e-4; then a
-prefix hit on the GPU gives the same tokens as the cold run. Without CUDA the
-same test body runs for Gemma 3 on the CPU (Triton's interpreter), so that the
-GPU cases' code keeps working.
+On a GPU: the tiny checkpoint of every family (``tiny_checkpoints.FAMILY_CONFIGS``)
+in float32, under both cache policies: greedy tokens identical to transformers'
+(run in float64 on the CPU: a reference with no rounding of its own), logits within
+1e-4; then a prefix hit on the GPU gives the same tokens as the cold run. Without
+CUDA the same test body runs for Gemma 3 on the CPU (Triton's interpreter), so that
+the GPU cases' code keeps working.
 """
 
 from __future__ import annotations
@@ -16,28 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 from oracle import check_against_hf
-from tiny_checkpoints import (
-    bamba_config,
-    gemma3_config,
-    granite_config,
-    jamba_config,
-    llama4_config,
-    ministral_config,
-    save_checkpoint,
-)
+from tiny_checkpoints import FAMILY_CONFIGS, save_checkpoint
 
 from hybridkv.engine import LLM, SamplingParams
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
-CONFIGS = {
-    "gemma3": gemma3_config,
-    "llama4": llama4_config,
-    "jamba": jamba_config,
-    "bamba": bamba_config,
-    "granite": granite_config,
-    "ministral": ministral_config,
-}
+CONFIGS = FAMILY_CONFIGS
 N = 8
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from oracle import check_against_hf, device_for
+from oracle import check_against_hf, device_for, random_prompt, shared_block_size
 from tiny_checkpoints import granite_config, save_checkpoint
 
 from hybridkv.engine import LLM
@@ -27,16 +26,10 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_checkpoint(granite_config(), tmp_path_factory.mktemp("granite"))
 
 
-def _prompt(n: int, seed: int = 0) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, 500, (n,), generator=g).tolist()
-
-
 def _block_size(llm: LLM) -> int:
-    sizes = {g.kv_cache_spec.block_size for g in llm.kv_cache_config.kv_cache_groups}
-    assert len(sizes) == 1
-    assert any(isinstance(g.kv_cache_spec, MambaSpec) for g in llm.kv_cache_config.kv_cache_groups)
-    return sizes.pop()
+    groups = llm.kv_cache_config.kv_cache_groups
+    assert any(isinstance(g.kv_cache_spec, MambaSpec) for g in groups)
+    return shared_block_size(llm)
 
 
 def test_prompts_of_several_lengths(ckpt: Path) -> None:
@@ -44,7 +37,7 @@ def test_prompts_of_several_lengths(ckpt: Path) -> None:
     assert isinstance(llm.model, GraniteMoeHybridForCausalLM)
     bs = _block_size(llm)
     for n in (1, 5, bs, bs + 1, 2 * bs + 3):
-        outs = check_against_hf(ckpt, llm, [_prompt(n, n)], N)
+        outs = check_against_hf(ckpt, llm, [random_prompt(n, n)], N)
         assert len(set(outs[0].outputs[0].token_ids)) >= 3
 
 
@@ -52,9 +45,9 @@ def test_prompts_of_several_lengths(ckpt: Path) -> None:
 def test_mixed_lengths_and_a_prefix_hit(ckpt: Path, policy: str) -> None:
     llm = LLM(ckpt, block_size=4, cache_policy=policy, max_num_batched_tokens=16)
     bs = _block_size(llm)
-    prompts = [_prompt(n, n) for n in (5, 2 * bs + 3, 1, bs)]
+    prompts = [random_prompt(n, n) for n in (5, 2 * bs + 3, 1, bs)]
     check_against_hf(ckpt, llm, prompts, N)
-    doc = _prompt(2 * bs + 6, 5)
+    doc = random_prompt(2 * bs + 6, 5)
     check_against_hf(ckpt, llm, [doc[: 2 * bs]], N)
     outs = check_against_hf(ckpt, llm, [[*doc, 10, 11]], N)
     assert outs[0].num_cached_tokens == 2 * bs
@@ -69,7 +62,7 @@ def test_preemption_by_a_tiny_cache(ckpt: Path) -> None:
         cache_policy="hybrid",
         kv_cache_memory_bytes=150_000,
     )
-    check_against_hf(ckpt, llm, [_prompt(40, 10 + i) for i in range(3)], 16)
+    check_against_hf(ckpt, llm, [random_prompt(40, 10 + i) for i in range(3)], 16)
     assert llm.scheduler.num_preemptions > 0
 
 
@@ -77,7 +70,7 @@ def test_preemption_by_a_tiny_cache(ckpt: Path) -> None:
 def test_other_backends(ckpt: Path, backend: str) -> None:
     llm = LLM(ckpt, block_size=4, kernel_backend=backend, device=device_for(backend))
     bs = _block_size(llm)
-    doc = _prompt(2 * bs + 6, 77)
+    doc = random_prompt(2 * bs + 6, 77)
     outs = check_against_hf(ckpt, llm, [doc, [*doc[: 2 * bs], 9, 8, 7]], 4)
     assert [o.num_cached_tokens for o in outs] == [0, 2 * bs]
 
@@ -89,7 +82,7 @@ def test_rope_and_no_experts(tmp_path: Path) -> None:
     llm = LLM(path, block_size=4)
     layer = llm.model.model.layers[1]
     assert layer.self_attn.rotary is not None and layer.block_sparse_moe is None
-    check_against_hf(path, llm, [_prompt(13, 3), _prompt(6, 4)], N)
+    check_against_hf(path, llm, [random_prompt(13, 3), random_prompt(6, 4)], N)
 
 
 def test_unsupported_position_embeddings_are_refused_by_name() -> None:

@@ -15,16 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from oracle import check_against_hf
-from tiny_checkpoints import (
-    bamba_config,
-    cohere2_config,
-    gemma3_config,
-    granite_config,
-    jamba_config,
-    llama4_config,
-    ministral_config,
-    save_checkpoint,
-)
+from tiny_checkpoints import FAMILY_CONFIGS, save_checkpoint
 
 from hybridkv.engine import LLM
 from hybridkv.specs import MambaSpec
@@ -35,15 +26,7 @@ def _prompt(n: int, seed: int = 0) -> list[int]:
     return torch.randint(3, 500, (n,), generator=g).tolist()
 
 
-CONFIGS = {
-    "gemma3": gemma3_config,
-    "llama4": llama4_config,
-    "jamba": jamba_config,
-    "bamba": bamba_config,
-    "granite": granite_config,
-    "ministral": ministral_config,
-    "cohere2": cohere2_config,
-}
+CONFIGS = FAMILY_CONFIGS
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from oracle import check_against_hf, device_for
+from oracle import check_against_hf, device_for, random_prompt
 from tiny_checkpoints import WINDOW, ministral_config, mistral_config, save_checkpoint
 
 from hybridkv.engine import LLM
@@ -27,11 +26,6 @@ CONFIGS = {"mistral": mistral_config, "ministral": ministral_config}
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def ckpt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_checkpoint(CONFIGS[request.param](), tmp_path_factory.mktemp(request.param))
-
-
-def _prompt(n: int, seed: int = 0) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, 500, (n,), generator=g).tolist()
 
 
 def test_the_layout_has_the_checkpoints_windows(ckpt: Path) -> None:
@@ -53,9 +47,9 @@ def test_the_layout_has_the_checkpoints_windows(ckpt: Path) -> None:
 @pytest.mark.parametrize("policy", ["lru", "hybrid"])
 def test_prompts_past_the_window_and_a_prefix_hit(ckpt: Path, policy: str) -> None:
     llm = LLM(ckpt, block_size=4, cache_policy=policy, max_num_batched_tokens=11)
-    outs = check_against_hf(ckpt, llm, [_prompt(n, n) for n in (1, 5, 3 * WINDOW + 2)], N)
+    outs = check_against_hf(ckpt, llm, [random_prompt(n, n) for n in (1, 5, 3 * WINDOW + 2)], N)
     assert all(len(set(o.outputs[0].token_ids)) >= 3 for o in outs)
-    doc = _prompt(30, 5)
+    doc = random_prompt(30, 5)
     check_against_hf(ckpt, llm, [doc], N)
     outs = check_against_hf(ckpt, llm, [[*doc[:22], 7, 8, 9]], N)
     assert outs[0].num_cached_tokens == 20
@@ -74,14 +68,14 @@ def test_a_tiny_cache(ckpt: Path) -> None:
         max_num_batched_tokens=32,
         kv_cache_memory_bytes=(12 if sliding_only else 40) * page,
     )
-    check_against_hf(ckpt, llm, [_prompt(40, 10 + i) for i in range(3)], 16)
+    check_against_hf(ckpt, llm, [random_prompt(40, 10 + i) for i in range(3)], 16)
     assert (llm.scheduler.num_preemptions == 0) == sliding_only
 
 
 @pytest.mark.parametrize("backend", ["native", "triton"])
 def test_other_backends(ckpt: Path, backend: str) -> None:
     llm = LLM(ckpt, block_size=4, kernel_backend=backend, device=device_for(backend))
-    doc = _prompt(26, 77)
+    doc = random_prompt(26, 77)
     outs = check_against_hf(ckpt, llm, [doc, [*doc[:21], 9, 8, 7]], 4)
     assert [o.num_cached_tokens for o in outs] == [0, 20]
 

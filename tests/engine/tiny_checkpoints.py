@@ -269,3 +269,15 @@ converts_gguf_tokenizer = pytest.mark.skipif(
     reason="this transformers converts GGUF tokenizers wrongly: convert_gguf refuses "
     "(test_gguf.py::test_old_transformers_need_a_tokenizer_dir)",
 )
+
+
+#: Every engine family's tiny config, by name (the cross-family tests run them all).
+FAMILY_CONFIGS = {
+    "gemma3": gemma3_config,
+    "llama4": llama4_config,
+    "jamba": jamba_config,
+    "bamba": bamba_config,
+    "granite": granite_config,
+    "ministral": ministral_config,
+    "cohere2": cohere2_config,
+}

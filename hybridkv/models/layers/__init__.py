@@ -1,6 +1,9 @@
-"""Building blocks shared by the model families (norms, RoPE, paged attention)."""
+"""Building blocks shared by the model families (norms, RoPE, paged attention,
+grouped-query attention, the SwiGLU MLP)."""
 
 from hybridkv.models.layers.attention import PagedAttention
+from hybridkv.models.layers.gqa import GroupedQueryAttention, config_head_dim
+from hybridkv.models.layers.mlp import SwiGLU
 from hybridkv.models.layers.norms import GemmaRMSNorm, RMSNorm
 from hybridkv.models.layers.rotary import (
     RopeFrequencies,
@@ -11,10 +14,13 @@ from hybridkv.models.layers.rotary import (
 
 __all__ = [
     "GemmaRMSNorm",
+    "GroupedQueryAttention",
     "PagedAttention",
     "RMSNorm",
     "RopeFrequencies",
     "RotaryEmbedding",
+    "SwiGLU",
+    "config_head_dim",
     "rope_inv_freq",
     "rope_parameters",
 ]
