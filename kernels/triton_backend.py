@@ -41,33 +41,17 @@ class TritonBackend(KernelBackend):
         "greedy": TorchBackend,
     }
 
-    def ssd_scan(
-        self,
-        x: torch.Tensor,
-        dt: torch.Tensor,
-        A: torch.Tensor,
-        B: torch.Tensor,
-        C: torch.Tensor,
-        D: torch.Tensor | None,
-        z: torch.Tensor | None,
-        dt_bias: torch.Tensor | None,
-        dt_softplus: bool,
-        ssm_state: torch.Tensor,
-        query_start_loc: torch.Tensor,
-        initial_state_indices: torch.Tensor,
-        save_state_indices: torch.Tensor,
-    ) -> torch.Tensor:
-        """``ssd_scan_fn``'s contract; the chunked form for long prefills
-        (``mamba/scan_choice.py``), else the sequential one."""
+    def ssd_scan(self, *args: torch.Tensor | bool | None) -> torch.Tensor:
+        """``ssd_scan_fn``'s positional arguments and result; the chunked form for long
+        prefills (``mamba/scan_choice.py``), else the sequential one."""
         from hybridkv.kernels.mamba import ssd_chunk_scan_fn, ssd_scan_fn
         from hybridkv.kernels.mamba.scan_choice import use_chunked
 
+        x, query_start_loc = args[0], args[10]  # ssd_scan_fn's x and query_start_loc
+        assert isinstance(x, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
         chunked = use_chunked(x.shape[0], query_start_loc.shape[0] - 1)
         fn = ssd_chunk_scan_fn if chunked else ssd_scan_fn
-        return fn(
-            x, dt, A, B, C, D, z, dt_bias, dt_softplus, ssm_state,
-            query_start_loc, initial_state_indices, save_state_indices, backend="triton",
-        )  # fmt: skip
+        return fn(*args, backend="triton")
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
         from hybridkv.kernels import norms_triton
