@@ -32,7 +32,7 @@ import datetime
 import heapq
 import sys
 from collections import OrderedDict, defaultdict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,41 @@ def hit_blocks(keys: Sequence[int], input_length: int, block_size: int, cached: 
     while n < limit and keys[n] in cached:  # type: ignore[operator]
         n += 1
     return n
+
+
+def evict_units(
+    owner: dict[int, int],
+    units: dict[int, list[int]],
+    order: Iterable[int],
+    newest: int,
+    cap: int,
+) -> list[tuple[int, int]]:
+    """Evict blocks until ``owner`` (block key -> its unit) holds at most ``cap``: the
+    units of ``order`` first, in that order, each from its deepest block it still owns;
+    then ``newest``'s own. ``units[u]`` lists unit ``u``'s blocks shallowest first (some
+    taken over by later units); a unit it visits keeps only its own, and one left with
+    none is removed. Returns ``(unit, blocks evicted)`` for each unit of ``order`` that
+    lost any."""
+    n = len(owner)
+    evicted: list[tuple[int, int]] = []
+    for u in order:
+        if n <= cap:
+            break
+        mine = [k for k in units[u] if owner.get(k) == u]
+        count = 0
+        while mine and n > cap:
+            del owner[mine.pop()]
+            n -= 1
+            count += 1
+        if count:
+            evicted.append((u, count))
+        units[u] = mine
+        if not mine:
+            del units[u]
+    while n > cap:
+        del owner[units[newest].pop()]
+        n -= 1
+    return evicted
 
 
 def lru_hits(requests: Sequence[list[int]], lengths: Sequence[int], bs: int, cap: int) -> int:

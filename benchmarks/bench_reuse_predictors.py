@@ -61,7 +61,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from bench_ceiling import belady_hits, block_keys, hit_blocks, lru_hits  # noqa: E402
+from bench_ceiling import (  # noqa: E402
+    belady_hits,
+    block_keys,
+    evict_units,
+    hit_blocks,
+    lru_hits,
+)
 from lhd_ranking import lhd_hits  # noqa: E402
 from machine_info import machine  # noqa: E402
 
@@ -199,22 +205,10 @@ def hazard_hits(
         for k in ks:
             owner[k] = i
         units[i] = list(ks)
-        n = len(owner)
-        if n <= cap:
+        if len(owner) <= cap:
             continue
-        for _, j in sorted((h(j, i + 1 - j), j) for j in units if j != i):
-            mine = [k for k in units[j] if owner.get(k) == j]
-            while mine and n > cap:
-                del owner[mine.pop()]
-                n -= 1
-            units[j] = mine
-            if not mine:
-                del units[j]
-            if n <= cap:
-                break
-        while n > cap:
-            del owner[units[i].pop()]
-            n -= 1
+        order = sorted((h(j, i + 1 - j), j) for j in units if j != i)
+        evict_units(owner, units, (j for _, j in order), i, cap)
     return hits
 
 

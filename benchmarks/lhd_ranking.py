@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from bench_ceiling import hit_blocks
+from bench_ceiling import evict_units, hit_blocks
 
 #: Age bins: 4 per octave of age in requests, the last open-ended.
 BINS_PER_OCTAVE = 4
@@ -119,24 +119,9 @@ def lhd_hits(
         units[i] = list(ks)
         if i % recompute == 0:
             model.rebuild(decay)
-        n = len(owner)
-        if n <= cap:
+        if len(owner) <= cap:
             continue
-        for _, u in sorted((model.density(classes[u], i - u), u) for u in units if u != i):
-            mine = [k for k in units[u] if owner.get(k) == u]
-            evicted = 0
-            while mine and n > cap:
-                del owner[mine.pop()]
-                n -= 1
-                evicted += 1
-            if evicted:
-                model.evict(classes[u], i - u, evicted)
-            units[u] = mine
-            if not mine:
-                del units[u]
-            if n <= cap:
-                break
-        while n > cap:
-            del owner[units[i].pop()]
-            n -= 1
+        order = sorted((model.density(classes[u], i - u), u) for u in units if u != i)
+        for u, count in evict_units(owner, units, (u for _, u in order), i, cap):
+            model.evict(classes[u], i - u, count)
     return hits

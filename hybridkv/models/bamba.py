@@ -25,7 +25,7 @@ from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts.hf_families import read_bamba
 from hybridkv.models.base import CausalLM
 from hybridkv.models.batch import ForwardBatch
-from hybridkv.models.layers import GroupedQueryAttention, SwiGLU, config_head_dim
+from hybridkv.models.layers import GroupedQueryAttention, SwiGLU, check_silu, config_head_dim
 from hybridkv.models.layers.hybrid_stack import HybridStack
 from hybridkv.models.layers.rotary import RotaryEmbedding, rope_parameters
 from hybridkv.models.mamba2_mixer import Mamba2Mixer
@@ -75,8 +75,7 @@ class BambaForCausalLM(CausalLM):
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        if config.hidden_act != "silu":
-            raise ValueError(f"Bamba: hidden_act {config.hidden_act!r} is not supported (silu)")
+        check_silu(config, "Bamba")
         self.model = HybridStack(config, read_bamba(config), BambaAttention, bamba_mixer, bamba_mlp)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()

@@ -33,6 +33,7 @@ from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import (
     GroupedQueryAttention,
     SwiGLU,
+    check_silu,
     config_head_dim,
     rope_parameters,
 )
@@ -92,10 +93,7 @@ class Cohere2DecoderLayer(nn.Module):
 class Cohere2Model(nn.Module):
     def __init__(self, config: Any) -> None:
         super().__init__()
-        if config.hidden_act != "silu":
-            raise ValueError(
-                f"Cohere 2: hidden_act {config.hidden_act!r} is not supported (only silu)"
-            )
+        check_silu(config, "Cohere 2")
         kinds = read_cohere2(config)
         windows = [k.sliding_window if isinstance(k, SlidingWindowLayer) else None for k in kinds]
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from hybridkv.layouts import layer_name
 from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import RMSNorm
+from hybridkv.models.layers.mlp import check_silu
 
 
 def dt_rank(config: Any) -> int:
@@ -45,11 +46,7 @@ class JambaMambaMixer(nn.Module):
 
     def __init__(self, config: Any, index: int) -> None:
         super().__init__()
-        if config.hidden_act != "silu":
-            raise ValueError(
-                f"Jamba: hidden_act {config.hidden_act!r} is not supported (only silu, which "
-                "the Mamba conv also uses)"
-            )
+        check_silu(config, "Jamba", ", which the Mamba conv also uses")
         if config.mamba_d_conv < 2:
             raise ValueError(f"Jamba: mamba_d_conv must be >= 2, got {config.mamba_d_conv}")
         self.layer_name = layer_name(index)

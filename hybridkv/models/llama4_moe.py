@@ -25,10 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-def _check_activation(config: Any) -> None:
-    if config.hidden_act != "silu":
-        raise ValueError(f"Llama 4: hidden_act {config.hidden_act!r} is not supported (only silu)")
+from hybridkv.models.layers.mlp import check_silu
 
 
 class Llama4MLP(nn.Module):
@@ -36,7 +33,7 @@ class Llama4MLP(nn.Module):
 
     def __init__(self, config: Any, intermediate_size: int) -> None:
         super().__init__()
-        _check_activation(config)
+        check_silu(config, "Llama 4")
         hidden = config.hidden_size
         self.gate_proj = nn.Linear(hidden, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate_size, bias=False)
@@ -66,7 +63,7 @@ class Llama4MoE(nn.Module):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        _check_activation(config)
+        check_silu(config, "Llama 4")
         self.num_experts = config.num_local_experts
         self.top_k = config.num_experts_per_tok
         if not 1 <= self.top_k <= self.num_experts:

@@ -33,15 +33,12 @@ from torch.nn import functional as F
 
 from hybridkv.layouts import layer_name
 from hybridkv.models.batch import ForwardBatch
+from hybridkv.models.layers.mlp import check_silu
 
 
 def check_mamba2_config(config: Any, family: str) -> None:
     """``ValueError`` naming the field for a Mamba2 config this mixer cannot run."""
-    if config.hidden_act != "silu":
-        raise ValueError(
-            f"{family}: hidden_act {config.hidden_act!r} is not supported (only silu, which "
-            "the Mamba conv also uses)"
-        )
+    check_silu(config, family, ", which the Mamba conv also uses")
     if config.mamba_d_conv < 2:
         raise ValueError(f"{family}: mamba_d_conv must be >= 2, got {config.mamba_d_conv}")
     inner = int(config.mamba_expand * config.hidden_size)

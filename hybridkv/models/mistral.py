@@ -25,7 +25,13 @@ from hybridkv.layouts.hf_families import READERS
 from hybridkv.layouts.kinds import SlidingWindowLayer
 from hybridkv.models.base import CausalLM
 from hybridkv.models.batch import ForwardBatch
-from hybridkv.models.layers import GroupedQueryAttention, RMSNorm, SwiGLU, config_head_dim
+from hybridkv.models.layers import (
+    GroupedQueryAttention,
+    RMSNorm,
+    SwiGLU,
+    check_silu,
+    config_head_dim,
+)
 from hybridkv.models.layers.rotary import RotaryEmbedding, rope_parameters
 
 
@@ -63,10 +69,7 @@ class MistralDecoderLayer(nn.Module):
 class MistralModel(nn.Module):
     def __init__(self, config: Any) -> None:
         super().__init__()
-        if config.hidden_act != "silu":
-            raise ValueError(
-                f"{config.model_type}: hidden_act {config.hidden_act!r} is not supported (silu)"
-            )
+        check_silu(config, config.model_type)
         kinds = READERS[config.model_type](config)
         windows = [k.sliding_window if isinstance(k, SlidingWindowLayer) else None for k in kinds]
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)

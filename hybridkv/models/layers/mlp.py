@@ -1,13 +1,26 @@
 """``SwiGLU``: the gated MLP of the Llama-style families, ``down(silu(gate(x)) * up(x))``.
 
 Parameter names are the checkpoints' (``gate_proj``, ``up_proj``, ``down_proj``).
+``check_silu`` refuses a config whose ``hidden_act`` is not the silu these
+families (and the Mamba convs) hard-code.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+
+def check_silu(config: Any, family: str, why: str = "") -> None:
+    """``ValueError`` naming ``config.hidden_act`` unless it is ``"silu"``; ``why``:
+    what else uses it, added to the message."""
+    if config.hidden_act != "silu":
+        raise ValueError(
+            f"{family}: hidden_act {config.hidden_act!r} is not supported (only silu{why})"
+        )
 
 
 class SwiGLU(nn.Module):
