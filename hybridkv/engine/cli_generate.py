@@ -1,7 +1,8 @@
 """``hybridkv generate MODEL --prompt "..."``: one completion from the command line.
 
 ``--chat`` wraps the prompt as one user turn of the checkpoint's chat
-template, or of ``--chat-template FILE`` (Jinja) for a checkpoint without one.
+template (or its default: ``hybridkv.engine.chat_template``), or of
+``--chat-template FILE`` (Jinja); without any, it fails before the weights load.
 Prints the completion, then one line of figures (prompt and output tokens,
 prefix-cache hit, time to first token, decode speed) on stderr. User errors (a
 missing or broken checkpoint, a bad argument) print one ``hybridkv generate:
@@ -44,6 +45,22 @@ def _read_template(path: str | None) -> str | None:
     return None if path is None else read_chat_template(path)
 
 
+def _require_chat_template(model: str) -> None:
+    """``ValueError`` naming ``--chat-template`` when the checkpoint has no template and
+    no default (checked on the tokenizer, before the weights load)."""
+    from hybridkv.engine.chat_template import default_chat_template, missing_template_message
+    from hybridkv.engine.model_source import resolve_model_dir
+    from hybridkv.engine.tokenizer import load_tokenizer
+
+    path = resolve_model_dir(model, progress=True)
+    if default_chat_template(load_tokenizer(path), path) is None:
+        raise ValueError(
+            missing_template_message(
+                "pass one: hybridkv generate MODEL --chat --chat-template FILE"
+            )
+        )
+
+
 def run_generate(args: argparse.Namespace) -> int:
     from hybridkv.engine import LLM, SamplingParams
 
@@ -51,6 +68,8 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.chat_template is not None and not args.chat:
             raise ValueError("--chat-template applies only with --chat")
         template = _read_template(args.chat_template)
+        if args.chat and template is None:
+            _require_chat_template(args.model)
         params = SamplingParams(
             max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
         )

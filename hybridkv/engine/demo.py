@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import time
 
-from hybridkv.engine.demo_text import (
-    CHAT_TURNS,
-    QUESTIONS,
-    TRANSCRIPT_TEMPLATE,
-    document_prompt,
-)
+from hybridkv.engine.chat_template import transcript_template
+from hybridkv.engine.demo_text import CHAT_TURNS, QUESTIONS, document_prompt
 from hybridkv.engine.llm import LLM
 from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.sampling_params import SamplingParams
@@ -79,7 +75,7 @@ def _chat_setup(llm: LLM) -> tuple[SamplingParams, str | None]:
     }
     return SamplingParams(
         max_tokens=MAX_TOKENS, stop_token_ids=tuple(sorted(stops))
-    ), TRANSCRIPT_TEMPLATE
+    ), transcript_template()
 
 
 def run(llm: LLM) -> dict[str, float]:

@@ -6,14 +6,6 @@ CHAT_TURNS = (
     "What is the capital of France?",
 )
 
-#: A plain transcript template for base models whose tokenizer has no chat template
-#: (the Gemma 3 270M GGUF is the pretrained model): replies stop at the line end.
-TRANSCRIPT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}User: {{ m['content'] }}\n"
-    "{% else %}Assistant: {{ m['content'] }}\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}Assistant:{% endif %}"
-)
-
 DOCUMENT = """\
 Port Aurel is a small harbour town on the northern coast of the Vessel Sea. It was founded
 in 1642 by salt traders from the inland city of Marrow, who chose the site because a long

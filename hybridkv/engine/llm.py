@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hybridkv.engine.chat_template import ChatTemplate, default_chat_template
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.engine_setup import (
     check_dtype,
@@ -188,6 +189,10 @@ class LLM:
         self.hf_config, self.text_config = hf_config, text_config
         check_weight_files(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
+        # What ``chat`` renders with when no chat_template is passed (None: chat is refused).
+        self.chat_template: ChatTemplate | None = default_chat_template(
+            self.tokenizer, self.model_dir
+        )
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
         pages = plan_pages(
             layout,
@@ -322,7 +327,8 @@ class LLM:
     ) -> list[RequestOutput]:
         """Reply to one conversation or a list of them (the chat template renders each).
 
-        ``chat_template`` (Jinja) replaces the tokenizer's, e.g. for a base model.
+        ``chat_template`` (Jinja) replaces the tokenizer's, e.g. for a base model;
+        without it, ``self.chat_template`` renders (``hybridkv.engine.chat_template``).
         """
         if not isinstance(messages, Sequence) or len(messages) == 0:
             raise ValueError("messages must be a non-empty list of messages or of conversations")
@@ -332,7 +338,10 @@ class LLM:
         for k, conv in enumerate(conversations):
             if not isinstance(conv, Sequence) or len(conv) == 0:
                 raise ValueError(f"conversation {k} must be a non-empty list of messages")
-            ids = encode_chat(self.tokenizer, conv, chat_template)  # type: ignore[arg-type]
+            template = chat_template
+            if template is None and self.chat_template is not None:
+                template = self.chat_template.text
+            ids = encode_chat(self.tokenizer, conv, template)  # type: ignore[arg-type]
             encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridkv.engine.chat_template import missing_template_message
 from hybridkv.user_errors import one_line
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -102,10 +103,7 @@ def encode_chat(
     if tokenizer is None:
         raise ValueError("chat needs a tokenizer, and this checkpoint has none")
     if chat_template is None and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            "chat needs a chat template, and this checkpoint's tokenizer has none; "
-            "pass chat_template=... (hybridkv generate: --chat-template FILE)"
-        )
+        raise ValueError(missing_template_message("pass chat_template=..."))
     if chat_template is not None:
         check_chat_template(chat_template)
     for k, msg in enumerate(conversation):

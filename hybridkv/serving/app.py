@@ -20,6 +20,7 @@ chunk, then ``[DONE]``). A client that disconnects aborts its requests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from hybridkv.engine.chat_template import ChatTemplate, missing_template_message
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.tokenizer import encode_chat
@@ -45,8 +47,16 @@ class HTTPError(Exception):
         self.status, self.message, self.param = status, message, param
 
 
-def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None = None) -> Any:
-    """The FastAPI app; starts the engine thread on startup, stops it on shutdown."""
+NO_TEMPLATE_FIX = "start the server with hybridkv serve MODEL --chat-template FILE"
+
+
+def build_app(
+    engine: EngineLoop, model_name: str, *, chat_template: ChatTemplate | None = None
+) -> Any:
+    """The FastAPI app; starts the engine thread on startup, stops it on shutdown.
+
+    ``chat_template`` renders chats (None: chat requests get a 400 naming
+    ``--chat-template``, after their other fields are checked)."""
     llm = engine.llm
 
     @asynccontextmanager
@@ -98,9 +108,13 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
             raise HTTPError(400, str(e), "prompt") from None
 
     async def run(
-        request: Request, body: SamplingFields, reqs: list[EngineRequest], chat: bool
+        request: Request,
+        body: SamplingFields,
+        reqs: list[EngineRequest],
+        chat: bool,
+        stops: tuple[str, ...] = (),
     ) -> Any:
-        gen = Generation(engine, reqs, body.stop_strings(), llm.tokenizer)
+        gen = Generation(engine, reqs, [*body.stop_strings(), *stops], llm.tokenizer)
         reply = Reply(chat, model_name, body.return_token_ids)
         try:
             gen.submit()
@@ -132,14 +146,20 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Any:
+        p = params(body, body.token_limit(llm.max_model_len))  # each field's own error first
+        if chat_template is None and llm.tokenizer is not None:
+            raise HTTPError(400, missing_template_message(NO_TEMPLATE_FIX), "messages")
         try:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-            ids = encode_chat(llm.tokenizer, messages, chat_template)
+            text = chat_template.text if chat_template is not None else None
+            ids = encode_chat(llm.tokenizer, messages, text)
         except ValueError as e:
             raise HTTPError(400, str(e), "messages") from None
         room = max(1, llm.max_model_len - len(ids))
-        p = params(body, body.token_limit(room))
-        return await run(request, body, [make({"prompt_token_ids": ids}, p)], chat=True)
+        p = dataclasses.replace(p, max_tokens=body.token_limit(room))
+        stops = chat_template.stop if chat_template is not None else ()
+        req = make({"prompt_token_ids": ids}, p)
+        return await run(request, body, [req], chat=True, stops=stops)
 
     @app.get("/v1/models")
     async def models() -> Any:

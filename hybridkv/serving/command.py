@@ -7,6 +7,7 @@ are one-line errors with exit code 2.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--chat-template",
         type=Path,
         default=None,
-        help="a Jinja chat template file (replaces the tokenizer's)",
+        help="a Jinja chat template file (default: the checkpoint's; on the demo checkpoint, "
+        "the demo's plain transcript)",
     )
     p.add_argument(
         "--max-waiting",
@@ -110,9 +112,11 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     template = None
     if args.chat_template is not None:
+        from hybridkv.engine.chat_template import ChatTemplate
         from hybridkv.engine.tokenizer import read_chat_template
 
-        template = read_chat_template(args.chat_template)
+        text = read_chat_template(args.chat_template)
+        template = ChatTemplate(text, f"--chat-template {args.chat_template}")
     llm = LLM(
         args.model,
         dtype=args.dtype,
@@ -137,6 +141,9 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
     )
     name = args.served_model_name or str(args.model)
     engine = EngineLoop(llm, max_waiting=args.max_waiting, metrics=ServerMetrics(name))
+    template = template or llm.chat_template
+    said = template.source if template else "none (chat requests get a 400 naming --chat-template)"
+    print(f"hybridkv serve: chat template: {said}", file=sys.stderr, flush=True)
     return build_app(engine, name, chat_template=template), engine
 
 

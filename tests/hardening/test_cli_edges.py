@@ -100,11 +100,12 @@ def test_chat_without_a_template_names_an_option_that_exists(
     args = ("generate", str(model), "--prompt", "w5 w6", "--max-tokens", "2", "--chat")
     rc, out, err = cli(*args)
     assert (rc, out) == (2, "")
-    # The weights were loaded (progress bars above it); the error is the last line.
+    # Found on the tokenizer, before the weights load: the error is the only line.
     assert "Traceback" not in err and err.count("error:") == 1
-    assert err.splitlines()[-1] == (
+    assert err.strip() == (
         "hybridkv generate: error: chat needs a chat template, and this checkpoint's tokenizer "
-        "has none; pass chat_template=... (hybridkv generate: --chat-template FILE)"
+        "has none (nor is there a default for it); pass one: "
+        "hybridkv generate MODEL --chat --chat-template FILE"
     )
     template = tmp_path / "chat.jinja"
     template.write_text("{% for m in messages %}{{ m['content'] }} {% endfor %}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,23 @@ def tok_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = save_checkpoint(gemma3_config(), tmp_path_factory.mktemp("serve_gemma3"))
     return save_word_tokenizer(path)
+
+
+@pytest.fixture(scope="session")
+def demo_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Gemma 3 that hybridkv takes for the demo checkpoint: the demo's folder name, a
+    tokenizer without a chat template, and the marker ``demo_checkpoint()``'s conversion
+    writes, naming the demo package's GGUF as its source."""
+    from tiny_checkpoints import gemma3_config, save_checkpoint, save_word_tokenizer
+
+    from hybridkv.models.demo_checkpoint import DEMO_GGUF, DEMO_NAME
+    from hybridkv.models.gguf import MARKER_NAME
+
+    path = tmp_path_factory.mktemp("cache") / DEMO_NAME
+    save_word_tokenizer(save_checkpoint(gemma3_config(max_position_embeddings=128), path))
+    (path / "chat_template.jinja").unlink()
+    (path / MARKER_NAME).write_text(json.dumps({"format": 1, "source": DEMO_GGUF}))
+    return path
 
 
 @pytest.fixture(scope="module")

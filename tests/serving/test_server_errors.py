@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,26 @@ def test_cli_bad_chat_template_is_one_line(tok_ckpt: Path, tmp_path: Path, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"hybridkv serve: error: --chat-template {bad}: not a valid Jinja")
     assert "\n" not in err
+
+
+def test_chat_without_a_template_names_the_serve_option(tok_ckpt: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "no_template"
+    shutil.copytree(tok_ckpt, plain)
+    (plain / "chat_template.jinja").unlink()
+    live, _ = start_server(plain)
+    chat = {"messages": [{"role": "user", "content": "w5"}], "max_tokens": 2}
+    try:
+        code, _, out = post(live.url, "/v1/chat/completions", chat)
+        assert code == 400 and out["error"]["param"] == "messages"
+        assert out["error"]["message"] == (
+            "chat needs a chat template, and this checkpoint's tokenizer has none (nor is there "
+            "a default for it); start the server with hybridkv serve MODEL --chat-template FILE"
+        )
+        # A request's own fields are checked first: their errors are not hidden by this one.
+        code, _, out = post(live.url, "/v1/chat/completions", dict(chat, model="gpt-4"))
+        assert code == 404 and out["error"]["param"] == "model"
+        code, _, out = post(live.url, "/v1/chat/completions", dict(chat, tools=[{"x": 1}]))
+        assert code == 400 and "tools" in out["error"]["message"]
+        assert post(live.url, "/v1/completions", {"prompt": "w5", "max_tokens": 2})[0] == 200
+    finally:
+        live.stop()
