@@ -5,6 +5,8 @@
 - ``generation``: one HTTP call's requests, deltas to text, aborts;
 - ``detokenize``: incremental text with stop strings;
 - ``protocol`` / ``responses``: OpenAI request and response bodies;
+- ``errors``: OpenAI's error object for every error; ``token_budget``: ``max_tokens``
+  against the context;
 - ``metrics``: Prometheus metrics (``hybridkv:*``);
 - ``app``: the FastAPI routes; ``command``: the CLI.
 

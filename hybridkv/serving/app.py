@@ -10,11 +10,13 @@ module): import this module only once the ``serve`` extra is known present.
 - SGLang's ``GET /get_model_info`` and ``/get_server_info`` (also without
   ``get_``), which sglang-router reads when it registers a worker.
 
-Errors are OpenAI's JSON: 400 for a bad body or parameter (including a
-prompt longer than ``max_model_len``), 404 for another model's name, 503 with
-``Retry-After`` when ``max_waiting`` requests wait, 500 when the engine step
-that computed the request failed (a stream that has begun gets an error
-chunk, then ``[DONE]``). A client that disconnects aborts its requests.
+Errors are OpenAI's error object (``errors``): 400 for a bad body or
+parameter (a prompt longer than ``max_model_len``, a ``max_tokens`` the
+context has no room for: ``token_budget``), 404 for another model's name or
+path, 503 with ``Retry-After`` when ``max_waiting`` requests wait, 500 when the
+engine step that computed the request failed (a stream that has begun gets an
+error chunk, then ``[DONE]``). A chat's template is checked after its other
+fields. A client that disconnects aborts its requests.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -36,16 +37,11 @@ from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.tokenizer import encode_chat
 from hybridkv.serving.engine_loop import EngineLoop, EngineStopped, QueueFull
+from hybridkv.serving.errors import HTTPError, error_response, install_error_handlers
 from hybridkv.serving.generation import EngineError, Generation
 from hybridkv.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from hybridkv.serving.responses import Reply, error_body, sse
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
-
+from hybridkv.serving.token_budget import Limit, NoRoom
 
 NO_TEMPLATE_FIX = "start the server with hybridkv serve MODEL --chat-template FILE"
 
@@ -67,20 +63,8 @@ def build_app(
         engine.stop()
 
     app = FastAPI(title="hybridkv", lifespan=lifespan)
-
-    def error(status: int, message: str, param: str | None = None) -> Any:
-        headers = {"Retry-After": "1"} if status == 503 else None
-        return JSONResponse(error_body(status, message, param), status, headers=headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def bad_body(_: Any, exc: RequestValidationError) -> Any:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error(400, f"{loc or 'body'}: {first.get('msg', 'invalid request')}", loc or None)
-
-    @app.exception_handler(HTTPError)
-    async def http_error(_: Any, exc: HTTPError) -> Any:
-        return error(exc.status, exc.message, exc.param)
+    install_error_handlers(app)
+    error = error_response
 
     def params(body: SamplingFields, max_tokens: int) -> SamplingParams:
         problem = body.unsupported()
@@ -101,11 +85,20 @@ def build_app(
         except ValueError as e:
             raise HTTPError(400, str(e)) from None
 
-    def make(prompt: Any, p: SamplingParams) -> EngineRequest:
+    def make(prompt: Any, p: SamplingParams, limit: Limit) -> EngineRequest:
+        """The engine request, its ``max_tokens`` fitted to the context (``token_budget``)."""
         try:
-            return llm.make_request(prompt, p)
+            req = llm.make_request(prompt, p)
+            ids = list(req.core.prompt_token_ids)
+            budget = limit.budget(len(ids), llm.max_model_len)
+            if budget != p.max_tokens:
+                p = dataclasses.replace(p, max_tokens=budget)
+                req = llm.make_request({"prompt_token_ids": ids}, p)
+        except NoRoom as e:
+            raise HTTPError(400, str(e), e.field) from None
         except ValueError as e:
-            raise HTTPError(400, str(e), "prompt") from None
+            raise HTTPError(400, str(e), limit.prompt_field) from None
+        return req
 
     async def run(
         request: Request,
@@ -137,16 +130,22 @@ def build_app(
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest) -> Any:
-        p = params(body, body.max_tokens or 16)
+        given = body.max_tokens if "max_tokens" in body.model_fields_set else None
+        limit = Limit(given, 16, "max_tokens", "prompt")
+        p = params(body, given or 16)
         prompts = body.prompts()
         if not prompts:
             raise HTTPError(400, "prompt must not be empty", "prompt")
-        reqs = [make(x if isinstance(x, str) else {"prompt_token_ids": x}, p) for x in prompts]
+        reqs = [
+            make(x if isinstance(x, str) else {"prompt_token_ids": x}, p, limit) for x in prompts
+        ]
         return await run(request, body, reqs, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Any:
-        p = params(body, body.token_limit(llm.max_model_len))  # each field's own error first
+        field = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+        limit = Limit(body.max_completion_tokens or body.max_tokens, None, field, "messages")
+        p = params(body, limit.requested or llm.max_model_len)  # each field's own error first
         if chat_template is None and llm.tokenizer is not None:
             raise HTTPError(400, missing_template_message(NO_TEMPLATE_FIX), "messages")
         try:
@@ -155,10 +154,8 @@ def build_app(
             ids = encode_chat(llm.tokenizer, messages, text)
         except ValueError as e:
             raise HTTPError(400, str(e), "messages") from None
-        room = max(1, llm.max_model_len - len(ids))
-        p = dataclasses.replace(p, max_tokens=body.token_limit(room))
         stops = chat_template.stop if chat_template is not None else ()
-        req = make({"prompt_token_ids": ids}, p)
+        req = make({"prompt_token_ids": ids}, p, limit)
         return await run(request, body, [req], chat=True, stops=stops)
 
     @app.get("/v1/models")

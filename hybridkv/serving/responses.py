@@ -11,21 +11,38 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
+#: The openai client's exception class for a status; others: the status's phrase.
 _ERROR_TYPES = {
     400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
     404: "NotFoundError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
+
+
+def error_type(status: int) -> str:
+    """``BadRequestError`` (400), ``MethodNotAllowedError`` (405), ..."""
+    if status in _ERROR_TYPES:
+        return _ERROR_TYPES[status]
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+    return "".join(w[0].upper() + w[1:] for w in phrase.replace("-", " ").split()) + "Error"
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
     return {
         "error": {
             "message": message,
-            "type": _ERROR_TYPES.get(status, "Error"),
+            "type": error_type(status),
             "param": param,
             "code": status,
         }
