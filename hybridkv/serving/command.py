@@ -1,17 +1,23 @@
 """``hybridkv serve MODEL``: load the model and serve the OpenAI API over HTTP.
 
-The engine options are ``LLM``'s. Bad options and a missing ``serve`` extra
-are one-line errors with exit code 2.
+The engine options are ``LLM``'s. Bad options, a port in use (found before
+the weights load) and a missing ``serve`` extra are one-line errors with exit
+code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybridkv.extras import install_command
+
+if TYPE_CHECKING:
+    from hybridkv.engine.chat_template import ChatTemplate
 from hybridkv.user_errors import one_line, report
 
 SERVE_EXTRA = install_command("serve")
@@ -99,6 +105,22 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
 
 
+def check_options(args: argparse.Namespace) -> ChatTemplate | None:
+    """The server's own options (before the port and the model); returns the
+    ``--chat-template`` read and checked, if given. ``ValueError`` on a bad one."""
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting must be >= 1, got {args.max_waiting}")
+    if not 0 <= args.port < 65536:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    if args.chat_template is None:
+        return None
+    from hybridkv.engine.chat_template import ChatTemplate
+    from hybridkv.engine.tokenizer import read_chat_template
+
+    text = read_chat_template(args.chat_template)
+    return ChatTemplate(text, f"--chat-template {args.chat_template}")
+
+
 def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
     """The LLM-backed ``(app, engine)`` for ``args`` (``ValueError`` on bad options)."""
     from hybridkv.engine import LLM
@@ -106,17 +128,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
     from hybridkv.serving.engine_loop import EngineLoop
     from hybridkv.serving.metrics import ServerMetrics
 
-    if args.max_waiting < 1:
-        raise ValueError(f"--max-waiting must be >= 1, got {args.max_waiting}")
-    if not 0 <= args.port < 65536:
-        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
-    template = None
-    if args.chat_template is not None:
-        from hybridkv.engine.chat_template import ChatTemplate
-        from hybridkv.engine.tokenizer import read_chat_template
-
-        text = read_chat_template(args.chat_template)
-        template = ChatTemplate(text, f"--chat-template {args.chat_template}")
+    template = check_options(args)
     llm = LLM(
         args.model,
         dtype=args.dtype,
@@ -147,7 +159,26 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
     return build_app(engine, name, chat_template=template), engine
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound at once (uvicorn listens on it later); ``ValueError``
+    naming the option when the address is taken or cannot be bound."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise ValueError(
+                f"--port {port}: {host}:{port} is already in use; stop what holds it or pass "
+                "another --port"
+            ) from None
+        raise ValueError(f"--host {host} --port {port}: cannot bind ({e.strerror or e})") from None
+    return sock
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    """Check the port, load the model, serve until interrupted (one-line errors, exit 2)."""
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
@@ -155,8 +186,17 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         return report("serve", f"{e.name} is missing: {SERVE_EXTRA}")
     try:
-        app, _ = build_server(args)
-    except (ValueError, FileNotFoundError, ImportError) as e:
+        check_options(args)
+        sock = listen_socket(args.host, args.port)  # before the weights load
+    except ValueError as e:
         return report("serve", one_line(e))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        try:
+            app, _ = build_server(args)
+        except (ValueError, FileNotFoundError, ImportError) as e:
+            return report("serve", one_line(e))
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
     return 0

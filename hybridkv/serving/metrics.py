@@ -14,7 +14,8 @@ each scrape (``refresh``): ``num_requests_running``, ``num_requests_waiting``,
 blocks still held by a request the engine no longer runs (finished or
 aborted). It must read 0: anything else is a leak.
 
-Counters and histograms are written by the engine thread; prometheus-client
+Every series is exported from the start, at 0 (``kv_cache_group_usage_perc``
+from the first scrape). Counters and histograms are written by the engine thread; prometheus-client
 makes that safe for the scraping thread.
 """
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from hybridkv.engine.llm import LLM
 
 P = "hybridkv:"
+#: ``request_success``'s ``finished_reason`` values.
+FINISHED_REASONS = ("stop", "length", "abort", "error")
 _TTFT_BUCKETS = (
     0.005,
     0.01,
@@ -135,6 +138,15 @@ class ServerMetrics:
         self.orphans = gauge(
             "orphan_blocks", "Blocks held by finished or aborted requests (must be 0)."
         )
+        # Every series exists from the start, at 0: a dashboard shows 0, not "no data".
+        for metric in (self.queries, self.hits, self.preempted, self.prompt, self.generated):
+            metric.labels(model_name)
+        for metric in (self.ttft, self.itl, self.e2e, self.running, self.waiting, self.usage):
+            metric.labels(model_name)
+        for metric in (self.cached, self.orphans):
+            metric.labels(model_name)
+        for reason in FINISHED_REASONS:
+            self.success.labels(model_name, reason)
 
     # -- written by the engine thread ------------------------------------------------
     def prefix_cache(self, stats: PrefixCacheStats | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -81,40 +82,66 @@ def test_full_queue_is_503_with_retry_after(tok_ckpt: Path) -> None:
 
 
 def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> None:
-    assert main(["serve", str(tok_ckpt), "--max-waiting", "0"]) == 2
+    assert main(["serve", "--port=0", str(tok_ckpt), "--max-waiting", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "hybridkv serve: error: --max-waiting must be >= 1, got 0"
-    assert main(["serve", str(tok_ckpt), "--chat-template", "/nonexistent/t.jinja"]) == 2
+    assert (
+        main(["serve", "--port=0", str(tok_ckpt), "--chat-template", "/nonexistent/t.jinja"]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err == (
         "hybridkv serve: error: --chat-template /nonexistent/t.jinja: No such file or directory"
     )
-    assert main(["serve", str(tok_ckpt / "missing")]) == 2
+    assert main(["serve", "--port=0", str(tok_ckpt / "missing")]) == 2
     assert capsys.readouterr().err.startswith("hybridkv serve: error: ")
-    assert main(["serve", str(tok_ckpt), "--hybrid-return-bonus", "4"]) == 2
+    assert main(["serve", "--port=0", str(tok_ckpt), "--hybrid-return-bonus", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         "hybridkv serve: error: hybrid_return_bonus tunes cache_policy='hybrid'; "
         "it changes nothing under 'lru'"
     )
-    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-value-weight", "-2"]
+    argv = [
+        "serve",
+        "--port=0",
+        str(tok_ckpt),
+        "--cache-policy",
+        "hybrid",
+        "--hybrid-value-weight",
+        "-2",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert (
         err == "hybridkv serve: error: hybrid_value_weight must be a finite number >= 0, got -2.0"
     )
-    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-return-grade", "x"]
+    argv = [
+        "serve",
+        "--port=0",
+        str(tok_ckpt),
+        "--cache-policy",
+        "hybrid",
+        "--hybrid-return-grade",
+        "x",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         "hybridkv serve: error: hybrid_return_grade must be one of flat, turn, log-turn, got 'x'"
     )
-    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-floor-tokens", "-1"]
+    argv = [
+        "serve",
+        "--port=0",
+        str(tok_ckpt),
+        "--cache-policy",
+        "hybrid",
+        "--hybrid-floor-tokens",
+        "-1",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err == "hybridkv serve: error: hybrid_floor_tokens must be an int >= 0, got -1"
     if not torch.cuda.is_available():
-        assert main(["serve", str(tok_ckpt), "--device", "cpu", "--cuda-graphs"]) == 2
+        assert main(["serve", "--port=0", str(tok_ckpt), "--device", "cpu", "--cuda-graphs"]) == 2
         err = capsys.readouterr().err.strip()
         assert err == (
             "hybridkv serve: error: cuda_graphs=True: CUDA graphs need a CUDA device, not 'cpu'"
@@ -124,7 +151,7 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
 def test_cli_bad_chat_template_is_one_line(tok_ckpt: Path, tmp_path: Path, capsys: Any) -> None:
     bad = tmp_path / "bad.jinja"
     bad.write_text("{% for m in messages %}{{ m['content'] }")
-    assert main(["serve", str(tok_ckpt), "--chat-template", str(bad)]) == 2
+    assert main(["serve", "--port=0", str(tok_ckpt), "--chat-template", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"hybridkv serve: error: --chat-template {bad}: not a valid Jinja")
     assert "\n" not in err
@@ -151,3 +178,30 @@ def test_chat_without_a_template_names_the_serve_option(tok_ckpt: Path, tmp_path
         assert post(live.url, "/v1/completions", {"prompt": "w5", "max_tokens": 2})[0] == 200
     finally:
         live.stop()
+
+
+def test_a_port_in_use_is_found_before_the_weights_load(
+    tok_ckpt: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hybridkv.engine import llm as llm_module
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model was loaded before the port was checked")
+
+    monkeypatch.setattr(llm_module.LLM, "__init__", never)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        assert main(["serve", str(tok_ckpt), "--port", str(port)]) == 2
+    finally:
+        holder.close()
+    assert capsys.readouterr().err == (
+        f"hybridkv serve: error: --port {port}: 127.0.0.1:{port} is already in use; "
+        "stop what holds it or pass another --port\n"
+    )
+    assert main(["serve", str(tok_ckpt), "--port", "70000"]) == 2
+    assert capsys.readouterr().err == (
+        "hybridkv serve: error: --port must be in [0, 65535], got 70000\n"
+    )

@@ -78,10 +78,12 @@ def test_serve_names_the_events_extra_when_missing(
     def never(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("serve started without the events extra")
 
-    monkeypatch.setattr(uvicorn, "run", never)
+    monkeypatch.setattr(uvicorn.Server, "run", never)
     monkeypatch.setitem(sys.modules, "zmq", None)
     monkeypatch.delitem(sys.modules, "hybridkv.events.publisher", raising=False)
-    code = main(["serve", str(tok_ckpt), "--kv-events-endpoint", "tcp://127.0.0.1:5557"])
+    code = main(
+        ["serve", "--port=0", str(tok_ckpt), "--kv-events-endpoint", "tcp://127.0.0.1:5557"]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("hybridkv serve: error: KV events need pyzmq and msgspec")

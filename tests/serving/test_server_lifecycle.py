@@ -184,3 +184,25 @@ def urllib_get(url: str) -> tuple[int, bytes]:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def test_every_series_is_exported_at_0_from_the_start(tok_ckpt: Path) -> None:
+    live, _ = start_server(tok_ckpt)
+    try:
+        m = metrics(live.url)
+    finally:
+        live.stop()
+    for name in (
+        "hybridkv:num_preemptions_total",
+        "hybridkv:prefix_cache_queries_total",
+        "hybridkv:prefix_cache_hits_total",
+        "hybridkv:prompt_tokens_total",
+        "hybridkv:generation_tokens_total",
+        "hybridkv:time_to_first_token_seconds_count",
+        "hybridkv:e2e_request_latency_seconds_count",
+        "hybridkv:num_requests_running",
+        "hybridkv:orphan_blocks",
+    ):
+        assert m[(name, ())] == 0.0, name
+    for reason in ("stop", "length", "abort", "error"):
+        assert m[("hybridkv:request_success_total", (("finished_reason", reason),))] == 0.0
