@@ -3,29 +3,39 @@
 Starts ``--replicas`` ``hybridkv serve`` processes of one small random Gemma 3
 checkpoint (word-level tokenizer, so text maps to tokens one to one) and the
 ``sglang-router`` gateway in front of them, all on 127.0.0.1, once per
-policy with cold caches. The workload is the multi-turn conversations of
-``../shared/traces/mooncake_conversation.jsonl`` (requests whose second hash
-id is the same, at least ``--min-turns`` of them), scaled down: each 512-token
-hash id becomes ``--words`` words, so turns share exactly the prefixes the
-trace says. ``--concurrency`` clients each play whole conversations, turn
-after turn, through the OpenAI client (streamed, so TTFT is the first chunk).
+policy with cold caches. The workload is multi-turn conversations
+(``cluster_workload.py``): those of ``--trace`` (default: the Mooncake
+conversation trace at ``../shared/traces/mooncake_conversation.jsonl`` where
+it is present, else a small generated workload of the same shape), scaled
+down: each 512-token hash id becomes ``--words`` words, so turns share exactly
+the prefixes the trace says. ``--concurrency`` clients each play whole
+conversations, turn after turn, through the OpenAI client (streamed, so TTFT
+is the first chunk).
 
 Reports the cluster-wide cached-token fraction (prefix-cache hits over
 queries, summed from every replica's ``/metrics``), TTFT p50/p99 and
-throughput. Targets (issue 19): ``cache_aware`` reaches at least 2x the
-cached-token fraction of ``round_robin`` and at least 1.3x lower TTFT p50.
+throughput, with the machine's CPU and vector units. Targets (issue 19):
+``cache_aware`` reaches at least 2x the cached-token fraction of
+``round_robin`` and at least 1.3x lower TTFT p50.
 
-Every process it starts is stopped in a ``finally``; loops are bounded in
-count and time.
+``--startup CHECKPOINT`` instead starts ``--replicas`` plain ``hybridkv serve
+CHECKPOINT`` processes (no gateway, the server's default options) and reports
+how long they take to answer ``/health`` and each one's resident memory
+(docs/cluster.md's figures).
+
+It needs the ``cluster`` extra (sglang-router, openai) and says so in one line
+when something is missing. Every process it starts is stopped in a
+``finally``; loops are bounded in count and time.
 
     python benchmarks/bench_cluster.py                 # prints the table
     python benchmarks/bench_cluster.py --write         # and results/cluster.md
+    python benchmarks/bench_cluster.py --startup ~/.cache/hybridkv/gemma-3-270m-q4_k_m
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import os
 import shutil
 import signal
@@ -33,43 +43,24 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from machine_info import machine  # noqa: E402
+from cluster_workload import (  # noqa: E402
+    as_text,
+    generated_conversations,
+    play,
+    trace_conversations,
+)
+from machine_info import cpu_features, machine  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 MODEL = "bench"
-VOCAB = 512
-
-
-def conversations(
-    path: Path, n: int, words: int, min_turns: int, max_turns: int, max_blocks: int
-) -> list[list[str]]:
-    """The first ``n`` multi-turn conversations of the trace, as text prompts."""
-    convs: dict[int, list[list[int]]] = defaultdict(list)
-    order: list[int] = []
-    with path.open() as f:
-        for line in f:
-            ids = json.loads(line)["hash_ids"]
-            if len(ids) < 2 or len(ids) > max_blocks:
-                continue
-            if ids[1] not in convs:
-                order.append(ids[1])
-            convs[ids[1]].append(ids)
-    picked = [convs[k][:max_turns] for k in order if len(convs[k]) >= min_turns][:n]
-
-    def block(h: int) -> str:
-        return " ".join(f"w{5 + (h * 7919 + j * 104729) % (VOCAB - 5)}" for j in range(words))
-
-    return [[" ".join(block(h) for h in turn) for turn in conv] for conv in picked]
+EXTRA = "pip install 'hybridkv[cluster]'"
 
 
 def free_port() -> int:
@@ -95,10 +86,28 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None
         time.sleep(0.2)
 
 
-class Cluster:
-    """Replicas + gateway; ``stop`` ends every process it started."""
+def router_binary() -> str | None:
+    """The ``sglang-router`` command beside this Python, else on ``PATH``."""
+    bindir = Path(sys.executable).parent
+    return shutil.which("sglang-router", path=str(bindir)) or shutil.which("sglang-router")
 
-    def __init__(self, ckpt: Path, replicas: int, policy: str, logs: Path, kv_bytes: int) -> None:
+
+def missing_requirements() -> list[str]:
+    """What this benchmark needs and this environment lacks."""
+    missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if router_binary() is None:
+        missing.append("sglang-router")
+    return missing
+
+
+class Cluster:
+    """Replicas (+ the gateway when ``policy`` is given); ``stop`` ends every process it
+    started. ``ready_s``: seconds from the first replica's start until every one answers
+    ``/health``."""
+
+    def __init__(
+        self, ckpt: Path, replicas: int, policy: str | None, logs: Path, options: list[str]
+    ) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.replica_urls: list[str] = []
         env = dict(
@@ -109,35 +118,24 @@ class Cluster:
             NO_PROXY="127.0.0.1",
         )
         bindir = Path(sys.executable).parent
+        label = policy or "startup"
         try:
-            deadline = time.monotonic() + 300
+            started = time.monotonic()
+            deadline = started + 600
             for k in range(replicas):
                 port = free_port()
-                cmd = [
-                    str(bindir / "hybridkv"),
-                    "serve",
-                    str(ckpt),
-                    "--port",
-                    str(port),
-                    "--served-model-name",
-                    MODEL,
-                    "--max-model-len",
-                    "1024",
-                    "--max-num-seqs",
-                    "8",
-                    "--kv-cache-memory-bytes",
-                    str(kv_bytes),
-                    "--log-level",
-                    "warning",
-                ]
-                self._start(cmd, env, logs / f"{policy}-replica{k}.log")
+                cmd = [str(bindir / "hybridkv"), "serve", str(ckpt), "--port", str(port)]
+                cmd += ["--served-model-name", MODEL, "--log-level", "warning", *options]
+                self._start(cmd, env, logs / f"{label}-replica{k}.log")
                 self.replica_urls.append(f"http://127.0.0.1:{port}")
             for url, proc in zip(self.replica_urls, self.procs, strict=True):
                 wait_ready(url + "/health", proc, deadline)
+            self.ready_s = time.monotonic() - started
+            if policy is None:
+                return
             port = free_port()
-            router = shutil.which("sglang-router", path=str(bindir)) or "sglang-router"
             cmd = [
-                router,
+                router_binary() or "sglang-router",
                 "launch",
                 "--host",
                 "127.0.0.1",
@@ -156,6 +154,15 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
+
+    def rss_mib(self) -> list[float]:
+        """Each replica's resident memory (``VmRSS``), MiB."""
+        out = []
+        for p in self.procs[: len(self.replica_urls)]:
+            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    out.append(int(line.split()[1]) / 1024)
+        return out
 
     def _start(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
         with log.open("wb") as out:
@@ -189,51 +196,6 @@ class Cluster:
         return hits, queries
 
 
-def play(url: str, convs: list[list[str]], concurrency: int, max_tokens: int) -> dict[str, Any]:
-    """Each client plays whole conversations; TTFT per request, wall time."""
-    import openai
-
-    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=300)
-    ttfts: list[float] = []
-    tokens = 0
-    lock = threading.Lock()
-
-    def conversation(turns: list[str]) -> None:
-        nonlocal tokens
-        for prompt in turns:
-            t0 = time.perf_counter()
-            first = None
-            n = 0
-            for chunk in client.completions.create(
-                model=MODEL,
-                prompt=prompt,
-                max_tokens=max_tokens,
-                temperature=0,
-                stream=True,
-                extra_body={"ignore_eos": True},
-            ):
-                if first is None and chunk.choices and chunk.choices[0].text:
-                    first = time.perf_counter() - t0
-                n += len(chunk.choices[0].text.split()) if chunk.choices else 0
-            with lock:
-                ttfts.append(first if first is not None else time.perf_counter() - t0)
-                tokens += n
-
-    t = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(conversation, convs))
-    wall = time.perf_counter() - t
-    ttfts.sort()
-    return {
-        "requests": len(ttfts),
-        "ttft_p50": ttfts[len(ttfts) // 2],
-        "ttft_p99": ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.99))],
-        "wall": wall,
-        "tokens_per_s": tokens / wall,
-        "requests_per_s": len(ttfts) / wall,
-    }
-
-
 def checkpoint(path: Path) -> Path:
     """A random Gemma 3 (5 sliding + 1 full layer) whose prefill costs ~1 ms/token here."""
     sys.path.insert(0, str(ROOT / "tests"))  # tiny_checkpoints imports hf_configs
@@ -255,9 +217,55 @@ def checkpoint(path: Path) -> Path:
     return save_word_tokenizer(save_checkpoint(cfg, path))
 
 
+def fail(message: str) -> None:
+    """One line on stderr, exit status 2."""
+    print(f"bench_cluster.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def workload(args: argparse.Namespace) -> tuple[list[list[str]], str]:
+    """The conversations as text, and where they came from (for the report)."""
+    if args.trace is None:
+        convs = generated_conversations(args.conversations, args.min_turns, args.max_turns)
+        where = f"a generated conversation workload ({TRACE} is absent; --trace FILE to use one)"
+    else:
+        if not args.trace.is_file():
+            fail(f"--trace {args.trace}: no such file (a Mooncake-format JSONL trace)")
+        convs = trace_conversations(
+            args.trace, args.conversations, args.min_turns, args.max_turns, args.max_blocks
+        )
+        if not convs:
+            fail(f"--trace {args.trace}: no conversation with {args.min_turns}+ turns")
+        where = f"the first {len(convs)} conversations of `{args.trace.name}`"
+    return as_text(convs, args.words), where
+
+
+def startup(args: argparse.Namespace) -> None:
+    """``--startup``: replicas of a checkpoint with the server's defaults; time and RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(args.startup, args.replicas, None, Path(tmp), [])
+        try:
+            rss = cluster.rss_mib()
+        finally:
+            cluster.stop()
+    print(f"Machine: {machine()}; {cpu_features()}")
+    print(
+        f"{args.replicas} replicas of {args.startup} (OMP_NUM_THREADS=1 each) answered /health "
+        f"{cluster.ready_s:.1f} s after the first started; RSS per replica: "
+        + ", ".join(f"{r:,.0f} MiB" for r in rss)
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        default=TRACE if TRACE.is_file() else None,
+        help="a Mooncake-format conversation trace (default: the shared one where present, "
+        "else a generated workload)",
+    )
     ap.add_argument("--conversations", type=int, default=45)
     ap.add_argument("--min-turns", type=int, default=3)
     ap.add_argument("--max-turns", type=int, default=6)
@@ -271,21 +279,36 @@ def main() -> None:
         default=8,
         help="KV cache per replica (MB): a share of the working set",
     )
+    ap.add_argument(
+        "--startup",
+        type=Path,
+        default=None,
+        metavar="CHECKPOINT",
+        help="only start --replicas servers of CHECKPOINT: start-up time and RSS",
+    )
     ap.add_argument("--write", action="store_true", help="write benchmarks/results/cluster.md")
     args = ap.parse_args()
-    convs = conversations(
-        TRACE, args.conversations, args.words, args.min_turns, args.max_turns, args.max_blocks
-    )
+    missing = missing_requirements()
+    if missing:
+        fail(f"needs {', '.join(missing)}: {EXTRA}")
+    if args.startup is not None:
+        if not args.startup.exists():
+            fail(f"--startup {args.startup}: no such checkpoint")
+        startup(args)
+        return
+    convs, where = workload(args)
     n_req = sum(len(c) for c in convs)
-    print(f"{len(convs)} conversations, {n_req} requests", flush=True)
+    print(f"{len(convs)} conversations, {n_req} requests, from {where}", flush=True)
     results: dict[str, dict[str, Any]] = {}
+    options = ["--max-model-len", "1024", "--max-num-seqs", "8"]
+    options += ["--kv-cache-memory-bytes", str(int(args.kv_cache_mb * 2**20))]
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint(Path(tmp) / "ckpt")
         logs = Path(tmp)
         for policy in ("round_robin", "cache_aware"):
-            cluster = Cluster(ckpt, args.replicas, policy, logs, int(args.kv_cache_mb * 2**20))
+            cluster = Cluster(ckpt, args.replicas, policy, logs, options)
             try:
-                r = play(cluster.url, convs, args.concurrency, args.max_tokens)
+                r = play(cluster.url, MODEL, convs, args.concurrency, args.max_tokens)
                 hits, queries = cluster.cached_fraction()
             finally:
                 cluster.stop()
@@ -296,24 +319,24 @@ def main() -> None:
                 f"p99 {r['ttft_p99'] * 1e3:.0f} ms, {r['requests_per_s']:.2f} req/s",
                 flush=True,
             )
-    report = render(results, args, len(convs), n_req)
+    report = render(results, args, where, n_req)
     print(report)
     if args.write:
         (ROOT / "benchmarks" / "results" / "cluster.md").write_text(report)
 
 
-def render(results: dict[str, dict[str, Any]], args: Any, n_conv: int, n_req: int) -> str:
+def render(results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int) -> str:
     rr, ca = results["round_robin"], results["cache_aware"]
     lines = [
         "# hybridkv replicas behind sglang-router: cache_aware vs round_robin",
         "",
-        f"Machine: {machine()} (AVX2; no AVX-512 or AMX needed: fp32 on the C kernels). "
+        f"Machine: {machine()}; {cpu_features()} (the replicas run fp32 on the C kernels: "
+        "no bf16 or AMX path is used). "
         f"Generated by `benchmarks/bench_cluster.py` on {time.strftime('%Y-%m-%d')}.",
         "",
         f"{args.replicas} replicas (`hybridkv serve`, one thread each) of a random Gemma 3 "
         f"(hidden 384, 5 sliding + 1 full layer, word-level tokenizer) behind `sglang-router` "
-        f"on 127.0.0.1. Workload: the first {n_conv} conversations of "
-        f"`mooncake_conversation.jsonl` with at least {args.min_turns} turns (up to "
+        f"on 127.0.0.1. Workload: {where}, with at least {args.min_turns} turns (up to "
         f"{args.max_turns}), {n_req} requests; each 512-token hash id is {args.words} words; "
         f"{args.concurrency} clients each play whole conversations, streamed, "
         f"{args.max_tokens} output tokens; {args.kv_cache_mb:g} MB of KV cache per replica "
