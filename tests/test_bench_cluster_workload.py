@@ -3,6 +3,7 @@ prefixes their hash ids say, from the trace or generated (``benchmarks/cluster_w
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ def test_generated_turns_extend_their_conversation_and_nothing_else() -> None:
     owners: dict[int, int] = {}
     for k, conv in enumerate(convs):
         assert all(turn[0] == 0 for turn in conv)  # the block every prompt shares
-        for a, b in zip(conv, conv[1:], strict=False):
+        for a, b in itertools.pairwise(conv):
             assert _is_prefix(a, b) and len(b) - len(a) in (1, 2, 3)
         for h in conv[-1][1:]:
             assert owners.setdefault(h, k) == k  # no other conversation has this block
