@@ -9,6 +9,8 @@ takes effect at the next call. An empty value counts as unset.
   default ``~/.cache/hybridkv``.
 - ``TRITON_INTERPRET``: ``1`` runs Triton kernels in its CPU interpreter (tests).
 - ``CC``: the C compiler of the native CPU kernels; default ``cc``.
+- ``HYBRIDKV_API_KEY``: the key ``hybridkv serve`` requires of its callers when
+  ``--api-key`` is not given (``Authorization: Bearer KEY``); default: none.
 
 Benchmarks and tools read their own variables (``VLLM_SRC``...); this module is the
 library's. Torch-free and import-free: anything may import it.
@@ -23,6 +25,7 @@ KERNEL_BACKEND = "HYBRIDKV_KERNEL_BACKEND"
 CACHE = "HYBRIDKV_CACHE"
 TRITON_INTERPRET = "TRITON_INTERPRET"
 CC = "CC"
+API_KEY = "HYBRIDKV_API_KEY"
 
 
 def _get(name: str) -> str | None:
@@ -48,3 +51,8 @@ def triton_interpret() -> bool:
 def c_compiler() -> str:
     """``$CC``, else ``cc``."""
     return _get(CC) or "cc"
+
+
+def api_key() -> str | None:
+    """``$HYBRIDKV_API_KEY``, or None when unset or empty."""
+    return _get(API_KEY)

@@ -16,7 +16,7 @@ from hybridkv.events import (
     is_bind_endpoint,
     open_publisher,
 )
-from hybridkv.events.config import resolve_events_config
+from hybridkv.events.config import bind_address, resolve_events_config
 
 
 @pytest.mark.parametrize(
@@ -30,6 +30,7 @@ from hybridkv.events.config import resolve_events_config
         ({"max_queue_size": 1.5}, "max_queue_size must be a positive integer"),
         ({"medium": "TPU"}, "medium must be one of"),
         ({"topic": b"kv"}, "topic must be a str"),
+        ({"bind_host": ""}, "bind_host must be an interface address"),
     ],
 )
 def test_bad_config_names_the_field(kwargs: dict, match: str) -> None:
@@ -42,6 +43,35 @@ def test_defaults_are_vllms() -> None:
     assert (c.endpoint, c.replay_endpoint, c.topic) == ("tcp://*:5557", None, "")
     assert (c.buffer_steps, c.hwm, c.max_queue_size) == (10_000, 100_000, 100_000)
     assert c.int_block_hashes is True and c.medium is None
+    assert c.bind_host == "127.0.0.1"  # ours: a wildcard host binds loopback
+
+
+def test_a_wildcard_host_binds_loopback_unless_told_otherwise() -> None:
+    assert bind_address("tcp://*:5557", "127.0.0.1") == "tcp://127.0.0.1:5557"
+    assert bind_address("tcp://[::]:5557", "127.0.0.1") == "tcp://127.0.0.1:5557"
+    assert bind_address("tcp://*:*", "10.0.0.5") == "tcp://10.0.0.5:*"
+    assert bind_address("tcp://*:5557", "*") == "tcp://*:5557"  # vLLM's meaning
+    for same in ("tcp://127.0.0.1:*", "tcp://10.1.2.3:5557", "ipc:///tmp/kv", "inproc://kv"):
+        assert bind_address(same, "127.0.0.1") == same
+
+
+def test_the_publisher_binds_loopback_for_a_wildcard_host() -> None:
+    pytest.importorskip("zmq")
+    pytest.importorskip("msgspec")
+    cfg = config(4, full(4))
+    pub = open_publisher(KVEventsConfig("tcp://*:*", replay_endpoint="tcp://*:*"), cfg, "cpu")
+    try:
+        assert pub.endpoint.startswith("tcp://127.0.0.1:")
+        assert pub.replay_endpoint is not None
+        assert pub.replay_endpoint.startswith("tcp://127.0.0.1:")
+    finally:
+        pub.close()
+    everywhere = KVEventsConfig("tcp://*:*", bind_host="*")
+    pub = open_publisher(everywhere, cfg, "cpu")
+    try:
+        assert pub.endpoint.startswith("tcp://0.0.0.0:")
+    finally:
+        pub.close()
 
 
 def test_bind_or_connect_follows_vllms_rule() -> None:

@@ -11,6 +11,12 @@ wildcard (``tcp://*:5557``, ``tcp://127.0.0.1:*``) or an ``ipc://`` /
 ``inproc://`` one, and *connects* to any other (``tcp://127.0.0.1:5557``
 reaches a subscriber that bound that port, the way llm-d's indexer listens).
 The replay endpoint is always bound.
+
+One departure, for safety: a wildcard *host* (``tcp://*:5557``,
+``tcp://[::]:5557``) binds ``bind_host``, loopback unless told otherwise
+(``bind_host="*"`` binds every interface, vLLM's meaning). A subscriber
+learns every cached block's token ids, so the events of a server bound to
+every interface publish its users' prompts to anyone who reaches the port.
 """
 
 from __future__ import annotations
@@ -24,6 +30,20 @@ MEDIA = ("GPU", "CPU", "STORAGE")
 def is_bind_endpoint(endpoint: str) -> bool:
     """Whether the publisher binds ``endpoint`` (else it connects), as vLLM decides."""
     return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
+#: Hosts that mean "every interface" in a bound endpoint.
+WILDCARD_HOSTS = ("*", "[::]")
+
+
+def bind_address(endpoint: str, bind_host: str) -> str:
+    """What the publisher binds for the bind ``endpoint``: a wildcard host is
+    replaced by ``bind_host`` unless that is ``"*"`` (``tcp://*:5557`` ->
+    ``tcp://127.0.0.1:5557``); any other endpoint as it is."""
+    if bind_host == "*" or not endpoint.startswith("tcp://"):
+        return endpoint
+    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
+    return f"tcp://{bind_host}:{port}" if sep and host in WILDCARD_HOSTS else endpoint
 
 
 def _check_endpoint(value: str, field: str) -> None:
@@ -53,6 +73,8 @@ class KVEventsConfig:
     """Send each hash as the uint64 of its last 8 bytes (vLLM's default), else raw bytes."""
     medium: str | None = None
     """Storage tier reported in events; None: "GPU" on a CUDA device, else "CPU"."""
+    bind_host: str = "127.0.0.1"
+    """The interface a wildcard-host endpoint binds (module docstring); "*": every one."""
 
     def __post_init__(self) -> None:
         _check_endpoint(self.endpoint, "endpoint")
@@ -66,6 +88,11 @@ class KVEventsConfig:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field} must be a positive integer, got {value!r}")
+        if not isinstance(self.bind_host, str) or not self.bind_host.strip():
+            raise ValueError(
+                f"bind_host must be an interface address such as '127.0.0.1' (or '*' for "
+                f"every interface), got {self.bind_host!r}"
+            )
         if self.medium is not None and self.medium not in MEDIA:
             raise ValueError(f"medium must be one of {MEDIA} or None, got {self.medium!r}")
 

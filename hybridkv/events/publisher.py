@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import zmq
 
 from hybridkv.core.events import KVCacheEvent
-from hybridkv.events.config import KVEventsConfig, is_bind_endpoint
+from hybridkv.events.config import KVEventsConfig, bind_address, is_bind_endpoint
 from hybridkv.events.groups import GroupEventInfo
 from hybridkv.events.replay import ReplayBuffer
 from hybridkv.events.wire import BatchEncoder
@@ -143,7 +143,7 @@ class ZmqEventPublisher:
         replay = None
         try:
             if is_bind_endpoint(self.endpoint):
-                pub.bind(self.endpoint)
+                pub.bind(bind_address(self.endpoint, self.config.bind_host))
                 self.endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
                 pub.connect(self.endpoint)
@@ -152,7 +152,7 @@ class ZmqEventPublisher:
                 # Room for a whole replay plus its end marker (as vLLM sizes it).
                 replay.setsockopt(zmq.SNDHWM, 2 * (self.config.buffer_steps + 1))
                 replay.setsockopt(zmq.LINGER, self.LINGER_MS)
-                replay.bind(self.replay_endpoint)
+                replay.bind(bind_address(self.replay_endpoint, self.config.bind_host))
                 self.replay_endpoint = replay.getsockopt_string(zmq.LAST_ENDPOINT)
         except BaseException:
             pub.close(linger=0)

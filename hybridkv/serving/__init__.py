@@ -6,7 +6,7 @@
 - ``detokenize``: incremental text with stop strings;
 - ``protocol`` / ``responses``: OpenAI request and response bodies;
 - ``errors``: OpenAI's error object for every error; ``token_budget``: ``max_tokens``
-  against the context;
+  against the context; ``auth``: the API key and what usage reveals;
 - ``metrics``: Prometheus metrics (``hybridkv:*``);
 - ``app``: the FastAPI routes; ``command``: the CLI.
 

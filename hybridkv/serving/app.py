@@ -36,6 +36,7 @@ from hybridkv.engine.chat_template import ChatTemplate, missing_template_message
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.tokenizer import encode_chat
+from hybridkv.serving.auth import AccessPolicy, BearerAuth
 from hybridkv.serving.engine_loop import EngineLoop, EngineStopped, QueueFull
 from hybridkv.serving.errors import HTTPError, error_response, install_error_handlers
 from hybridkv.serving.generation import EngineError, Generation
@@ -47,12 +48,18 @@ NO_TEMPLATE_FIX = "start the server with hybridkv serve MODEL --chat-template FI
 
 
 def build_app(
-    engine: EngineLoop, model_name: str, *, chat_template: ChatTemplate | None = None
+    engine: EngineLoop,
+    model_name: str,
+    *,
+    chat_template: ChatTemplate | None = None,
+    access: AccessPolicy | None = None,
 ) -> Any:
     """The FastAPI app; starts the engine thread on startup, stops it on shutdown.
 
     ``chat_template`` renders chats (None: chat requests get a 400 naming
-    ``--chat-template``, after their other fields are checked)."""
+    ``--chat-template``, after their other fields are checked); ``access``:
+    the API key and what usage reveals (``auth``; default: open, all shown)."""
+    access = access or AccessPolicy()
     llm = engine.llm
 
     @asynccontextmanager
@@ -64,6 +71,8 @@ def build_app(
 
     app = FastAPI(title="hybridkv", lifespan=lifespan)
     install_error_handlers(app)
+    if access.api_key is not None:
+        app.add_middleware(BearerAuth, key=access.api_key, open_paths=access.open_paths)
     error = error_response
 
     def params(body: SamplingFields, max_tokens: int) -> SamplingParams:
@@ -108,7 +117,7 @@ def build_app(
         stops: tuple[str, ...] = (),
     ) -> Any:
         gen = Generation(engine, reqs, [*body.stop_strings(), *stops], llm.tokenizer)
-        reply = Reply(chat, model_name, body.return_token_ids)
+        reply = Reply(chat, model_name, body.return_token_ids, access.cached_tokens_in_usage)
         try:
             gen.submit()
         except QueueFull as e:

@@ -8,6 +8,7 @@ code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import socket
 import sys
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridkv.extras import install_command
+from hybridkv.user_errors import one_line, report
 
 if TYPE_CHECKING:
     from hybridkv.engine.chat_template import ChatTemplate
-from hybridkv.user_errors import one_line, report
+    from hybridkv.events.config import KVEventsConfig
+    from hybridkv.serving.auth import AccessPolicy
 
 SERVE_EXTRA = install_command("serve")
 
@@ -102,12 +105,63 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="the replay (ROUTER) socket for subscribers that missed batches",
     )
     p.add_argument("--kv-events-topic", default=None, help="the events' topic")
+    p.add_argument(
+        "--kv-events-bind-host",
+        default=None,
+        help="the interface a wildcard-host events endpoint (tcp://*:PORT) binds "
+        "(default 127.0.0.1; '*': every interface: subscribers learn the cached prompts' "
+        "token ids)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on every path but /health (default: "
+        "$HYBRIDKV_API_KEY; neither: an open server)",
+    )
+    p.add_argument(
+        "--metrics-public",
+        action="store_true",
+        help="serve /metrics without the API key",
+    )
+    p.add_argument(
+        "--no-cached-tokens-in-usage",
+        action="store_true",
+        help="leave usage.prompt_tokens_details.cached_tokens out of replies (a cache hit "
+        "tells a caller that someone sent the same prefix)",
+    )
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
+
+
+def access_policy(args: argparse.Namespace) -> AccessPolicy:
+    """The API key (``--api-key``, else ``$HYBRIDKV_API_KEY``) and what usage shows."""
+    from hybridkv import env
+    from hybridkv.serving.auth import AccessPolicy
+
+    key = args.api_key if args.api_key is not None else env.api_key()
+    if args.metrics_public and key is None:
+        raise ValueError("--metrics-public needs --api-key (or $HYBRIDKV_API_KEY)")
+    return AccessPolicy(key, args.metrics_public, not args.no_cached_tokens_in_usage)
+
+
+def events_config(args: argparse.Namespace) -> KVEventsConfig | None:
+    """The KV events options as one config (None: no events)."""
+    from hybridkv.events.config import resolve_events_config
+
+    config = resolve_events_config(
+        None, args.kv_events_endpoint, args.kv_events_replay_endpoint, args.kv_events_topic
+    )
+    if args.kv_events_bind_host is None:
+        return config
+    if config is None:
+        raise ValueError("--kv-events-bind-host needs --kv-events-endpoint")
+    return dataclasses.replace(config, bind_host=args.kv_events_bind_host)
 
 
 def check_options(args: argparse.Namespace) -> ChatTemplate | None:
     """The server's own options (before the port and the model); returns the
     ``--chat-template`` read and checked, if given. ``ValueError`` on a bad one."""
+    access_policy(args)
+    events_config(args)
     if args.max_waiting < 1:
         raise ValueError(f"--max-waiting must be >= 1, got {args.max_waiting}")
     if not 0 <= args.port < 65536:
@@ -146,17 +200,34 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         hybrid_floor_tokens=args.hybrid_floor_tokens,
         kernel_backend=args.kernel_backend,
         cuda_graphs=args.cuda_graphs,
-        kv_events_endpoint=args.kv_events_endpoint,
-        kv_events_replay_endpoint=args.kv_events_replay_endpoint,
-        kv_events_topic=args.kv_events_topic,
+        kv_events_config=events_config(args),
         progress=True,
     )
     name = args.served_model_name or str(args.model)
     engine = EngineLoop(llm, max_waiting=args.max_waiting, metrics=ServerMetrics(name))
+    if llm.kv_events is not None:
+        print(f"hybridkv serve: {events_line(llm.kv_events)}", file=sys.stderr, flush=True)
     template = template or llm.chat_template
     said = template.source if template else "none (chat requests get a 400 naming --chat-template)"
     print(f"hybridkv serve: chat template: {said}", file=sys.stderr, flush=True)
-    return build_app(engine, name, chat_template=template), engine
+    app = build_app(engine, name, chat_template=template, access=access_policy(args))
+    return app, engine
+
+
+def events_line(publisher: Any) -> str:
+    """Where the KV events go, in words (the resolved addresses of bound sockets)."""
+    from hybridkv.events.config import bind_address, is_bind_endpoint
+
+    cfg = publisher.config
+    pub = "bound at" if is_bind_endpoint(cfg.endpoint) else "connected to"
+    line = f"KV events {pub} {publisher.endpoint}"
+    if publisher.replay_endpoint is not None:
+        line += f", replay bound at {publisher.replay_endpoint}"
+    wildcard = [e for e in (cfg.endpoint, cfg.replay_endpoint) if e and bind_address(e, "lo") != e]
+    if wildcard and cfg.bind_host != "*":
+        line += f" (the wildcard host binds {cfg.bind_host}; --kv-events-bind-host '*': every "
+        line += "interface)"
+    return line
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -74,6 +74,7 @@ class Reply:
     chat: bool
     model: str
     return_token_ids: bool = False
+    cached_tokens: bool = True  # usage.prompt_tokens_details.cached_tokens (else left out)
     id: str = ""
     created: int = 0
 
@@ -90,12 +91,14 @@ class Reply:
     def usage(self, choices: list[Choice]) -> dict[str, Any]:
         prompt = sum(len(c.prompt_token_ids) for c in choices)
         completion = sum(len(c.token_ids) for c in choices)
-        return {
+        out: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in choices)},
         }
+        if self.cached_tokens:
+            out["prompt_tokens_details"] = {"cached_tokens": sum(c.cached_tokens for c in choices)}
+        return out
 
     def _ids(self, out: dict[str, Any], c: Choice, *, prompt: bool, new: list[int]) -> None:
         if self.return_token_ids:

@@ -38,7 +38,8 @@ class LiveServer:
 
 
 def start_server(ckpt: Path, **options: Any) -> tuple[LiveServer, Any]:
-    """A server over ``ckpt``; ``options`` go to ``hybridkv serve``'s parser."""
+    """A server over ``ckpt``; ``options`` go to ``hybridkv serve``'s parser (``True``: a
+    flag without a value)."""
     from hybridkv.serving.command import add_serve_parser, build_server
 
     parser = argparse.ArgumentParser()
@@ -54,6 +55,7 @@ def start_server(ckpt: Path, **options: Any) -> tuple[LiveServer, Any]:
         "tiny",
     ]
     for key, value in options.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
+        flag = f"--{key.replace('_', '-')}"
+        argv += [flag] if value is True else [flag, str(value)]
     app, engine = build_server(parser.parse_args(argv))
     return LiveServer(app), engine

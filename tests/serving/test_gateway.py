@@ -2,7 +2,9 @@
 
 The gateway probes ``/health``, reads SGLang's ``/server_info`` and
 ``/model_info`` (the model's name, the tokenizer's local path, so it never
-reaches for the network), then forwards OpenAI requests.
+reaches for the network), then forwards OpenAI requests. With ``--api-key``
+on both, the gateway sends the key to the worker (its info reads and the
+requests it forwards) and asks it of its own clients.
 """
 
 from __future__ import annotations
@@ -16,18 +18,34 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from live_server import start_server
 
 openai = pytest.importorskip("openai")
 ROUTER = shutil.which("sglang-router", path=str(Path(sys.executable).parent))
 
 
+KEY = "sk-gateway-test"
+
+
+@pytest.fixture(params=[None, KEY], ids=["open", "api-key"])
+def worker(request: Any, server: Any, tok_ckpt: Path) -> Iterator[tuple[Any, str | None]]:
+    """The worker: the module's open server, or one that needs ``KEY``."""
+    if request.param is None:
+        yield server[0], None
+        return
+    live, _ = start_server(tok_ckpt, api_key=request.param)
+    yield live, request.param
+    live.stop()
+
+
 @pytest.mark.skipif(ROUTER is None, reason="sglang-router is not installed (the cluster extra)")
-def test_the_gateway_routes_to_hybridkv(server: Any, tmp_path: Path) -> None:
-    live, _ = server
+def test_the_gateway_routes_to_hybridkv(worker: Any, tmp_path: Path) -> None:
+    live, key = worker
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -47,6 +65,7 @@ def test_the_gateway_routes_to_hybridkv(server: Any, tmp_path: Path) -> None:
             live.url,
             "--log-level",
             "info",
+            *(["--api-key", key] if key else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -66,7 +85,9 @@ def test_the_gateway_routes_to_hybridkv(server: Any, tmp_path: Path) -> None:
             )
             time.sleep(0.2)
             try:
-                with urllib.request.urlopen(router + "/workers", timeout=5) as r:
+                auth = {"Authorization": f"Bearer {key}"} if key else {}
+                ask = urllib.request.Request(router + "/workers", headers=auth)
+                with urllib.request.urlopen(ask, timeout=5) as r:
                     workers = json.loads(r.read())["workers"]
             except OSError:
                 pass
@@ -74,13 +95,18 @@ def test_the_gateway_routes_to_hybridkv(server: Any, tmp_path: Path) -> None:
         assert [(w["url"], w["model_id"], w["is_healthy"]) for w in workers] == [
             (live.url, "tiny", True)
         ]
-        client = openai.OpenAI(base_url=router + "/v1", api_key="none", max_retries=0, timeout=30)
-        direct = openai.OpenAI(base_url=live.url + "/v1", api_key="none", max_retries=0)
+        api_key = key or "none"
+        client = openai.OpenAI(base_url=router + "/v1", api_key=api_key, max_retries=0, timeout=30)
+        direct = openai.OpenAI(base_url=live.url + "/v1", api_key=api_key, max_retries=0)
         args: dict[str, Any] = dict(model="tiny", prompt="w5 w6 w7", max_tokens=4, temperature=0)
         want = direct.completions.create(**args)
         got = client.completions.create(**args)
         assert got.choices[0].text == want.choices[0].text
         assert [m.id for m in client.models.list().data] == ["tiny"]
+        if key:
+            keyless = openai.OpenAI(base_url=router + "/v1", api_key="wrong", max_retries=0)
+            with pytest.raises(openai.AuthenticationError):
+                keyless.completions.create(**args)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

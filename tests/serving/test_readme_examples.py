@@ -3,11 +3,11 @@
 The section's blocks are read in order: a ``hybridkv serve ...`` line starts a
 server with exactly those options (on the demo checkpoint's tiny stand-in, at
 a free loopback port), each ``curl`` command runs in bash against it, and each
-Python block runs in this process; ``http://127.0.0.1:8000`` is the only text
-changed (to the test server's address). Every call must succeed: curl's
-output is an OpenAI response (not an error object) and the Python blocks print
-text. A new example in that section is run too; one this test cannot run
-fails it.
+Python block runs in this process, ``export NAME=VALUE`` sets the variable for
+what follows; ``http://127.0.0.1:8000`` is the only text changed (to the test
+server's address). Every call must succeed: curl's output is an OpenAI
+response (not an error object) and the Python blocks print text. A new
+example in that section is run too; one this test cannot run fails it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import re
 import shlex
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,12 @@ from live_server import LiveServer
 README = Path(__file__).resolve().parents[2] / "README.md"
 DOCUMENTED_URL = "http://127.0.0.1:8000"
 DEMO_PATH = "~/.cache/hybridkv/gemma-3-270m-q4_k_m"
-#: What the README's examples read from the environment (the API key example).
-EXAMPLE_ENV = {"HYBRIDKV_API_KEY": "sk-readme-example"}
+#: What each ``curl`` answers (its ``object``), by the path it calls.
+OBJECTS = {
+    "/v1/chat/completions": "chat.completion",
+    "/v1/completions": "text_completion",
+    "/v1/models": "list",
+}
 
 pytest.importorskip("openai")
 
@@ -63,7 +69,7 @@ def start_documented_server(line: str, checkpoint: Path) -> tuple[LiveServer, An
     return LiveServer(app), engine
 
 
-def run_curl(command: str, url: str) -> Any:
+def run_curl(command: str, url: str) -> None:
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     done = subprocess.run(
@@ -71,18 +77,17 @@ def run_curl(command: str, url: str) -> Any:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **EXAMPLE_ENV},
         check=False,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert "error" not in out, out
-    return out
+    path = next(p for p in OBJECTS if f"{DOCUMENTED_URL}{p}" in command)
+    assert out.get("object") == OBJECTS[path], out
+    if path != "/v1/models":
+        assert out["choices"], out
 
 
-def run_python(code: str, url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for key, value in EXAMPLE_ENV.items():
-        monkeypatch.setenv(key, value)
+def run_python(code: str, url: str) -> str:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(code.replace(DOCUMENTED_URL, url), str(README), "exec"), {})
@@ -92,6 +97,7 @@ def run_python(code: str, url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 def test_every_serving_example_runs(
     demo_standin: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
+    monkeypatch.delenv("HYBRIDKV_API_KEY", raising=False)  # the examples set it themselves
     blocks = serving_blocks()
     assert [lang for lang, _ in blocks].count("python") >= 1
     live: LiveServer | None = None
@@ -100,23 +106,27 @@ def test_every_serving_example_runs(
         for lang, code in blocks:
             if lang == "python":
                 assert live is not None, "a Python example before any hybridkv serve line"
-                printed = run_python(code, live.url, monkeypatch)
+                printed = run_python(code, live.url)
                 assert printed.strip(), code
                 ran["python"] += 1
                 ran["chat"] += "chat.completions" in code
                 continue
             assert lang == "bash", f"a {lang} block in the serving section: teach this test"
             for command in commands(code):
-                if command.startswith("hybridkv serve"):
+                if command.startswith("export "):
+                    name, _, value = command.removeprefix("export ").partition("=")
+                    monkeypatch.setenv(name, shlex.split(value)[0])
+                elif command.startswith("hybridkv serve"):
                     if live is not None:
                         live.stop()
                     live, _ = start_documented_server(command, demo_standin)
                     ran["serve"] += 1
+                    if os.environ.get("HYBRIDKV_API_KEY"):  # the key example: it is needed
+                        with pytest.raises(urllib.error.HTTPError, match="401"):
+                            urllib.request.urlopen(live.url + "/v1/models", timeout=30)
                 elif command.startswith("curl"):
                     assert live is not None, "a curl example before any hybridkv serve line"
-                    out = run_curl(command, live.url)
-                    want = "chat.completion" if "/chat/" in command else "text_completion"
-                    assert out["object"] == want and out["choices"], out
+                    run_curl(command, live.url)
                     ran["curl"] += 1
                     ran["chat"] += "/chat/" in command
                 else:
@@ -126,4 +136,4 @@ def test_every_serving_example_runs(
             live.stop()
     # The demo checkpoint's chat works out of the box: the server said which template.
     assert "chat template: the demo's plain transcript" in capsys.readouterr().err
-    assert ran["serve"] >= 1 and ran["curl"] >= 2 and ran["chat"] >= 2, ran
+    assert ran["serve"] >= 2 and ran["curl"] >= 3 and ran["chat"] >= 3, ran

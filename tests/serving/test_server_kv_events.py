@@ -88,3 +88,22 @@ def test_serve_names_the_events_extra_when_missing(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("hybridkv serve: error: KV events need pyzmq and msgspec")
     assert err.endswith("pip install 'hybridkv[events]'")
+
+
+def test_a_wildcard_events_host_binds_loopback(tok_ckpt: Path, capsys: Any) -> None:
+    live, engine = start_server(tok_ckpt, kv_events_endpoint="tcp://*:*")
+    try:
+        assert engine.llm.kv_events.endpoint.startswith("tcp://127.0.0.1:")
+    finally:
+        live.stop()
+    line = capsys.readouterr().err.strip().splitlines()[-2]  # before the chat template's
+    assert line.startswith("hybridkv serve: KV events bound at tcp://127.0.0.1:")
+    assert line.endswith(
+        "(the wildcard host binds 127.0.0.1; --kv-events-bind-host '*': every interface)"
+    )
+    from hybridkv.cli import main
+
+    assert main(["serve", "--port=0", str(tok_ckpt), "--kv-events-bind-host", "*"]) == 2
+    assert capsys.readouterr().err == (
+        "hybridkv serve: error: --kv-events-bind-host needs --kv-events-endpoint\n"
+    )
