@@ -81,65 +81,45 @@ def test_full_queue_is_503_with_retry_after(tok_ckpt: Path) -> None:
         live.stop()
 
 
-def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> None:
-    assert main(["serve", "--port=0", str(tok_ckpt), "--max-waiting", "0"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == "hybridkv serve: error: --max-waiting must be >= 1, got 0"
-    assert (
-        main(["serve", "--port=0", str(tok_ckpt), "--chat-template", "/nonexistent/t.jinja"]) == 2
-    )
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        "hybridkv serve: error: --chat-template /nonexistent/t.jinja: No such file or directory"
-    )
+HYBRID = ("--cache-policy", "hybrid")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--max-waiting", "0"), "--max-waiting must be >= 1, got 0"),
+        (
+            ("--chat-template", "/nonexistent/t.jinja"),
+            "--chat-template /nonexistent/t.jinja: No such file or directory",
+        ),
+        (
+            ("--hybrid-return-bonus", "4"),
+            "hybrid_return_bonus tunes cache_policy='hybrid'; it changes nothing under 'lru'",
+        ),
+        (
+            (*HYBRID, "--hybrid-value-weight", "-2"),
+            "hybrid_value_weight must be a finite number >= 0, got -2.0",
+        ),
+        (
+            (*HYBRID, "--hybrid-return-grade", "x"),
+            "hybrid_return_grade must be one of flat, turn, log-turn, got 'x'",
+        ),
+        (
+            (*HYBRID, "--hybrid-floor-tokens", "-1"),
+            "hybrid_floor_tokens must be an int >= 0, got -1",
+        ),
+    ],
+)
+def test_cli_bad_options_are_one_line_exit_2(
+    tok_ckpt: Path, capsys: Any, args: tuple[str, ...], says: str
+) -> None:
+    assert main(["serve", "--port=0", str(tok_ckpt), *args]) == 2
+    assert capsys.readouterr().err == f"hybridkv serve: error: {says}\n"
+
+
+def test_cli_missing_checkpoint_and_cuda_graphs_on_cpu(tok_ckpt: Path, capsys: Any) -> None:
     assert main(["serve", "--port=0", str(tok_ckpt / "missing")]) == 2
     assert capsys.readouterr().err.startswith("hybridkv serve: error: ")
-    assert main(["serve", "--port=0", str(tok_ckpt), "--hybrid-return-bonus", "4"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        "hybridkv serve: error: hybrid_return_bonus tunes cache_policy='hybrid'; "
-        "it changes nothing under 'lru'"
-    )
-    argv = [
-        "serve",
-        "--port=0",
-        str(tok_ckpt),
-        "--cache-policy",
-        "hybrid",
-        "--hybrid-value-weight",
-        "-2",
-    ]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert (
-        err == "hybridkv serve: error: hybrid_value_weight must be a finite number >= 0, got -2.0"
-    )
-    argv = [
-        "serve",
-        "--port=0",
-        str(tok_ckpt),
-        "--cache-policy",
-        "hybrid",
-        "--hybrid-return-grade",
-        "x",
-    ]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        "hybridkv serve: error: hybrid_return_grade must be one of flat, turn, log-turn, got 'x'"
-    )
-    argv = [
-        "serve",
-        "--port=0",
-        str(tok_ckpt),
-        "--cache-policy",
-        "hybrid",
-        "--hybrid-floor-tokens",
-        "-1",
-    ]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == "hybridkv serve: error: hybrid_floor_tokens must be an int >= 0, got -1"
     if not torch.cuda.is_available():
         assert main(["serve", "--port=0", str(tok_ckpt), "--device", "cpu", "--cuda-graphs"]) == 2
         err = capsys.readouterr().err.strip()
