@@ -1,0 +1,37 @@
+"""Tiers below the device pool: host RAM and local disk stores of hit units.
+
+``TierStore`` (``base.py``) is the interface; ``HostTier`` and ``DiskTier``
+implement it over one ``EntryLedger`` each. Nothing here imports torch:
+``tiers/torch_memory.py`` (tensors, pinned memory, CUDA streams) is imported
+by whoever gives a ``HostTier`` tensors. The design and what is wired so far:
+``docs/tiers.md``.
+"""
+
+from hybridkv.tiers.base import (
+    CorruptEntryError,
+    TierError,
+    TierFullError,
+    TierStats,
+    TierStore,
+    UnitKey,
+)
+from hybridkv.tiers.disk import DiskTier
+from hybridkv.tiers.fingerprint import ModelFingerprint
+from hybridkv.tiers.host import HostTier
+from hybridkv.tiers.ledger import EntryInfo, value_per_byte
+from hybridkv.tiers.transfer import Transfer
+
+__all__ = [
+    "CorruptEntryError",
+    "DiskTier",
+    "EntryInfo",
+    "HostTier",
+    "ModelFingerprint",
+    "TierError",
+    "TierFullError",
+    "TierStats",
+    "TierStore",
+    "Transfer",
+    "UnitKey",
+    "value_per_byte",
+]

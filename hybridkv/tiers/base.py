@@ -1,0 +1,143 @@
+"""``TierStore``: a store of *hit units* below the device pool (host RAM, disk).
+
+A hit unit is what one KV cache group needs to restore one cached block of a
+request: its pages (full attention), or the blocks of the window / chunk a hit
+reads (sliding, chunked), or the Mamba state at that point. A tier stores each
+unit as a few byte *parts* and knows nothing of what they mean.
+
+Keys: ``UnitKey(block_hash, group_id)`` within one ``ModelFingerprint`` (a
+tier serves one fingerprint; the disk tier writes it into every entry and
+never serves another's). ``block_hash`` is the chained block hash of
+``hybridkv.hashing``: block 0's hash includes the request's ``cache_salt``
+(extra key ``S``) and every later hash includes its parent's, so every key of a
+salted request carries the salt and a salted entry is never a hit for another
+salt or for none. The LoRA name and multimodal inputs enter the chain the same
+way. With ``hash_algo="xxhash"`` (not collision-resistant) the caller must
+compare the tokens, as the block pool does on a device hit.
+
+Transfers are asynchronous: ``store`` and ``load`` return a ``Transfer`` at
+once; an entry is served only once its store has completed, and an entry with
+a transfer in flight (or pinned by ``pin``) is never evicted. A failed load is
+a miss for the caller (it recomputes); a failed store leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+from hybridkv.tiers.fingerprint import ModelFingerprint
+from hybridkv.tiers.transfer import Transfer
+
+
+class UnitKey(NamedTuple):
+    """One hit unit: a chained block hash (salt included) and a KV cache group."""
+
+    block_hash: bytes
+    group_id: int
+
+
+class TierError(ValueError):
+    """A tier cannot be used as configured (the message names the setting and the fix)."""
+
+
+class TierFullError(OSError):
+    """A store was skipped: the tier's budget (or its device) has no room for it."""
+
+
+class CorruptEntryError(OSError):
+    """An entry failed its header or checksum check: it was removed, the load is a miss."""
+
+
+@dataclass(slots=True)
+class TierStats:
+    """Counters of one tier (monotonic; ``/metrics`` will export them)."""
+
+    stores: int = 0  # completed stores
+    store_skips: int = 0  # no room (budget or device full)
+    store_failures: int = 0  # I/O or copy errors (nothing kept)
+    loads: int = 0  # completed loads
+    load_failures: int = 0  # failed loads (corrupt entries included)
+    misses: int = 0  # load() of a key not held
+    evictions: int = 0  # entries dropped to make room or by evict()
+    corrupt_removed: int = 0  # entries removed by a header or checksum check
+    leftovers_removed: int = 0  # temporary files of interrupted writes removed
+
+    def as_dict(self) -> dict[str, int]:
+        """Field name -> count."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: A unit's parts: bytes-like objects (``HostTier`` with ``TorchHostMemory``: tensors).
+Parts = Sequence[Any]
+
+
+class TierStore(ABC):
+    """A byte-budgeted store of hit units (module docstring).
+
+    Contract: ``used_bytes <= budget_bytes`` at every moment; ``contains`` is
+    True only for entries whose store completed; ``load`` of such an entry
+    returns a transfer whose result is the parts stored, or fails (a miss);
+    entries pinned, or with a transfer in flight, are never evicted.
+    """
+
+    #: The KV events ``medium`` of this tier ("CPU", "DISK").
+    medium: str = ""
+    fingerprint: ModelFingerprint
+    stats: TierStats
+
+    @property
+    @abstractmethod
+    def budget_bytes(self) -> int:
+        """The most bytes this tier holds."""
+
+    @property
+    @abstractmethod
+    def used_bytes(self) -> int:
+        """Bytes held or reserved by stores in flight."""
+
+    @abstractmethod
+    def contains(self, key: UnitKey) -> bool:
+        """True when ``key`` can be loaded now (its store completed)."""
+
+    @abstractmethod
+    def store(self, key: UnitKey, parts: Parts, value: float | None = None) -> Transfer:
+        """Copy ``parts`` in as ``key``'s entry, asynchronously. ``value``: what a
+        hit on it saves (for a caller-supplied ranking). A store that finds no
+        room completes at once with a ``TierFullError``; one of a key already
+        held (or in flight) completes at once and changes nothing."""
+
+    @abstractmethod
+    def load(self, key: UnitKey, into: Sequence[Any] | None = None) -> Transfer | None:
+        """Copy ``key``'s parts out (into ``into`` when given), asynchronously;
+        None when ``key`` is not held (a miss)."""
+
+    @abstractmethod
+    def pin(self, key: UnitKey) -> None:
+        """Keep ``key`` from eviction until ``unpin`` (counted; KeyError if not held)."""
+
+    @abstractmethod
+    def unpin(self, key: UnitKey) -> None:
+        """Undo one ``pin``."""
+
+    @abstractmethod
+    def evict(self, key: UnitKey) -> bool:
+        """Drop ``key`` now; False when it is pinned or in flight (nothing changes)."""
+
+    @abstractmethod
+    def poll(self) -> None:
+        """Settle every transfer that has completed (pins released, stats counted)."""
+
+    @abstractmethod
+    def keys(self) -> list[UnitKey]:
+        """The keys ``contains`` answers True for."""
+
+    @abstractmethod
+    def check_integrity(self) -> None:
+        """Assert the invariants: bytes accounted, budget kept, pins consistent."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Wait for transfers in flight and release threads, files and locks."""

@@ -1,0 +1,161 @@
+"""``EntryLedger``: a tier's byte accounting, pins and eviction order.
+
+Every tier keeps one. An entry is *reserved* when its store starts (its bytes
+count against the budget from then on, and it is pinned by the store),
+*committed* when the store completes (unpinned, servable), and gone when it
+is evicted or aborted. Count first, then act: ``reserve`` picks every victim
+it needs before it removes any, and returns None (changing nothing) when the
+unpinned, committed entries cannot make room.
+
+Eviction order: the lowest ``ranking(entry)`` first, ties by least recent
+use. ``ranking=None`` is plain LRU (kept in use order, no sort). A policy
+ranks by value per byte with ``value_per_byte``; the value comes from the
+store (``TierStore.store(..., value=...)``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class EntryInfo:
+    """One entry's accounting (what a ranking sees)."""
+
+    key: Hashable
+    nbytes: int
+    value: float | None
+    last_used: int
+    pins: int = 1  # a new entry is pinned by its store
+    committed: bool = False
+
+
+#: Eviction rank of an entry: lower is evicted first.
+Ranking = Callable[[EntryInfo], float]
+
+
+def value_per_byte(entry: EntryInfo) -> float:
+    """A ranking: what a hit on the entry saves per byte it holds (no value: 0)."""
+    return (entry.value or 0.0) / entry.nbytes
+
+
+class EntryLedger:
+    """Accounting of one tier (module docstring). Not thread-safe: the tier locks."""
+
+    def __init__(self, budget_bytes: int, ranking: Ranking | None = None) -> None:
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
+            raise ValueError(f"budget_bytes must be an int >= 0, got {budget_bytes!r}")
+        self.budget_bytes = budget_bytes
+        self.ranking = ranking
+        self.used_bytes = 0
+        self._entries: OrderedDict[Hashable, EntryInfo] = OrderedDict()  # least recent first
+        self._tick = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> EntryInfo | None:
+        return self._entries.get(key)
+
+    def committed_keys(self) -> list[Hashable]:
+        return [k for k, e in self._entries.items() if e.committed]
+
+    def is_committed(self, key: Hashable) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and entry.committed
+
+    def _victims(self, needed: int) -> list[Hashable] | None:
+        """Unpinned committed keys to drop so that ``needed`` bytes are free."""
+        free = self.budget_bytes - self.used_bytes
+        if free >= needed:
+            return []
+        candidates = [e for e in self._entries.values() if e.committed and e.pins == 0]
+        if self.ranking is not None:
+            rank = self.ranking
+            candidates.sort(key=lambda e: (rank(e), e.last_used))
+        victims: list[Hashable] = []
+        for entry in candidates:
+            victims.append(entry.key)
+            free += entry.nbytes
+            if free >= needed:
+                return victims
+        return None
+
+    def reserve(
+        self, key: Hashable, nbytes: int, value: float | None = None
+    ) -> list[Hashable] | None:
+        """Add ``key`` (pinned, not committed), evicting what it needs; the
+        evicted keys, or None when there is no room (nothing changed)."""
+        if key in self._entries:
+            raise KeyError(f"{key!r} is already in the tier")
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        if nbytes > self.budget_bytes:
+            return None
+        victims = self._victims(nbytes)
+        if victims is None:
+            return None
+        for victim in victims:
+            self.remove(victim)
+        self._tick += 1
+        self._entries[key] = EntryInfo(key, nbytes, value, self._tick)
+        self.used_bytes += nbytes
+        return victims
+
+    def add_committed(self, key: Hashable, nbytes: int, last_used: int = 0) -> None:
+        """An entry found on restart (unpinned, committed); the caller keeps the budget."""
+        self._tick = max(self._tick, last_used)
+        self._entries[key] = EntryInfo(key, nbytes, None, last_used, pins=0, committed=True)
+        self.used_bytes += nbytes
+
+    def commit(self, key: Hashable) -> None:
+        entry = self._entries[key]
+        assert not entry.committed and entry.pins >= 1, entry
+        entry.committed = True
+        entry.pins -= 1
+
+    def pin(self, key: Hashable) -> None:
+        self._entries[key].pins += 1
+
+    def unpin(self, key: Hashable) -> None:
+        entry = self._entries[key]
+        if entry.pins <= (0 if entry.committed else 1):
+            raise ValueError(f"unpin of {key!r}, which no pin() holds")
+        entry.pins -= 1
+
+    def touch(self, key: Hashable) -> None:
+        self._tick += 1
+        self._entries[key].last_used = self._tick
+        self._entries.move_to_end(key)
+
+    def remove(self, key: Hashable) -> EntryInfo:
+        """Drop ``key`` (a store's abort may drop its own pinned, uncommitted entry)."""
+        entry = self._entries.pop(key)
+        self.used_bytes -= entry.nbytes
+        return entry
+
+    def removable(self, key: Hashable) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and entry.committed and entry.pins == 0
+
+    def pinned_keys(self) -> set[Hashable]:
+        return {k for k, e in self._entries.items() if e.pins > 0}
+
+    def check_integrity(self) -> None:
+        """Bytes add up, the budget holds, pins are consistent, LRU order is sorted."""
+        total = sum(e.nbytes for e in self._entries.values())
+        assert total == self.used_bytes, (total, self.used_bytes)
+        assert 0 <= self.used_bytes <= self.budget_bytes, (self.used_bytes, self.budget_bytes)
+        ticks = [e.last_used for e in self._entries.values()]
+        assert ticks == sorted(ticks), "use order out of step with last_used"
+        for key, entry in self._entries.items():
+            assert entry.key == key, (entry.key, key)
+            assert entry.nbytes >= 0 and entry.pins >= 0, entry
+            assert entry.committed or entry.pins >= 1, (
+                f"an uncommitted entry has no store pin: {entry}"
+            )

@@ -1,0 +1,258 @@
+"""``LedgerTier``: the bookkeeping every tier shares; a tier adds where bytes live.
+
+It runs ``TierStore``'s contract on an ``EntryLedger``: ``store`` reserves
+room (evicting by the ledger's order) and starts the copy, ``load`` pins the
+entry and starts the copy out, and each transfer's settling commits, aborts or
+unpins. A subclass implements four hooks: ``_measure`` (what an entry of these
+parts costs), ``_begin_store`` / ``_begin_load`` (start the copy, return its
+completion), ``_drop`` (free an entry's storage), plus ``_check_storage``.
+
+Threads: public methods run in the caller's thread; a transfer may settle on
+the copy thread. Both take the tier's lock; the tier never calls into a
+transfer while holding it (``Transfer._settle``'s note).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import abstractmethod
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from hybridkv.tiers.base import (
+    CorruptEntryError,
+    Parts,
+    TierFullError,
+    TierStats,
+    TierStore,
+    UnitKey,
+)
+from hybridkv.tiers.copier import Copier
+from hybridkv.tiers.fingerprint import ModelFingerprint
+from hybridkv.tiers.ledger import EntryLedger, Ranking
+from hybridkv.tiers.transfer import Completed, Completion, Transfer
+
+logger = logging.getLogger("hybridkv.tiers")
+
+
+class LedgerTier(TierStore):
+    """A ``TierStore`` over an ``EntryLedger`` (module docstring)."""
+
+    def __init__(
+        self,
+        fingerprint: ModelFingerprint,
+        budget_bytes: int,
+        copier: Copier,
+        ranking: Ranking | None = None,
+    ) -> None:
+        self.fingerprint = fingerprint
+        self.stats = TierStats()
+        self._ledger = EntryLedger(budget_bytes, ranking)
+        self._copier = copier
+        self._lock = threading.RLock()
+        self._in_flight: set[Transfer] = set()
+        self._pins: Counter[Hashable] = Counter()  # pin() calls not undone yet
+        self._warned: set[str] = set()
+        self._closed = False
+
+    # -- hooks ---------------------------------------------------------------
+
+    @abstractmethod
+    def _measure(self, key: UnitKey, parts: Parts) -> tuple[int, tuple[int, ...]]:
+        """``(bytes an entry of parts holds in this tier, each part's size)``;
+        ``ValueError`` naming a part the tier cannot store."""
+
+    @abstractmethod
+    def _begin_store(self, key: UnitKey, parts: Parts, sizes: tuple[int, ...]) -> Completion:
+        """Start copying ``parts`` (of ``sizes`` bytes) into ``key``'s storage."""
+
+    @abstractmethod
+    def _begin_load(self, key: UnitKey, into: Sequence[Any] | None) -> Completion:
+        """Start copying ``key``'s parts out; the completion's result is the parts."""
+
+    @abstractmethod
+    def _drop(self, key: UnitKey) -> None:
+        """Free ``key``'s storage (under the lock; the ledger entry is gone)."""
+
+    @abstractmethod
+    def _check_storage(self, keys: set[UnitKey]) -> None:
+        """Assert that the storage holds ``keys`` (committed entries) and nothing stale."""
+
+    # -- TierStore -----------------------------------------------------------
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._ledger.budget_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self._ledger.used_bytes
+
+    def contains(self, key: UnitKey) -> bool:
+        with self._lock:
+            return self._ledger.is_committed(key)
+
+    def keys(self) -> list[UnitKey]:
+        with self._lock:
+            return list(self._ledger.committed_keys())  # type: ignore[arg-type]
+
+    def store(self, key: UnitKey, parts: Parts, value: float | None = None) -> Transfer:
+        self._check_open()
+        nbytes, sizes = self._measure(key, parts)
+        with self._lock:
+            if key in self._ledger:
+                if self._ledger.is_committed(key):
+                    self._ledger.touch(key)
+                return self._started(Transfer(key, "store", Completed()))
+            victims = self._ledger.reserve(key, nbytes, value)
+            if victims is None:
+                self.stats.store_skips += 1
+                why = (
+                    f"larger than the tier's budget of {self.budget_bytes} bytes"
+                    if nbytes > self.budget_bytes
+                    else f"{self.used_bytes} of {self.budget_bytes} bytes used, the rest pinned"
+                )
+                error = TierFullError(f"{self.medium} tier: no room for {nbytes} bytes ({why})")
+                self._warn_once("full", f"{error}; store skipped (further skips are counted)")
+                return self._started(Transfer(key, "store", Completed(None, error)))
+            for victim in victims:
+                self._drop(victim)  # type: ignore[arg-type]
+            self.stats.evictions += len(victims)
+            try:
+                completion = self._begin_store(key, parts, sizes)
+            except BaseException:
+                self._ledger.remove(key)  # the hook left no storage behind
+                raise
+            return self._started(Transfer(key, "store", completion, self._settle_store))
+
+    def load(self, key: UnitKey, into: Sequence[Any] | None = None) -> Transfer | None:
+        self._check_open()
+        with self._lock:
+            if not self._ledger.is_committed(key):
+                self.stats.misses += 1
+                return None
+            self._ledger.pin(key)
+            try:
+                completion = self._begin_load(key, into)
+            except BaseException:
+                self._ledger.unpin(key)
+                raise
+            self._ledger.touch(key)
+            return self._started(Transfer(key, "load", completion, self._settle_load))
+
+    def pin(self, key: UnitKey) -> None:
+        with self._lock:
+            if not self._ledger.is_committed(key):
+                raise KeyError(f"pin of {key!r}, which the {self.medium} tier does not hold")
+            self._ledger.pin(key)
+            self._pins[key] += 1
+
+    def unpin(self, key: UnitKey) -> None:
+        with self._lock:
+            if key not in self._ledger:
+                raise KeyError(f"unpin of {key!r}, which the {self.medium} tier does not hold")
+            if self._pins[key] == 0:
+                raise ValueError(f"unpin of {key!r}, which no pin() holds")
+            self._ledger.unpin(key)
+            self._pins[key] -= 1
+            if not self._pins[key]:
+                del self._pins[key]
+
+    def evict(self, key: UnitKey) -> bool:
+        with self._lock:
+            if not self._ledger.removable(key):
+                return False
+            self._ledger.remove(key)
+            self._drop(key)
+            self.stats.evictions += 1
+            return True
+
+    def poll(self) -> None:
+        with self._lock:
+            pending = list(self._in_flight)
+        for transfer in pending:  # outside the lock: settling takes it
+            transfer.done()
+
+    def check_integrity(self) -> None:
+        with self._lock:
+            self._ledger.check_integrity()
+            # Each entry's pins: its pin() calls + its transfers not settled yet.
+            expected: Counter[Hashable] = Counter(self._pins)
+            # (A transfer leaves _in_flight and releases its pin in one step, under the lock.)
+            expected.update(t.key for t in self._in_flight)
+            for k in self._ledger.pinned_keys() | set(expected):
+                entry = self._ledger.get(k)
+                assert entry is not None, f"pins on an entry the tier does not hold: {k!r}"
+                assert entry.pins == expected[k], (
+                    f"{k!r}: {entry.pins} pins, {expected[k]} expected"
+                )
+            self._check_storage(set(self._ledger.committed_keys()))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._copier.close()  # runs every job still queued
+        with self._lock:
+            pending = list(self._in_flight)
+        for transfer in pending:
+            transfer.wait()
+        self._closed = True
+
+    # -- settling ------------------------------------------------------------
+
+    def _settle_store(self, transfer: Transfer) -> None:
+        key = transfer.key
+        with self._lock:
+            self._in_flight.discard(transfer)
+            if transfer.error is None:
+                self._ledger.commit(key)
+                self.stats.stores += 1
+                return
+            self._ledger.remove(key)
+            self._drop(key)
+            if isinstance(transfer.error, TierFullError):
+                self.stats.store_skips += 1
+            else:
+                self.stats.store_failures += 1
+            name = type(transfer.error).__name__
+            self._warn_once(
+                f"store:{name}",
+                f"{self.medium} tier: a store failed ({transfer.error}); it was skipped, "
+                "nothing of it is kept (further failures are counted)",
+            )
+
+    def _settle_load(self, transfer: Transfer) -> None:
+        key = transfer.key
+        with self._lock:
+            self._in_flight.discard(transfer)
+            self._ledger.unpin(key)
+            if transfer.error is None:
+                self.stats.loads += 1
+                return
+            self.stats.load_failures += 1
+            if isinstance(transfer.error, CorruptEntryError):
+                self.stats.corrupt_removed += 1
+                if self._ledger.removable(key):
+                    self._ledger.remove(key)
+                    self._drop(key)
+                self._warn_once("corrupt", f"{self.medium} tier: {transfer.error}")
+
+    def _started(self, transfer: Transfer) -> Transfer:
+        """Track ``transfer`` until it settles; one that finished inline settles now
+        (only this thread knows it yet, so settling under the lock is safe)."""
+        if isinstance(transfer.completion, Completed):
+            transfer.done()
+        if not transfer.settled:
+            self._in_flight.add(transfer)
+        return transfer
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            logger.warning(message)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the {self.medium} tier is closed")

@@ -1,0 +1,146 @@
+"""Host memory for ``HostTier``: buffers reused by size, and bytes copies.
+
+``BufferPool`` hands out one buffer per entry and takes it back when the entry
+goes; freed buffers are kept per size (a model's units come in a few sizes)
+and reused, because touching fresh memory costs far more than the copy
+(first-touch page faults: 1.6 GB/s against 17-20 GB/s of memcpy on this
+project's 2-core VM). What the pool holds, in use or free, never exceeds the
+tier's budget: a new size first releases free buffers of other sizes.
+
+``HostMemory`` is what a ``HostTier`` copies with. ``BytesMemory`` (no torch)
+stores bytes-like parts (anything with the buffer protocol) in ``bytearray``s
+on a copy thread; ``tiers/torch_memory.py`` stores tensors (pinned memory and
+a copy stream on CUDA).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from hybridkv.tiers.copier import Copier, ThreadCopier
+from hybridkv.tiers.transfer import Completion
+
+
+class BufferPool:
+    """Buffers of exact sizes, reused; ``held_bytes <= budget_bytes`` always."""
+
+    def __init__(self, budget_bytes: int, allocate: Callable[[int], Any]) -> None:
+        self.budget_bytes = budget_bytes
+        self._allocate = allocate
+        self._free: dict[int, list[Any]] = {}
+        self.in_use_bytes = 0
+        self.free_bytes = 0
+
+    @property
+    def held_bytes(self) -> int:
+        return self.in_use_bytes + self.free_bytes
+
+    def get(self, nbytes: int) -> Any:
+        """A buffer of ``nbytes`` (the caller's ledger has reserved them)."""
+        spare = self._free.get(nbytes)
+        if spare:
+            buf = spare.pop()
+            self.free_bytes -= nbytes
+        else:
+            for size in sorted(self._free, reverse=True):
+                if self.held_bytes + nbytes <= self.budget_bytes:
+                    break
+                self.free_bytes -= size * len(self._free[size])
+                self._free[size] = []
+            assert self.held_bytes + nbytes <= self.budget_bytes, "pool asked past its budget"
+            buf = self._allocate(nbytes)
+        self.in_use_bytes += nbytes
+        return buf
+
+    def put(self, buf: Any, nbytes: int) -> None:
+        """Take back a buffer of ``nbytes`` (its entry is gone)."""
+        self.in_use_bytes -= nbytes
+        self._free.setdefault(nbytes, []).append(buf)
+        self.free_bytes += nbytes
+
+    def check_integrity(self, in_use_bytes: int) -> None:
+        free = sum(size * len(bufs) for size, bufs in self._free.items())
+        assert free == self.free_bytes, (free, self.free_bytes)
+        assert self.in_use_bytes == in_use_bytes, (self.in_use_bytes, in_use_bytes)
+        assert self.held_bytes <= self.budget_bytes, (self.held_bytes, self.budget_bytes)
+
+
+class HostMemory(Protocol):
+    """How a ``HostTier`` allocates and copies (module docstring)."""
+
+    copier: Copier
+
+    def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
+        """Each part's size in bytes (``ValueError`` naming a part it cannot store)."""
+
+    def allocate(self, nbytes: int) -> Any:
+        """A new buffer of ``nbytes``."""
+
+    def begin_store(self, buf: Any, parts: Sequence[Any]) -> Completion:
+        """Copy ``parts`` back to back into ``buf``."""
+
+    def begin_load(
+        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None
+    ) -> Completion:
+        """Copy ``buf``'s parts out: into ``into`` (checked), or into new objects."""
+
+
+def byte_view(part: Any, name: str) -> memoryview:
+    try:
+        view = memoryview(part)
+    except TypeError:
+        raise ValueError(
+            f"{name} must be bytes-like (the buffer protocol), got {type(part).__name__}; "
+            "for tensors give HostTier a TorchHostMemory"
+        ) from None
+    if not view.contiguous:
+        raise ValueError(f"{name} must be contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+class BytesMemory:
+    """Bytes-like parts in ``bytearray``s, copied on one copy thread."""
+
+    def __init__(self, copier: Copier | None = None) -> None:
+        self.copier: Copier = copier if copier is not None else ThreadCopier("hybridkv-host-copy")
+
+    def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
+        return tuple(byte_view(p, f"part {i}").nbytes for i, p in enumerate(parts))
+
+    def allocate(self, nbytes: int) -> bytearray:
+        return bytearray(nbytes)
+
+    def begin_store(self, buf: Any, parts: Sequence[Any]) -> Completion:
+        views = [byte_view(p, f"part {i}") for i, p in enumerate(parts)]
+
+        def copy_in() -> None:
+            dst = memoryview(buf)
+            off = 0
+            for view in views:
+                dst[off : off + view.nbytes] = view
+                off += view.nbytes
+
+        return self.copier.submit(copy_in)
+
+    def begin_load(
+        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None
+    ) -> Completion:
+        if into is not None:
+            targets = [byte_view(t, f"into[{i}]") for i, t in enumerate(into)]
+            got = tuple(t.nbytes for t in targets)
+            if got != sizes:
+                raise ValueError(f"into has parts of {got} bytes; the entry's are {sizes}")
+            if any(t.readonly for t in targets):
+                raise ValueError("into must be writable buffers (bytearray, writable memoryview)")
+
+        def copy_out() -> tuple[Any, ...]:
+            src = memoryview(buf)
+            offs = [sum(sizes[:i]) for i in range(len(sizes))]
+            if into is None:
+                return tuple(bytes(src[o : o + n]) for o, n in zip(offs, sizes, strict=True))
+            for target, o, n in zip(targets, offs, sizes, strict=True):
+                target[:] = src[o : o + n]
+            return tuple(into)
+
+        return self.copier.submit(copy_out)

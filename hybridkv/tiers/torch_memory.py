@@ -1,0 +1,125 @@
+"""``TorchHostMemory``: a ``HostTier`` of tensors (the engine extra: imports torch).
+
+A stored entry is one uint8 host tensor holding the parts' bytes back to
+back (each part contiguous; its bytes viewed as uint8, so any dtype).
+
+- On CUDA (``device`` a CUDA device): host buffers are pinned
+  (``pin_memory=True``, PyTorch's caching host allocator) and every copy runs
+  on one copy stream, ordered after the work already queued on the current
+  stream (``wait_stream``), with ``non_blocking=True``; a transfer's
+  completion is a CUDA event recorded after its copies. A consumer stream must
+  wait on ``transfer.completion.event`` before reading a load's destination
+  (or call ``transfer.wait()``, which synchronizes the event). The source
+  tensors of a store are kept alive until its event has passed.
+- On the CPU: plain host buffers, copies with ``Tensor.copy_`` on the tier's
+  copy thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from hybridkv.tiers.copier import Copier, InlineCopier, ThreadCopier
+from hybridkv.tiers.transfer import Completion
+
+
+class EventCompletion:
+    """Copies queued on a CUDA stream, done when ``event`` has passed."""
+
+    __slots__ = ("event", "keep", "result")
+
+    def __init__(self, event: torch.cuda.Event, result: Any, keep: Any) -> None:
+        self.event = event
+        self.result = result
+        self.keep = keep  # tensors that must outlive the copies
+
+    def done(self) -> bool:
+        if self.event.query():
+            self.keep = None
+            return True
+        return False
+
+    def wait(self, timeout: float | None) -> None:
+        self.event.synchronize()  # no timeout on a CUDA event: the copy is bounded
+        self.keep = None
+
+    def outcome(self) -> tuple[Any, BaseException | None]:
+        return self.result, None
+
+
+def _flat_bytes(t: torch.Tensor, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (call .contiguous() on it first)")
+    return t.reshape(-1).view(torch.uint8)
+
+
+class TorchHostMemory:
+    """Tensors in host buffers; pinned memory and a copy stream on CUDA (module docstring)."""
+
+    def __init__(self, device: torch.device | str = "cpu", copier: Copier | None = None) -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            self.stream = torch.cuda.Stream(self.device)
+            self.copier: Copier = InlineCopier()  # nothing runs on it: the stream copies
+        else:
+            self.copier = copier if copier is not None else ThreadCopier("hybridkv-host-copy")
+
+    def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
+        return tuple(_flat_bytes(p, f"part {i}").numel() for i, p in enumerate(parts))
+
+    def allocate(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
+
+    def _on_stream(
+        self, pairs: list[tuple[torch.Tensor, torch.Tensor]], result: Any, keep: Any
+    ) -> Completion:
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            for dst, src in pairs:
+                dst.copy_(src, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return EventCompletion(event, result, keep)
+
+    def begin_store(self, buf: torch.Tensor, parts: Sequence[Any]) -> Completion:
+        pairs, off = [], 0
+        for i, part in enumerate(parts):
+            src = _flat_bytes(part, f"part {i}")
+            pairs.append((buf[off : off + src.numel()], src))
+            off += src.numel()
+        if self.cuda:
+            return self._on_stream(pairs, None, list(parts))
+
+        def copy_in() -> None:
+            for dst, src in pairs:
+                dst.copy_(src)
+
+        return self.copier.submit(copy_in)
+
+    def begin_load(
+        self, buf: torch.Tensor, sizes: tuple[int, ...], into: Sequence[Any] | None
+    ) -> Completion:
+        offs = [sum(sizes[:i]) for i in range(len(sizes))]
+        if into is None:
+            views = [buf[o : o + n] for o, n in zip(offs, sizes, strict=True)]
+            return self.copier.submit(lambda: tuple(v.clone() for v in views))
+        targets = [_flat_bytes(t, f"into[{i}]") for i, t in enumerate(into)]
+        got = tuple(t.numel() for t in targets)
+        if got != sizes:
+            raise ValueError(f"into has parts of {got} bytes; the entry's are {sizes}")
+        pairs = [(t, buf[o : o + n]) for t, o, n in zip(targets, offs, sizes, strict=True)]
+        if self.cuda:
+            return self._on_stream(pairs, tuple(into), None)
+
+        def copy_out() -> tuple[Any, ...]:
+            for dst, src in pairs:
+                dst.copy_(src)
+            return tuple(into or ())
+
+        return self.copier.submit(copy_out)
