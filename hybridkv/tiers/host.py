@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hybridkv.tiers.base import Parts, UnitKey
+from hybridkv.tiers.copier import Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.ledger import Ranking
 from hybridkv.tiers.ledger_tier import LedgerTier
@@ -38,9 +39,11 @@ class HostTier(LedgerTier):
         budget_bytes: int,
         memory: HostMemory | None = None,
         ranking: Ranking | None = None,
+        copier: Copier | None = None,
     ) -> None:
         self._memory: HostMemory = memory if memory is not None else BytesMemory()
-        super().__init__(fingerprint, budget_bytes, self._memory.copier, ranking)
+        copier = copier if copier is not None else self._memory.make_copier()
+        super().__init__(fingerprint, budget_bytes, copier, ranking)
         self._pool = BufferPool(budget_bytes, self._memory.allocate)
         self._entries: dict[UnitKey, tuple[Any, tuple[int, ...]]] = {}  # key -> (buffer, sizes)
 
@@ -51,7 +54,7 @@ class HostTier(LedgerTier):
     def _begin_store(self, key: UnitKey, parts: Parts, sizes: tuple[int, ...]) -> Completion:
         buf = self._pool.get(sum(sizes))
         try:
-            completion = self._memory.begin_store(buf, parts)
+            completion = self._memory.begin_store(buf, parts, self._copier)
         except BaseException:
             self._pool.put(buf, sum(sizes))
             raise
@@ -60,7 +63,7 @@ class HostTier(LedgerTier):
 
     def _begin_load(self, key: UnitKey, into: Sequence[Any] | None) -> Completion:
         buf, sizes = self._entries[key]
-        return self._memory.begin_load(buf, sizes, into)
+        return self._memory.begin_load(buf, sizes, into, self._copier)
 
     def _drop(self, key: UnitKey) -> None:
         buf, sizes = self._entries.pop(key)

@@ -16,7 +16,7 @@ store (``TierStore.store(..., value=...)``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 
@@ -74,10 +74,15 @@ class EntryLedger:
         free = self.budget_bytes - self.used_bytes
         if free >= needed:
             return []
-        candidates = [e for e in self._entries.values() if e.committed and e.pins == 0]
-        if self.ranking is not None:
+        candidates: Iterable[EntryInfo]
+        if self.ranking is None:  # use order: stop at the first entries that make room
+            candidates = (e for e in self._entries.values() if e.committed and e.pins == 0)
+        else:  # O(n log n) per eviction: fine for thousands of entries, not millions
             rank = self.ranking
-            candidates.sort(key=lambda e: (rank(e), e.last_used))
+            candidates = sorted(
+                (e for e in self._entries.values() if e.committed and e.pins == 0),
+                key=lambda e: (rank(e), e.last_used),
+            )
         victims: list[Hashable] = []
         for entry in candidates:
             victims.append(entry.key)

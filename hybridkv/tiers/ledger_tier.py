@@ -29,7 +29,7 @@ from hybridkv.tiers.base import (
     TierStore,
     UnitKey,
 )
-from hybridkv.tiers.copier import Copier
+from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.ledger import EntryLedger, Ranking
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
@@ -50,7 +50,7 @@ class LedgerTier(TierStore):
         self.fingerprint = fingerprint
         self.stats = TierStats()
         self._ledger = EntryLedger(budget_bytes, ranking)
-        self._copier = copier
+        self._copier = BatchCopier(copier)
         self._lock = threading.RLock()
         self._in_flight: set[Transfer] = set()
         self._pins: Counter[Hashable] = Counter()  # pin() calls not undone yet
@@ -99,48 +99,94 @@ class LedgerTier(TierStore):
             return list(self._ledger.committed_keys())  # type: ignore[arg-type]
 
     def store(self, key: UnitKey, parts: Parts, value: float | None = None) -> Transfer:
-        self._check_open()
-        nbytes, sizes = self._measure(key, parts)
-        with self._lock:
-            if key in self._ledger:
-                if self._ledger.is_committed(key):
-                    self._ledger.touch(key)
-                return self._started(Transfer(key, "store", Completed()))
-            victims = self._ledger.reserve(key, nbytes, value)
-            if victims is None:
-                self.stats.store_skips += 1
-                why = (
-                    f"larger than the tier's budget of {self.budget_bytes} bytes"
-                    if nbytes > self.budget_bytes
-                    else f"{self.used_bytes} of {self.budget_bytes} bytes used, the rest pinned"
-                )
-                error = TierFullError(f"{self.medium} tier: no room for {nbytes} bytes ({why})")
-                self._warn_once("full", f"{error}; store skipped (further skips are counted)")
-                return self._started(Transfer(key, "store", Completed(None, error)))
-            for victim in victims:
-                self._drop(victim)  # type: ignore[arg-type]
-            self.stats.evictions += len(victims)
-            try:
-                completion = self._begin_store(key, parts, sizes)
-            except BaseException:
-                self._ledger.remove(key)  # the hook left no storage behind
-                raise
-            return self._started(Transfer(key, "store", completion, self._settle_store))
+        return self.store_many([(key, parts, value)])[0]
 
     def load(self, key: UnitKey, into: Sequence[Any] | None = None) -> Transfer | None:
+        return self.load_many([(key, into)])[0]
+
+    def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
+        """``store`` of each item, the copies run as one job (``BatchCopier``)."""
+        self._check_open()
+        measured = [(key, parts, value, *self._measure(key, parts)) for key, parts, value in items]
+        with self._lock:
+            out: list[Transfer] = []
+            reserved: list[UnitKey] = []
+            try:
+                with self._copier.collect():
+                    for item in measured:
+                        out.append(self._store_one(*item, reserved))
+            except BaseException:  # nothing of the batch ran: undo its reservations
+                for key in reserved:
+                    self._ledger.remove(key)
+                    self._drop(key)
+                raise
+            return [self._started(t) for t in out]
+
+    def load_many(
+        self, items: Sequence[tuple[UnitKey, Sequence[Any] | None]]
+    ) -> list[Transfer | None]:
+        """``load`` of each ``(key, into)``, the copies run as one job."""
         self._check_open()
         with self._lock:
-            if not self._ledger.is_committed(key):
-                self.stats.misses += 1
-                return None
-            self._ledger.pin(key)
+            out: list[Transfer | None] = []
             try:
-                completion = self._begin_load(key, into)
-            except BaseException:
-                self._ledger.unpin(key)
+                with self._copier.collect():
+                    for key, into in items:
+                        out.append(self._load_one(key, into))
+            except BaseException:  # nothing of the batch ran: undo its pins
+                for t in out:
+                    if t is not None:
+                        self._ledger.unpin(t.key)
                 raise
-            self._ledger.touch(key)
-            return self._started(Transfer(key, "load", completion, self._settle_load))
+            return [None if t is None else self._started(t) for t in out]
+
+    def _store_one(
+        self,
+        key: UnitKey,
+        parts: Parts,
+        value: float | None,
+        nbytes: int,
+        sizes: tuple[int, ...],
+        reserved: list[UnitKey],
+    ) -> Transfer:
+        if key in self._ledger:
+            if self._ledger.is_committed(key):
+                self._ledger.touch(key)
+            return Transfer(key, "store", Completed())
+        victims = self._ledger.reserve(key, nbytes, value)
+        if victims is None:
+            self.stats.store_skips += 1
+            why = (
+                f"larger than the tier's budget of {self.budget_bytes} bytes"
+                if nbytes > self.budget_bytes
+                else f"{self.used_bytes} of {self.budget_bytes} bytes used, the rest pinned"
+            )
+            error = TierFullError(f"{self.medium} tier: no room for {nbytes} bytes ({why})")
+            self._warn_once("full", f"{error}; store skipped (further skips are counted)")
+            return Transfer(key, "store", Completed(None, error))
+        for victim in victims:
+            self._drop(victim)  # type: ignore[arg-type]
+        self.stats.evictions += len(victims)
+        try:
+            completion = self._begin_store(key, parts, sizes)
+        except BaseException:
+            self._ledger.remove(key)  # the hook left no storage behind
+            raise
+        reserved.append(key)
+        return Transfer(key, "store", completion, self._settle_store)
+
+    def _load_one(self, key: UnitKey, into: Sequence[Any] | None) -> Transfer | None:
+        if not self._ledger.is_committed(key):
+            self.stats.misses += 1
+            return None
+        self._ledger.pin(key)
+        try:
+            completion = self._begin_load(key, into)
+        except BaseException:
+            self._ledger.unpin(key)
+            raise
+        self._ledger.touch(key)
+        return Transfer(key, "load", completion, self._settle_load)
 
     def pin(self, key: UnitKey) -> None:
         with self._lock:
@@ -240,9 +286,10 @@ class LedgerTier(TierStore):
                 self._warn_once("corrupt", f"{self.medium} tier: {transfer.error}")
 
     def _started(self, transfer: Transfer) -> Transfer:
-        """Track ``transfer`` until it settles; one that finished inline settles now
-        (only this thread knows it yet, so settling under the lock is safe)."""
-        if isinstance(transfer.completion, Completed):
+        """Track ``transfer`` until it settles. One that no other thread completes
+        (inline, a CUDA event) settles now if it is done: only this thread knows it
+        yet, so settling under the lock is safe."""
+        if not transfer.completion.threaded:
             transfer.done()
         if not transfer.settled:
             self._in_flight.add(transfer)

@@ -15,6 +15,7 @@ a copy stream on CUDA).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -69,7 +70,8 @@ class BufferPool:
 class HostMemory(Protocol):
     """How a ``HostTier`` allocates and copies (module docstring)."""
 
-    copier: Copier
+    def make_copier(self) -> Copier:
+        """The copier a tier uses with this memory when given none."""
 
     def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
         """Each part's size in bytes (``ValueError`` naming a part it cannot store)."""
@@ -77,11 +79,11 @@ class HostMemory(Protocol):
     def allocate(self, nbytes: int) -> Any:
         """A new buffer of ``nbytes``."""
 
-    def begin_store(self, buf: Any, parts: Sequence[Any]) -> Completion:
+    def begin_store(self, buf: Any, parts: Sequence[Any], copier: Copier) -> Completion:
         """Copy ``parts`` back to back into ``buf``."""
 
     def begin_load(
-        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None
+        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None, copier: Copier
     ) -> Completion:
         """Copy ``buf``'s parts out: into ``into`` (checked), or into new objects."""
 
@@ -99,11 +101,32 @@ def byte_view(part: Any, name: str) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+def _address(obj: Any) -> int:
+    if isinstance(obj, bytes):  # immutable: its buffer is the object's own storage
+        return ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value or 0
+    return ctypes.addressof(ctypes.c_char.from_buffer(obj))
+
+
+def copy_bytes(dst: Any, dst_off: int, src: Any, src_off: int, n: int) -> None:
+    """Copy ``n`` bytes; a memcpy with the GIL released (ctypes drops it around
+    the call) so the copy thread and the caller's thread run at once. A
+    read-only source other than ``bytes`` (a read-only memoryview) is copied
+    under the GIL."""
+    if not n:
+        return
+    if memoryview(src).readonly and not isinstance(src, bytes):
+        memoryview(dst).cast("B")[dst_off : dst_off + n] = memoryview(src).cast("B")[
+            src_off : src_off + n
+        ]
+        return
+    ctypes.memmove(_address(dst) + dst_off, _address(src) + src_off, n)
+
+
 class BytesMemory:
     """Bytes-like parts in ``bytearray``s, copied on one copy thread."""
 
-    def __init__(self, copier: Copier | None = None) -> None:
-        self.copier: Copier = copier if copier is not None else ThreadCopier("hybridkv-host-copy")
+    def make_copier(self) -> Copier:
+        return ThreadCopier("hybridkv-host-copy")
 
     def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
         return tuple(byte_view(p, f"part {i}").nbytes for i, p in enumerate(parts))
@@ -111,20 +134,19 @@ class BytesMemory:
     def allocate(self, nbytes: int) -> bytearray:
         return bytearray(nbytes)
 
-    def begin_store(self, buf: Any, parts: Sequence[Any]) -> Completion:
-        views = [byte_view(p, f"part {i}") for i, p in enumerate(parts)]
+    def begin_store(self, buf: Any, parts: Sequence[Any], copier: Copier) -> Completion:
+        sized = [(p, byte_view(p, f"part {i}").nbytes) for i, p in enumerate(parts)]
 
         def copy_in() -> None:
-            dst = memoryview(buf)
             off = 0
-            for view in views:
-                dst[off : off + view.nbytes] = view
-                off += view.nbytes
+            for part, n in sized:
+                copy_bytes(buf, off, part, 0, n)
+                off += n
 
-        return self.copier.submit(copy_in)
+        return copier.submit(copy_in)
 
     def begin_load(
-        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None
+        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None, copier: Copier
     ) -> Completion:
         if into is not None:
             targets = [byte_view(t, f"into[{i}]") for i, t in enumerate(into)]
@@ -139,8 +161,8 @@ class BytesMemory:
             offs = [sum(sizes[:i]) for i in range(len(sizes))]
             if into is None:
                 return tuple(bytes(src[o : o + n]) for o, n in zip(offs, sizes, strict=True))
-            for target, o, n in zip(targets, offs, sizes, strict=True):
-                target[:] = src[o : o + n]
+            for target, o, n in zip(into, offs, sizes, strict=True):
+                copy_bytes(target, 0, buf, o, n)
             return tuple(into)
 
-        return self.copier.submit(copy_out)
+        return copier.submit(copy_out)

@@ -30,6 +30,7 @@ class EventCompletion:
     """Copies queued on a CUDA stream, done when ``event`` has passed."""
 
     __slots__ = ("event", "keep", "result")
+    threaded = False
 
     def __init__(self, event: torch.cuda.Event, result: Any, keep: Any) -> None:
         self.event = event
@@ -61,14 +62,15 @@ def _flat_bytes(t: torch.Tensor, name: str) -> torch.Tensor:
 class TorchHostMemory:
     """Tensors in host buffers; pinned memory and a copy stream on CUDA (module docstring)."""
 
-    def __init__(self, device: torch.device | str = "cpu", copier: Copier | None = None) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         if self.cuda:
             self.stream = torch.cuda.Stream(self.device)
-            self.copier: Copier = InlineCopier()  # nothing runs on it: the stream copies
-        else:
-            self.copier = copier if copier is not None else ThreadCopier("hybridkv-host-copy")
+
+    def make_copier(self) -> Copier:
+        # On CUDA nothing runs on the copier: the copy stream does the copies.
+        return InlineCopier() if self.cuda else ThreadCopier("hybridkv-host-copy")
 
     def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
         return tuple(_flat_bytes(p, f"part {i}").numel() for i, p in enumerate(parts))
@@ -87,7 +89,7 @@ class TorchHostMemory:
             event.record(self.stream)
         return EventCompletion(event, result, keep)
 
-    def begin_store(self, buf: torch.Tensor, parts: Sequence[Any]) -> Completion:
+    def begin_store(self, buf: torch.Tensor, parts: Sequence[Any], copier: Copier) -> Completion:
         pairs, off = [], 0
         for i, part in enumerate(parts):
             src = _flat_bytes(part, f"part {i}")
@@ -100,15 +102,15 @@ class TorchHostMemory:
             for dst, src in pairs:
                 dst.copy_(src)
 
-        return self.copier.submit(copy_in)
+        return copier.submit(copy_in)
 
     def begin_load(
-        self, buf: torch.Tensor, sizes: tuple[int, ...], into: Sequence[Any] | None
+        self, buf: torch.Tensor, sizes: tuple[int, ...], into: Sequence[Any] | None, copier: Copier
     ) -> Completion:
         offs = [sum(sizes[:i]) for i in range(len(sizes))]
         if into is None:
             views = [buf[o : o + n] for o, n in zip(offs, sizes, strict=True)]
-            return self.copier.submit(lambda: tuple(v.clone() for v in views))
+            return copier.submit(lambda: tuple(v.clone() for v in views))
         targets = [_flat_bytes(t, f"into[{i}]") for i, t in enumerate(into)]
         got = tuple(t.numel() for t in targets)
         if got != sizes:
@@ -122,4 +124,4 @@ class TorchHostMemory:
                 dst.copy_(src)
             return tuple(into or ())
 
-        return self.copier.submit(copy_out)
+        return copier.submit(copy_out)

@@ -18,7 +18,10 @@ from typing import Any, Protocol
 
 
 class Completion(Protocol):
-    """What a transfer waits on."""
+    """What a transfer waits on. ``threaded``: it completes on another thread and
+    calls back (``add_done_callback``); else whoever looks at it settles it."""
+
+    threaded: bool
 
     def done(self) -> bool: ...
 
@@ -33,6 +36,7 @@ class Completed:
     """A completion that is already done (a skipped store, an inline copy)."""
 
     __slots__ = ("_error", "_result")
+    threaded = False
 
     def __init__(self, result: Any = None, error: BaseException | None = None) -> None:
         self._result = result
@@ -52,9 +56,13 @@ class FutureCompletion:
     """A job on a copy thread (``concurrent.futures.Future``)."""
 
     __slots__ = ("future",)
+    threaded = True
 
     def __init__(self, future: Future[Any]) -> None:
         self.future = future
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        self.future.add_done_callback(lambda _f: fn())
 
     def done(self) -> bool:
         return self.future.done()
@@ -90,8 +98,8 @@ class Transfer:
         self._on_settle = on_settle
         self._settled = False
         self._lock = threading.Lock()
-        if isinstance(completion, FutureCompletion):
-            completion.future.add_done_callback(lambda _f: self._settle())
+        if completion.threaded:
+            completion.add_done_callback(self._settle)  # type: ignore[attr-defined]
 
     @property
     def settled(self) -> bool:

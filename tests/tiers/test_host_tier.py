@@ -12,13 +12,13 @@ import pytest
 from tier_factories import GateCopier, fingerprint, key
 
 from hybridkv.tiers import HostTier, TierFullError, value_per_byte
-from hybridkv.tiers.copier import InlineCopier
+from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.memory import BytesMemory
 from hybridkv.tiers.transfer import Completion
 
 
 def inline_tier(budget: int, **kw: object) -> HostTier:
-    return HostTier(fingerprint(), budget, BytesMemory(InlineCopier()), **kw)  # type: ignore[arg-type]
+    return HostTier(fingerprint(), budget, copier=InlineCopier(), **kw)  # type: ignore[arg-type]
 
 
 def test_store_then_load_on_the_copy_thread() -> None:
@@ -44,7 +44,7 @@ def test_store_then_load_on_the_copy_thread() -> None:
 
 def test_an_entry_in_flight_is_not_served_nor_evicted() -> None:
     gate = GateCopier()
-    tier = HostTier(fingerprint(), 100, BytesMemory(gate))
+    tier = HostTier(fingerprint(), 100, copier=gate)
     pending = tier.store(key(1), [bytes(60)])
     assert not pending.done() and not tier.contains(key(1)) and tier.load(key(1)) is None
     # The budget counts the reservation: 60 + 60 > 100 and the first cannot be evicted.
@@ -101,11 +101,11 @@ def test_a_failed_copy_keeps_nothing_and_warns_once(caplog: pytest.LogCaptureFix
     class LostDevice(BytesMemory):
         """Copies that fail (the device went away mid-copy)."""
 
-        def begin_store(self, buf: Any, parts: Sequence[Any]) -> Completion:
+        def begin_store(self, buf: Any, parts: Sequence[Any], copier: Copier) -> Completion:
             def fail() -> None:
                 raise OSError("device lost")
 
-            return self.copier.submit(fail)
+            return copier.submit(fail)
 
     tier = HostTier(fingerprint(), 100, LostDevice())
     with caplog.at_level(logging.WARNING, "hybridkv.tiers"):
@@ -155,3 +155,22 @@ def test_the_tier_package_imports_no_torch() -> None:
     code = "import sys, hybridkv.tiers, hybridkv.tiers.disk; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_batch_runs_as_one_job_and_each_entry_settles_alone() -> None:
+    gate = GateCopier()
+    tier = HostTier(fingerprint(), 100, copier=gate)
+    stores = tier.store_many([(key(i), [bytes([i]) * 10], None) for i in range(3)])
+    assert len(gate.jobs) == 1 and not any(t.done() for t in stores)
+    gate.run()
+    assert all(t.wait() for t in stores) and len(tier.keys()) == 3
+    into = [bytearray(10), bytearray(9)]  # the second is the wrong size: refused up front
+    with pytest.raises(ValueError, match="into has parts of"):
+        tier.load_many([(key(0), [into[0]]), (key(1), [into[1]])])
+    tier.check_integrity()  # the refused batch left no pin behind
+    loads = tier.load_many([(key(0), [into[0]]), (key(7), None), (key(2), None)])
+    assert loads[1] is None and len(gate.jobs) == 1
+    gate.run()
+    assert loads[0] is not None and loads[0].wait() and into[0] == bytes([0]) * 10
+    assert loads[2] is not None and loads[2].wait() and loads[2].result == (bytes([2]) * 10,)
+    tier.check_integrity()

@@ -29,7 +29,6 @@ from hybridkv.tiers import CorruptEntryError, HostTier, TierFullError, Transfer,
 from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.disk_dir import entry_name
 from hybridkv.tiers.ledger import value_per_byte
-from hybridkv.tiers.memory import BytesMemory
 
 SALTS = (None, "tenant-a", "tenant-b")
 PROMPTS = 4  # per salt; each gives 2 block keys (a chain) in 2 groups
@@ -99,6 +98,22 @@ class TierMachine(RuleBasedStateMachine):
         else:
             self.stores.append(transfer)
 
+    @rule(ks=st.lists(keys, min_size=1, max_size=4, unique=True))
+    def store_a_batch(self, ks: list[UnitKey]) -> None:
+        transfers = self.tier.store_many([(k, [CONTENT[k]], None) for k in ks])
+        for transfer in transfers:
+            if transfer.done():
+                assert transfer.error is None or isinstance(transfer.error, TierFullError)
+            else:
+                self.stores.append(transfer)
+
+    @rule(ks=st.lists(keys, min_size=1, max_size=4, unique=True))
+    def load_a_batch(self, ks: list[UnitKey]) -> None:
+        held = [self.tier.contains(k) for k in ks]
+        transfers = self.tier.load_many([(k, None) for k in ks])
+        assert [t is not None for t in transfers] == held
+        self.loads += [(t, t.key in self.corrupt) for t in transfers if t is not None]
+
     @rule(n=st.integers(1, 4))
     def copies_land(self, n: int) -> None:
         self.gate.run(n)
@@ -158,7 +173,7 @@ class HostTierMachine(TierMachine):
 
     def _open(self) -> HostTier:
         ranking = value_per_byte if id(self) % 2 else None
-        return HostTier(fingerprint(), self.budget, BytesMemory(self.gate), ranking=ranking)
+        return HostTier(fingerprint(), self.budget, copier=self.gate, ranking=ranking)
 
 
 class DiskTierMachine(TierMachine):

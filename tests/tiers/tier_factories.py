@@ -43,6 +43,8 @@ def key(i: int, group: int = 0) -> UnitKey:
 class GateCopier:
     """A copier that holds every job until ``run`` (transfers stay in flight meanwhile)."""
 
+    threaded = True
+
     def __init__(self) -> None:
         self.jobs: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
 
