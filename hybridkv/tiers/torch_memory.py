@@ -11,12 +11,14 @@ back (each part contiguous; its bytes viewed as uint8, so any dtype).
   wait on ``transfer.completion.event`` before reading a load's destination
   (or call ``transfer.wait()``, which synchronizes the event). The source
   tensors of a store are kept alive until its event has passed.
-- On the CPU: plain host buffers, copies with ``Tensor.copy_`` on the tier's
-  copy thread.
+- On the CPU: plain host buffers, copies on the tier's copy thread (a memcpy
+  with the GIL released between host tensors; ``Tensor.copy_`` for a part on
+  another device).
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +51,17 @@ class EventCompletion:
 
     def outcome(self) -> tuple[Any, BaseException | None]:
         return self.result, None
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Host-side copy of uint8 views: a memcpy with the GIL released (ctypes) when
+    both are in host memory (``Tensor.copy_`` costs several us per call and
+    starts OpenMP threads that the copy thread then competes with)."""
+    if dst.device.type == "cpu" and src.device.type == "cpu":
+        if dst.numel():
+            ctypes.memmove(dst.data_ptr(), src.data_ptr(), dst.numel())
+    else:
+        dst.copy_(src)
 
 
 def _flat_bytes(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -100,7 +113,7 @@ class TorchHostMemory:
 
         def copy_in() -> None:
             for dst, src in pairs:
-                dst.copy_(src)
+                _copy(dst, src)
 
         return copier.submit(copy_in)
 
@@ -121,7 +134,7 @@ class TorchHostMemory:
 
         def copy_out() -> tuple[Any, ...]:
             for dst, src in pairs:
-                dst.copy_(src)
+                _copy(dst, src)
             return tuple(into or ())
 
         return copier.submit(copy_out)
