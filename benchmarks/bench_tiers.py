@@ -42,6 +42,7 @@ from machine_info import cpu_features, machine
 
 from hybridkv.report.units import parse_memory
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, UnitKey
+from hybridkv.tiers.ledger_tier import LedgerTier
 from hybridkv.tiers.memory import BytesMemory, HostMemory
 from hybridkv.tiers.torch_memory import TorchHostMemory
 from hybridkv.units import format_bytes
@@ -99,14 +100,16 @@ def batches(n: int, batch: int) -> list[range]:
     return [range(b, min(n, b + batch)) for b in range(0, n, batch)]
 
 
-def host_rates(
-    memory: HostMemory, src: list[Any], dst: list[Any], size: int, repeats: int, batch: int
+def tier_rates(
+    tier: LedgerTier, src: list[Any], dst: list[Any] | None, repeats: int, batch: int, keep: bool
 ) -> tuple[float, float, float]:
-    """(first store, steady store, load) GB/s of a ``HostTier`` on ``memory``,
-    ``batch`` entries per ``store_many`` / ``load_many``."""
+    """(first store, steady store, load) GB/s of ``tier``, ``batch`` entries per
+    ``store_many`` / ``load_many``; ``keep``: evict the previous round's entries
+    after each round (a tier sized for more than one round)."""
     n = len(src)
-    tier = HostTier(FINGERPRINT, n * size, memory)
-    nbytes = n * size
+    nbytes = sum(
+        memoryview(s).nbytes if not isinstance(s, torch.Tensor) else s.numel() for s in src
+    )
     counter = [0]
 
     def store_round() -> None:
@@ -116,6 +119,8 @@ def host_rates(
         for ids in batches(n, batch):
             transfers += tier.store_many([(key(base + i), [src[i]], None) for i in ids])
         assert all(t.wait() for t in transfers), "a benchmark store failed"
+        for i in range(n if keep and base else 0):
+            tier.evict(key(base - n + i))
 
     first = best_rate(store_round, nbytes, 1)
     steady = best_rate(store_round, nbytes, repeats)
@@ -124,13 +129,23 @@ def host_rates(
     def load_round() -> None:
         transfers = []
         for ids in batches(n, batch):
-            transfers += tier.load_many([(held[i], [dst[i]]) for i in ids])
+            transfers += tier.load_many([(held[i], None if dst is None else [dst[i]]) for i in ids])
         assert all(t is not None and t.wait() for t in transfers), "a benchmark load failed"
 
     load = best_rate(load_round, nbytes, repeats)
     tier.check_integrity()
     tier.close()
     return first, steady, load
+
+
+def host_rates(
+    memory: HostMemory, src: list[Any], dst: list[Any], size: int, repeats: int, batch: int
+) -> tuple[float, float, float]:
+    """(first store, steady store, load) GB/s of a full ``HostTier`` on ``memory``
+    (each store evicts an entry and reuses its buffer)."""
+    return tier_rates(
+        HostTier(FINGERPRINT, len(src) * size, memory), src, dst, repeats, batch, False
+    )
 
 
 def overhead_us(
@@ -149,32 +164,8 @@ def disk_rates(
     folder: Path, src: list[bytearray], size: int, repeats: int, batch: int
 ) -> tuple[float, float]:
     """(write, read) GB/s of a ``DiskTier`` in ``folder``."""
-    n = len(src)
-    tier = DiskTier(FINGERPRINT, folder, 2 * n * (size + 4096))
-    counter = [0]
-
-    def write_round() -> None:
-        base = counter[0]
-        counter[0] += n
-        transfers = []
-        for ids in batches(n, batch):
-            transfers += tier.store_many([(key(base + i), [src[i]], None) for i in ids])
-        assert all(t.wait() for t in transfers), "a benchmark write failed"
-        for i in range(n if base else 0):  # keep the folder at n entries
-            tier.evict(key(base - n + i))
-
-    write = best_rate(write_round, n * size, repeats)
-    held = [key(counter[0] - n + i) for i in range(n)]
-
-    def read_round() -> None:
-        transfers = []
-        for ids in batches(n, batch):
-            transfers += tier.load_many([(held[i], None) for i in ids])
-        assert all(t is not None and t.wait() for t in transfers), "a benchmark read failed"
-
-    read = best_rate(read_round, n * size, repeats)
-    tier.check_integrity()
-    tier.close()
+    tier = DiskTier(FINGERPRINT, folder, 2 * len(src) * (size + 4096))
+    _, write, read = tier_rates(tier, src, None, repeats, batch, True)
     return write, read
 
 
