@@ -68,10 +68,12 @@ class FutureCompletion:
         return self.future.done()
 
     def wait(self, timeout: float | None) -> None:
-        from concurrent.futures import wait
-
-        if not wait([self.future], timeout).done:
-            raise TimeoutError(f"transfer not done after {timeout} s")
+        if self.future.done():
+            return
+        try:
+            self.future.exception(timeout)  # waits; the job's own error is outcome()'s
+        except TimeoutError:
+            raise TimeoutError(f"transfer not done after {timeout} s") from None
 
     def outcome(self) -> tuple[Any, BaseException | None]:
         error = self.future.exception()
@@ -117,8 +119,9 @@ class Transfer:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done (``TimeoutError`` after ``timeout`` s); True on success."""
-        self.completion.wait(timeout)
-        self._settle()
+        if not self._settled:
+            self.completion.wait(timeout)
+            self._settle()
         return self.error is None
 
     def _settle(self) -> None:
