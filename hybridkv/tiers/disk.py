@@ -2,7 +2,7 @@
 
 Each entry is one file (``entry_file.py``: header with the model fingerprint,
 group and block hash, part sizes, an xxh3-128 checksum of every byte),
-written atomically by one I/O thread, under
+written atomically by one I/O thread (the folder fsynced once per batch), under
 ``<directory>/<fingerprint hex[:32]>/`` (``disk_dir.py``: folders 0700,
 files 0600, one process per folder). ``used_bytes`` counts whole files.
 
@@ -116,8 +116,19 @@ class DiskTier(LedgerTier):
     def _begin_store(self, key: UnitKey, parts: Parts, sizes: tuple[int, ...]) -> Completion:
         views = [byte_view(p, f"part {i}") for i, p in enumerate(parts)]
         return self._copier.submit(
-            entry_file.write_entry, self._path(key), self._digest, key, views
+            entry_file.write_entry, self._path(key), self._digest, key, views, False
         )
+
+    def _end_store_batch(self) -> None:
+        self._copier.submit(self._sync_folder)
+
+    def _sync_folder(self) -> None:
+        """Make the batch's renames durable (a failure loses durability, not entries)."""
+        try:
+            entry_file.fsync_dir(self.folder)
+        except OSError as e:
+            with self._lock:
+                self._warn_once("fsync", f"DISK tier: fsync of {self.folder} failed: {e}")
 
     def _begin_load(self, key: UnitKey, into: Sequence[Any] | None) -> Completion:
         path, digest = self._path(key), self._digest

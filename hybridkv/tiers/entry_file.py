@@ -22,7 +22,7 @@ is checked on a restart, the checksum on every load.
 
 Writing: a temporary file in the same folder (``.NAME.PID.N.tmp``, mode 0600,
 ``O_EXCL``), every byte written, ``fsync``, then ``os.replace`` onto the final
-name and ``fsync`` of the folder. A writer killed midway leaves only a
+name and ``fsync`` of the folder (once per batch of entries). A writer killed midway leaves only a
 temporary file (never a final name with missing bytes); ``DiskTier`` removes
 those when it starts.
 """
@@ -85,9 +85,12 @@ def write_all(fd: int, data: memoryview | bytes) -> None:
         view = view[n:]
 
 
-def write_entry(path: Path, digest: bytes, key: UnitKey, parts: Sequence[memoryview]) -> None:
+def write_entry(
+    path: Path, digest: bytes, key: UnitKey, parts: Sequence[memoryview], sync_folder: bool = True
+) -> None:
     """Write ``parts`` as ``path``, atomically (module docstring). ``ENOSPC`` /
-    ``EDQUOT`` become ``TierFullError``; nothing is left behind on any error."""
+    ``EDQUOT`` become ``TierFullError``; nothing is left behind on any error.
+    ``sync_folder=False``: the caller fsyncs the folder once after a batch."""
     sizes = [p.nbytes for p in parts]
     blank = _header(digest, key, sizes, bytes(16))
     header = _header(digest, key, sizes, _checksum(blank, parts))
@@ -110,7 +113,8 @@ def write_entry(path: Path, digest: bytes, key: UnitKey, parts: Sequence[memoryv
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync_folder:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(folder: Path) -> None:

@@ -72,6 +72,10 @@ class LedgerTier(TierStore):
     def _begin_load(self, key: UnitKey, into: Sequence[Any] | None) -> Completion:
         """Start copying ``key``'s parts out; the completion's result is the parts."""
 
+    def _end_store_batch(self) -> None:
+        """After a batch's stores started (inside it): submit a job that runs after
+        them and before any of them settles (``DiskTier``: fsync the folder once)."""
+
     @abstractmethod
     def _drop(self, key: UnitKey) -> None:
         """Free ``key``'s storage (under the lock; the ledger entry is gone)."""
@@ -115,6 +119,8 @@ class LedgerTier(TierStore):
                 with self._copier.collect():
                     for item in measured:
                         out.append(self._store_one(*item, reserved))
+                    if reserved:
+                        self._end_store_batch()
             except BaseException:  # nothing of the batch ran: undo its reservations
                 for key in reserved:
                     self._ledger.remove(key)
