@@ -3,7 +3,10 @@
 The token ids, computed count and block hashes live in the manager-facing
 ``hybridkv.Request`` (``.core``); this adds what the scheduler and the sampler
 need. ``num_cached_tokens`` is the prefix hit at first admission (a resumed
-request's re-admission hits do not change it). It imports torch only for a
+request's re-admission hits do not change it). ``cache_salt`` goes to the
+``Request``: the request only hits blocks cached under the same salt.
+``logprobs`` (when the params ask for them) gets one entry per output token,
+recorded by the engine before the token is appended. It imports torch only for a
 seeded request's generator, so that ``hybridkv simulate`` (the scheduler on
 these requests, no model) runs on the core install.
 """
@@ -14,7 +17,7 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
-from hybridkv.engine.outputs import RequestMetrics
+from hybridkv.engine.outputs import Logprob, RequestMetrics
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.request import Request
 
@@ -48,8 +51,9 @@ class EngineRequest:
         eos_token_ids: frozenset[int] = frozenset(),
         arrival_time: float | None = None,
         max_model_len: int | None = None,
+        cache_salt: str | None = None,
     ) -> None:
-        self.core = Request(request_id, prompt_token_ids)
+        self.core = Request(request_id, prompt_token_ids, cache_salt=cache_salt)
         self.request_id = request_id
         self.prompt = prompt
         self.params = params
@@ -65,6 +69,10 @@ class EngineRequest:
         self.num_full_match_tokens: int | None = None
         self.max_model_len = max_model_len
         self.metrics = RequestMetrics(arrival_time or time.monotonic())
+        self.logprobs: list[dict[int, Logprob]] | None = None
+        self.cumulative_logprob: float | None = None
+        if params.logprobs is not None:
+            self.logprobs, self.cumulative_logprob = [], 0.0
         self.generator: torch.Generator | None = None
         if params.seed is not None:
             import torch  # here: only a seeded request needs torch (the simulator never seeds)
@@ -82,6 +90,12 @@ class EngineRequest:
     @property
     def num_output_tokens(self) -> int:
         return self.core.num_tokens - self.core.num_prompt_tokens
+
+    def record_logprobs(self, entry: dict[int, Logprob], token: int) -> None:
+        """Record the log-probabilities of the token about to be appended."""
+        assert self.logprobs is not None and self.cumulative_logprob is not None
+        self.logprobs.append(entry)
+        self.cumulative_logprob += entry[token].logprob
 
     def append_token(self, token: int, now: float) -> None:
         """Record a sampled token and finish the request if it stops here."""

@@ -61,9 +61,15 @@ from hybridkv.engine.engine_setup import (
     resolve_kernel_backend,
 )
 from hybridkv.engine.graphs import StepGraphs, unsupported_reason
-from hybridkv.engine.inputs import PromptType, prompt_ids, sampling_list
+from hybridkv.engine.inputs import (
+    Prompt,
+    PromptType,
+    engine_requests,
+    prompt_ids,
+    sampling_list,
+)
 from hybridkv.engine.model_source import resolve_model_dir
-from hybridkv.engine.outputs import CompletionOutput, RequestOutput
+from hybridkv.engine.outputs import RequestOutput, request_output
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
@@ -272,30 +278,25 @@ class LLM:
         self.close()
 
     # -- requests ----------------------------------------------------------------
-    def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
+    def _prompt(self, prompt: PromptType, k: int) -> Prompt:
         return prompt_ids(
             prompt, k, self.tokenizer, self.text_config.vocab_size, self.max_model_len
         )
 
     def _make_requests(
         self,
-        prompts: Sequence[tuple[list[int], str | None]],
+        prompts: Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None,
-    ) -> list[EngineRequest]:
-        params = sampling_list(sampling_params, len(prompts))
-        now = time.monotonic()
-        return [
-            EngineRequest(
-                str(next(self._ids)),
-                ids,
-                p,
-                prompt=text,
-                eos_token_ids=self.eos_token_ids,
-                arrival_time=now,
-                max_model_len=self.max_model_len,
-            )
-            for (ids, text), p in zip(prompts, params, strict=True)
-        ]
+    ) -> list[list[EngineRequest]]:
+        params = sampling_list(sampling_params, len(prompts), self.text_config.vocab_size)
+        return engine_requests(
+            prompts,
+            params,
+            self._ids,
+            eos_token_ids=self.eos_token_ids,
+            arrival_time=time.monotonic(),
+            max_model_len=self.max_model_len,
+        )
 
     def generate(
         self,
@@ -304,12 +305,15 @@ class LLM:
         *,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Complete every prompt; outputs in prompt order."""
+        """Complete every prompt; outputs in prompt order, each with ``n`` samples.
+
+        A prompt is text or a dict (``inputs.py``: ``prompt`` / ``prompt_token_ids``,
+        and ``cache_salt`` as in vLLM)."""
         if isinstance(prompts, str | Mapping):
             prompts = [prompts]
         if not isinstance(prompts, Sequence) or len(prompts) == 0:
             raise ValueError("prompts must be a non-empty str, dict or list of them")
-        encoded = [self._prompt_ids(p, k) for k, p in enumerate(prompts)]
+        encoded = [self._prompt(p, k) for k, p in enumerate(prompts)]
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
     def chat(
@@ -333,15 +337,15 @@ class LLM:
             if not isinstance(conv, Sequence) or len(conv) == 0:
                 raise ValueError(f"conversation {k} must be a non-empty list of messages")
             ids = encode_chat(self.tokenizer, conv, chat_template)  # type: ignore[arg-type]
-            encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
+            encoded.append(self._prompt({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
-    def make_request(
+    def make_requests(
         self, prompt: PromptType, sampling_params: SamplingParams | None = None
-    ) -> EngineRequest:
-        """One checked request, not queued (for a serving loop; ``ValueError`` on bad input)."""
-        encoded = [self._prompt_ids(prompt, 0)]
-        return self._make_requests(encoded, sampling_params)[0]
+    ) -> list[EngineRequest]:
+        """The checked engine requests of one prompt (its ``n`` samples, in order), not
+        queued (for a serving loop; ``ValueError`` on bad input)."""
+        return self._make_requests([self._prompt(prompt, 0)], sampling_params)[0]
 
     # -- the engine loop -----------------------------------------------------------
     def step(self) -> SchedulerOutput:
@@ -368,14 +372,20 @@ class LLM:
                 s.request.metrics.first_scheduled_time = now
         logits = self.runner.execute(out.scheduled)
         samplers = [s.request for s in out.scheduled if s.samples]
-        tokens = sample(logits, samplers, self.kernel_backend.greedy) if samplers else []
-        sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
+        sampled = {}
+        if samplers:
+            draws = sample(logits, samplers, self.kernel_backend.greedy)
+            for req, token, lp in zip(samplers, draws.tokens, draws.logprobs, strict=True):
+                sampled[req.request_id] = token
+                if lp is not None:
+                    req.record_logprobs(lp, token)
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1
         self.publish_kv_events()
         return out
 
-    def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:
+    def _run(self, groups: list[list[EngineRequest]], use_tqdm: bool) -> list[RequestOutput]:
+        requests = [r for group in groups for r in group]
         for req in requests:
             self.scheduler.add_request(req)
         bar = None
@@ -398,20 +408,6 @@ class LLM:
         finally:
             if bar is not None:
                 bar.close()
-        return [self._output(r) for r in requests]
-
-    def _output(self, req: EngineRequest) -> RequestOutput:
-        ids = list(req.core.output_token_ids)
-        text = (
-            "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
-        )
-        finish = "stop" if req.stop_reason is not None else "length"
-        return RequestOutput(
-            request_id=req.request_id,
-            prompt=req.prompt,
-            prompt_token_ids=req.core.prompt_token_ids,
-            outputs=[CompletionOutput(0, text, ids, finish, req.stop_reason)],
-            num_cached_tokens=req.num_cached_tokens or 0,
-            metrics=req.metrics,
-            num_preemptions=req.core.num_preemptions,
-        )
+        tok = self.tokenizer
+        decode = None if tok is None else lambda ids: tok.decode(ids, skip_special_tokens=True)
+        return [request_output(group, decode) for group in groups]

@@ -1,24 +1,53 @@
 """What ``LLM.generate`` returns (vLLM names): ``RequestOutput`` and friends.
 
-Times are ``time.monotonic()`` seconds. ``RequestMetrics.time_to_first_token``
-is first token minus arrival (queueing included); ``num_cached_tokens`` is the
-prefix-cache hit at the request's first admission.
+Times are ``time.monotonic()`` seconds. ``CompletionOutput.logprobs`` (when
+``SamplingParams.logprobs`` is set) holds one ``{token id: Logprob}`` per output
+token: the sampled token first, then the ``logprobs`` most likely ones (a
+token in both appears once), as vLLM's ``SampleLogprobs``;
+``cumulative_logprob`` is the sum of the sampled tokens' log-probabilities.
+``RequestMetrics.time_to_first_token`` is first token minus arrival (queueing
+included); ``num_cached_tokens`` is the prefix-cache hit at the request's first
+admission.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hybridkv.engine.engine_request import EngineRequest
+
+#: Token ids -> text (the tokenizer's ``decode`` without special tokens).
+Decode = Callable[[list[int]], str]
+
+
+@dataclass
+class Logprob:
+    """One token's log-probability (raw logits' ``log_softmax``) and its rank
+    (1: the most likely); ``decoded_token`` is its text (None without a tokenizer)."""
+
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+#: Per output token: ``{token id: Logprob}`` (vLLM's ``SampleLogprobs``).
+SampleLogprobs = list[dict[int, Logprob]]
 
 
 @dataclass
 class CompletionOutput:
-    """One generated sequence."""
+    """One generated sequence (``index``: its sample number among ``n``)."""
 
     index: int
     text: str
     token_ids: list[int]
     finish_reason: str | None = None  # "length" | "stop"
     stop_reason: int | None = None  # the stop token id, if any
+    logprobs: SampleLogprobs | None = None
+    cumulative_logprob: float | None = None
 
 
 @dataclass
@@ -51,3 +80,40 @@ class RequestOutput:
     finished: bool = True
     num_preemptions: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+
+
+def request_output(samples: Sequence[EngineRequest], decode: Decode | None) -> RequestOutput:
+    """The ``RequestOutput`` of one prompt's ``n`` finished engine requests (in sample
+    order). The prompt counts once: ``num_cached_tokens`` is the first sample's hit (the
+    others hit the blocks it computed), ``metrics`` and ``request_id`` are the first
+    sample's. ``decode(ids)`` gives text (None: no tokenizer, empty texts)."""
+    first = samples[0]
+    outputs = []
+    for index, req in enumerate(samples):
+        ids = list(req.core.output_token_ids)
+        logprobs = req.logprobs
+        if logprobs is not None and decode is not None:
+            logprobs = [
+                {t: replace(lp, decoded_token=decode([t])) for t, lp in entry.items()}
+                for entry in logprobs
+            ]
+        outputs.append(
+            CompletionOutput(
+                index,
+                "" if decode is None else decode(ids),
+                ids,
+                "stop" if req.stop_reason is not None else "length",
+                req.stop_reason,
+                logprobs,
+                req.cumulative_logprob,
+            )
+        )
+    return RequestOutput(
+        request_id=first.request_id,
+        prompt=first.prompt,
+        prompt_token_ids=first.core.prompt_token_ids,
+        outputs=outputs,
+        num_cached_tokens=first.num_cached_tokens or 0,
+        metrics=first.metrics,
+        num_preemptions=sum(r.core.num_preemptions for r in samples),
+    )

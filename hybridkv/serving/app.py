@@ -93,7 +93,7 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
 
     def make(prompt: Any, p: SamplingParams) -> EngineRequest:
         try:
-            return llm.make_request(prompt, p)
+            return llm.make_requests(prompt, p)[0]
         except ValueError as e:
             raise HTTPError(400, str(e), "prompt") from None
 
