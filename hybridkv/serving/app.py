@@ -34,7 +34,9 @@ from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.tokenizer import encode_chat
 from hybridkv.serving.engine_loop import EngineLoop, EngineStopped, QueueFull
+from hybridkv.serving.fields import error_param, refusal, sampling_params
 from hybridkv.serving.generation import EngineError, Generation
+from hybridkv.serving.logprob_format import LogprobFormat
 from hybridkv.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from hybridkv.serving.responses import Reply, error_body, sse
 
@@ -73,35 +75,33 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
         return error(exc.status, exc.message, exc.param)
 
     def params(body: SamplingFields, max_tokens: int) -> SamplingParams:
-        problem = body.unsupported()
+        problem = refusal(body)
         if problem:
-            raise HTTPError(400, problem)
+            raise HTTPError(400, problem[1], problem[0])
         if body.model is not None and body.model != model_name:
             raise HTTPError(404, f"The model `{body.model}` does not exist.", "model")
         try:
-            return SamplingParams(
-                max_tokens=max_tokens,
-                temperature=1.0 if body.temperature is None else body.temperature,
-                top_p=1.0 if body.top_p is None else body.top_p,
-                top_k=body.top_k or 0,
-                seed=body.seed,
-                stop_token_ids=tuple(body.stop_token_ids or ()),
-                ignore_eos=body.ignore_eos,
-            )
+            return sampling_params(body, max_tokens, llm.text_config.vocab_size)
         except ValueError as e:
-            raise HTTPError(400, str(e)) from None
+            raise HTTPError(400, str(e), error_param(body, str(e))) from None
 
-    def make(prompt: Any, p: SamplingParams) -> EngineRequest:
+    def make(prompt: Any, p: SamplingParams, salt: str | None) -> list[EngineRequest]:
+        if salt is not None:
+            prompt = {"prompt": prompt} if isinstance(prompt, str) else dict(prompt)
+            prompt["cache_salt"] = salt
         try:
-            return llm.make_requests(prompt, p)[0]
+            return llm.make_requests(prompt, p)
         except ValueError as e:
             raise HTTPError(400, str(e), "prompt") from None
 
     async def run(
         request: Request, body: SamplingFields, reqs: list[EngineRequest], chat: bool
     ) -> Any:
-        gen = Generation(engine, reqs, body.stop_strings(), llm.tokenizer)
-        reply = Reply(chat, model_name, body.return_token_ids)
+        echo = isinstance(body, CompletionRequest) and body.echo
+        gen = Generation(engine, reqs, body.stop_strings(), llm.tokenizer, n=body.n, echo=echo)
+        k = body.num_logprobs()
+        fmt = None if k is None else LogprobFormat(llm.tokenizer, k, chat)
+        reply = Reply(chat, model_name, body.return_token_ids, fmt, echo)
         try:
             gen.submit()
         except QueueFull as e:
@@ -127,19 +127,24 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
         prompts = body.prompts()
         if not prompts:
             raise HTTPError(400, "prompt must not be empty", "prompt")
-        reqs = [make(x if isinstance(x, str) else {"prompt_token_ids": x}, p) for x in prompts]
+        reqs = [
+            r
+            for x in prompts
+            for r in make(x if isinstance(x, str) else {"prompt_token_ids": x}, p, body.cache_salt)
+        ]
         return await run(request, body, reqs, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Any:
         try:
-            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            messages = [m.for_template() for m in body.messages]
             ids = encode_chat(llm.tokenizer, messages, chat_template)
         except ValueError as e:
             raise HTTPError(400, str(e), "messages") from None
         room = max(1, llm.max_model_len - len(ids))
         p = params(body, body.token_limit(room))
-        return await run(request, body, [make({"prompt_token_ids": ids}, p)], chat=True)
+        reqs = make({"prompt_token_ids": ids}, p, body.cache_salt)
+        return await run(request, body, reqs, chat=True)
 
     @app.get("/v1/models")
     async def models() -> Any:
@@ -229,7 +234,10 @@ async def _stream(gen: Generation, reply: Reply, usage: bool) -> AsyncIterator[s
                     yield sse(reply.chunk(ev.choice, "", [], first=True))
                     first = False
                 if ev.text or ev.token_ids:
-                    yield sse(reply.chunk(ev.choice, ev.text, ev.token_ids, first=first))
+                    chunk = reply.chunk(
+                        ev.choice, ev.text, ev.token_ids, first=first, logprobs=ev.logprobs
+                    )
+                    yield sse(chunk)
                     first = False
                 if ev.finish is not None:
                     yield sse(reply.chunk(ev.choice, "", [], first=first, finish=ev.finish))
