@@ -6,7 +6,8 @@ need. ``num_cached_tokens`` is the prefix hit at first admission (a resumed
 request's re-admission hits do not change it). ``cache_salt`` goes to the
 ``Request``: the request only hits blocks cached under the same salt.
 ``logprobs`` (when the params ask for them) gets one entry per output token,
-recorded by the engine before the token is appended. It imports torch only for a
+recorded by the engine before the token is appended. ``request_output`` builds
+what ``LLM.generate`` returns from one prompt's finished samples. It imports torch only for a
 seeded request's generator, so that ``hybridkv simulate`` (the scheduler on
 these requests, no model) runs on the core install.
 """
@@ -15,9 +16,17 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hybridkv.engine.outputs import Logprob, RequestMetrics
+from hybridkv.engine.outputs import (
+    CompletionOutput,
+    Decode,
+    Logprob,
+    RequestMetrics,
+    RequestOutput,
+)
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.request import Request
 
@@ -111,3 +120,40 @@ class EngineRequest:
 
     def __repr__(self) -> str:
         return f"EngineRequest({self.request_id!r}, {self.status.value}, {self.core!r})"
+
+
+def request_output(samples: Sequence[EngineRequest], decode: Decode | None) -> RequestOutput:
+    """The ``RequestOutput`` of one prompt's ``n`` finished engine requests (in sample
+    order). The prompt counts once: ``num_cached_tokens`` is the first sample's hit (the
+    others hit the blocks it computed), ``metrics`` and ``request_id`` are the first
+    sample's. ``decode(ids)`` gives text (None: no tokenizer, empty texts)."""
+    first = samples[0]
+    outputs = []
+    for index, req in enumerate(samples):
+        ids = list(req.core.output_token_ids)
+        logprobs = req.logprobs
+        if logprobs is not None and decode is not None:
+            logprobs = [
+                {t: replace(lp, decoded_token=decode([t])) for t, lp in entry.items()}
+                for entry in logprobs
+            ]
+        outputs.append(
+            CompletionOutput(
+                index,
+                "" if decode is None else decode(ids),
+                ids,
+                "stop" if req.stop_reason is not None else "length",
+                req.stop_reason,
+                logprobs,
+                req.cumulative_logprob,
+            )
+        )
+    return RequestOutput(
+        request_id=first.request_id,
+        prompt=first.prompt,
+        prompt_token_ids=first.core.prompt_token_ids,
+        outputs=outputs,
+        num_cached_tokens=first.num_cached_tokens or 0,
+        metrics=first.metrics,
+        num_preemptions=sum(r.core.num_preemptions for r in samples),
+    )

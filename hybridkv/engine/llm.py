@@ -49,8 +49,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.engine_request import EngineRequest, request_output
 from hybridkv.engine.engine_setup import (
+    cache_policy_knobs,
     check_dtype,
     check_flag,
     default_kv_bytes,
@@ -69,7 +70,7 @@ from hybridkv.engine.inputs import (
     sampling_list,
 )
 from hybridkv.engine.model_source import resolve_model_dir
-from hybridkv.engine.outputs import RequestOutput, request_output
+from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
@@ -78,16 +79,10 @@ from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import (
-    CACHE_POLICIES,
-    KVCacheManager,
-    check_floor_knob,
-    check_hybrid_knob,
-)
+from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
-from hybridkv.managers.returning import check_return_grade
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
@@ -132,23 +127,13 @@ class LLM:
         events_config = resolve_events_config(
             kv_events_config, kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic
         )
-        if cache_policy not in CACHE_POLICIES:
-            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        knobs: dict[str, Any] = {}
-        for name, value, check in (
-            ("hybrid_return_bonus", hybrid_return_bonus, check_hybrid_knob),
-            ("hybrid_return_grade", hybrid_return_grade, check_return_grade),
-            ("hybrid_value_weight", hybrid_value_weight, check_hybrid_knob),
-            ("hybrid_floor_tokens", hybrid_floor_tokens, check_floor_knob),
-        ):
-            if value is None:
-                continue
-            check(value, name)
-            knobs[name] = value
-            if cache_policy != "hybrid":
-                raise ValueError(
-                    f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"
-                )
+        knobs = cache_policy_knobs(
+            cache_policy,
+            hybrid_return_bonus=hybrid_return_bonus,
+            hybrid_return_grade=hybrid_return_grade,
+            hybrid_value_weight=hybrid_value_weight,
+            hybrid_floor_tokens=hybrid_floor_tokens,
+        )
         if hash_algo not in HASH_ALGOS:
             raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {hash_algo!r}")
         positive(block_size, "block_size")
@@ -278,7 +263,7 @@ class LLM:
         self.close()
 
     # -- requests ----------------------------------------------------------------
-    def _prompt(self, prompt: PromptType, k: int) -> Prompt:
+    def _prompt_ids(self, prompt: PromptType, k: int) -> Prompt:
         return prompt_ids(
             prompt, k, self.tokenizer, self.text_config.vocab_size, self.max_model_len
         )
@@ -313,7 +298,7 @@ class LLM:
             prompts = [prompts]
         if not isinstance(prompts, Sequence) or len(prompts) == 0:
             raise ValueError("prompts must be a non-empty str, dict or list of them")
-        encoded = [self._prompt(p, k) for k, p in enumerate(prompts)]
+        encoded = [self._prompt_ids(p, k) for k, p in enumerate(prompts)]
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
     def chat(
@@ -337,7 +322,7 @@ class LLM:
             if not isinstance(conv, Sequence) or len(conv) == 0:
                 raise ValueError(f"conversation {k} must be a non-empty list of messages")
             ids = encode_chat(self.tokenizer, conv, chat_template)  # type: ignore[arg-type]
-            encoded.append(self._prompt({"prompt_token_ids": ids}, k))
+            encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
     def make_requests(
@@ -345,7 +330,7 @@ class LLM:
     ) -> list[EngineRequest]:
         """The checked engine requests of one prompt (its ``n`` samples, in order), not
         queued (for a serving loop; ``ValueError`` on bad input)."""
-        return self._make_requests([self._prompt(prompt, 0)], sampling_params)[0]
+        return self._make_requests([self._prompt_ids(prompt, 0)], sampling_params)[0]
 
     # -- the engine loop -----------------------------------------------------------
     def step(self) -> SchedulerOutput:

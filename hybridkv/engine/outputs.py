@@ -12,12 +12,8 @@ admission.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from hybridkv.engine.engine_request import EngineRequest
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 #: Token ids -> text (the tokenizer's ``decode`` without special tokens).
 Decode = Callable[[list[int]], str]
@@ -80,40 +76,3 @@ class RequestOutput:
     finished: bool = True
     num_preemptions: int = 0
     extra: dict[str, object] = field(default_factory=dict)
-
-
-def request_output(samples: Sequence[EngineRequest], decode: Decode | None) -> RequestOutput:
-    """The ``RequestOutput`` of one prompt's ``n`` finished engine requests (in sample
-    order). The prompt counts once: ``num_cached_tokens`` is the first sample's hit (the
-    others hit the blocks it computed), ``metrics`` and ``request_id`` are the first
-    sample's. ``decode(ids)`` gives text (None: no tokenizer, empty texts)."""
-    first = samples[0]
-    outputs = []
-    for index, req in enumerate(samples):
-        ids = list(req.core.output_token_ids)
-        logprobs = req.logprobs
-        if logprobs is not None and decode is not None:
-            logprobs = [
-                {t: replace(lp, decoded_token=decode([t])) for t, lp in entry.items()}
-                for entry in logprobs
-            ]
-        outputs.append(
-            CompletionOutput(
-                index,
-                "" if decode is None else decode(ids),
-                ids,
-                "stop" if req.stop_reason is not None else "length",
-                req.stop_reason,
-                logprobs,
-                req.cumulative_logprob,
-            )
-        )
-    return RequestOutput(
-        request_id=first.request_id,
-        prompt=first.prompt,
-        prompt_token_ids=first.core.prompt_token_ids,
-        outputs=outputs,
-        num_cached_tokens=first.num_cached_tokens or 0,
-        metrics=first.metrics,
-        num_preemptions=sum(r.core.num_preemptions for r in samples),
-    )

@@ -101,7 +101,7 @@ def build_app(engine: EngineLoop, model_name: str, *, chat_template: str | None 
         gen = Generation(engine, reqs, body.stop_strings(), llm.tokenizer, n=body.n, echo=echo)
         k = body.num_logprobs()
         fmt = None if k is None else LogprobFormat(llm.tokenizer, k, chat)
-        reply = Reply(chat, model_name, body.return_token_ids, fmt, echo)
+        reply = Reply(chat, model_name, body.return_token_ids, logprobs=fmt, echo=echo)
         try:
             gen.submit()
         except QueueFull as e:
