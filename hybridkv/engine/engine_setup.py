@@ -23,8 +23,13 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def cache_policy_knobs(cache_policy: str, **knobs: Any) -> dict[str, Any]:
-    """The ``hybrid_*`` knobs that are set (None: the manager's default), checked; each
-    tunes ``cache_policy="hybrid"`` only, so setting one under another policy is an error."""
+    """The ``hybrid_*`` knobs that are set (None: the manager's default), checked.
+
+    ``hybrid_return_bonus``, ``hybrid_return_grade``, ``hybrid_value_weight`` and
+    ``hybrid_floor_tokens`` tune ``cache_policy="hybrid"`` only: set under ``lru``,
+    where they would change nothing, they are an error. ``hybridkv simulate
+    --return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
+    one's own trace first."""
     if cache_policy not in CACHE_POLICIES:
         raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
     checks = {

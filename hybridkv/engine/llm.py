@@ -19,12 +19,8 @@ replays).
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
-``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
-``hybrid_return_bonus``, ``hybrid_return_grade``, ``hybrid_value_weight`` and
-``hybrid_floor_tokens`` tune ``hybrid`` (None: the manager's defaults; set under
-``lru``, where they would change nothing, they are an error). ``hybridkv simulate
---return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
-one's own trace first.
+``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``), the ``hybrid_*``
+knobs tune ``hybrid`` (``engine_setup.cache_policy_knobs``).
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -274,14 +270,8 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None,
     ) -> list[list[EngineRequest]]:
         params = sampling_list(sampling_params, len(prompts), self.text_config.vocab_size)
-        return engine_requests(
-            prompts,
-            params,
-            self._ids,
-            eos_token_ids=self.eos_token_ids,
-            arrival_time=time.monotonic(),
-            max_model_len=self.max_model_len,
-        )
+        common = {"eos_token_ids": self.eos_token_ids, "max_model_len": self.max_model_len}
+        return engine_requests(prompts, params, self._ids, arrival_time=time.monotonic(), **common)
 
     def generate(
         self,
