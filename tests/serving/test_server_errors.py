@@ -21,9 +21,10 @@ from hybridkv.cli import main
     [
         ({"prompt": "w5", "temperature": -1}, 400, "temperature"),
         ({"prompt": "w5", "max_tokens": 0}, 400, "max_tokens"),
-        ({"prompt": "w5", "n": 2}, 400, "n=2"),
-        ({"prompt": "w5", "logprobs": 2}, 400, "logprobs"),
-        ({"prompt": "w5", "echo": True}, 400, "echo"),
+        ({"prompt": "w5", "n": 0}, 400, "n"),
+        ({"prompt": "w5", "logprobs": 21}, 400, "logprobs must be at most 20"),
+        ({"prompt": "w5", "echo": True, "logprobs": 1}, 400, "echo with logprobs"),
+        ({"prompt": "w5", "suffix": "w6"}, 400, "suffix is not supported"),
         ({"prompt": " ".join(["w5"] * 65)}, 400, "more than max_model_len=64"),
         ({"prompt": [5, 600]}, 400, "token ids must be ints in [0, 512)"),
         ({"prompt": ""}, 400, "empty"),
