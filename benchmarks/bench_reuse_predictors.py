@@ -25,7 +25,7 @@ tells about its future, to see how far any of them gets:
 - ``hazard``: per request, the bucket's rate of being continued at the
   request's current age (from the whole trace); the lowest is evicted first;
 - ``returning, +B turnovers``: online, what ``hybrid`` ships
-  (``hybridkv/managers/returning.py``): a request is *returning* when the
+  (``hybridkv/policy/returning.py``): a request is *returning* when the
   blocks covering half its prompt, from its start, rounded up to a run of
   ``SAMPLE_BLOCKS`` blocks, were seen before (in a memory of one chained key
   in ``SAMPLE_BLOCKS`` of the last 4-8 x pool-size blocks, evicted or not, in
@@ -72,7 +72,7 @@ from lhd_ranking import lhd_hits  # noqa: E402
 from machine_info import machine  # noqa: E402
 
 from hybridkv.layouts import shipped_layout  # noqa: E402
-from hybridkv.managers.returning import (  # noqa: E402
+from hybridkv.policy.returning import (  # noqa: E402
     RETURN_BONUS,
     RETURNING_SHARE,
     SAMPLE_BLOCKS,

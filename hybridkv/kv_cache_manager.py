@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import math
 import operator
-from functools import partial
+from typing import Any
 
 from hybridkv.admission_bound import AdmissionBound
 from hybridkv.coordinators import get_kv_cache_coordinator
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.events import KVCacheEvent
 from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.stats import PrefixCacheStats
@@ -35,15 +34,18 @@ from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import NEVER
-from hybridkv.managers.retention import TAIL_TOKENS, prompt_point
-from hybridkv.managers.returning import RETURN_BONUS, RETURN_GRADE, check_return_grade
+from hybridkv.policy import (
+    CACHE_POLICIES,
+    Admission,
+    HybridOptions,
+    check_cache_policy,
+    eviction_factory,
+)
 from hybridkv.request import Request
-from hybridkv.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
+from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import KVCacheSpec, check_positive_int
 
-#: ``lru``: every computed block is cached and evicted least recently used first.
-#: ``hybrid``: only what a later hit can use is kept (see ``hybridkv.retention``).
-CACHE_POLICIES = ("lru", "hybrid")
+__all__ = ["CACHE_POLICIES", "KVCacheManager"]
 
 
 def _as_int(value: object, field: str) -> int:
@@ -56,42 +58,6 @@ def _as_int(value: object, field: str) -> int:
         raise ValueError(f"{field} must be an int, got {value!r}") from None
 
 
-def check_hybrid_knob(value: object, field: str) -> None:
-    """A finite number ``>= 0`` (not a bool); ``ValueError`` naming ``field`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
-
-
-def check_floor_knob(value: object, field: str, expected: str = "an int >= 0") -> None:
-    """An int ``>= 0`` (not a bool): a token count such as ``hybrid_floor_tokens``;
-    ``ValueError`` naming ``field`` and what is ``expected`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{field} must be {expected}, got {value!r}")
-
-
-#: ``auto_value_weight`` by the costliest non-full kind of a layout.
-VALUE_WEIGHTS = {"chunked": 8.0, "mamba": 2.0, "sliding": 1.0}
-
-
-def auto_value_weight(specs: list[KVCacheSpec]) -> float:
-    """The default ``hybrid_value_weight`` of a layout (``VALUE_WEIGHTS``).
-
-    By the costliest non-full kind: attention chunks (a kept point holds up
-    to a whole chunk), Mamba states, else sliding windows. Tuned on the
-    Mooncake conversation trace (benchmarks/results/cache.md, with the
-    learned tail alignment): Jamba 2 (3: -0.5 points at 40 GB), Gemma 3 27B
-    1 (0: -0.1 points at 80 GB). Llama 4 Scout 8, re-tuned with returning
-    prompts on both Mooncake traces: against 3, 10.01 % instead of 9.56 % on
-    the whole conversation trace at 80 GB (16.24 / 16.23 % at 160 GB), 10.27 %
-    instead of 9.49 % on the synthetic trace at 160 GB; 12 lost at most budgets.
-    """
-    if any(isinstance(s, ChunkedLocalAttentionSpec) for s in specs):
-        return VALUE_WEIGHTS["chunked"]
-    if any(isinstance(s, MambaSpec) for s in specs):
-        return VALUE_WEIGHTS["mamba"]
-    return VALUE_WEIGHTS["sliding"]
-
-
 def _has_skips(spec: KVCacheSpec) -> bool:
     cls = spec_manager_map.get(type(spec))
     return cls is None or cls.has_skips
@@ -101,26 +67,15 @@ class KVCacheManager:
     """Paged KV blocks with automatic prefix caching over any mix of groups.
 
     ``cache_policy``: ``"lru"`` (every computed block cached, least recently
-    used evicted first) or ``"hybrid"`` (``hybridkv.managers.retention``:
-    only what a kept hit point needs is cached, ranked by recency and
-    recompute saved per page, ``hybridkv.core.cost_aware``). ``hybrid``
-    knobs: ``hybrid_tail_tokens``, the tokens before a request's end whose
-    block boundaries stay hit points; ``hybrid_value_weight``, pool turnovers
-    one doubling of a unit's value is worth (0: recency only; None:
-    ``auto_value_weight``); ``hybrid_tail_align``, the tail's alignment
-    (None: learned from where requests branch, ``managers/tail_alignment.py``;
-    0: every boundary; ``A``: multiples of ``A`` only);
-    ``hybrid_return_bonus``, pool turnovers a returning request's units are
-    kept longer (``managers/returning.py``; 0: off); ``hybrid_return_grade``,
-    how that bonus grows with a returning request's turn in its conversation
-    (``"flat"``: not at all; ``"turn"``, ``"log-turn"``; ``RETURN_GRADES``);
-    ``hybrid_floor_tokens``,
-    tokens between two snapshot floor points, rounded up to the hit step
-    (None: by cost and kind, ``retention.floor_spacing``, then moved with the
-    traffic by ``managers/floor_tuner.py``; 0: no floor; a value stays fixed). The
-    ``hybrid`` knobs change nothing under ``lru``.
-    ``eviction_policy`` (a policy class or factory) overrides the free set's
-    ordering under either policy.
+    used evicted first) or ``"hybrid"`` (only what a kept hit point needs is
+    cached, ranked by recency and recompute saved per page;
+    ``hybridkv.policy``). ``hybrid``: the latter's settings
+    (``HybridOptions``); the keywords ``hybrid_tail_tokens``,
+    ``hybrid_value_weight``, ``hybrid_tail_align``, ``hybrid_return_bonus``,
+    ``hybrid_return_grade``, ``hybrid_floor_tokens`` and ``hybrid_tuning`` set
+    its fields one by one (None: unchanged). They change nothing under
+    ``lru``. ``eviction_policy`` (a policy class or factory) overrides the
+    free set's ordering under either policy.
     """
 
     def __init__(
@@ -135,44 +90,16 @@ class KVCacheManager:
         hash_seed: int = 0,
         eviction_policy: PolicyFactory | None = None,
         cache_policy: str = "lru",
-        hybrid_tail_tokens: int = TAIL_TOKENS,
-        hybrid_value_weight: float | None = None,
-        hybrid_tail_align: int | None = None,
-        hybrid_return_bonus: float = RETURN_BONUS,
-        hybrid_floor_tokens: int | None = None,
-        hybrid_return_grade: str = RETURN_GRADE,
+        hybrid: HybridOptions | None = None,
+        **hybrid_knobs: Any,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
         check_positive_int(max_model_len, "max_model_len")
-        if cache_policy not in CACHE_POLICIES:
-            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        check_cache_policy(cache_policy)
         self.cache_policy = cache_policy
-        if (
-            isinstance(hybrid_tail_tokens, bool)
-            or not isinstance(hybrid_tail_tokens, int)
-            or (hybrid_tail_tokens < 0)
-        ):
-            raise ValueError(f"hybrid_tail_tokens must be an int >= 0, got {hybrid_tail_tokens!r}")
-        if hybrid_tail_align is not None and (
-            isinstance(hybrid_tail_align, bool)
-            or not isinstance(hybrid_tail_align, int)
-            or hybrid_tail_align < 0
-        ):
-            raise ValueError(
-                f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
-            )
-        check_hybrid_knob(hybrid_return_bonus, "hybrid_return_bonus")
-        check_return_grade(hybrid_return_grade, "hybrid_return_grade")
-        if hybrid_floor_tokens is not None:
-            check_floor_knob(
-                hybrid_floor_tokens, "hybrid_floor_tokens", "None (by cost) or an int >= 0"
-            )
-        if hybrid_value_weight is None:
-            hybrid_value_weight = auto_value_weight(
-                [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
-            )
-        check_hybrid_knob(hybrid_value_weight, "hybrid_value_weight")
+        options = HybridOptions.from_knobs(hybrid, **hybrid_knobs)
+        self.hybrid_options = options
         groups = kv_cache_config.kv_cache_groups
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
@@ -185,13 +112,11 @@ class KVCacheManager:
         self._verify_tokens = not self.hasher.is_cryptographic
         # ``hybrid`` ranks free blocks by recency and value, unless every group
         # is full attention (then it must decide exactly as ``lru``).
-        if (
-            eviction_policy is None
-            and cache_policy == "hybrid"
-            and enable_caching
-            and any(_has_skips(g.kv_cache_spec) for g in groups)
-        ):
-            eviction_policy = partial(CostAwareEvictionPolicy, weight=float(hybrid_value_weight))
+        if eviction_policy is None:
+            specs = [g.kv_cache_spec for g in groups]
+            eviction_policy = eviction_factory(
+                cache_policy, options, specs, enable_caching, [_has_skips(s) for s in specs]
+            )
         self.block_pool = BlockPool(
             kv_cache_config.num_blocks,
             len(groups),
@@ -206,15 +131,10 @@ class KVCacheManager:
             self.hash_block_size,
             enable_caching,
             cache_policy,
-            hybrid_tail_tokens,
-            hybrid_tail_align,
-            float(hybrid_return_bonus),
-            hybrid_return_grade,
+            options,
         )
-        if hybrid_floor_tokens is not None and self.coordinator.hybrid:
-            lcm = self.coordinator.block_size_lcm
-            self.coordinator.floor_tokens = lcm * -(-hybrid_floor_tokens // lcm)
-            self.coordinator.floor_tuner = None  # a floor set by hand stays where it is
+        #: The cache policy (``hybridkv.policy.CachePolicy``), the coordinator's.
+        self.policy = self.coordinator.policy
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         # The Request object behind each live request id: another object with
         # the same id (other tokens) must not take over its blocks.
@@ -305,9 +225,8 @@ class KVCacheManager:
         reserves extra slots (speculative decoding), never cached. Returns the
         newly allocated blocks per group, or ``None`` (nothing changed) when
         the free blocks do not suffice. Under ``cache_policy="hybrid"`` a
-        running request's step first lets the newest live request that
-        retains blocks for kept points behind its window give them up, when
-        that makes room (``hybridkv.coordinators.shedding``).
+        running request's step first lets the policy have a live request
+        give up kept points, when that makes room (``CachePolicy.make_room``).
         """
         if not isinstance(request, Request):
             raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
@@ -365,13 +284,14 @@ class KVCacheManager:
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
         kept: tuple[int, ...] = ()
         # Kept points come from a prefix hit: a call without one keeps none.
-        admitted = (
+        admission = None
+        if (
             coordinator.hybrid
             and new_computed_blocks is not None
             and not coordinator.has_request(rid)
-        )
-        if admitted:
-            kept = self._kept_points(request, num_new_computed_tokens, new_computed_blocks)
+        ):
+            admission = self._admission_of(request, num_new_computed_tokens, new_computed_blocks)
+            kept = self.policy.kept_points(admission)
         new_blocks = coordinator.allocate(
             rid, num_tokens_need_slot, hit_blocks, total_computed, kept
         )
@@ -380,21 +300,10 @@ class KVCacheManager:
         if live is None:
             self._live[rid] = request
             self._admission.forget(rid)
-        # A request resumed after preemption matches its own earlier progress,
-        # not where it diverges from other requests: no branch to learn from.
-        if admitted and coordinator.seen is not None:
-            if request.returning is None:  # first admission: a resumed one keeps it
-                request.returning = coordinator.is_returning(
-                    request.live_block_hashes, request.num_prompt_tokens
-                )
-            if request.returning:
-                coordinator.mark_returning(rid, request.returning)
-        if admitted and not request.num_preemptions:
-            assert new_computed_blocks is not None
-            branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
-            hashes, packed = request.live_block_hashes, request.packed_prompt
-            coordinator.observe_branch(branch, request.num_tokens, hashes, packed)
-            coordinator.mark_prompt_end(hashes, request.num_prompt_tokens, packed)
+        if admission is not None:
+            turn = self.policy.admit(admission)
+            if turn is not None:
+                request.returning = turn
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(
@@ -430,30 +339,22 @@ class KVCacheManager:
             )
         self._live[request.request_id] = request
 
-    def _kept_points(
+    def _admission_of(
         self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
-    ) -> tuple[int, ...]:
-        """A new request's kept points (``hybrid``): its hit, its branch point,
-        its prompt's end and the snapshot floor (``retention.FLOOR_RATIO``)
-        below its end. The prompt's end is its last hit boundary, on the tail's
-        grid when one is in force (``prompt_point``). The admission is the floor
-        tuner's evidence (its branch and hit), and the spacing it returns is the
-        one this request keeps."""
-        lcm = self.coordinator.block_size_lcm
-        branch = 0 if blocks is None else min(blocks.full_hit_tokens, request.num_tokens - 1)
-        branch -= branch % lcm
-        tuner = self.coordinator.floor_tuner
-        if tuner is not None:
-            self.coordinator.floor_tokens = tuner.observe(
-                branch,
-                num_hit,
-                request.num_tokens,  # a resumed request's hit covers outputs
-            )
-        step = self.coordinator.floor_tokens
-        floor = range(step, request.num_tokens, step) if step else ()
-        ta = self.coordinator.tail_alignment
-        prompt = prompt_point(request.num_prompt_tokens, lcm, ta.align, ta.fine.align)
-        return tuple(sorted({p for p in (num_hit, branch, prompt, *floor) if p > 0}))
+    ) -> Admission:
+        """What the policy learns from a request admitted with a prefix lookup
+        (``blocks``: what it found; None: nothing)."""
+        return Admission(
+            request.request_id,
+            num_hit,
+            0 if blocks is None else blocks.full_hit_tokens,  # whole blocks, all hashed
+            request.num_tokens,
+            request.num_prompt_tokens,
+            request.live_block_hashes,
+            request.packed_prompt,
+            request.num_preemptions > 0,
+            request.returning,
+        )
 
     def _check_new_computed(
         self,

@@ -1,8 +1,8 @@
 """Cost-aware eviction (``hybrid``): worked examples with exact values and ids.
 
 The policy ranks free blocks by ``released / pool + weight * class(value)``
-(``hybridkv.core.cost_aware``); the values come from the hit units of a freed
-request (``hybridkv.managers.retention.UnitValues``).
+(``hybridkv.policy.cost_aware``); the values come from the hit units of a freed
+request (``hybridkv.policy.retention.UnitValues``).
 """
 
 from __future__ import annotations
@@ -16,19 +16,21 @@ from hybridkv import (
     Request,
 )
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.cost_aware import value_class
 from hybridkv.layouts import shipped_layout
-from hybridkv.managers.retention import (
-    FLOOR_MAX_STATE_TOKENS,
-    FLOOR_MAX_WINDOW_TOKENS,
+from hybridkv.planning import plan_kv_cache
+from hybridkv.policy.cost_aware import value_class
+from hybridkv.policy.retention import (
     FinalPoints,
     UnitValues,
     floor_spacing,
     tail_tokens_saved,
 )
-from hybridkv.planning import plan_kv_cache
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 FULL, SWA, MAMBA = full(4), swa(4, 8), mamba(4)
+
+FLOOR_MAX_STATE_TOKENS = T.floor_max_state_tokens
+FLOOR_MAX_WINDOW_TOKENS = T.floor_max_window_tokens
 
 
 def released_policy(weight: float) -> tuple[CostAwareEvictionPolicy, list[KVCacheBlock]]:
@@ -140,7 +142,11 @@ def test_floor_spacing_by_hand() -> None:
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv._kept_points(req, hit, blocks) == (128, 256, 300)  # and the prompt's end
+    assert kv.policy.kept_points(kv._admission_of(req, hit, blocks)) == (
+        128,
+        256,
+        300,
+    )  # and the prompt's end
 
 
 @pytest.mark.parametrize(
@@ -167,9 +173,9 @@ def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, 
     # up to the block size: exact here, since a chunk spans a power of two of blocks.
     specs = [chunked(16, chunk)] * num_chunked + [full(16)]
     kv = KVCacheManager(config(64, *specs), 1 << 20, cache_policy="hybrid")
-    assert kv.coordinator.floor_tokens == spacing
+    assert kv.policy.floor_tokens == spacing
     req = Request("a", list(range(2 * spacing + 1)))
-    assert kv._kept_points(req, 0, None) == (spacing, 2 * spacing)
+    assert kv.policy.kept_points(kv._admission_of(req, 0, None)) == (spacing, 2 * spacing)
 
 
 @pytest.mark.parametrize(("weight", "a_hit", "b_hit"), [(3.0, 40, 0), (0.0, 0, 8)])
@@ -196,7 +202,7 @@ def test_a_valuable_old_unit_outlives_a_cheap_new_one(weight, a_hit, b_hit) -> N
 
 def test_auto_value_weight() -> None:
     from hybridkv import ChunkedLocalAttentionSpec
-    from hybridkv.kv_cache_manager import auto_value_weight
+    from hybridkv.policy import auto_value_weight
 
     chunk = ChunkedLocalAttentionSpec(
         block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
@@ -336,7 +342,7 @@ def test_shipped_floor_spacings(layout: str, spacing: int) -> None:
         shipped_layout(layout), 80 * 10**9, max_num_batched_tokens=8192, max_model_len=131_072
     )
     kv = KVCacheManager(plan.kv_cache_config, 131_072, cache_policy="hybrid")
-    assert kv.coordinator.floor_tokens == spacing
+    assert kv.policy.floor_tokens == spacing
 
 
 def test_a_floor_set_by_hand() -> None:
@@ -346,13 +352,13 @@ def test_a_floor_set_by_hand() -> None:
         kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid", **knobs)
         req = Request("a", list(range(300)))
         blocks, hit = kv.get_computed_blocks(req)
-        return kv.coordinator.floor_tokens, kv._kept_points(req, hit, blocks)
+        return kv.policy.floor_tokens, kv.policy.kept_points(kv._admission_of(req, hit, blocks))
 
     assert kept() == (128, (128, 256, 300))
     assert kept(hybrid_floor_tokens=90) == (92, (92, 184, 276, 300))
     assert kept(hybrid_floor_tokens=0) == (0, (300,))
     lru = KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=90)
-    assert lru.coordinator.floor_tokens == 0  # the hybrid knobs change nothing under lru
+    assert not lru.policy.keeps_points  # the hybrid knobs change nothing under lru
     for bad in (-4, 1.5, True, "8"):
         with pytest.raises(ValueError, match=r"^hybrid_floor_tokens must be None \(by cost\)"):
             KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=bad)

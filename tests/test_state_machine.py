@@ -44,15 +44,13 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
-from hybridkv.managers.returning import (
-    MAX_TURN,
-    RETURN_GRADES,
-    RETURNING_SHARE,
-    SEEN_PER_BLOCK,
-    SeenPrefixes,
-)
+from hybridkv.policy.options import RETURN_GRADE_NAMES
+from hybridkv.policy.returning import SeenPrefixes
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 MAX_REQUESTS = 8  # live + waiting at once
+
+MAX_TURN, RETURNING_SHARE, SEEN_PER_BLOCK = T.max_turn, T.returning_share, T.seen_per_block
 
 
 @dataclass
@@ -94,7 +92,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         )
         # How the returning bonus grows with the turn (only turns are modelled:
         # the values it gives are checked by hand in tests/test_returning.py).
-        self.grade = data.draw(st.sampled_from(sorted(RETURN_GRADES)), label="return grade")
+        self.grade = data.draw(st.sampled_from(sorted(RETURN_GRADE_NAMES)), label="return grade")
         self.kv = KVCacheManager(
             config,
             cfg.max_model_len,
@@ -110,7 +108,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         )
         self.hybrid = self.kv.coordinator.hybrid
         # Returning prompts, modelled: the first full-attention group's hashes
-        # that freed requests cached, most recent last (``managers/returning.py``).
+        # that freed requests cached, most recent last (``policy/returning.py``).
         self.full_gid = next((g for g, d in enumerate(self.groups) if d.kind == "full"), None)
         # Two generations, newer first (``SeenPrefixes``): a generation that
         # grows past half the capacity becomes the older one. Each hash maps to
@@ -120,13 +118,13 @@ class KVCacheMachine(RuleBasedStateMachine):
             if self.hybrid and self.full_gid is not None and cfg.hybrid_value_weight != 0
             else None
         )
-        assert (self.kv.coordinator.seen is None) == (self.seen_model is None)
+        assert (getattr(self.kv.policy, "seen", None) is None) == (self.seen_model is None)
         # The shipped memory samples one block in SAMPLE_BLOCKS (8): these
         # prompts are a few blocks long, so it is swapped for one of a drawn
         # stride (tests/test_returning.py checks the coordinator's own).
         self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
         if self.seen_model is not None:
-            self.kv.coordinator.seen = SeenPrefixes(
+            self.kv.policy.seen = SeenPrefixes(
                 SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride,
                 stride=self.seen_stride,
                 turns=self.grade != "flat",
@@ -268,7 +266,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         a resumed request keeps its answer; the coordinator marks exactly the
         live returning requests."""
         req = t.req
-        marked = req.request_id in self.manager.coordinator._returning
+        marked = req.request_id in getattr(self.manager.policy, "_returning", {})
         if self.seen_model is None:
             assert req.returning is None and not marked
             return
@@ -293,7 +291,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             if t.returning > 1:
                 event("first admission: a returning request past its first turn")
         assert req.returning == t.returning, f"returning {req.returning}, model {t.returning}"
-        assert self.manager.coordinator._returning.get(req.request_id, 0) == t.returning
+        assert getattr(self.manager.policy, "_returning", {}).get(req.request_id, 0) == t.returning
         assert marked == bool(t.returning)
 
     def _kept_points(self) -> dict[str, tuple[int, ...]]:

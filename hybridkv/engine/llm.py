@@ -20,9 +20,11 @@ BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
 ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
-``hybrid_return_bonus``, ``hybrid_return_grade``, ``hybrid_value_weight`` and
-``hybrid_floor_tokens`` tune ``hybrid`` (None: the manager's defaults; set under
-``lru``, where they would change nothing, they are an error). ``hybridkv simulate
+``hybrid`` (a ``HybridOptions``) or the keywords ``hybrid_return_bonus``,
+``hybrid_return_grade``, ``hybrid_value_weight``, ``hybrid_floor_tokens`` and
+``hybrid_tuning`` (a ``HybridTuning`` or a dict of its fields) tune ``hybrid``
+(None: the defaults; set under ``lru``, where they would change nothing, they
+are an error). ``hybridkv simulate
 --return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
 one's own trace first.
 
@@ -72,19 +74,14 @@ from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import (
-    CACHE_POLICIES,
-    KVCacheManager,
-    check_floor_knob,
-    check_hybrid_knob,
-)
+from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
-from hybridkv.managers.returning import check_return_grade
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
+from hybridkv.policy import HybridOptions, HybridTuning, check_cache_policy
 from hybridkv.specs import MambaSpec
 
 if TYPE_CHECKING:
@@ -112,6 +109,8 @@ class LLM:
         hybrid_return_grade: str | None = None,
         hybrid_value_weight: float | None = None,
         hybrid_floor_tokens: int | None = None,
+        hybrid_tuning: HybridTuning | dict[str, Any] | None = None,
+        hybrid: HybridOptions | None = None,
         kernel_backend: str | None = None,
         cuda_graphs: bool = False,
         allow_long_max_model_len: bool = False,
@@ -126,23 +125,21 @@ class LLM:
         events_config = resolve_events_config(
             kv_events_config, kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic
         )
-        if cache_policy not in CACHE_POLICIES:
-            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        knobs: dict[str, Any] = {}
-        for name, value, check in (
-            ("hybrid_return_bonus", hybrid_return_bonus, check_hybrid_knob),
-            ("hybrid_return_grade", hybrid_return_grade, check_return_grade),
-            ("hybrid_value_weight", hybrid_value_weight, check_hybrid_knob),
-            ("hybrid_floor_tokens", hybrid_floor_tokens, check_floor_knob),
-        ):
-            if value is None:
-                continue
-            check(value, name)
-            knobs[name] = value
-            if cache_policy != "hybrid":
-                raise ValueError(
-                    f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"
-                )
+        check_cache_policy(cache_policy)
+        knobs = {
+            "hybrid_return_bonus": hybrid_return_bonus,
+            "hybrid_return_grade": hybrid_return_grade,
+            "hybrid_value_weight": hybrid_value_weight,
+            "hybrid_floor_tokens": hybrid_floor_tokens,
+            "hybrid_tuning": hybrid_tuning,
+        }
+        given = [k for k, v in knobs.items() if v is not None]
+        options = HybridOptions.from_knobs(hybrid, **{k: knobs[k] for k in given})
+        given += ["hybrid"] * (hybrid is not None)
+        if given and cache_policy != "hybrid":
+            raise ValueError(
+                f"{given[0]} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"
+            )
         if hash_algo not in HASH_ALGOS:
             raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {hash_algo!r}")
         positive(block_size, "block_size")
@@ -222,7 +219,7 @@ class LLM:
             hash_algo=hash_algo,
             log_stats=True,
             cache_policy=cache_policy,
-            **knobs,
+            hybrid=options,
             enable_kv_cache_events=events_config is not None,
         )
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)

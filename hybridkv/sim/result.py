@@ -76,13 +76,19 @@ class SimResult:
     full_match_tokens: int = 0
     floor_tokens: int | None = None
     return_grade: str | None = None
+    tuning: str | None = None
 
     @property
     def policy_label(self) -> str:
         """The policy, with the knobs set away from their defaults:
         ``hybrid (bonus 8, weight 1)`` (``options.policy_label``)."""
         return policy_label(
-            self.policy, self.return_bonus, self.value_weight, self.floor_tokens, self.return_grade
+            self.policy,
+            self.return_bonus,
+            self.value_weight,
+            self.floor_tokens,
+            self.return_grade,
+            self.tuning,
         )
 
     @property
@@ -151,4 +157,6 @@ class SimResult:
             "requests_per_s": self.requests_per_s,
             "replay_seconds": self.replay_seconds,
         }
+        if self.tuning is not None:
+            out["tuning"] = self.tuning
         return out

@@ -1,5 +1,5 @@
 """Shedding in the engine: token-identical to transformers while running
-requests give up kept points under pressure (``hybridkv.coordinators.shedding``).
+requests give up kept points under pressure (``hybridkv.policy.shedding``).
 
 Gemma 3 (tiny: window 7, blocks of 4) under ``hybrid`` with no tail, so that a
 running request retains its admission hit's window once it has moved past it.
@@ -18,7 +18,7 @@ import torch
 from oracle import check_against_hf
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
-import hybridkv.coordinators.shedding as shedding
+import hybridkv.policy.shedding as shedding
 from hybridkv import KVCacheManager
 from hybridkv.engine import LLM
 

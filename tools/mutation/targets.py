@@ -15,6 +15,7 @@ from pathlib import Path
 TARGETS = (
     "hybridkv/core/*.py",
     "hybridkv/managers/*.py",
+    "hybridkv/policy/*.py",
     "hybridkv/coordinators/*.py",
     "hybridkv/hashing.py",
     "hybridkv/snapshots.py",
@@ -63,6 +64,7 @@ _MANAGER_TESTS = (
 TESTS: dict[str, tuple[str, ...]] = {
     "hybridkv/core/": _MANAGER_TESTS,
     "hybridkv/managers/": _MANAGER_TESTS,
+    "hybridkv/policy/": _MANAGER_TESTS,
     "hybridkv/coordinators/": _MANAGER_TESTS,
     "hybridkv/snapshots.py": _MANAGER_TESTS,
     "hybridkv/kv_cache_manager.py": _MANAGER_TESTS,

@@ -56,17 +56,7 @@ On Jamba's synthetic rows the tuner spends most windows at ``S0 / 4`` and ends a
 
 from __future__ import annotations
 
-#: Admissions between two decisions.
-WINDOW = 100
-#: Weight the sums keep at each decision (older evidence fades).
-DECAY = 0.7
-#: A change must beat its price by this factor (halving) or fall below it by
-#: this factor (doubling back), so that noise does not flip the spacing.
-HYSTERESIS = 1.5
-#: Price of a share of memory, in the same share of the hit rate.
-ALPHA = 1.0
-#: The densest spacing is ``S0 // MIN_DIVISOR`` (rounded down to the hit step).
-MIN_DIVISOR = 4
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
 
 
 def _below(x: int, step: int) -> int:
@@ -79,10 +69,14 @@ class FloorTuner:
 
     ``point_cost``: what one floor point holds outside full attention, in
     full-attention tokens (its pages over full attention's pages per token);
-    ``step``: the hit step (every spacing is a multiple of it).
+    ``step``: the hit step (every spacing is a multiple of it); ``tuning``:
+    ``floor_window``, ``floor_decay``, ``floor_hysteresis``, ``floor_alpha``,
+    ``floor_min_divisor`` (``HybridTuning``).
     """
 
-    def __init__(self, base: int, point_cost: float, step: int) -> None:
+    def __init__(
+        self, base: int, point_cost: float, step: int, tuning: HybridTuning = DEFAULT_TUNING
+    ) -> None:
         if base < step or base % step:
             raise ValueError(f"base spacing {base} must be a positive multiple of {step}")
         if point_cost <= 0:
@@ -90,9 +84,14 @@ class FloorTuner:
         self.base = base
         self.point_cost = point_cost
         self.step = step
+        self.window = tuning.floor_window
+        self.decay = tuning.floor_decay
+        self.hysteresis = tuning.floor_hysteresis
+        self.alpha = tuning.floor_alpha
+        self.min_divisor = tuning.floor_min_divisor
         #: The spacings it may take, sparsest first; ``spacing`` is ``levels[level]``.
         self.levels = [base]
-        while (nxt := _below(self.levels[-1] // 2, step)) >= max(step, base // MIN_DIVISOR):
+        while (nxt := _below(self.levels[-1] // 2, step)) >= max(step, base // self.min_divisor):
             self.levels.append(nxt)
         self.level = 0
         self.gain_halving = 0.0
@@ -123,7 +122,7 @@ class FloorTuner:
         self.prompt_tokens += prompt_tokens
         self.hit_tokens += hit
         self.count += 1
-        if self.count >= WINDOW:
+        if self.count >= self.window:
             self._decide()
         return self.spacing
 
@@ -134,26 +133,26 @@ class FloorTuner:
             wide = self.levels[max(self.level - 1, 0)]
             rate = self.hit_tokens / self.prompt_tokens
             # Memory the change moves, as a share of full attention's, priced at the hit rate.
-            price_halving = ALPHA * (self.point_cost / half - self.point_cost / s) * rate
-            price_doubling = ALPHA * (self.point_cost / s - self.point_cost / wide) * rate
+            price_halving = self.alpha * (self.point_cost / half - self.point_cost / s) * rate
+            price_doubling = self.alpha * (self.point_cost / s - self.point_cost / wide) * rate
             gain = self.gain_halving / self.prompt_tokens
             loss = self.loss_doubling / self.prompt_tokens
-            if half < s and gain > HYSTERESIS * price_halving:
+            if half < s and gain > self.hysteresis * price_halving:
                 self.level += 1
-            elif wide > s and loss < price_doubling / HYSTERESIS:
+            elif wide > s and loss < price_doubling / self.hysteresis:
                 self.level -= 1
-        self.gain_halving *= DECAY
-        self.loss_doubling *= DECAY
-        self.prompt_tokens *= DECAY
-        self.hit_tokens *= DECAY
+        self.gain_halving *= self.decay
+        self.loss_doubling *= self.decay
+        self.prompt_tokens *= self.decay
+        self.hit_tokens *= self.decay
         self.count = 0
 
     def check_integrity(self) -> None:
         assert 0 <= self.level < len(self.levels), "level out of bounds"
         assert self.levels[0] == self.base, "the sparsest level is the base"
         for wide, half in zip(self.levels, self.levels[1:], strict=False):
-            assert half == _below(wide // 2, self.step) >= self.base // MIN_DIVISOR, "levels"
+            assert half == _below(wide // 2, self.step) >= self.base // self.min_divisor, "levels"
         assert all(s % self.step == 0 and s >= self.step for s in self.levels), "off the step"
-        assert 0 <= self.count < WINDOW, "a decision was skipped"
+        assert 0 <= self.count < self.window, "a decision was skipped"
         assert min(self.gain_halving, self.loss_doubling, self.hit_tokens) >= 0
         assert self.hit_tokens <= self.prompt_tokens + 1e-6 * max(1.0, self.prompt_tokens)
