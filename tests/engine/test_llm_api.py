@@ -249,11 +249,11 @@ def test_bad_engine_arguments(no_tok):
         ),
         (
             {"cache_policy": "hybrid", "hybrid_floor_tokens": 1.5},
-            r"hybrid_floor_tokens must be an int >= 0, got 1.5",
+            r"hybrid_floor_tokens must be None \(by cost\) or an int >= 0, got 1.5",
         ),
         (
             {"cache_policy": "hybrid", "hybrid_floor_tokens": -16},
-            r"hybrid_floor_tokens must be an int >= 0, got -16",
+            r"hybrid_floor_tokens must be None \(by cost\) or an int >= 0, got -16",
         ),
     ],
 )
