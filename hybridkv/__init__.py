@@ -10,8 +10,7 @@ from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import HASH_ALGOS, BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.kv_cache_manager import KVCacheManager
-from hybridkv.policy import CachePolicy, HybridOptions, HybridTuning
-from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
+from hybridkv.policy import CachePolicy, CostAwareEvictionPolicy, HybridOptions, HybridTuning
 from hybridkv.request import Request
 from hybridkv.specs import (
     AttentionSpec,
