@@ -21,7 +21,6 @@ Contracts:
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
 from hybridkv.admission_bound import AdmissionBound
@@ -32,7 +31,7 @@ from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
-from hybridkv.managers import spec_manager_map
+from hybridkv.manager_checks import as_int, check_new_computed, check_request, check_same_request
 from hybridkv.managers.base import NEVER
 from hybridkv.policy import (
     CACHE_POLICIES,
@@ -43,24 +42,9 @@ from hybridkv.policy import (
 )
 from hybridkv.request import Request
 from hybridkv.specs import KVCacheConfig
-from hybridkv.specs.base import KVCacheSpec, check_positive_int
+from hybridkv.specs.base import check_positive_int
 
 __all__ = ["CACHE_POLICIES", "KVCacheManager"]
-
-
-def _as_int(value: object, field: str) -> int:
-    """An integer argument (numpy ints accepted); ``ValueError`` otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field} must be an int, got {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"{field} must be an int, got {value!r}") from None
-
-
-def _has_skips(spec: KVCacheSpec) -> bool:
-    cls = spec_manager_map.get(type(spec))
-    return cls is None or cls.has_skips
 
 
 class KVCacheManager:
@@ -114,9 +98,7 @@ class KVCacheManager:
         # is full attention (then it must decide exactly as ``lru``).
         if eviction_policy is None:
             specs = [g.kv_cache_spec for g in groups]
-            eviction_policy = eviction_factory(
-                cache_policy, options, specs, enable_caching, [_has_skips(s) for s in specs]
-            )
+            eviction_policy = eviction_factory(cache_policy, options, specs, enable_caching)
         self.block_pool = BlockPool(
             kv_cache_config.num_blocks,
             len(groups),
@@ -156,13 +138,7 @@ class KVCacheManager:
         request.bind_hasher(self.hasher)
 
     def _check_request(self, request: Request) -> None:
-        if not isinstance(request, Request):
-            raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
-        if request.num_tokens > self.max_model_len:
-            raise ValueError(
-                f"request {request.request_id!r} has {request.num_tokens} tokens, more than "
-                f"max_model_len={self.max_model_len}"
-            )
+        check_request(request, self.max_model_len)
 
     @property
     def usage(self) -> float:
@@ -231,7 +207,7 @@ class KVCacheManager:
         if not isinstance(request, Request):
             raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
         if type(num_new_tokens) is not int:
-            num_new_tokens = _as_int(num_new_tokens, "num_new_tokens")
+            num_new_tokens = as_int(num_new_tokens, "num_new_tokens")
         if num_new_tokens <= 0:
             raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
         rid = request.request_id
@@ -257,7 +233,8 @@ class KVCacheManager:
             ):
                 return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
         if live is not request and live is not None:
-            self._check_same_request(live, request)
+            check_same_request(live, request)
+            self._live[rid] = request
         coordinator = self.coordinator
         hit_blocks = None
         if num_new_computed_tokens or num_lookahead_tokens or new_computed_blocks is not None:
@@ -270,8 +247,15 @@ class KVCacheManager:
             if num_new_computed_tokens or (
                 new_computed_blocks is not None and any(new_computed_blocks.blocks)
             ):
-                hit_blocks = self._check_new_computed(
-                    request, num_new_computed_tokens, new_computed_blocks
+                hit_blocks = check_new_computed(
+                    request,
+                    num_new_computed_tokens,
+                    new_computed_blocks,
+                    enable_caching=self.enable_caching,
+                    is_live=coordinator.has_request(rid),
+                    pool=self.block_pool,
+                    managers=coordinator.managers,
+                    bind=self._bind,
                 )
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_computed_after = total_computed + num_new_tokens
@@ -324,21 +308,6 @@ class KVCacheManager:
             cache_at = NEVER
         return min(cover, self.max_model_len), release_at, cache_at
 
-    def _check_same_request(self, live: Request, request: Request) -> None:
-        """``request`` reuses a live request's id: fine only for the same tokens.
-
-        (A caller may rebuild its ``Request``; it then takes the old one's place.)
-        """
-        if live.live_token_ids != request.live_token_ids or live.num_computed_tokens != (
-            request.num_computed_tokens
-        ):
-            raise ValueError(
-                f"request: another Request with id {request.request_id!r} (other tokens or "
-                "num_computed_tokens) holds blocks in this manager; request ids must be "
-                "unique among live requests (free the old one first)"
-            )
-        self._live[request.request_id] = request
-
     def _admission_of(
         self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
     ) -> Admission:
@@ -355,85 +324,6 @@ class KVCacheManager:
             request.num_preemptions > 0,
             request.returning,
         )
-
-    def _check_new_computed(
-        self,
-        request: Request,
-        num_new_computed_tokens: int,
-        new_computed_blocks: KVCacheBlocks | None,
-    ) -> tuple[list, ...]:
-        rid = request.request_id
-        if not self.enable_caching:
-            raise ValueError("num_new_computed_tokens / new_computed_blocks need prefix caching")
-        if new_computed_blocks is None:
-            raise ValueError("num_new_computed_tokens > 0 needs new_computed_blocks")
-        if self.coordinator.has_request(rid) or request.num_computed_tokens:
-            raise ValueError(
-                f"request {rid!r} already has computed tokens or blocks; prefix hits "
-                "(new_computed_blocks) apply only to a new or preempted request"
-            )
-        if num_new_computed_tokens >= request.num_tokens:
-            raise ValueError(
-                f"num_new_computed_tokens={num_new_computed_tokens} must be < the "
-                f"request's {request.num_tokens} tokens"
-            )
-        if not isinstance(new_computed_blocks, KVCacheBlocks):
-            raise ValueError(
-                "new_computed_blocks must be the KVCacheBlocks of get_computed_blocks, got "
-                f"{type(new_computed_blocks).__name__}"
-            )
-        blocks = new_computed_blocks.blocks
-        if len(blocks) != len(self.coordinator.managers):
-            raise ValueError(
-                f"new_computed_blocks has {len(blocks)} groups, the config has "
-                f"{len(self.coordinator.managers)}"
-            )
-        self._bind(request)
-        hashes = request.live_block_hashes
-        own = new_computed_blocks.pool is self.block_pool
-        if not own:
-            self._check_own_blocks(blocks)
-        # Found by this pool for this request, and nothing left the index since.
-        fresh = (
-            own
-            and new_computed_blocks.generation == self.block_pool.generation
-            and new_computed_blocks.hashes is hashes
-        )
-        for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):
-            if len(group_blocks) * m.block_size != num_new_computed_tokens:
-                raise ValueError(
-                    f"new_computed_blocks of group {m.group_id} cover "
-                    f"{len(group_blocks) * m.block_size} tokens, not "
-                    f"num_new_computed_tokens={num_new_computed_tokens}"
-                )
-            if fresh:
-                continue
-            view = m.group_hashes(hashes)
-            for i, b in enumerate(group_blocks):
-                if not b.is_null and (b.block_hash != view[i] or b.group_id != m.group_id):
-                    raise ValueError(
-                        f"new_computed_blocks are stale (block {b.block_id} of group "
-                        f"{m.group_id} was evicted or reused since get_computed_blocks); "
-                        "call get_computed_blocks again"
-                    )
-        return blocks
-
-    def _check_own_blocks(self, blocks: tuple[list, ...]) -> None:
-        """Every block is one of this manager's pool (not another manager's).
-
-        One by one: only for blocks that did not come from this manager's
-        ``get_computed_blocks`` (those carry its pool).
-        """
-        own = self.block_pool.blocks
-        try:
-            foreign = next((b for group in blocks for b in group if own[b.block_id] is not b), None)
-        except (AttributeError, IndexError, TypeError):
-            foreign = "an object that is not a block of any pool"
-        if foreign is not None:
-            raise ValueError(
-                f"new_computed_blocks hold {foreign!r}, which is not a block of this manager's "
-                "pool (another manager's?); pass what this manager's get_computed_blocks returned"
-            )
 
     def free(self, request: Request | str) -> bool:
         """Release a request's blocks (tail first). Unknown request: False.

@@ -157,7 +157,12 @@ LAYERS = (
     ("hybridkv.managers", "hybridkv.snapshots"),
     ("hybridkv.policy",),
     ("hybridkv.coordinators",),
-    ("hybridkv.kv_cache_manager", "hybridkv.admission_bound", "hybridkv.kv_cache_blocks"),
+    (
+        "hybridkv.kv_cache_manager",
+        "hybridkv.manager_checks",
+        "hybridkv.admission_bound",
+        "hybridkv.kv_cache_blocks",
+    ),
 )
 #: The online learners and the rules they steer: only ``hybridkv.policy`` imports them.
 LEARNERS = {
@@ -196,7 +201,7 @@ def test_the_cache_layers_import_downwards_only() -> None:
 
 def test_only_the_policy_package_imports_a_learner() -> None:
     graph = import_graph()
-    assert LEARNERS <= set(graph), "a learner moved: update LEARNERS"
+    assert set(graph) >= LEARNERS, "a learner moved: update LEARNERS"
     outside = sorted(
         (m, d)
         for m, deps in graph.items()

@@ -35,6 +35,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import consecutive_runs
 from hybridkv.managers.points import Hold, in_spans, kept_spans, segments
+from hybridkv.managers.state import NEVER, RequestBlockState
 from hybridkv.specs.base import KVCacheSpec
 
 #: Kept-point tuples whose spans a manager remembers (then it starts afresh).
@@ -48,34 +49,7 @@ def _is_real(block: KVCacheBlock) -> bool:
     return not block.is_null
 
 
-#: A token count no request reaches ("never", for ``next_release_at``).
-NEVER = 1 << 62
-
-
-class RequestBlockState:
-    """One request's block table in one group, and how much of it is settled.
-
-    ``num_cached``: leading entries already entered into (or taken from) the
-    prefix cache. ``num_skipped``: leading entries already nulled out.
-    ``kept``: the request's kept points (``hybrid`` policy, ascending token
-    positions); ``retained``: ``(index, block)`` of skipped blocks a kept
-    point needs, still held by the request until it is freed.
-    """
-
-    __slots__ = ("blocks", "kept", "num_cached", "num_skipped", "retained")
-
-    def __init__(
-        self,
-        blocks: list[KVCacheBlock],
-        num_cached: int,
-        num_skipped: int,
-        kept: tuple[int, ...] = (),
-    ) -> None:
-        self.blocks = blocks
-        self.num_cached = num_cached
-        self.num_skipped = num_skipped
-        self.kept = kept
-        self.retained: list[tuple[int, KVCacheBlock]] = []
+__all__ = ["NEVER", "RequestBlockState", "SingleTypeKVCacheManager"]
 
 
 class SingleTypeKVCacheManager(ABC):

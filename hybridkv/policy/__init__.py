@@ -15,6 +15,7 @@ from functools import partial
 
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.eviction import PolicyFactory
+from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed
 from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
@@ -60,11 +61,11 @@ def eviction_factory(
     options: HybridOptions,
     specs: Sequence[KVCacheSpec],
     enable_caching: bool,
-    skips: Sequence[bool],
 ) -> PolicyFactory | None:
     """The free set's ranking for the block pool: ``hybrid`` ranks by recency
     and value (``CostAwareEvictionPolicy``) with its value weight (None: the
     layout's, ``auto_value_weight``); None: the pool's default (LRU)."""
+    skips = [(cls := spec_manager_map.get(type(s))) is None or cls.has_skips for s in specs]
     if not hybrid_in_force(cache_policy, enable_caching, skips):
         return None
     weight = options.value_weight

@@ -9,9 +9,7 @@ Yet such a grid still decides where a state is worth keeping when the hit step
 is coarse. Bamba 9B's hit step is 528 tokens; the Mooncake traces share
 prefixes in 512-token units, so the next turn of a 2,651-token prompt diverges
 at 2,560 and resumes from the state at 2,112, not from the prompt's last hit
-boundary (2,640), where a state is kept today. Roughly half of all next turns
-miss that way (whole conversation trace, Bamba 9B at 80 GB: 2.2M of the 3.0M
-tokens that full attention matched without a state to resume from).
+boundary (2,640), where a state is kept (how often: ``docs/hybrid-caching.md``).
 
 The evidence is narrower ranges. Every admitted request *marks* the
 full-attention block ending at its prompt's last hit boundary ``E`` with how far
@@ -27,9 +25,8 @@ largest power of two ``A <= min(g, tail)`` that at least ``grid_agree`` of them 
 consistent with and that divergences at random would rarely fit as well: a range
 of ``r + 1`` tokens holds a multiple of ``A`` by chance with probability
 ``min(1, (r + 1) / A)``, and its mean over the observations must be at most
-``fine_chance`` (``HybridTuning``). (On the Mooncake trace, Bamba's ``A = 512``
-fits every observation against a chance of about a half; a small ``A`` fits any
-traffic, and is refused.) Else 0.
+``fine_chance`` (``HybridTuning``): a small ``A`` fits any traffic, and is
+refused. Else 0.
 
 A marked prompt end is evidence only when the next turn diverges at or past the
 prompt's last hit boundary ``E``. Most of Bamba's next turns diverge in the block

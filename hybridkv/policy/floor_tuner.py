@@ -9,9 +9,7 @@ prefixes ride on, and a denser one costs more. What it is worth depends on where
 traffic branches: inside long shared documents (Mooncake's synthetic trace), half
 the spacing recovers about half of what the floor misses; where conversations
 resume at their last prompt's end (the conversation trace), the floor is rarely
-what a hit uses. The cost-based spacing ``S0`` was tuned on the conversation trace;
-on the synthetic trace Jamba wanted ``S0 / 2`` to ``S0 / 4``
-(``benchmarks/results/cache.md``).
+what a hit uses.
 
 Evidence comes free with every admission (``observe``): how far full attention
 alone matched (``M``, the branch) and the hit ``H``. Over the requests seen, the
@@ -28,30 +26,19 @@ tuner sums, per prompt token,
   tokens between the two. Like the gain, it counts what the points would give if
   they were there: just after a halving, the denser points of earlier prompts do
   not exist yet, and counting only the hits they served would send the spacing
-  straight back (it did, and Jamba then hit 7.39 % instead of 7.82 % at 40 GB).
+  straight back.
 
 Each is weighed against the memory the change moves, ``c / S`` per level, priced
-at the hit rate seen (a share of memory lost loses about that share of the hits:
-``ALPHA`` = 1): it halves ``S`` when the gain exceeds ``HYSTERESIS`` x the price,
-doubles it back when the loss is below ``1 / HYSTERESIS`` x the price saved. It
-decides every ``WINDOW`` admissions and remembers the past with weight
-``DECAY`` per window, so it follows a change of traffic. ``S`` moves one level at a
-time along ``levels``: ``S0``, then each half of the one before rounded down to the
-hit step, while at least ``S0 // MIN_DIVISOR``. On the traces (first 1,500
-requests, one at a time; ``benchmarks/results/cache.md``): Jamba on the synthetic
-trace 7.09 -> 7.82 % at 40 GB and 11.49 -> 12.49 % at 80 GB, Granite 4.0 H Tiny 9.57
--> 9.69 % and 18.20 -> 18.37 %; every other row of both traces (Bamba 9B, Gemma 3
-27B and 12B, Llama 4 Scout; the conversation trace for all) and Jamba, Bamba and
-Granite on the whole conversation trace gave the same hit rates as the fixed
-floor. Of the settings tried, ``ALPHA`` 0.7 cost Bamba on the synthetic trace at
-40 GB (6.90 % against 7.16 %) and Granite at 80 GB (18.08 %), ``HYSTERESIS`` 1.2
-Granite (9.38 / 18.24 %) and Bamba at 80 GB (11.53 %); levels a factor sqrt(2)
-apart instead of 2 (2026-11-26) gave Granite 9.97 / 18.57 % and Bamba 12.38 % at
-80 GB but cost Jamba (7.57 / 12.34 %) and Bamba at 40 GB (6.70 %, below 1.5x vLLM).
-On Jamba's synthetic rows the tuner spends most windows at ``S0 / 4`` and ends at
-``S0``: it hits 7.82 % at 40 GB as a fixed ``S0 / 2`` (8,960) does, but ends holding
-3.47 GB of Mamba state against the fixed floor's 2.69 GB (``hybridkv simulate
---floor-tokens 8960 --json``).
+at the hit rate seen (a share of memory lost loses about that share of the hits,
+times ``floor_alpha``): it halves ``S`` when the gain exceeds
+``floor_hysteresis`` x the price, doubles it back when the loss is below
+``1 / floor_hysteresis`` x the price saved. It decides every ``floor_window``
+admissions and remembers the past with weight ``floor_decay`` per window, so it
+follows a change of traffic. ``S`` moves one level at a time along ``levels``:
+``S0``, then each half of the one before rounded down to the
+hit step, while at least ``S0 // floor_min_divisor``. (The settings are
+``HybridTuning``'s ``floor_*`` fields; what each was measured to do:
+``docs/hybrid-caching.md``.)
 """
 
 from __future__ import annotations

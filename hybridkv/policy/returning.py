@@ -2,11 +2,10 @@
 
 On conversation traffic, whether a request's prefix will be reused is mostly
 whether its conversation goes on, and a conversation that has gone on once
-is likely to go on again. On the Mooncake conversation trace 31 % of first
-turns are continued, 77 % of eighth turns (``bench_reuse_predictors.py``'s
-``Conversations``). A first turn and a later one look alike to recency, so a
-recency-ranked cache keeps both equally long and, when memory is short, loses
-both.
+is likely to go on again (on the Mooncake conversation trace far more of
+later turns are continued than of first ones: ``docs/hybrid-caching.md``).
+A first turn and a later one look alike to recency, so a recency-ranked cache
+keeps both equally long and, when memory is short, loses both.
 
 ``SeenPrefixes`` tells them apart online. It remembers the hashes of the
 blocks the cache has held, evicted or not (metadata, no KV), one block in
@@ -19,12 +18,7 @@ whole sample, was seen before: it continues an earlier prompt rather than
 sharing only a common header (a system prompt) with it. One lookup decides.
 Cost-aware eviction then values a returning
 request's units ``bonus`` pool turnovers longer: their values are multiplied
-by ``2 ** (bonus / weight)`` (``KVCacheCoordinator.return_factor``). The
-whole trace, all-full-attention replay of
-``benchmarks/bench_reuse_predictors.py`` (Jamba's pages): recency 10.77 % at
-40 GB, with returning requests kept 4 turnovers longer 16.20 %; 20.84 % and
-21.51 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.94 % and
-19.64 % -> 20.73 % (``results/cache.md``).
+by ``2 ** (bonus / weight)`` (``HybridPolicy.return_factor``).
 
 A request resumed after preemption keeps the answer of its first admission
 (``Request.returning``): its own earlier blocks are no evidence.
@@ -35,12 +29,8 @@ the bonus by the request's turn ``t``, 1 + the turn remembered with the sample
 that decided it (a prompt that continues nothing held is turn 0), as
 ``min(t, max_turn)`` or ``log2(1 + min(t, max_turn))``: continuation climbs
 with the turn. Which grade wins depends on the budget, not only on the
-traffic (``results/cache.md``, "The returning bonus against the budget"):
-Jamba v0.1 on the whole conversation trace at 80 GB hits 20.91 % with the
-flat 4 turnovers at value weight 2, 21.58 % with ``turn`` at a bonus of 0.5
-and weight 0.5, and Granite 4.0 H Tiny 21.47 -> 24.89 % with ``turn`` at 0.5 and
-weight 0.25; at 40 GB the same settings lose (Jamba 12.79 % against 16.08 %).
-So ``flat`` stays the default, and ``hybridkv simulate --return-grade`` with
+traffic (``docs/hybrid-caching.md``), so ``flat`` stays the default, and
+``hybridkv simulate --return-grade`` with
 ``--return-bonus`` and ``--value-weight`` finds the setting for a budget and a
 traffic. Only the graded forms remember turns (an int with each sample).
 """

@@ -12,15 +12,13 @@ short reuses them at once). Its other kept points, and its own running
 window, are untouched: when it is the request stepping, its window may pass
 one of them in the same step, which then retains blocks again. At ``free``
 it keeps what its remaining points and its end need (``retention.FinalPoints``).
+The policy only decides (``make_room`` returns a ``Shed``); the coordinator
+applies it (``SingleTypeKVCacheManager.shed``).
 
 Only one request sheds per allocation, the newest holding such blocks (a
 scheduler preempts the newest first too): each shed loses hits for good, and
-shedding from every running request lost 0.24 points of hit rate on Gemma 3
-27B (whole Mooncake conversation trace, trace arrivals, 80 GB), where a
-resumed request re-hits most of what its preemption freed. With one request
-per allocation, Llama 4 Scout's preemptions fell from 1,353 to 541 there
-(``lru``: 599) and Gemma 3 27B's from 4,497 to 3,432, with the same hit rates
-(``benchmarks/results/cache.md``).
+shedding from every running request lost hits where a resumed request re-hits
+most of what its preemption freed (``docs/hybrid-caching.md``).
 
 Admission never sheds: a new request waits rather than take kept points from
 running ones.

@@ -12,11 +12,9 @@ per group:
   its grid multiple lies past the request's tokens (a request that repeats it
   up to its end).
 
-Whether later requests branch at the last two is traffic's business. On the
-Mooncake conversation trace they rarely do (Jamba at 40 GB, first 1,500
-requests: of 1,468 admissions, 1,431 branched at an aligned end, 2 below one,
-none at an off-grid end; at 480 GB, where more marked blocks survive, 14 and
-3 of 1,468), yet each such point holds a window or a state of its own.
+Whether later requests branch at the last two is traffic's business (on the
+Mooncake conversation trace they rarely do: ``docs/hybrid-caching.md``), yet
+each such point holds a window or a state of its own.
 ``TailDemand`` learns it: every freed request *marks* the full-attention
 block ending at each of its tail points with the point's kind (a bounded
 memory of recent marks: metadata, no KV); every admitted request looks up the

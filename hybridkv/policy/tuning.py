@@ -2,7 +2,9 @@
 
 The rules that use these numbers are stated where they run (the learners'
 docstrings); how each number was measured is in ``docs/hybrid-caching.md``.
-One line per value says where it comes from. Override any of them for an
+One line per value says where it comes from ("cache.md": ``benchmarks/results/
+cache.md``; the measurements are gathered in ``docs/hybrid-caching.md``, "Where
+each tuned number came from"). Override any of them for an
 experiment (``hybridkv simulate --tuning floor_ratio=16``,
 ``LLM(hybrid_tuning={...})``, ``HybridTuning().replace(...)``); the
 defaults are what every figure in ``benchmarks/results/cache.md`` used.

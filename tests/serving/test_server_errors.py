@@ -111,7 +111,9 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-floor-tokens", "-1"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "hybridkv serve: error: hybrid_floor_tokens must be None (by cost) or an int >= 0, got -1"
+    assert err == (
+        "hybridkv serve: error: hybrid_floor_tokens must be None (by cost) or an int >= 0, got -1"
+    )
     if not torch.cuda.is_available():
         assert main(["serve", str(tok_ckpt), "--device", "cpu", "--cuda-graphs"]) == 2
         err = capsys.readouterr().err.strip()
