@@ -114,6 +114,16 @@ def test_cli_bad_options_are_one_line_exit_2(tok_ckpt: Path, capsys: Any) -> Non
     assert err == (
         "hybridkv serve: error: hybrid_floor_tokens must be None (by cost) or an int >= 0, got -1"
     )
+    argv = ["serve", str(tok_ckpt), "--cache-policy", "hybrid", "--hybrid-tuning", "floor_rate=8"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("hybridkv serve: error: unknown tuning floor_rate;")
+    argv = ["serve", str(tok_ckpt), "--hybrid-tuning", "floor_ratio=8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "hybridkv serve: error: hybrid_tuning tunes cache_policy='hybrid'; "
+        "it changes nothing under 'lru'"
+    )
     if not torch.cuda.is_available():
         assert main(["serve", str(tok_ckpt), "--device", "cpu", "--cuda-graphs"]) == 2
         err = capsys.readouterr().err.strip()
