@@ -61,6 +61,19 @@ def policy_label(
     return f"{policy} ({', '.join(knobs)})" if knobs else policy
 
 
+def label_of(run: Any) -> str:
+    """``policy_label`` of anything with the fields of a run (``SimOptions``,
+    ``SimResult``): its policy and ``hybrid`` knobs."""
+    return policy_label(
+        run.policy,
+        run.return_bonus,
+        run.value_weight,
+        run.floor_tokens,
+        run.return_grade,
+        run.tuning,
+    )
+
+
 @dataclass(frozen=True)
 class SimOptions:
     """One replay's settings (see the module docstring)."""
@@ -118,14 +131,7 @@ class SimOptions:
     @property
     def policy_label(self) -> str:
         """``policy_label`` of these options."""
-        return policy_label(
-            self.policy,
-            self.return_bonus,
-            self.value_weight,
-            self.floor_tokens,
-            self.return_grade,
-            self.tuning,
-        )
+        return label_of(self)
 
     @property
     def hybrid(self) -> HybridOptions:

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridkv.sim.options import policy_label
+from hybridkv.sim.options import label_of
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,7 @@ class SimResult:
     def policy_label(self) -> str:
         """The policy, with the knobs set away from their defaults:
         ``hybrid (bonus 8, weight 1)`` (``options.policy_label``)."""
-        return policy_label(
-            self.policy,
-            self.return_bonus,
-            self.value_weight,
-            self.floor_tokens,
-            self.return_grade,
-            self.tuning,
-        )
+        return label_of(self)
 
     @property
     def token_hit_rate(self) -> float:
