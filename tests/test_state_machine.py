@@ -45,7 +45,6 @@ from hybridkv import (
     Request,
 )
 from hybridkv.policy.options import RETURN_GRADE_NAMES
-from hybridkv.policy.returning import SeenPrefixes
 from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 MAX_REQUESTS = 8  # live + waiting at once
@@ -93,6 +92,10 @@ class KVCacheMachine(RuleBasedStateMachine):
         # How the returning bonus grows with the turn (only turns are modelled:
         # the values it gives are checked by hand in tests/test_returning.py).
         self.grade = data.draw(st.sampled_from(sorted(RETURN_GRADE_NAMES)), label="return grade")
+        # The shipped memory samples one block in ``sample_blocks`` (8): these
+        # prompts are a few blocks long, so the tuning takes a drawn stride
+        # (tests/test_returning.py checks the shipped one).
+        self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
         self.kv = KVCacheManager(
             config,
             cfg.max_model_len,
@@ -105,6 +108,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             hybrid_value_weight=cfg.hybrid_value_weight,
             hybrid_tail_align=cfg.hybrid_tail_align,
             hybrid_return_grade=self.grade,
+            hybrid_tuning={"sample_blocks": self.seen_stride},
         )
         self.hybrid = self.kv.coordinator.hybrid
         # Returning prompts, modelled: the first full-attention group's hashes
@@ -119,16 +123,10 @@ class KVCacheMachine(RuleBasedStateMachine):
             else None
         )
         assert (getattr(self.kv.policy, "seen", None) is None) == (self.seen_model is None)
-        # The shipped memory samples one block in SAMPLE_BLOCKS (8): these
-        # prompts are a few blocks long, so it is swapped for one of a drawn
-        # stride (tests/test_returning.py checks the coordinator's own).
-        self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
-        if self.seen_model is not None:
-            self.kv.policy.seen = SeenPrefixes(
-                SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride,
-                stride=self.seen_stride,
-                turns=self.grade != "flat",
-            )
+        seen = getattr(self.kv.policy, "seen", None)
+        if seen is not None:
+            assert seen.stride == self.seen_stride
+            assert seen.capacity == SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride
         self.log: ReleaseLog | None = None
         if self.hybrid:  # watch the dead blocks (``release_log.py``)
             pool = self.kv.block_pool
