@@ -31,7 +31,14 @@ from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
-from hybridkv.manager_checks import as_int, check_new_computed, check_request, check_same_request
+from hybridkv.manager_checks import (
+    as_int,
+    check_counts,
+    check_fits,
+    check_new_computed,
+    check_request,
+    check_same_request,
+)
 from hybridkv.managers.base import NEVER
 from hybridkv.policy import (
     CACHE_POLICIES,
@@ -238,12 +245,7 @@ class KVCacheManager:
         coordinator = self.coordinator
         hit_blocks = None
         if num_new_computed_tokens or num_lookahead_tokens or new_computed_blocks is not None:
-            if num_new_computed_tokens < 0:
-                raise ValueError(
-                    f"num_new_computed_tokens must be >= 0, got {num_new_computed_tokens}"
-                )
-            if num_lookahead_tokens < 0:
-                raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+            check_counts(num_new_computed_tokens, num_lookahead_tokens)
             if num_new_computed_tokens or (
                 new_computed_blocks is not None and any(new_computed_blocks.blocks)
             ):
@@ -260,11 +262,7 @@ class KVCacheManager:
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_computed_after = total_computed + num_new_tokens
         if num_computed_after > self.max_model_len or request.num_tokens > self.max_model_len:
-            self._check_request(request)
-            raise ValueError(
-                f"request {rid!r}: num_computed_tokens ({total_computed}) + num_new_tokens "
-                f"({num_new_tokens}) exceeds max_model_len={self.max_model_len}"
-            )
+            check_fits(request, total_computed, num_new_tokens, self.max_model_len)
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
         kept: tuple[int, ...] = ()
         # Kept points come from a prefix hit: a call without one keeps none.
@@ -350,17 +348,7 @@ class KVCacheManager:
         cache; returns how many. Blocks are cached when allocated, before a step
         computes them: call this before freeing a request whose step failed, so
         no later request hits blocks that were never written."""
-        computed = request.num_computed_tokens
-        n = 0
-        for m in self.coordinator.managers:
-            st = m.states.get(request.request_id)
-            if st is None:
-                continue
-            for b in st.blocks[computed // m.block_size :]:
-                if not b.is_null and b.block_hash is not None:
-                    self.block_pool.uncache(b)
-                    n += 1
-        return n
+        return self.coordinator.uncache_from(request.request_id, request.num_computed_tokens)
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """The request's block table per group (0 = null block)."""
@@ -390,7 +378,8 @@ class KVCacheManager:
         return stats
 
     def check_integrity(self) -> None:
-        """Assert pool and table invariants, and that ref counts equal holders."""
+        """Assert pool and table invariants (ref counts equal holders:
+        ``KVCacheCoordinator.check_integrity``) and this API's registries."""
         self.block_pool.check_integrity()
         self.coordinator.check_integrity()
         live = set(self.coordinator.managers[0].states)
@@ -399,13 +388,3 @@ class KVCacheManager:
         for rid, quiet in self._quiet.items():
             assert rid in live, f"request {rid!r} is freed but keeps a quiet horizon"
             assert quiet == self._horizon(rid), f"request {rid!r}: stale quiet horizon"
-        holders: dict[int, int] = {}
-        for m in self.coordinator.managers:
-            for st in m.states.values():
-                for b in st.blocks + [b for _, b in st.retained]:
-                    if not b.is_null:
-                        holders[b.block_id] = holders.get(b.block_id, 0) + 1
-        for b in self.block_pool.blocks[1:]:
-            assert b.ref_cnt == holders.get(b.block_id, 0), (
-                f"{b}: ref count {b.ref_cnt} != {holders.get(b.block_id, 0)} holders"
-            )

@@ -50,6 +50,26 @@ def check_same_request(live: Request, request: Request) -> None:
         )
 
 
+def check_counts(num_new_computed_tokens: int, num_lookahead_tokens: int) -> None:
+    """Both counts are ``>= 0``."""
+    if num_new_computed_tokens < 0:
+        raise ValueError(f"num_new_computed_tokens must be >= 0, got {num_new_computed_tokens}")
+    if num_lookahead_tokens < 0:
+        raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+
+
+def check_fits(
+    request: Request, total_computed: int, num_new_tokens: int, max_model_len: int
+) -> None:
+    """Raise: the request, or its computed tokens after this step, exceed
+    ``max_model_len`` (called once the caller saw that one of them does)."""
+    check_request(request, max_model_len)
+    raise ValueError(
+        f"request {request.request_id!r}: num_computed_tokens ({total_computed}) + "
+        f"num_new_tokens ({num_new_tokens}) exceeds max_model_len={max_model_len}"
+    )
+
+
 def check_new_computed(
     request: Request,
     num_new_computed_tokens: int,

@@ -226,10 +226,35 @@ class KVCacheCoordinator(ABC):
         """True while the request holds tables."""
         return request_id in self.managers[0].states
 
+    def uncache_from(self, request_id: str, num_tokens: int) -> int:
+        """Take the request's blocks past its first ``num_tokens`` out of the
+        prefix cache (they were never computed); returns how many."""
+        n = 0
+        for m in self.managers:
+            st = m.states.get(request_id)
+            if st is None:
+                continue
+            for b in st.blocks[num_tokens // m.block_size :]:
+                if not b.is_null and b.block_hash is not None:
+                    self.pool.uncache(b)
+                    n += 1
+        return n
+
     def check_integrity(self) -> None:
-        """Every manager's tables; all groups know the same requests; the policy's state."""
+        """Every manager's tables; all groups know the same requests; every
+        block's ref count is its holders (tables and retained blocks); the
+        policy's state."""
         ids = set(self.managers[0].states)
+        holders: dict[int, int] = {}
         for m in self.managers:
             assert set(m.states) == ids, "groups disagree on the live requests"
             m.check_integrity()
+            for st in m.states.values():
+                for b in st.blocks + [b for _, b in st.retained]:
+                    if not b.is_null:
+                        holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for b in self.pool.blocks[1:]:
+            assert b.ref_cnt == holders.get(b.block_id, 0), (
+                f"{b}: ref count {b.ref_cnt} != {holders.get(b.block_id, 0)} holders"
+            )
         self.policy.check_integrity(ids)
