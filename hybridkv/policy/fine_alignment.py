@@ -41,8 +41,7 @@ everything before the recorded block, whether or not the cache still holds
 it), and the deepest record found is compared chunk by chunk with its prompt:
 the first differing chunk ``[D, D + chunk)`` is an informative observation
 (overhang ``chunk - 1``); a prompt that matches every chunk it holds (it ends
-inside the block) is no evidence. On the first 1,500 Mooncake conversation
-requests this adopts Bamba's 512 at request 421 (40 GB) instead of 1,228.
+inside the block) is no evidence.
 
 ``prompt_point`` then keeps the state where a request that diverges at the last
 multiple of ``align`` in the prompt resumes (``kv_cache_manager._kept_points``).

@@ -58,7 +58,8 @@ class HybridPolicy(CachePolicy):
         self.tail = options.tail - options.tail % lcm
         #: The first full-attention group (its blocks mark tail points).
         self.full_gid = next((gid for gid, m in enumerate(managers) if m.prefix_closed), None)
-        self._full_hashes = None if self.full_gid is None else managers[self.full_gid].group_hashes
+        #: Hash blocks per full-attention block (its hashes: every ``k``-th, chained).
+        self._full_stride = 1 if self.full_gid is None else managers[self.full_gid].hash_stride
         #: Where branches fall: thins the tail (``tail_alignment``).
         self.tail_alignment = TailAlignment(
             lcm if self.full_gid is None else sizes[self.full_gid],
@@ -176,7 +177,9 @@ class HybridPolicy(CachePolicy):
         """The prompt's turn if it continues what the cache has held, else 0."""
         assert self.seen is not None and self.full_gid is not None
         bs = self.block_sizes[self.full_gid]
-        return self.seen.returning(self._full_hashes(block_hashes), bs, num_prompt_tokens)  # type: ignore[misc]
+        k = self._full_stride
+        hashes = block_hashes if k == 1 else block_hashes[k - 1 :: k]
+        return self.seen.returning(hashes, bs, num_prompt_tokens)
 
     def return_value(self, turn: int) -> float:
         """What a returning request's units are worth more, by its turn (1.0

@@ -143,8 +143,3 @@ class HybridOptions:
     def bonus(self) -> float:
         """The return bonus in force (``return_bonus``, else the tuning's)."""
         return self.tuning.return_bonus if self.return_bonus is None else float(self.return_bonus)
-
-    @property
-    def changed(self) -> bool:
-        """True when any setting differs from the defaults."""
-        return self != HybridOptions()

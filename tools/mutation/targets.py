@@ -20,6 +20,7 @@ TARGETS = (
     "hybridkv/hashing.py",
     "hybridkv/snapshots.py",
     "hybridkv/kv_cache_manager.py",
+    "hybridkv/manager_checks.py",
     "hybridkv/admission_bound.py",
     "hybridkv/planning/*.py",
     "hybridkv/engine/scheduler.py",
@@ -68,6 +69,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "hybridkv/coordinators/": _MANAGER_TESTS,
     "hybridkv/snapshots.py": _MANAGER_TESTS,
     "hybridkv/kv_cache_manager.py": _MANAGER_TESTS,
+    "hybridkv/manager_checks.py": _MANAGER_TESTS,
     "hybridkv/admission_bound.py": _MANAGER_TESTS,
     "hybridkv/hashing.py": (
         "tests/test_hashing.py",
