@@ -120,18 +120,25 @@ def test_floor_spacing_by_hand() -> None:
     # groups (one page a point each), rounded up to ``lcm``; not with a window.
     full_page = (False, 4, lambda p: 0)
     states = [full_page] + [(True, 4, lambda p: p // 4 - 1)] * 200  # 200 pages a point
-    assert floor_spacing(states, 4) == FLOOR_MAX_STATE_TOKENS == 17_920  # not 25,600
+    assert floor_spacing(states, 4) == FLOOR_MAX_STATE_TOKENS  # not 25,600
     assert floor_spacing(states, 48) == 17_952  # 374 x 48
     assert floor_spacing(states[:2], 4) == 128  # one state: below the cap, unchanged
     # A window's point needs the same 200 pages wherever it falls: 25,600, capped
     # at FLOOR_MAX_WINDOW_TOKENS; 190 pages (24,320) are below the cap.
     window = [full_page, (True, 4, lambda p: p // 4 - 200)]
-    assert floor_spacing(window, 4) == FLOOR_MAX_WINDOW_TOKENS == 24_576
+    assert floor_spacing(window, 4) == FLOOR_MAX_WINDOW_TOKENS
     assert floor_spacing(window, 48) == 24_576  # 512 x 48
     assert floor_spacing(window, 40) == 24_600  # rounded up: 615 x 40
     assert floor_spacing([full_page, (True, 4, lambda p: p // 4 - 190)], 4) == 24_320
     # With a state group too, the state cap (the smaller) holds.
-    assert floor_spacing([*window, states[1]], 4) == 17_920
+    assert floor_spacing([*window, states[1]], 4) == FLOOR_MAX_STATE_TOKENS
+    # The ratio and both caps are the tuning's: the rule holds for any of them.
+    tuning = T.replace(floor_ratio=8, floor_max_state_tokens=4_000, floor_max_window_tokens=6_000)
+    assert floor_spacing(states, 4, tuning) == 4_000  # 8 x 200 x 4 = 6,400, capped
+    assert floor_spacing(window, 4, tuning) == 6_000
+    assert floor_spacing([*window, states[1]], 4, tuning) == 4_000
+    varying = [full_page, (True, 4, lambda p: p // 4 - (100 if p % 8 else 300))]
+    assert floor_spacing(varying, 4, tuning) == 6_400  # a chunk's: never capped
     # A chunk's pages vary with the point's place (here 100 or 300, mean 200):
     # the same 25,600, never capped.
     chunk = [full_page, (True, 4, lambda p: p // 4 - (100 if p % 8 else 300))]
@@ -207,14 +214,19 @@ def test_auto_value_weight() -> None:
     chunk = ChunkedLocalAttentionSpec(
         block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
     )
-    assert auto_value_weight([FULL, SWA]) == 1.0
-    assert auto_value_weight([FULL, MAMBA]) == 2.0
-    assert auto_value_weight([FULL, SWA, chunk]) == 8.0
-    assert auto_value_weight([FULL, MAMBA, chunk]) == 8.0
-    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
-    assert kv.block_pool.policy.weight == 1.0
-    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid")
-    assert kv.block_pool.policy.weight == 2.0
+    # By the costliest non-full kind: chunks, then Mamba states, then windows.
+    tuning = T.replace(value_weight_chunked=5.0, value_weight_mamba=3.0, value_weight_sliding=0.5)
+    assert auto_value_weight([FULL, SWA], tuning) == 0.5
+    assert auto_value_weight([FULL, MAMBA], tuning) == 3.0
+    assert auto_value_weight([FULL, SWA, chunk], tuning) == 5.0
+    assert auto_value_weight([FULL, MAMBA, chunk], tuning) == 5.0
+    assert auto_value_weight([FULL, MAMBA]) == T.value_weight_mamba  # the defaults' own
+    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid", hybrid_tuning=tuning)
+    assert kv.block_pool.policy.weight == 0.5
+    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid", hybrid_tuning=tuning)
+    assert kv.block_pool.policy.weight == 3.0
+    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid", hybrid_value_weight=0.25)
+    assert kv.block_pool.policy.weight == 0.25  # a weight given by hand wins
 
 
 def test_two_classes_interleave_by_key() -> None:

@@ -103,8 +103,9 @@ def replay(write_trace, **knobs):
 def test_the_knobs_reach_the_manager(write_trace) -> None:
     default, m0 = replay(write_trace)
     assert isinstance(m0.block_pool.policy, CostAwareEvictionPolicy)
-    assert m0.block_pool.policy.weight == 1.0  # sliding windows: auto_value_weight
-    assert m0.policy.return_factor == 2.0**4.0  # RETURN_BONUS 4 at weight 1
+    weight = HybridTuning().value_weight_sliding  # sliding windows: auto_value_weight
+    assert m0.block_pool.policy.weight == weight
+    assert m0.policy.return_factor == 2.0 ** (HybridTuning().return_bonus / weight)
     assert (default.return_bonus, default.value_weight) == (None, None)
     assert default.policy_label == "hybrid"
     tuned, m1 = replay(write_trace, return_bonus=2, value_weight=0.5)
