@@ -203,3 +203,25 @@ def test_bad_knobs_are_one_line_and_exit_2(capsys, one_full, write_trace, argv, 
     path = str(write_trace(ROWS))
     rc, out, err = simulate(capsys, str(one_full), "--trace", path, "--memory", "1MB", *argv)
     assert_one_line_error(rc, out, err, *needles)
+
+
+def test_simulate_takes_tuning_overrides_for_hybrid_runs(
+    capsys, one_full, write_trace, tmp_path
+) -> None:
+    """``--tuning key=value`` reaches every hybrid run (label and JSON), is
+    checked before the first replay, and is an error without hybrid."""
+    out_json = tmp_path / "out.json"
+    trace = str(write_trace(ROWS))
+    run = ["--trace", trace, "--memory", "1MB", "--json", str(out_json)]
+    rc, out, err = simulate(
+        capsys, str(one_full), *run, "--policy", "lru,hybrid",
+        "--tuning", "learn_floor=off", "--tuning", "floor_ratio=16",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "hybrid (tuning learn_floor=off,floor_ratio=16)" in out
+    data = json.loads(out_json.read_text())
+    assert [r.get("tuning") for r in data] == [None, "learn_floor=off,floor_ratio=16"]
+    rc, _, err = simulate(capsys, str(one_full), *run, "--policy", "hybrid", "--tuning", "x=1")
+    assert rc == 2 and "unknown tuning x; known: tail_tokens" in err
+    rc, _, err = simulate(capsys, str(one_full), *run, "--tuning", "floor_ratio=16")
+    assert rc == 2 and "--tuning tunes the hybrid policy: add hybrid to --policy" in err
