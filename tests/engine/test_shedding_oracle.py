@@ -52,13 +52,13 @@ def test_requests_shed_kept_points_and_stay_token_identical(
     )
     llm.manager = llm.scheduler.manager = llm.runner.manager = manager
     shed: list[str] = []
-    real_shed = shedding.shed
+    real_plan = shedding.shed_plan
 
-    def counting_shed(managers, pool, request_id):  # type: ignore[no-untyped-def]
+    def counting_plan(managers, request_id):  # type: ignore[no-untyped-def]
         shed.append(request_id)
-        real_shed(managers, pool, request_id)
+        return real_plan(managers, request_id)
 
-    monkeypatch.setattr(shedding, "shed", counting_shed)
+    monkeypatch.setattr(shedding, "shed_plan", counting_plan)
     doc = _prompt(24, 1)
     check_against_hf(ckpt, llm, [doc], 2)
     prompts = [[*doc[:16], *_prompt(12, 10 + i)] for i in range(3)]
