@@ -11,9 +11,10 @@ keep and in which order to let it go. The coordinator calls:
 - ``kept_points(admission)`` before a request's first allocation with a
   prefix lookup, and ``admit(admission)`` once it succeeded: the policy learns
   from it and answers its kept points and its returning turn;
-- ``release(request_id, tables)`` when a request is freed: the order and the
-  value with which its blocks return to the free set, as ``ReleaseRun``s;
-- ``make_room(tables, short)`` when a running request's step does not fit:
+- ``release(request_id, tables, block_hashes, num_tokens)`` when a request is
+  freed: the order and the value with which its blocks return to the free
+  set, as ``ReleaseRun``s;
+- ``make_room(managers, short)`` when a running request's step does not fit:
   which request gives up which kept points (``Shed``), or None;
 - ``check_integrity(live)``.
 
@@ -26,7 +27,8 @@ for the block pool.
 object: the ``value`` of a ``ReleaseRun`` is what a hit on its blocks saves
 per page, so a tier demotes the lowest-valued runs first, and a run released
 ``evict_first`` (no kept point needs it) is never worth demoting; ``kept_points``
-say which states a request will resume from, hence what to load.
+say which states a request will resume from, hence what to load
+(``docs/architecture.md``, "The cache policy, and a later tier").
 """
 
 from __future__ import annotations
