@@ -154,3 +154,20 @@ def test_lru_releases_tail_first_across_groups() -> None:
     order = [b.block_id for b in run.blocks]
     assert order == [ids[g][i] for i in (2, 1, 0) for g in (0, 1)]  # position, then group
     assert not run.evict_first and run.value is None
+
+
+@pytest.mark.parametrize("policy", ["lru", "hybrid"])
+def test_demotion_order_is_the_order_blocks_are_reused_in(policy: str) -> None:
+    """What a lower tier would demote first is what the pool reuses first:
+    under hybrid, the blocks no kept point needs (evict-first) lead."""
+    kv = KVCacheManager(config(40, full(4), swa(4, 5)), 256, cache_policy=policy)
+    serve(kv, "a", list(range(30)))
+    serve(kv, "b", [*range(12), *range(100, 118)])
+    order = list(kv.policy.demotion_order(kv.block_pool))
+    assert len(order) == kv.block_pool.num_free_blocks
+    if policy == "hybrid":
+        first = kv.block_pool.policy.first.num_free_blocks  # type: ignore[attr-defined]
+        assert 0 < first < len(order)
+        assert all(b.free_class is None for b in order[:first])
+        assert all(b.free_class is not None for b in order[first:] if b.block_hash is not None)
+    assert kv.block_pool.policy.take(len(order)) == order  # the pool's own next blocks

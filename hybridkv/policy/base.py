@@ -24,8 +24,9 @@ block is reused first) is the policy's too: ``eviction_factory`` builds it
 for the block pool.
 
 **Tiers.** A later tier (host RAM, disk, a remote store) asks the same
-object: the ``value`` of a ``ReleaseRun`` is what a hit on its blocks saves
-per page, so a tier demotes the lowest-valued runs first, and a run released
+object: ``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
+a ``ReleaseRun`` is what a hit on its blocks saves per page, so a tier
+demotes the lowest-ranked first, and a run released
 ``evict_first`` (no kept point needs it) is never worth demoting; ``kept_points``
 say which states a request will resume from, hence what to load
 (``docs/architecture.md``, "The cache policy, and a later tier").
@@ -34,11 +35,12 @@ say which states a request will resume from, hence what to load
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.managers.points import Hold
 
@@ -131,6 +133,12 @@ class CachePolicy(ABC):
         """Who gives up kept points so that ``short`` more blocks are free
         (None: nobody; the step fails). Read-only."""
         return None
+
+    def demotion_order(self, pool: BlockPool) -> Iterator[KVCacheBlock]:
+        """The pool's free blocks, the first to be reused (or demoted to a
+        lower tier) first: the ranking this policy's ``eviction_factory`` gave
+        the pool. Read-only."""
+        return iter(pool.policy)
 
     @abstractmethod
     def check_integrity(self, live: set[str]) -> None:
