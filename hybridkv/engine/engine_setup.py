@@ -14,41 +14,10 @@ import torch
 from hybridkv.kernels import KernelBackend, get_backend
 from hybridkv.kernels.backend import backend_from_environment
 from hybridkv.kernels.cpu import native_status
-from hybridkv.kv_cache_manager import CACHE_POLICIES, check_floor_knob, check_hybrid_knob
-from hybridkv.managers.returning import check_return_grade
 from hybridkv.planning import PagePlan
 
 DEFAULT_KV_CAP_BYTES = 2 << 30
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def cache_policy_knobs(cache_policy: str, **knobs: Any) -> dict[str, Any]:
-    """The ``hybrid_*`` knobs that are set (None: the manager's default), checked.
-
-    ``hybrid_return_bonus``, ``hybrid_return_grade``, ``hybrid_value_weight`` and
-    ``hybrid_floor_tokens`` tune ``cache_policy="hybrid"`` only: set under ``lru``,
-    where they would change nothing, they are an error. ``hybridkv simulate
-    --return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
-    one's own trace first."""
-    if cache_policy not in CACHE_POLICIES:
-        raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-    checks = {
-        "hybrid_return_bonus": check_hybrid_knob,
-        "hybrid_return_grade": check_return_grade,
-        "hybrid_value_weight": check_hybrid_knob,
-        "hybrid_floor_tokens": check_floor_knob,
-    }
-    out = {}
-    for name, value in knobs.items():
-        if value is None:
-            continue
-        checks[name](value, name)
-        out[name] = value
-        if cache_policy != "hybrid":
-            raise ValueError(
-                f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"
-            )
-    return out
 
 
 def check_dtype(dtype: Any) -> None:

@@ -107,7 +107,11 @@ HYBRID = ("--cache-policy", "hybrid")
         ),
         (
             (*HYBRID, "--hybrid-floor-tokens", "-1"),
-            "hybrid_floor_tokens must be an int >= 0, got -1",
+            "hybrid_floor_tokens must be None (by cost) or an int >= 0, got -1",
+        ),
+        (
+            ("--hybrid-tuning", "floor_ratio=8"),
+            "hybrid_tuning tunes cache_policy='hybrid'; it changes nothing under 'lru'",
         ),
     ],
 )
@@ -116,6 +120,12 @@ def test_cli_bad_options_are_one_line_exit_2(
 ) -> None:
     assert main(["serve", "--port=0", str(tok_ckpt), *args]) == 2
     assert capsys.readouterr().err == f"hybridkv serve: error: {says}\n"
+
+
+def test_cli_unknown_tuning_is_one_line(tok_ckpt: Path, capsys: Any) -> None:
+    argv = ["serve", "--port=0", str(tok_ckpt), *HYBRID, "--hybrid-tuning", "floor_rate=8"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("hybridkv serve: error: unknown tuning floor_rate;")
 
 
 def test_cli_missing_checkpoint_and_cuda_graphs_on_cpu(tok_ckpt: Path, capsys: Any) -> None:
