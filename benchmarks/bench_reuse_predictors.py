@@ -25,7 +25,7 @@ tells about its future, to see how far any of them gets:
 - ``hazard``: per request, the bucket's rate of being continued at the
   request's current age (from the whole trace); the lowest is evicted first;
 - ``returning, +B turnovers``: online, what ``hybrid`` ships
-  (``hybridkv/managers/returning.py``): a request is *returning* when the
+  (``hybridkv/policy/returning.py``): a request is *returning* when the
   blocks covering half its prompt, from its start, rounded up to a run of
   ``SAMPLE_BLOCKS`` blocks, were seen before (in a memory of one chained key
   in ``SAMPLE_BLOCKS`` of the last 4-8 x pool-size blocks, evicted or not, in
@@ -72,16 +72,16 @@ from lhd_ranking import lhd_hits  # noqa: E402
 from machine_info import machine  # noqa: E402
 
 from hybridkv.layouts import shipped_layout  # noqa: E402
-from hybridkv.managers.returning import (  # noqa: E402
-    RETURN_BONUS,
-    RETURNING_SHARE,
-    SAMPLE_BLOCKS,
-    SEEN_PER_BLOCK,
-)
+from hybridkv.policy.tuning import DEFAULT_TUNING  # noqa: E402
 from hybridkv.sim import SimOptions  # noqa: E402
 from hybridkv.sim.replay import plan_replay, replay_max_model_len  # noqa: E402
 from hybridkv.sim.trace import TraceRequest, load_trace  # noqa: E402
 from hybridkv.specs import FullAttentionSpec  # noqa: E402
+
+RETURN_BONUS = DEFAULT_TUNING.return_bonus
+RETURNING_SHARE = DEFAULT_TUNING.returning_share
+SAMPLE_BLOCKS = DEFAULT_TUNING.sample_blocks
+SEEN_PER_BLOCK = DEFAULT_TUNING.seen_per_block
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 Rank = Callable[[int, int], float]  # (request index, block depth) -> priority (kept longer)

@@ -373,7 +373,7 @@ def target_line(cell: Cell) -> str:
         f"{100 * belady:.2f} %; {TARGET_RATIO}x vLLM needs {100 * need:.2f} %"
         + (
             ", above what any cache ranked by recency alone can reach (hybrid ranks "
-            "returning requests' units higher, `managers/returning.py`)"
+            "returning requests' units higher, `policy/returning.py`)"
             if need > lru_ceiling
             else ""
         )

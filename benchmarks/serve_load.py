@@ -58,7 +58,7 @@ def plan(requests: int, seed: int, vocab: int = 512) -> list[tuple[str, dict[str
         }
         r = rng.random()
         if r < 0.1:
-            bad = rng.choice([{"temperature": -1}, {"max_tokens": 0}, {"n": 3}, {"prompt": ""}])
+            bad = rng.choice([{"temperature": -1}, {"max_tokens": 0}, {"n": 0}, {"prompt": ""}])
             out.append(("invalid", dict(body, **bad)))
         elif r < 0.3:
             out.append(("hangup", dict(body, stream=True)))

@@ -4,13 +4,13 @@ Public names follow vLLM v1 (``KVCacheManager``, ``FullAttentionSpec``...).
 """
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import HASH_ALGOS, BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
 from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.policy import CachePolicy, CostAwareEvictionPolicy, HybridOptions, HybridTuning
 from hybridkv.request import Request
 from hybridkv.specs import (
     AttentionSpec,
@@ -33,10 +33,13 @@ __all__ = [
     "BlockHasher",
     "BlockRemoved",
     "BlockStored",
+    "CachePolicy",
     "ChunkedLocalAttentionSpec",
     "CostAwareEvictionPolicy",
     "EvictionPolicy",
     "FullAttentionSpec",
+    "HybridOptions",
+    "HybridTuning",
     "KVCacheBlock",
     "KVCacheBlocks",
     "KVCacheConfig",

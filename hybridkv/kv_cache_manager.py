@@ -21,106 +21,52 @@ Contracts:
 from __future__ import annotations
 
 import math
-import operator
-from functools import partial
+from typing import Any
 
 from hybridkv.admission_bound import AdmissionBound
 from hybridkv.coordinators import get_kv_cache_coordinator
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.events import KVCacheEvent
 from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.hashing import BlockHasher
 from hybridkv.kv_cache_blocks import KVCacheBlocks
-from hybridkv.managers import spec_manager_map
+from hybridkv.manager_checks import (
+    as_int,
+    check_counts,
+    check_fits,
+    check_new_computed,
+    check_request,
+    check_same_request,
+)
 from hybridkv.managers.base import NEVER
-from hybridkv.managers.retention import TAIL_TOKENS, prompt_point
-from hybridkv.managers.returning import RETURN_BONUS, RETURN_GRADE, check_return_grade
+from hybridkv.policy import (
+    CACHE_POLICIES,
+    Admission,
+    HybridOptions,
+    check_cache_policy,
+    eviction_factory,
+)
 from hybridkv.request import Request
-from hybridkv.specs import ChunkedLocalAttentionSpec, KVCacheConfig, MambaSpec
-from hybridkv.specs.base import KVCacheSpec, check_positive_int
+from hybridkv.specs import KVCacheConfig
+from hybridkv.specs.base import check_positive_int
 
-#: ``lru``: every computed block is cached and evicted least recently used first.
-#: ``hybrid``: only what a later hit can use is kept (see ``hybridkv.retention``).
-CACHE_POLICIES = ("lru", "hybrid")
-
-
-def _as_int(value: object, field: str) -> int:
-    """An integer argument (numpy ints accepted); ``ValueError`` otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{field} must be an int, got {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"{field} must be an int, got {value!r}") from None
-
-
-def check_hybrid_knob(value: object, field: str) -> None:
-    """A finite number ``>= 0`` (not a bool); ``ValueError`` naming ``field`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
-
-
-def check_floor_knob(value: object, field: str, expected: str = "an int >= 0") -> None:
-    """An int ``>= 0`` (not a bool): a token count such as ``hybrid_floor_tokens``;
-    ``ValueError`` naming ``field`` and what is ``expected`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{field} must be {expected}, got {value!r}")
-
-
-#: ``auto_value_weight`` by the costliest non-full kind of a layout.
-VALUE_WEIGHTS = {"chunked": 8.0, "mamba": 2.0, "sliding": 1.0}
-
-
-def auto_value_weight(specs: list[KVCacheSpec]) -> float:
-    """The default ``hybrid_value_weight`` of a layout (``VALUE_WEIGHTS``).
-
-    By the costliest non-full kind: attention chunks (a kept point holds up
-    to a whole chunk), Mamba states, else sliding windows. Tuned on the
-    Mooncake conversation trace (benchmarks/results/cache.md, with the
-    learned tail alignment): Jamba 2 (3: -0.5 points at 40 GB), Gemma 3 27B
-    1 (0: -0.1 points at 80 GB). Llama 4 Scout 8, re-tuned with returning
-    prompts on both Mooncake traces: against 3, 10.01 % instead of 9.56 % on
-    the whole conversation trace at 80 GB (16.24 / 16.23 % at 160 GB), 10.27 %
-    instead of 9.49 % on the synthetic trace at 160 GB; 12 lost at most budgets.
-    """
-    if any(isinstance(s, ChunkedLocalAttentionSpec) for s in specs):
-        return VALUE_WEIGHTS["chunked"]
-    if any(isinstance(s, MambaSpec) for s in specs):
-        return VALUE_WEIGHTS["mamba"]
-    return VALUE_WEIGHTS["sliding"]
-
-
-def _has_skips(spec: KVCacheSpec) -> bool:
-    cls = spec_manager_map.get(type(spec))
-    return cls is None or cls.has_skips
+__all__ = ["CACHE_POLICIES", "KVCacheManager"]
 
 
 class KVCacheManager:
     """Paged KV blocks with automatic prefix caching over any mix of groups.
 
     ``cache_policy``: ``"lru"`` (every computed block cached, least recently
-    used evicted first) or ``"hybrid"`` (``hybridkv.managers.retention``:
-    only what a kept hit point needs is cached, ranked by recency and
-    recompute saved per page, ``hybridkv.core.cost_aware``). ``hybrid``
-    knobs: ``hybrid_tail_tokens``, the tokens before a request's end whose
-    block boundaries stay hit points; ``hybrid_value_weight``, pool turnovers
-    one doubling of a unit's value is worth (0: recency only; None:
-    ``auto_value_weight``); ``hybrid_tail_align``, the tail's alignment
-    (None: learned from where requests branch, ``managers/tail_alignment.py``;
-    0: every boundary; ``A``: multiples of ``A`` only);
-    ``hybrid_return_bonus``, pool turnovers a returning request's units are
-    kept longer (``managers/returning.py``; 0: off); ``hybrid_return_grade``,
-    how that bonus grows with a returning request's turn in its conversation
-    (``"flat"``: not at all; ``"turn"``, ``"log-turn"``; ``RETURN_GRADES``);
-    ``hybrid_floor_tokens``,
-    tokens between two snapshot floor points, rounded up to the hit step
-    (None: by cost and kind, ``retention.floor_spacing``, then moved with the
-    traffic by ``managers/floor_tuner.py``; 0: no floor; a value stays fixed). The
-    ``hybrid`` knobs change nothing under ``lru``.
-    ``eviction_policy`` (a policy class or factory) overrides the free set's
-    ordering under either policy.
+    used evicted first) or ``"hybrid"`` (only what a kept hit point needs is
+    cached, ranked by recency and recompute saved per page;
+    ``hybridkv.policy``). ``hybrid``: the latter's settings
+    (``HybridOptions``); the keywords ``hybrid_tail_tokens``,
+    ``hybrid_value_weight``, ``hybrid_tail_align``, ``hybrid_return_bonus``,
+    ``hybrid_return_grade``, ``hybrid_floor_tokens`` and ``hybrid_tuning`` set
+    its fields one by one (None: unchanged). They change nothing under
+    ``lru``. ``eviction_policy`` (a policy class or factory) overrides the
+    free set's ordering under either policy.
     """
 
     def __init__(
@@ -135,44 +81,16 @@ class KVCacheManager:
         hash_seed: int = 0,
         eviction_policy: PolicyFactory | None = None,
         cache_policy: str = "lru",
-        hybrid_tail_tokens: int = TAIL_TOKENS,
-        hybrid_value_weight: float | None = None,
-        hybrid_tail_align: int | None = None,
-        hybrid_return_bonus: float = RETURN_BONUS,
-        hybrid_floor_tokens: int | None = None,
-        hybrid_return_grade: str = RETURN_GRADE,
+        hybrid: HybridOptions | None = None,
+        **hybrid_knobs: Any,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
         check_positive_int(max_model_len, "max_model_len")
-        if cache_policy not in CACHE_POLICIES:
-            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        check_cache_policy(cache_policy)
         self.cache_policy = cache_policy
-        if (
-            isinstance(hybrid_tail_tokens, bool)
-            or not isinstance(hybrid_tail_tokens, int)
-            or (hybrid_tail_tokens < 0)
-        ):
-            raise ValueError(f"hybrid_tail_tokens must be an int >= 0, got {hybrid_tail_tokens!r}")
-        if hybrid_tail_align is not None and (
-            isinstance(hybrid_tail_align, bool)
-            or not isinstance(hybrid_tail_align, int)
-            or hybrid_tail_align < 0
-        ):
-            raise ValueError(
-                f"hybrid_tail_align must be None (learn) or an int >= 0, got {hybrid_tail_align!r}"
-            )
-        check_hybrid_knob(hybrid_return_bonus, "hybrid_return_bonus")
-        check_return_grade(hybrid_return_grade, "hybrid_return_grade")
-        if hybrid_floor_tokens is not None:
-            check_floor_knob(
-                hybrid_floor_tokens, "hybrid_floor_tokens", "None (by cost) or an int >= 0"
-            )
-        if hybrid_value_weight is None:
-            hybrid_value_weight = auto_value_weight(
-                [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
-            )
-        check_hybrid_knob(hybrid_value_weight, "hybrid_value_weight")
+        options = HybridOptions.from_knobs(hybrid, **hybrid_knobs)
+        self.hybrid_options = options
         groups = kv_cache_config.kv_cache_groups
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
@@ -185,13 +103,9 @@ class KVCacheManager:
         self._verify_tokens = not self.hasher.is_cryptographic
         # ``hybrid`` ranks free blocks by recency and value, unless every group
         # is full attention (then it must decide exactly as ``lru``).
-        if (
-            eviction_policy is None
-            and cache_policy == "hybrid"
-            and enable_caching
-            and any(_has_skips(g.kv_cache_spec) for g in groups)
-        ):
-            eviction_policy = partial(CostAwareEvictionPolicy, weight=float(hybrid_value_weight))
+        if eviction_policy is None:
+            specs = [g.kv_cache_spec for g in groups]
+            eviction_policy = eviction_factory(cache_policy, options, specs, enable_caching)
         self.block_pool = BlockPool(
             kv_cache_config.num_blocks,
             len(groups),
@@ -206,15 +120,10 @@ class KVCacheManager:
             self.hash_block_size,
             enable_caching,
             cache_policy,
-            hybrid_tail_tokens,
-            hybrid_tail_align,
-            float(hybrid_return_bonus),
-            hybrid_return_grade,
+            options,
         )
-        if hybrid_floor_tokens is not None and self.coordinator.hybrid:
-            lcm = self.coordinator.block_size_lcm
-            self.coordinator.floor_tokens = lcm * -(-hybrid_floor_tokens // lcm)
-            self.coordinator.floor_tuner = None  # a floor set by hand stays where it is
+        #: The cache policy (``hybridkv.policy.CachePolicy``), the coordinator's.
+        self.policy = self.coordinator.policy
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         # The Request object behind each live request id: another object with
         # the same id (other tokens) must not take over its blocks.
@@ -236,13 +145,7 @@ class KVCacheManager:
         request.bind_hasher(self.hasher)
 
     def _check_request(self, request: Request) -> None:
-        if not isinstance(request, Request):
-            raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
-        if request.num_tokens > self.max_model_len:
-            raise ValueError(
-                f"request {request.request_id!r} has {request.num_tokens} tokens, more than "
-                f"max_model_len={self.max_model_len}"
-            )
+        check_request(request, self.max_model_len)
 
     @property
     def usage(self) -> float:
@@ -305,14 +208,13 @@ class KVCacheManager:
         reserves extra slots (speculative decoding), never cached. Returns the
         newly allocated blocks per group, or ``None`` (nothing changed) when
         the free blocks do not suffice. Under ``cache_policy="hybrid"`` a
-        running request's step first lets the newest live request that
-        retains blocks for kept points behind its window give them up, when
-        that makes room (``hybridkv.coordinators.shedding``).
+        running request's step first lets the policy have a live request
+        give up kept points, when that makes room (``CachePolicy.make_room``).
         """
         if not isinstance(request, Request):
             raise ValueError(f"request must be a hybridkv.Request, got {type(request).__name__}")
         if type(num_new_tokens) is not int:
-            num_new_tokens = _as_int(num_new_tokens, "num_new_tokens")
+            num_new_tokens = as_int(num_new_tokens, "num_new_tokens")
         if num_new_tokens <= 0:
             raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
         rid = request.request_id
@@ -338,40 +240,40 @@ class KVCacheManager:
             ):
                 return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
         if live is not request and live is not None:
-            self._check_same_request(live, request)
+            check_same_request(live, request)
+            self._live[rid] = request
         coordinator = self.coordinator
         hit_blocks = None
         if num_new_computed_tokens or num_lookahead_tokens or new_computed_blocks is not None:
-            if num_new_computed_tokens < 0:
-                raise ValueError(
-                    f"num_new_computed_tokens must be >= 0, got {num_new_computed_tokens}"
-                )
-            if num_lookahead_tokens < 0:
-                raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+            check_counts(num_new_computed_tokens, num_lookahead_tokens)
             if num_new_computed_tokens or (
                 new_computed_blocks is not None and any(new_computed_blocks.blocks)
             ):
-                hit_blocks = self._check_new_computed(
-                    request, num_new_computed_tokens, new_computed_blocks
+                hit_blocks = check_new_computed(
+                    request,
+                    num_new_computed_tokens,
+                    new_computed_blocks,
+                    enable_caching=self.enable_caching,
+                    is_live=coordinator.has_request(rid),
+                    pool=self.block_pool,
+                    managers=coordinator.managers,
+                    bind=self._bind,
                 )
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_computed_after = total_computed + num_new_tokens
         if num_computed_after > self.max_model_len or request.num_tokens > self.max_model_len:
-            self._check_request(request)
-            raise ValueError(
-                f"request {rid!r}: num_computed_tokens ({total_computed}) + num_new_tokens "
-                f"({num_new_tokens}) exceeds max_model_len={self.max_model_len}"
-            )
+            check_fits(request, total_computed, num_new_tokens, self.max_model_len)
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
         kept: tuple[int, ...] = ()
         # Kept points come from a prefix hit: a call without one keeps none.
-        admitted = (
+        admission = None
+        if (
             coordinator.hybrid
             and new_computed_blocks is not None
             and not coordinator.has_request(rid)
-        )
-        if admitted:
-            kept = self._kept_points(request, num_new_computed_tokens, new_computed_blocks)
+        ):
+            admission = self._admission_of(request, num_new_computed_tokens, new_computed_blocks)
+            kept = self.policy.kept_points(admission)
         new_blocks = coordinator.allocate(
             rid, num_tokens_need_slot, hit_blocks, total_computed, kept
         )
@@ -380,21 +282,10 @@ class KVCacheManager:
         if live is None:
             self._live[rid] = request
             self._admission.forget(rid)
-        # A request resumed after preemption matches its own earlier progress,
-        # not where it diverges from other requests: no branch to learn from.
-        if admitted and coordinator.seen is not None:
-            if request.returning is None:  # first admission: a resumed one keeps it
-                request.returning = coordinator.is_returning(
-                    request.live_block_hashes, request.num_prompt_tokens
-                )
-            if request.returning:
-                coordinator.mark_returning(rid, request.returning)
-        if admitted and not request.num_preemptions:
-            assert new_computed_blocks is not None
-            branch = new_computed_blocks.full_hit_tokens  # whole blocks, all hashed
-            hashes, packed = request.live_block_hashes, request.packed_prompt
-            coordinator.observe_branch(branch, request.num_tokens, hashes, packed)
-            coordinator.mark_prompt_end(hashes, request.num_prompt_tokens, packed)
+        if admission is not None:
+            turn = self.policy.admit(admission)
+            if turn is not None:
+                request.returning = turn
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(
@@ -415,124 +306,22 @@ class KVCacheManager:
             cache_at = NEVER
         return min(cover, self.max_model_len), release_at, cache_at
 
-    def _check_same_request(self, live: Request, request: Request) -> None:
-        """``request`` reuses a live request's id: fine only for the same tokens.
-
-        (A caller may rebuild its ``Request``; it then takes the old one's place.)
-        """
-        if live.live_token_ids != request.live_token_ids or live.num_computed_tokens != (
-            request.num_computed_tokens
-        ):
-            raise ValueError(
-                f"request: another Request with id {request.request_id!r} (other tokens or "
-                "num_computed_tokens) holds blocks in this manager; request ids must be "
-                "unique among live requests (free the old one first)"
-            )
-        self._live[request.request_id] = request
-
-    def _kept_points(
+    def _admission_of(
         self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
-    ) -> tuple[int, ...]:
-        """A new request's kept points (``hybrid``): its hit, its branch point,
-        its prompt's end and the snapshot floor (``retention.FLOOR_RATIO``)
-        below its end. The prompt's end is its last hit boundary, on the tail's
-        grid when one is in force (``prompt_point``). The admission is the floor
-        tuner's evidence (its branch and hit), and the spacing it returns is the
-        one this request keeps."""
-        lcm = self.coordinator.block_size_lcm
-        branch = 0 if blocks is None else min(blocks.full_hit_tokens, request.num_tokens - 1)
-        branch -= branch % lcm
-        tuner = self.coordinator.floor_tuner
-        if tuner is not None:
-            self.coordinator.floor_tokens = tuner.observe(
-                branch,
-                num_hit,
-                request.num_tokens,  # a resumed request's hit covers outputs
-            )
-        step = self.coordinator.floor_tokens
-        floor = range(step, request.num_tokens, step) if step else ()
-        ta = self.coordinator.tail_alignment
-        prompt = prompt_point(request.num_prompt_tokens, lcm, ta.align, ta.fine.align)
-        return tuple(sorted({p for p in (num_hit, branch, prompt, *floor) if p > 0}))
-
-    def _check_new_computed(
-        self,
-        request: Request,
-        num_new_computed_tokens: int,
-        new_computed_blocks: KVCacheBlocks | None,
-    ) -> tuple[list, ...]:
-        rid = request.request_id
-        if not self.enable_caching:
-            raise ValueError("num_new_computed_tokens / new_computed_blocks need prefix caching")
-        if new_computed_blocks is None:
-            raise ValueError("num_new_computed_tokens > 0 needs new_computed_blocks")
-        if self.coordinator.has_request(rid) or request.num_computed_tokens:
-            raise ValueError(
-                f"request {rid!r} already has computed tokens or blocks; prefix hits "
-                "(new_computed_blocks) apply only to a new or preempted request"
-            )
-        if num_new_computed_tokens >= request.num_tokens:
-            raise ValueError(
-                f"num_new_computed_tokens={num_new_computed_tokens} must be < the "
-                f"request's {request.num_tokens} tokens"
-            )
-        if not isinstance(new_computed_blocks, KVCacheBlocks):
-            raise ValueError(
-                "new_computed_blocks must be the KVCacheBlocks of get_computed_blocks, got "
-                f"{type(new_computed_blocks).__name__}"
-            )
-        blocks = new_computed_blocks.blocks
-        if len(blocks) != len(self.coordinator.managers):
-            raise ValueError(
-                f"new_computed_blocks has {len(blocks)} groups, the config has "
-                f"{len(self.coordinator.managers)}"
-            )
-        self._bind(request)
-        hashes = request.live_block_hashes
-        own = new_computed_blocks.pool is self.block_pool
-        if not own:
-            self._check_own_blocks(blocks)
-        # Found by this pool for this request, and nothing left the index since.
-        fresh = (
-            own
-            and new_computed_blocks.generation == self.block_pool.generation
-            and new_computed_blocks.hashes is hashes
+    ) -> Admission:
+        """What the policy learns from a request admitted with a prefix lookup
+        (``blocks``: what it found; None: nothing)."""
+        return Admission(
+            request.request_id,
+            num_hit,
+            0 if blocks is None else blocks.full_hit_tokens,  # whole blocks, all hashed
+            request.num_tokens,
+            request.num_prompt_tokens,
+            request.live_block_hashes,
+            request.packed_prompt,
+            request.num_preemptions > 0,
+            request.returning,
         )
-        for m, group_blocks in zip(self.coordinator.managers, blocks, strict=True):
-            if len(group_blocks) * m.block_size != num_new_computed_tokens:
-                raise ValueError(
-                    f"new_computed_blocks of group {m.group_id} cover "
-                    f"{len(group_blocks) * m.block_size} tokens, not "
-                    f"num_new_computed_tokens={num_new_computed_tokens}"
-                )
-            if fresh:
-                continue
-            view = m.group_hashes(hashes)
-            for i, b in enumerate(group_blocks):
-                if not b.is_null and (b.block_hash != view[i] or b.group_id != m.group_id):
-                    raise ValueError(
-                        f"new_computed_blocks are stale (block {b.block_id} of group "
-                        f"{m.group_id} was evicted or reused since get_computed_blocks); "
-                        "call get_computed_blocks again"
-                    )
-        return blocks
-
-    def _check_own_blocks(self, blocks: tuple[list, ...]) -> None:
-        """Every block is one of this manager's pool (not another manager's).
-
-        One by one: only for blocks that did not come from this manager's
-        ``get_computed_blocks`` (those carry its pool).
-        """
-        own = self.block_pool.blocks
-        try:
-            foreign = next((b for group in blocks for b in group if own[b.block_id] is not b), None)
-        except (AttributeError, IndexError, TypeError):
-            foreign = "an object that is not a block of any pool"
-        if foreign is not None:
-            raise ValueError(
-                f"new_computed_blocks hold {foreign!r}, which is not a block of this manager's "
-                "pool (another manager's?); pass what this manager's get_computed_blocks returned"
-            )
 
     def free(self, request: Request | str) -> bool:
         """Release a request's blocks (tail first). Unknown request: False.
@@ -559,17 +348,7 @@ class KVCacheManager:
         cache; returns how many. Blocks are cached when allocated, before a step
         computes them: call this before freeing a request whose step failed, so
         no later request hits blocks that were never written."""
-        computed = request.num_computed_tokens
-        n = 0
-        for m in self.coordinator.managers:
-            st = m.states.get(request.request_id)
-            if st is None:
-                continue
-            for b in st.blocks[computed // m.block_size :]:
-                if not b.is_null and b.block_hash is not None:
-                    self.block_pool.uncache(b)
-                    n += 1
-        return n
+        return self.coordinator.uncache_from(request.request_id, request.num_computed_tokens)
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """The request's block table per group (0 = null block)."""
@@ -599,7 +378,8 @@ class KVCacheManager:
         return stats
 
     def check_integrity(self) -> None:
-        """Assert pool and table invariants, and that ref counts equal holders."""
+        """Assert pool and table invariants (ref counts equal holders:
+        ``KVCacheCoordinator.check_integrity``) and this API's registries."""
         self.block_pool.check_integrity()
         self.coordinator.check_integrity()
         live = set(self.coordinator.managers[0].states)
@@ -608,13 +388,3 @@ class KVCacheManager:
         for rid, quiet in self._quiet.items():
             assert rid in live, f"request {rid!r} is freed but keeps a quiet horizon"
             assert quiet == self._horizon(rid), f"request {rid!r}: stale quiet horizon"
-        holders: dict[int, int] = {}
-        for m in self.coordinator.managers:
-            for st in m.states.values():
-                for b in st.blocks + [b for _, b in st.retained]:
-                    if not b.is_null:
-                        holders[b.block_id] = holders.get(b.block_id, 0) + 1
-        for b in self.block_pool.blocks[1:]:
-            assert b.ref_cnt == holders.get(b.block_id, 0), (
-                f"{b}: ref count {b.ref_cnt} != {holders.get(b.block_id, 0)} holders"
-            )

@@ -81,7 +81,7 @@ class Request:
     ``num_preemptions``: times the scheduler preempted it (a resumed request's
     prefix hit is its own earlier progress: ``hybrid`` learns branch points
     only from requests never preempted). ``returning``: set by a ``hybrid``
-    manager when it first admits the request (``managers/returning.py``): its
+    manager when it first admits the request (``policy/returning.py``): its
     turn (>= 1) when its prompt continues one the cache has held, else 0; a
     resumed request keeps it.
     """

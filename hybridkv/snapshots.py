@@ -22,9 +22,9 @@ Which entries are real, per cache policy:
 
 - no prefix caching: only the running state (the last entry);
 - ``lru``: every entry a step crosses (each block boundary is cached);
-- ``hybrid`` (``managers/retention.py``): the running state, the boundaries in
+- ``hybrid`` (``policy/retention.py``): the running state, the boundaries in
   the last ``tail`` tokens (from a hit boundary on; with a learned alignment,
-  ``managers/tail_alignment.py``, only those on its grid and the last hit
+  ``policy/tail_alignment.py``, only those on its grid and the last hit
   boundary), and the request's kept points (hit, branch point, prompt end,
   snapshot floor).
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hybridkv.managers.tail_alignment import tail_points
+from hybridkv.managers.points import tail_points
 
 if TYPE_CHECKING:
     import torch

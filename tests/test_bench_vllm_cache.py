@@ -258,7 +258,7 @@ def test_tuned_rows_are_judged_against_vllms_best() -> None:
     assert "= 1.20x" in line and line.endswith(tuned_clause(cell))
     del cell.ours["hybrid (weight 3)"], cell.ours["hybrid (weight 4)"]
     assert tuned_clause(cell) == ""
-    assert target_line(cell).endswith("`managers/returning.py`).")  # ceiling 0 < 15 %
+    assert target_line(cell).endswith("`policy/returning.py`).")  # ceiling 0 < 15 %
 
 
 def test_closed_options_plan_for_the_given_model_length() -> None:

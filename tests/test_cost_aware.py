@@ -1,8 +1,8 @@
 """Cost-aware eviction (``hybrid``): worked examples with exact values and ids.
 
 The policy ranks free blocks by ``released / pool + weight * class(value)``
-(``hybridkv.core.cost_aware``); the values come from the hit units of a freed
-request (``hybridkv.managers.retention.UnitValues``).
+(``hybridkv.policy.cost_aware``); the values come from the hit units of a freed
+request (``hybridkv.policy.retention.UnitValues``).
 """
 
 from __future__ import annotations
@@ -16,19 +16,21 @@ from hybridkv import (
     Request,
 )
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.cost_aware import value_class
 from hybridkv.layouts import shipped_layout
-from hybridkv.managers.retention import (
-    FLOOR_MAX_STATE_TOKENS,
-    FLOOR_MAX_WINDOW_TOKENS,
+from hybridkv.planning import plan_kv_cache
+from hybridkv.policy.cost_aware import value_class
+from hybridkv.policy.retention import (
     FinalPoints,
     UnitValues,
     floor_spacing,
     tail_tokens_saved,
 )
-from hybridkv.planning import plan_kv_cache
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 FULL, SWA, MAMBA = full(4), swa(4, 8), mamba(4)
+
+FLOOR_MAX_STATE_TOKENS = T.floor_max_state_tokens
+FLOOR_MAX_WINDOW_TOKENS = T.floor_max_window_tokens
 
 
 def released_policy(weight: float) -> tuple[CostAwareEvictionPolicy, list[KVCacheBlock]]:
@@ -118,18 +120,25 @@ def test_floor_spacing_by_hand() -> None:
     # groups (one page a point each), rounded up to ``lcm``; not with a window.
     full_page = (False, 4, lambda p: 0)
     states = [full_page] + [(True, 4, lambda p: p // 4 - 1)] * 200  # 200 pages a point
-    assert floor_spacing(states, 4) == FLOOR_MAX_STATE_TOKENS == 17_920  # not 25,600
+    assert floor_spacing(states, 4) == FLOOR_MAX_STATE_TOKENS  # not 25,600
     assert floor_spacing(states, 48) == 17_952  # 374 x 48
     assert floor_spacing(states[:2], 4) == 128  # one state: below the cap, unchanged
     # A window's point needs the same 200 pages wherever it falls: 25,600, capped
     # at FLOOR_MAX_WINDOW_TOKENS; 190 pages (24,320) are below the cap.
     window = [full_page, (True, 4, lambda p: p // 4 - 200)]
-    assert floor_spacing(window, 4) == FLOOR_MAX_WINDOW_TOKENS == 24_576
+    assert floor_spacing(window, 4) == FLOOR_MAX_WINDOW_TOKENS
     assert floor_spacing(window, 48) == 24_576  # 512 x 48
     assert floor_spacing(window, 40) == 24_600  # rounded up: 615 x 40
     assert floor_spacing([full_page, (True, 4, lambda p: p // 4 - 190)], 4) == 24_320
     # With a state group too, the state cap (the smaller) holds.
-    assert floor_spacing([*window, states[1]], 4) == 17_920
+    assert floor_spacing([*window, states[1]], 4) == FLOOR_MAX_STATE_TOKENS
+    # The ratio and both caps are the tuning's: the rule holds for any of them.
+    tuning = T.replace(floor_ratio=8, floor_max_state_tokens=4_000, floor_max_window_tokens=6_000)
+    assert floor_spacing(states, 4, tuning) == 4_000  # 8 x 200 x 4 = 6,400, capped
+    assert floor_spacing(window, 4, tuning) == 6_000
+    assert floor_spacing([*window, states[1]], 4, tuning) == 4_000
+    varying = [full_page, (True, 4, lambda p: p // 4 - (100 if p % 8 else 300))]
+    assert floor_spacing(varying, 4, tuning) == 6_400  # a chunk's: never capped
     # A chunk's pages vary with the point's place (here 100 or 300, mean 200):
     # the same 25,600, never capped.
     chunk = [full_page, (True, 4, lambda p: p // 4 - (100 if p % 8 else 300))]
@@ -140,7 +149,11 @@ def test_floor_spacing_by_hand() -> None:
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv._kept_points(req, hit, blocks) == (128, 256, 300)  # and the prompt's end
+    assert kv.policy.kept_points(kv._admission_of(req, hit, blocks)) == (
+        128,
+        256,
+        300,
+    )  # and the prompt's end
 
 
 @pytest.mark.parametrize(
@@ -167,9 +180,9 @@ def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, 
     # up to the block size: exact here, since a chunk spans a power of two of blocks.
     specs = [chunked(16, chunk)] * num_chunked + [full(16)]
     kv = KVCacheManager(config(64, *specs), 1 << 20, cache_policy="hybrid")
-    assert kv.coordinator.floor_tokens == spacing
+    assert kv.policy.floor_tokens == spacing
     req = Request("a", list(range(2 * spacing + 1)))
-    assert kv._kept_points(req, 0, None) == (spacing, 2 * spacing)
+    assert kv.policy.kept_points(kv._admission_of(req, 0, None)) == (spacing, 2 * spacing)
 
 
 @pytest.mark.parametrize(("weight", "a_hit", "b_hit"), [(3.0, 40, 0), (0.0, 0, 8)])
@@ -196,19 +209,24 @@ def test_a_valuable_old_unit_outlives_a_cheap_new_one(weight, a_hit, b_hit) -> N
 
 def test_auto_value_weight() -> None:
     from hybridkv import ChunkedLocalAttentionSpec
-    from hybridkv.kv_cache_manager import auto_value_weight
+    from hybridkv.policy import auto_value_weight
 
     chunk = ChunkedLocalAttentionSpec(
         block_size=4, num_kv_heads=1, head_size=4, dtype="float32", attention_chunk_size=8
     )
-    assert auto_value_weight([FULL, SWA]) == 1.0
-    assert auto_value_weight([FULL, MAMBA]) == 2.0
-    assert auto_value_weight([FULL, SWA, chunk]) == 8.0
-    assert auto_value_weight([FULL, MAMBA, chunk]) == 8.0
-    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid")
-    assert kv.block_pool.policy.weight == 1.0
-    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid")
-    assert kv.block_pool.policy.weight == 2.0
+    # By the costliest non-full kind: chunks, then Mamba states, then windows.
+    tuning = T.replace(value_weight_chunked=5.0, value_weight_mamba=3.0, value_weight_sliding=0.5)
+    assert auto_value_weight([FULL, SWA], tuning) == 0.5
+    assert auto_value_weight([FULL, MAMBA], tuning) == 3.0
+    assert auto_value_weight([FULL, SWA, chunk], tuning) == 5.0
+    assert auto_value_weight([FULL, MAMBA, chunk], tuning) == 5.0
+    assert auto_value_weight([FULL, MAMBA]) == T.value_weight_mamba  # the defaults' own
+    kv = KVCacheManager(config(8, FULL, SWA), 64, cache_policy="hybrid", hybrid_tuning=tuning)
+    assert kv.block_pool.policy.weight == 0.5
+    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid", hybrid_tuning=tuning)
+    assert kv.block_pool.policy.weight == 3.0
+    kv = KVCacheManager(config(8, FULL, MAMBA), 64, cache_policy="hybrid", hybrid_value_weight=0.25)
+    assert kv.block_pool.policy.weight == 0.25  # a weight given by hand wins
 
 
 def test_two_classes_interleave_by_key() -> None:
@@ -336,7 +354,7 @@ def test_shipped_floor_spacings(layout: str, spacing: int) -> None:
         shipped_layout(layout), 80 * 10**9, max_num_batched_tokens=8192, max_model_len=131_072
     )
     kv = KVCacheManager(plan.kv_cache_config, 131_072, cache_policy="hybrid")
-    assert kv.coordinator.floor_tokens == spacing
+    assert kv.policy.floor_tokens == spacing
 
 
 def test_a_floor_set_by_hand() -> None:
@@ -346,13 +364,13 @@ def test_a_floor_set_by_hand() -> None:
         kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid", **knobs)
         req = Request("a", list(range(300)))
         blocks, hit = kv.get_computed_blocks(req)
-        return kv.coordinator.floor_tokens, kv._kept_points(req, hit, blocks)
+        return kv.policy.floor_tokens, kv.policy.kept_points(kv._admission_of(req, hit, blocks))
 
     assert kept() == (128, (128, 256, 300))
     assert kept(hybrid_floor_tokens=90) == (92, (92, 184, 276, 300))
     assert kept(hybrid_floor_tokens=0) == (0, (300,))
     lru = KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=90)
-    assert lru.coordinator.floor_tokens == 0  # the hybrid knobs change nothing under lru
+    assert not lru.policy.keeps_points  # the hybrid knobs change nothing under lru
     for bad in (-4, 1.5, True, "8"):
         with pytest.raises(ValueError, match=r"^hybrid_floor_tokens must be None \(by cost\)"):
             KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=bad)

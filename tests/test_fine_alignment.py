@@ -1,5 +1,5 @@
 """A branch grid no coarser than the full-attention block
-(``hybridkv.managers.fine_alignment``): learned from branches at marked prompt
+(``hybridkv.policy.fine_alignment``): learned from branches at marked prompt
 ends and from divergences inside recorded blocks, and where it puts the
 prompt-end state (``retention.prompt_point``)."""
 
@@ -11,17 +11,16 @@ import pytest
 from factories import config, full, mamba, serve
 
 from hybridkv import KVCacheManager
-from hybridkv.managers.fine_alignment import (
-    CHANCE,
-    MAX_MARKS,
-    MAX_RECORDS,
-    MIN_OBSERVED,
-    WINDOW,
+from hybridkv.policy.fine_alignment import (
     FineAlignment,
     chunk_hashes,
     chunk_size,
 )
-from hybridkv.managers.retention import prompt_point
+from hybridkv.policy.retention import prompt_point
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
+
+CHANCE, MAX_MARKS, MAX_RECORDS = T.fine_chance, T.max_marks, T.fine_max_records
+MIN_OBSERVED, WINDOW = T.learn_min_observed, T.learn_window
 
 
 def key(i: int) -> bytes:
@@ -145,9 +144,8 @@ def test_a_grid_is_adopted_at_exactly_the_chance_bound() -> None:
     f.check_integrity()
 
 
-def test_a_prompt_end_marked_again_is_the_most_recent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hybridkv.managers.fine_alignment.MAX_MARKS", 2)
-    f = FineAlignment(528, 512)
+def test_a_prompt_end_marked_again_is_the_most_recent() -> None:
+    f = FineAlignment(528, 512, tuning=T.replace(max_marks=2))
     f.mark(key(1), 5)
     f.mark(key(2), 6)
     f.mark(key(1), 7)  # renewed: key(2) is now the oldest
@@ -205,8 +203,8 @@ def teach(kv: KVCacheManager) -> None:
 def test_a_learned_fine_grid_keeps_the_state_where_the_next_turn_resumes() -> None:
     kv = manager(None)
     teach(kv)
-    assert kv.coordinator.tail_alignment.align == 0  # no grid coarser than 12
-    assert kv.coordinator.tail_alignment.fine.align == 8
+    assert kv.policy.tail_alignment.align == 0  # no grid coarser than 12
+    assert kv.policy.tail_alignment.fine.align == 8
     # A 37-token first turn: its last hit boundary is 36, its last 8-token unit
     # ends at 32, so the next turn diverges at 32 and resumes from the state at 24.
     first = list(range(500, 537))
@@ -215,7 +213,7 @@ def test_a_learned_fine_grid_keeps_the_state_where_the_next_turn_resumes() -> No
 
     fixed = manager(0)  # a fixed (dense) tail learns no grid at all
     teach(fixed)
-    assert fixed.coordinator.tail_alignment.fine.align == 0
+    assert fixed.policy.tail_alignment.fine.align == 0
     serve(fixed, "x", first)
     assert serve(fixed, "y", first[:32] + [9999] * 8) == 0  # the only state is at 36
 
@@ -326,7 +324,7 @@ def test_a_grid_is_learned_from_next_turns_that_diverge_before_the_last_boundary
         first = [10_000 + 100 * i + j for j in range(37)]
         serve(kv, f"a{i}", first)
         assert serve(kv, f"b{i}", first[:32] + [90_000 + 100 * i + j for j in range(9)]) == 0
-    fine = kv.coordinator.tail_alignment.fine
+    fine = kv.policy.tail_alignment.fine
     assert list(fine._seen) == [(32, 3)] * MIN_OBSERVED  # each seen to the 4-token chunk
     assert fine.align == 8  # 4 fits any chunk by chance and is refused
     # Now the next turn resumes from the state at 24 (the prompt's last multiple
@@ -342,7 +340,7 @@ def test_a_next_turn_is_evidence_after_its_first_turn_left_the_cache() -> None:
     # emptied, so the next turn matches nothing (branch 0) and finds the record
     # through its own hashes.
     kv = manager(None)
-    fine = kv.coordinator.tail_alignment.fine
+    fine = kv.policy.tail_alignment.fine
     first = list(range(100, 137))
     serve(kv, "a", first)
     assert kv.reset_prefix_cache()
@@ -365,11 +363,11 @@ def test_a_next_turn_is_evidence_after_its_first_turn_left_the_cache() -> None:
 
 def test_only_a_prompt_with_two_whole_blocks_records_one() -> None:
     kv = manager(None)
-    records = kv.coordinator.tail_alignment.fine._records
+    records = kv.policy.tail_alignment.fine._records
     serve(kv, "a", list(range(100, 124)))  # last hit boundary 24: records [12, 24)
     assert len(records) == 1 and len(next(iter(records.values()))) == 3
     serve(kv, "b", list(range(200, 223)))  # boundary 12: no block before it
     assert len(records) == 1
     lru = KVCacheManager(config(1024, full(12), mamba(12)), 512, hybrid_tail_tokens=8)
     serve(lru, "a", list(range(100, 137)))  # lru records nothing
-    assert not lru.coordinator.tail_alignment.fine._records
+    assert not lru.policy.keeps_points  # no learner exists under lru

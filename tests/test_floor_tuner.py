@@ -1,4 +1,4 @@
-"""The snapshot floor's spacing learned online (``hybridkv/managers/floor_tuner.py``).
+"""The snapshot floor's spacing learned online (``hybridkv/policy/floor_tuner.py``).
 
 Worked by hand on a floor of 1,000 tokens, hit step 10, a point costing 10
 full-attention tokens: the levels are 1,000, 500 and 250; halving from 1,000 to 500
@@ -11,10 +11,12 @@ import pytest
 from factories import config, full, mamba
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.managers import floor_tuner
-from hybridkv.managers.floor_tuner import DECAY, WINDOW, FloorTuner
+from hybridkv.policy.floor_tuner import FloorTuner
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 FULL, MAMBA = full(4), mamba(4)
+
+DECAY, WINDOW = T.floor_decay, T.floor_window
 
 
 def _tuner() -> FloorTuner:
@@ -98,34 +100,45 @@ def test_integrity_catches_a_corrupt_tuner() -> None:
 def test_the_manager_keeps_the_tuners_spacing() -> None:
     # Full + Mamba, block size 4: the cost-based floor is 128 tokens, levels 128, 64, 32.
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
-    tuner = kv.coordinator.floor_tuner
+    tuner = kv.policy.floor_tuner
     assert tuner is not None and tuner.levels == [128, 64, 32]
     tuner.level = 1  # as if it had halved
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv._kept_points(req, hit, blocks) == (64, 128, 192, 256, 300)
-    assert kv.coordinator.floor_tokens == 64 and tuner.count == 1
+    assert kv.policy.kept_points(kv._admission_of(req, hit, blocks)) == (64, 128, 192, 256, 300)
+    assert kv.policy.floor_tokens == 64 and tuner.count == 1
     kv.coordinator.check_integrity()
-    kv.coordinator.floor_tokens = 128
+    kv.policy.floor_tokens = 128
     with pytest.raises(AssertionError, match="the floor is the tuner's"):
         kv.coordinator.check_integrity()
     # A floor set by hand, lru and layouts without a floor have no tuner.
     assert (
         KVCacheManager(
             config(64, FULL, MAMBA), 512, cache_policy="hybrid", hybrid_floor_tokens=90
-        ).coordinator.floor_tuner
+        ).policy.floor_tuner
         is None
     )
-    assert KVCacheManager(config(64, FULL, MAMBA), 512).coordinator.floor_tuner is None
-    assert (
-        KVCacheManager(config(64, FULL), 512, cache_policy="hybrid").coordinator.floor_tuner is None
+    # lru, and hybrid over full attention alone (which decides as lru): no policy state
+    assert not KVCacheManager(config(64, FULL, MAMBA), 512).policy.keeps_points
+    assert not KVCacheManager(config(64, FULL), 512, cache_policy="hybrid").policy.keeps_points
+    off = KVCacheManager(
+        config(64, FULL, MAMBA), 512, cache_policy="hybrid", hybrid_tuning={"learn_floor": False}
     )
+    assert off.policy.floor_tuner is None and off.policy.floor_tokens == 128  # fixed at its start
 
 
-def test_constants_are_the_documented_ones() -> None:
-    # The figures in the module docstring were measured with these.
-    assert (floor_tuner.WINDOW, floor_tuner.DECAY, floor_tuner.HYSTERESIS) == (100, 0.7, 1.5)
-    assert (floor_tuner.ALPHA, floor_tuner.MIN_DIVISOR) == (1.0, 4)
+def test_the_tuning_sets_the_window_the_decay_and_the_densest_level() -> None:
+    """The tuner decides every ``floor_window`` admissions, keeps ``floor_decay``
+    of its sums, and goes no denser than ``base // floor_min_divisor``."""
+    tuning = T.replace(floor_window=3, floor_decay=0.5, floor_min_divisor=2)
+    t = FloorTuner(1000, 50.0, 10, tuning)
+    assert t.levels == [1000, 500]
+    for _ in range(2):
+        t.observe(0, 0, 100)
+    assert t.count == 2 and t.prompt_tokens == 200
+    t.observe(0, 0, 100)
+    assert t.count == 0 and t.prompt_tokens == pytest.approx(150)
+    t.check_integrity()
 
 
 def test_going_back_weighs_the_points_a_level_would_give_not_only_those_it_served() -> None:

@@ -17,7 +17,7 @@ from factories import admit, chunked, config, free_classes, full, mamba, swa
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.managers.base import RequestBlockState
-from hybridkv.managers.retention import FinalPoints, UnitValues
+from hybridkv.policy.retention import FinalPoints, UnitValues
 
 
 def manager(*specs, num_blocks=64) -> KVCacheManager:
@@ -52,7 +52,7 @@ def test_the_free_point_period(specs, period) -> None:
     """The lcm of the block sizes and every group's period: full attention 1
     (every point), a chunk its size; a window or a state has none, so any
     such group leaves the layout without free points."""
-    assert manager(*specs).coordinator.free_point_period == period
+    assert manager(*specs).policy.free_point_period == period
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_when_a_running_chunked_group_holds_only_its_chunk(specs, policy, only) 
 
 def test_lru_keeps_no_free_points() -> None:
     kv = KVCacheManager(config(64, full(4), chunked(4, 8)), 256, cache_policy="lru")
-    assert kv.coordinator.free_point_period == 0
+    assert not kv.policy.keeps_points  # no kept points, free or not
 
 
 def test_free_points_split_the_end_unit_by_hand() -> None:

@@ -1,7 +1,7 @@
 """``release_hybrid`` equals its block-by-block definition.
 
 The production release places blocks span by span in C and sorts entries on
-one integer key (``hybridkv.coordinators.hybrid_release``). The reference here
+one integer key (``hybridkv.policy.release``). The reference here
 is the rule itself, one block at a time: each block's unit from
 ``FinalPoints.unit_of``, release order from ``release_order``, pages per
 unit counted one by one. Every ``free`` of a random hybrid workload (shared
@@ -20,9 +20,9 @@ import pytest
 from factories import chunked, full, mamba, manager, req, swa
 
 from hybridkv import KVCacheManager
-from hybridkv.coordinators.hybrid_release import _Placer, release_hybrid
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues, release_order
+from hybridkv.policy.release import _Placer, release_hybrid
+from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues, release_order
 
 LAYOUTS = {
     "sliding": (full(4), swa(4, 7), swa(4, 7)),
@@ -46,7 +46,7 @@ def reference(
         bs = m.block_size
         full_group = not m.has_skips
         unit_of = points.unit_of(None if full_group else m.first_needed_block, bs)
-        own_below = m.first_needed_block(points.end) if coord._point_local[gid] else 0
+        own_below = m.first_needed_block(points.end) if coord.policy.point_local[gid] else 0
         pairs = [(i, st.blocks[i]) for i in range(st.num_skipped, len(st.blocks))]
         for i, b in [*pairs, *st.retained]:
             unit = unit_of(i)
@@ -89,50 +89,37 @@ def reference(
         record.append((tuple(b.block_id for b in run), False, run_value))
 
 
-def recorded(kv: KVCacheManager, release: Any) -> list[Call]:
-    """The ``free_blocks`` calls ``release(record)`` makes, without acting."""
-    pool = kv.block_pool
-    calls: list[Call] = []
-
-    def fake(blocks: Any, *, evict_first: bool = False, value: float | None = None) -> None:
-        calls.append((tuple(b.block_id for b in blocks), evict_first, value))
-
-    pool.free_blocks = fake  # type: ignore[method-assign]
-    try:
-        release(calls)
-    finally:
-        del pool.free_blocks
-    return [c for c in calls if c[0]]
-
-
 def checked(kv: KVCacheManager, counter: list[int]) -> None:
-    """Wrap ``kv``'s hybrid free: compare with the reference, then free."""
-    coord = kv.coordinator
-    real = coord._free_hybrid
+    """Wrap ``kv``'s hybrid release: compare with the reference, then release."""
+    policy: Any = kv.policy
+    real = policy.release
 
-    def free_hybrid(states: list[Any], factor: float = 1.0, num_tokens: int | None = None) -> None:
-        lcm = coord.block_size_lcm
-        end = min(
-            st.num_cached * m.block_size for m, st in zip(coord.managers, states, strict=True)
-        )
+    def release(request_id: str, tables: Any, block_hashes: Any, num_tokens: Any) -> Any:
+        managers = [m for m, _ in tables]
+        states = [st for _, st in tables]
+        factor = policy.return_value(policy._returning.get(request_id, 0))
+        lcm = policy.step
+        end = min(st.num_cached * m.block_size for m, st in tables)
         end -= end % lcm
         points = FinalPoints(
-            states[0].kept, end, coord.tail, lcm, coord.tail_alignment.align, num_tokens=num_tokens
+            states[0].kept,
+            end,
+            policy.tail,
+            lcm,
+            policy.tail_alignment.align,
+            num_tokens=num_tokens,
         )
-        mine = recorded(
-            kv,
-            lambda _: release_hybrid(
-                coord.managers, states, kv.block_pool, points, coord._point_local, factor
-            ),
-        )
-        ref = recorded(kv, lambda calls: reference(coord, states, points, calls, factor))
-        assert mine == [c for c in ref if c[0]]
+        runs = release_hybrid(managers, states, points, policy.point_local, factor)
+        mine = [(tuple(b.block_id for b in r.blocks), r.evict_first, r.value) for r in runs]
+        ref: list[Call] = []
+        reference(kv.coordinator, states, points, ref, factor)
+        assert [c for c in mine if c[0]] == [c for c in ref if c[0]]
         counter[0] += 1
         counter[1] += sum(len(c[0]) for c in mine)
         counter[2] += factor != 1.0
-        real(states, factor, num_tokens)
+        return real(request_id, tables, block_hashes, num_tokens)
 
-    coord._free_hybrid = free_hybrid  # type: ignore[method-assign]
+    policy.release = release
 
 
 def _span_by_span(self: _Placer, blocks: list[Any], spans: list[tuple[int, int, int]]) -> None:

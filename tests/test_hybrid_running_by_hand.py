@@ -168,5 +168,5 @@ def test_passing_the_lookup_again_on_later_chunks_is_no_new_branch() -> None:
     for _ in range(b.num_tokens):
         assert kv.allocate_slots(b, 1, 0, blocks) is not None
         b.num_computed_tokens += 1
-    assert kv.coordinator.tail_alignment.align == 0
+    assert kv.policy.tail_alignment.align == 0
     kv.check_integrity()

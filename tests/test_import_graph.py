@@ -147,3 +147,65 @@ def test_models_never_import_the_engine() -> None:
         if d.startswith(("hybridkv.engine", "hybridkv.serving"))
     )
     assert upward == []
+
+
+#: The layers of the KV cache manager, lowest first: a module imports only
+#: from its own layer or below (``docs/architecture.md``).
+LAYERS = (
+    ("hybridkv.specs",),
+    ("hybridkv.core",),
+    ("hybridkv.managers", "hybridkv.snapshots"),
+    ("hybridkv.policy",),
+    ("hybridkv.coordinators",),
+    (
+        "hybridkv.kv_cache_manager",
+        "hybridkv.manager_checks",
+        "hybridkv.admission_bound",
+        "hybridkv.kv_cache_blocks",
+    ),
+)
+#: The online learners and the rules they steer: only ``hybridkv.policy`` imports them.
+LEARNERS = {
+    f"hybridkv.policy.{m}"
+    for m in (
+        "retention",
+        "tail_alignment",
+        "tail_demand",
+        "fine_alignment",
+        "floor_tuner",
+        "returning",
+        "cost_aware",
+        "release",
+        "shedding",
+    )
+}
+
+
+def _layer(module: str) -> int | None:
+    for i, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+def test_the_cache_layers_import_downwards_only() -> None:
+    graph = import_graph()
+    up = [
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        if (lm := _layer(m)) is not None and (ld := _layer(d)) is not None and ld > lm
+    ]
+    assert up == [], f"imports that run up the layers: {up}"
+
+
+def test_only_the_policy_package_imports_a_learner() -> None:
+    graph = import_graph()
+    assert set(graph) >= LEARNERS, "a learner moved: update LEARNERS"
+    outside = sorted(
+        (m, d)
+        for m, deps in graph.items()
+        if not m.startswith("hybridkv.policy")
+        for d in deps & LEARNERS
+    )
+    assert outside == [], f"learners imported outside hybridkv.policy: {outside}"

@@ -47,6 +47,27 @@ def test_salt_isolation_holds_for_sliding_window_groups() -> None:
     assert hit_ids(solo, req("c", 21, cache_salt="s1")) == ([0, 0, 0, 0, 5],)
 
 
+@pytest.mark.parametrize("int_hashes", [False, True])
+def test_kv_events_carry_salted_hashes_never_the_salt(int_hashes: bool) -> None:
+    pytest.importorskip("msgspec")
+    from hybridkv.events.groups import GroupEventInfo
+    from hybridkv.events.wire import BatchEncoder
+
+    salt = "tenant-secret-7f3a"
+    kv = manager(32, full(4), enable_kv_cache_events=True)
+    salted = req("a", 12, cache_salt=salt)
+    admit(kv, salted)
+    plain = req("b", 12)
+    admit(kv, plain)
+    stored = kv.take_events()
+    assert [ev.block_hashes for ev in stored] == [salted.block_hashes, plain.block_hashes]
+    assert not set(salted.block_hashes) & set(plain.block_hashes)
+    encoder = BatchEncoder([GroupEventInfo("full_attention", None)], "GPU", int_hashes)
+    wire = encoder.encode(0.0, stored)
+    assert salt.encode() not in wire and b"7f3a" not in wire
+    assert all(salt not in repr(ev) for ev in stored)
+
+
 # -- LoRA --------------------------------------------------------------------------------------
 def test_lora_adapters_are_cached_apart() -> None:
     kv = manager(32, full(4), enable_kv_cache_events=True)

@@ -1,4 +1,4 @@
-"""``hybridkv.managers.retention``: kept points and unit values, by hand."""
+"""``hybridkv.policy.retention``: kept points and unit values, by hand."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridkv.managers.retention import (
+from hybridkv.managers.points import in_spans, segments
+from hybridkv.policy.retention import (
     BEYOND,
     FinalPoints,
     UnitValues,
-    in_spans,
     release_order,
-    segments,
 )
 
 

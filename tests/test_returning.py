@@ -1,4 +1,4 @@
-"""Returning prompts (``hybridkv/managers/returning.py``), by hand.
+"""Returning prompts (``hybridkv/policy/returning.py``), by hand.
 
 ``SeenPrefixes`` on its own, then the manager: a request whose prompt
 continues what the cache held has every unit valued ``2 ** (bonus / weight)``
@@ -15,15 +15,13 @@ from factories import config
 from test_hybrid_policy import FULL, SWA, manager, run
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
-from hybridkv.managers.returning import (
-    MAX_TURN,
-    RETURN_GRADES,
-    SAMPLE_BLOCKS,
-    SEEN_PER_BLOCK,
-    SeenPrefixes,
-)
+from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
+from hybridkv.policy.options import RETURN_GRADE_NAMES
+from hybridkv.policy.returning import SeenPrefixes
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
+
+MAX_TURN, SAMPLE_BLOCKS, SEEN_PER_BLOCK = T.max_turn, T.sample_blocks, T.seen_per_block
 
 
 def chain(text: str) -> list[bytes]:
@@ -99,7 +97,7 @@ def test_the_manager_samples_every_sample_blocks_blocks() -> None:
     """The coordinator's memory keeps ``SEEN_PER_BLOCK`` blocks of history
     per pool block, one sample in ``SAMPLE_BLOCKS``."""
     kv = manager(FULL, SWA, num_blocks=80, weight=1.0, bonus=2.0)
-    seen = kv.coordinator.seen
+    seen = kv.policy.seen
     assert seen is not None and seen.stride == SAMPLE_BLOCKS
     assert seen.capacity == SEEN_PER_BLOCK * 80 // SAMPLE_BLOCKS
 
@@ -169,7 +167,7 @@ def test_a_returning_request_is_valued_bonus_turnovers_higher_by_hand() -> None:
     clock / 63 + class / 2 as before.
     """
     kv = manager(FULL, SWA, weight=1.0, bonus=2.0)
-    assert kv.coordinator.return_factor == 4.0
+    assert kv.policy.return_factor == 4.0
     run(kv, "a", list(range(32)))
     a_units = [8, 16, 7, 15, 6, 5, 4, 3, 2, 1]
     assert keyed(kv) == [(i, 3, pytest.approx(k / 63 + 1.5)) for k, i in enumerate(a_units, 1)]
@@ -204,11 +202,11 @@ def three_turns(kv: KVCacheManager) -> list[tuple[int, int, float]]:
         req = Request(rid, tokens)
         blocks, hit = kv.get_computed_blocks(req)
         assert kv.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
-        turns.append((req.returning, kv.coordinator._returning[rid]))
+        turns.append((req.returning, kv.policy._returning[rid]))
         req.num_computed_tokens = len(tokens)
         kv.free(req)
         kv.check_integrity()
-    flat = kv.coordinator.seen is not None and not kv.coordinator.seen.turns
+    flat = kv.policy.seen is not None and not kv.policy.seen.turns
     assert turns == [(1, 1), (1, 1) if flat else (2, 2)]
     return keyed(kv)
 
@@ -218,7 +216,7 @@ def three_turns(kv: KVCacheManager) -> list[tuple[int, int, float]]:
 C_FLAT = [(19, 6), (20, 6), (16, 6), (17, 7), (18, 7), *((i, 7) for i in range(8, 0, -1))]
 
 
-@pytest.mark.parametrize("grade", sorted(RETURN_GRADES))
+@pytest.mark.parametrize("grade", sorted(RETURN_GRADE_NAMES))
 def test_the_bonus_grows_with_the_turn_by_hand(grade: str) -> None:
     """B continues A: turn 1, valued 4x (``return_factor``) under every grade.
     C's deciding sample (the block ending token 32) was last recorded by B, of
@@ -236,8 +234,8 @@ def test_the_bonus_grows_with_the_turn_by_hand(grade: str) -> None:
     assert [i for i, _, _ in got] == [i for i, _, _ in flat]
     shift = [c - f for (_, c, _), (_, f, _) in zip(got[-13:], flat[-13:], strict=True)]
     factor = {"flat": 4.0, "turn": 16.0, "log-turn": 4.0 ** math.log2(3)}[grade]
-    assert kv.coordinator.return_value(2) == pytest.approx(factor)
-    assert kv.coordinator.return_value(0) == 1.0
+    assert kv.policy.return_value(2) == pytest.approx(factor)
+    assert kv.policy.return_value(0) == 1.0
     if grade == "flat":
         assert shift == [0] * 13
     elif grade == "turn":
@@ -275,12 +273,12 @@ def test_a_resumed_request_keeps_its_first_answer() -> None:
     kv.free(d)  # preempted
     d.num_preemptions += 1
     d.num_computed_tokens = 0
-    assert kv.coordinator.is_returning(d.live_block_hashes, d.num_prompt_tokens)
+    assert kv.policy._returning_turn(d.live_block_hashes, d.num_prompt_tokens)
     blocks, hit = kv.get_computed_blocks(d)
     assert hit == 36
     assert kv.allocate_slots(d, 40 - hit, hit, blocks) is not None
     assert d.returning == 0
-    assert "d" not in kv.coordinator._returning
+    assert "d" not in kv.policy._returning
     kv.check_integrity()
 
 
@@ -291,21 +289,20 @@ def test_off_under_lru_without_bonus_or_ranking(policy: str, bonus: float, weigh
     """Nothing is remembered or marked under ``lru``, with bonus 0, or when
     the free set ranks by recency only (weight 0: a factor would change nothing)."""
     kv = manager(FULL, SWA, policy=policy, weight=weight, bonus=bonus)
-    assert kv.coordinator.seen is None
-    assert kv.coordinator.return_factor == 1.0
+    assert getattr(kv.policy, "seen", None) is None
+    assert getattr(kv.policy, "return_factor", 1.0) == 1.0
     run(kv, "a", list(range(32)))
     b = Request("b", [*range(32), *range(100, 104)])
     blocks, hit = kv.get_computed_blocks(b)
     assert kv.allocate_slots(b, 36 - hit, hit, blocks) is not None
     assert b.returning is None
-    assert kv.coordinator.is_returning(b.live_block_hashes, b.num_prompt_tokens) == 0
 
 
 def test_a_bonus_under_one_turnover_still_counts() -> None:
     """Bonus 0.5 at weight 2: a factor of 2 ** 0.25."""
     kv = manager(FULL, SWA, weight=2.0, bonus=0.5)
-    assert kv.coordinator.seen is not None
-    assert kv.coordinator.return_factor == pytest.approx(2**0.25)
+    assert kv.policy.seen is not None
+    assert kv.policy.return_factor == pytest.approx(2**0.25)
 
 
 def test_no_memory_when_the_free_set_is_overridden() -> None:
@@ -314,9 +311,9 @@ def test_no_memory_when_the_free_set_is_overridden() -> None:
     no returning rule to apply (the memory would only cost)."""
     cfg = config(64, FULL, SWA)
     lru = KVCacheManager(cfg, 256, cache_policy="lru", eviction_policy=CostAwareEvictionPolicy)
-    assert lru.coordinator.seen is None
+    assert not lru.policy.keeps_points
     plain = KVCacheManager(cfg, 256, cache_policy="hybrid", eviction_policy=FreeKVCacheBlockQueue)
-    assert plain.coordinator.seen is None and plain.coordinator.return_factor == 1.0
+    assert plain.policy.seen is None and plain.policy.return_factor == 1.0
 
 
 def test_a_free_without_hashes_records_nothing() -> None:
@@ -327,7 +324,7 @@ def test_a_free_without_hashes_records_nothing() -> None:
     blocks, hit = kv.get_computed_blocks(a)
     assert kv.allocate_slots(a, 32, hit, blocks) is not None
     assert kv.coordinator.free("a") is True
-    assert len(kv.coordinator.seen) == 0  # type: ignore[arg-type]
+    assert len(kv.policy.seen) == 0  # type: ignore[arg-type]
     kv.coordinator.check_integrity()
 
 
@@ -340,7 +337,7 @@ def test_only_an_admission_with_a_hit_lookup_decides() -> None:
     b = Request("b", [*range(32), *range(100, 104)])
     assert kv.allocate_slots(b, 36) is not None
     assert b.returning is None
-    assert "b" not in kv.coordinator._returning
+    assert "b" not in kv.policy._returning
 
 
 def test_capacity_zero_and_share_one_are_valid() -> None:

@@ -1,4 +1,4 @@
-"""Shedding under ``hybrid`` (``hybridkv.coordinators.shedding``), worked by hand
+"""Shedding under ``hybrid`` (``hybridkv.policy.shedding``), worked by hand
 with exact block ids: when a running request's step does not fit, the newest
 live request that retains blocks for kept points behind its window gives those
 points up, if that alone makes room; otherwise the step fails (and a scheduler

@@ -44,15 +44,12 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
-from hybridkv.managers.returning import (
-    MAX_TURN,
-    RETURN_GRADES,
-    RETURNING_SHARE,
-    SEEN_PER_BLOCK,
-    SeenPrefixes,
-)
+from hybridkv.policy.options import RETURN_GRADE_NAMES
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 MAX_REQUESTS = 8  # live + waiting at once
+
+MAX_TURN, RETURNING_SHARE, SEEN_PER_BLOCK = T.max_turn, T.returning_share, T.seen_per_block
 
 
 @dataclass
@@ -94,7 +91,11 @@ class KVCacheMachine(RuleBasedStateMachine):
         )
         # How the returning bonus grows with the turn (only turns are modelled:
         # the values it gives are checked by hand in tests/test_returning.py).
-        self.grade = data.draw(st.sampled_from(sorted(RETURN_GRADES)), label="return grade")
+        self.grade = data.draw(st.sampled_from(sorted(RETURN_GRADE_NAMES)), label="return grade")
+        # The shipped memory samples one block in ``sample_blocks`` (8): these
+        # prompts are a few blocks long, so the tuning takes a drawn stride
+        # (tests/test_returning.py checks the shipped one).
+        self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
         self.kv = KVCacheManager(
             config,
             cfg.max_model_len,
@@ -107,10 +108,11 @@ class KVCacheMachine(RuleBasedStateMachine):
             hybrid_value_weight=cfg.hybrid_value_weight,
             hybrid_tail_align=cfg.hybrid_tail_align,
             hybrid_return_grade=self.grade,
+            hybrid_tuning={"sample_blocks": self.seen_stride},
         )
         self.hybrid = self.kv.coordinator.hybrid
         # Returning prompts, modelled: the first full-attention group's hashes
-        # that freed requests cached, most recent last (``managers/returning.py``).
+        # that freed requests cached, most recent last (``policy/returning.py``).
         self.full_gid = next((g for g, d in enumerate(self.groups) if d.kind == "full"), None)
         # Two generations, newer first (``SeenPrefixes``): a generation that
         # grows past half the capacity becomes the older one. Each hash maps to
@@ -120,17 +122,11 @@ class KVCacheMachine(RuleBasedStateMachine):
             if self.hybrid and self.full_gid is not None and cfg.hybrid_value_weight != 0
             else None
         )
-        assert (self.kv.coordinator.seen is None) == (self.seen_model is None)
-        # The shipped memory samples one block in SAMPLE_BLOCKS (8): these
-        # prompts are a few blocks long, so it is swapped for one of a drawn
-        # stride (tests/test_returning.py checks the coordinator's own).
-        self.seen_stride = data.draw(st.integers(1, 3), label="seen stride")
-        if self.seen_model is not None:
-            self.kv.coordinator.seen = SeenPrefixes(
-                SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride,
-                stride=self.seen_stride,
-                turns=self.grade != "flat",
-            )
+        assert (getattr(self.kv.policy, "seen", None) is None) == (self.seen_model is None)
+        seen = getattr(self.kv.policy, "seen", None)
+        if seen is not None:
+            assert seen.stride == self.seen_stride
+            assert seen.capacity == SEEN_PER_BLOCK * cfg.num_blocks // self.seen_stride
         self.log: ReleaseLog | None = None
         if self.hybrid:  # watch the dead blocks (``release_log.py``)
             pool = self.kv.block_pool
@@ -268,7 +264,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         a resumed request keeps its answer; the coordinator marks exactly the
         live returning requests."""
         req = t.req
-        marked = req.request_id in self.manager.coordinator._returning
+        marked = req.request_id in getattr(self.manager.policy, "_returning", {})
         if self.seen_model is None:
             assert req.returning is None and not marked
             return
@@ -293,7 +289,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             if t.returning > 1:
                 event("first admission: a returning request past its first turn")
         assert req.returning == t.returning, f"returning {req.returning}, model {t.returning}"
-        assert self.manager.coordinator._returning.get(req.request_id, 0) == t.returning
+        assert getattr(self.manager.policy, "_returning", {}).get(req.request_id, 0) == t.returning
         assert marked == bool(t.returning)
 
     def _kept_points(self) -> dict[str, tuple[int, ...]]:
@@ -305,7 +301,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         self, before: dict[str, tuple[int, ...]], stepping: str, admission: bool
     ) -> None:
         """After a successful allocation: at most one live request gave up
-        kept points (``coordinators.shedding``), never for an admission, only
+        kept points (``policy.shedding``), never for an admission, only
         points behind its window in some group, and it retains nothing now,
         unless it is the request that stepped: its window moved on after the
         shed, past points it still keeps (``check_integrity``: every retained
@@ -735,7 +731,7 @@ TestKVCacheStateMachineHybridUnderPressure = KVCacheMachineHybridUnderPressure.T
 class KVCacheMachineHybridShedding(KVCacheMachine):
     """``hybrid`` on pools roomy enough that running requests retain blocks
     for kept points behind their windows before the pool runs out, so that
-    steps shed them (``coordinators.shedding``; ``_check_shedding``)."""
+    steps shed them (``policy.shedding``; ``_check_shedding``)."""
 
     @initialize(cfg=configs(pressure=True, policy="hybrid", roomier=True), data=st.data())
     def setup(self, cfg: Config, data: st.DataObject) -> None:

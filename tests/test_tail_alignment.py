@@ -1,4 +1,4 @@
-"""The tail's alignment (``hybridkv.managers.tail_alignment``): learned from
+"""The tail's alignment (``hybridkv.policy.tail_alignment``): learned from
 branch points, and what it thins (final points, Mamba snapshots, hits)."""
 
 from __future__ import annotations
@@ -9,9 +9,13 @@ import pytest
 from factories import config, full, mamba
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.managers.retention import FinalPoints
-from hybridkv.managers.tail_alignment import AGREE, MIN_OBSERVED, WINDOW, TailAlignment, on_grid
+from hybridkv.managers.points import on_grid
+from hybridkv.policy.retention import FinalPoints
+from hybridkv.policy.tail_alignment import TailAlignment
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 from hybridkv.snapshots import snapshot_entries
+
+AGREE, MIN_OBSERVED, WINDOW = T.grid_agree, T.learn_min_observed, T.learn_window
 
 
 def test_on_grid_needs_a_multiple_within_one_step() -> None:
@@ -180,8 +184,8 @@ def test_learned_alignment_thins_the_mamba_tail_and_moves_hits_to_the_grid() -> 
     kv = manager(None)
     serve(kv, "base", base)
     teach(kv, base)
-    assert kv.coordinator.tail_alignment.align == 16
-    assert all(m.tail_align == 16 for m in kv.coordinator.managers)
+    assert kv.policy.tail_alignment.align == 16
+    assert kv.policy.grid == 16  # what new Mamba tables are given
     # a 40-token request keeps states at 32 (on the grid) and 40 (its end)
     serve(kv, "r", list(range(500, 540)))
     # a branch at 36 can only resume at 32
@@ -190,7 +194,7 @@ def test_learned_alignment_thins_the_mamba_tail_and_moves_hits_to_the_grid() -> 
     dense = manager(0)
     serve(dense, "base", base)
     teach(dense, base)
-    assert dense.coordinator.tail_alignment.align == 0
+    assert dense.policy.tail_alignment.align == 0
     serve(dense, "r", list(range(500, 540)))
     assert serve(dense, "b", list(range(500, 536)) + [9999] * 8) == 36
 

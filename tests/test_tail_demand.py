@@ -1,4 +1,4 @@
-"""Tail demand (``hybridkv.managers.tail_demand``): which aligned tail points
+"""Tail demand (``hybridkv.policy.tail_demand``): which aligned tail points
 later requests branch at, learned from marks; and how its weights value what
 only those points need (final points, unit values, eviction order)."""
 
@@ -8,19 +8,20 @@ import pytest
 from factories import config, decode, free_ids, full, mamba, serve, swa
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.managers.retention import FinalPoints, UnitValues, prompt_point
-from hybridkv.managers.tail_alignment import TailAlignment, on_grid, tail_points
-from hybridkv.managers.tail_demand import (
+from hybridkv.managers.points import on_grid, tail_points
+from hybridkv.policy.retention import FinalPoints, UnitValues, prompt_point
+from hybridkv.policy.tail_alignment import TailAlignment
+from hybridkv.policy.tail_demand import (
     AT_END,
     BELOW,
-    MAX_MARKS,
-    MIN_OBSERVED,
     OFF_GRID_END,
     UNMARKED,
-    WINDOW,
     TailDemand,
 )
+from hybridkv.policy.tuning import DEFAULT_TUNING as T
 from hybridkv.snapshots import snapshot_entries
+
+MAX_MARKS, MIN_OBSERVED, WINDOW = T.max_marks, T.learn_min_observed, T.learn_window
 
 
 def key(i: int) -> bytes:
@@ -116,7 +117,7 @@ def test_check_integrity_catches_drift() -> None:
         d.check_integrity()
     d = TailDemand()
     d.below_weight = 0.5
-    with pytest.raises(AssertionError, match="before MIN_OBSERVED"):
+    with pytest.raises(AssertionError, match="before learn_min_observed"):
         d.check_integrity()
     for _ in range(MIN_OBSERVED):
         d.observe(key(1))
@@ -259,7 +260,7 @@ def test_conversation_traffic_weighs_down_lower_and_off_grid_points() -> None:
     at aligned ends, so what only 16 or 40 needs (the state at 16; full
     blocks 8-9 and the state at 40) is reused before the aligned end's unit."""
     kv = make(mamba(4))
-    demand = kv.coordinator.tail_alignment.demand
+    demand = kv.policy.tail_alignment.demand
     conversations(kv, MIN_OBSERVED)
     assert demand._counts[AT_END] == MIN_OBSERVED
     assert demand.below_weight == demand.end_weight == 1 / (MIN_OBSERVED + 1)
@@ -277,7 +278,7 @@ def test_branches_below_aligned_ends_keep_the_lower_points_weighed_up() -> None:
     """Traffic that re-sends a request without its last grid unit (an edited
     last message) branches below aligned ends: their weight stays 1."""
     kv = make(mamba(4))
-    demand = kv.coordinator.tail_alignment.demand
+    demand = kv.policy.tail_alignment.demand
     for i in range(MIN_OBSERVED):
         base = [100_000 * (i + 1) + j for j in range(48)]  # 16, 32 below; 48 on the grid
         serve(kv, f"e{i}a", base)
@@ -309,7 +310,7 @@ def test_branch_points_feed_demand_from_the_first_block_on() -> None:
     request's aligned end is its end. A branch after one block (key of block
     0) is observed; a request with no match at all is not."""
     kv = aligned(4, 8, 4)
-    demand = kv.coordinator.tail_alignment.demand
+    demand = kv.policy.tail_alignment.demand
     assert serve(kv, "a", [1, 2, 3, 4, 5, 6]) == 0  # E = 4: marks block 0
     assert not demand._seen  # no branch, nothing observed
     assert serve(kv, "b", [1, 2, 3, 4, 9, 9, 9]) == 4
@@ -322,7 +323,7 @@ def test_a_resumed_request_is_no_branch() -> None:
     """A preempted request, readmitted, matches its own earlier progress
     (here 12 tokens, off the grid of 16): that is no branch point."""
     kv = make(mamba(4))
-    ta = kv.coordinator.tail_alignment
+    ta = kv.policy.tail_alignment
     ta.demand.mark(b"x", AT_END)
     r = Request("r", list(range(1000, 1040)))
     assert kv.allocate_slots(r, 12, 0, None) is not None
@@ -384,7 +385,7 @@ def test_the_manager_marks_an_end_past_the_last_grid_point_off_the_grid() -> Non
     r.num_computed_tokens = 62
     kv.free(r)
     kv.check_integrity()
-    marks = kv.coordinator.tail_alignment.demand._marks
+    marks = kv.policy.tail_alignment.demand._marks
     assert marks[full_blocks[3].block_hash] == AT_END  # ends at 48
     assert marks[full_blocks[4].block_hash] == OFF_GRID_END  # ends at 60
     assert serve(kv, "next", list(range(48)) + [9] * 20) == 48

@@ -7,7 +7,7 @@ from hybridkv.coordinators.hybrid import HybridKVCacheCoordinator
 from hybridkv.coordinators.no_prefix_cache import KVCacheCoordinatorNoPrefixCache
 from hybridkv.coordinators.unitary import UnitaryKVCacheCoordinator
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.managers.returning import RETURN_GRADE
+from hybridkv.policy import HybridOptions
 from hybridkv.specs import KVCacheConfig
 
 
@@ -17,12 +17,10 @@ def get_kv_cache_coordinator(
     hash_block_size: int,
     enable_caching: bool,
     cache_policy: str = "lru",
-    hybrid_tail_tokens: int = 0,
-    hybrid_tail_align: int | None = 0,
-    hybrid_return_bonus: float = 0.0,
-    hybrid_return_grade: str = RETURN_GRADE,
+    hybrid: HybridOptions | None = None,
 ) -> KVCacheCoordinator:
-    """No-prefix-cache, unitary (one group) or hybrid (several groups)."""
+    """No-prefix-cache, unitary (one group) or hybrid (several groups), steered
+    by ``cache_policy`` (``hybrid``: its settings)."""
     cls: type[KVCacheCoordinator]
     if not enable_caching:
         cls = KVCacheCoordinatorNoPrefixCache
@@ -36,10 +34,7 @@ def get_kv_cache_coordinator(
         hash_block_size,
         enable_caching,
         cache_policy,
-        hybrid_tail_tokens,
-        hybrid_tail_align,
-        hybrid_return_bonus,
-        hybrid_return_grade,
+        hybrid,
     )
 
 

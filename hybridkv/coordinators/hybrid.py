@@ -15,7 +15,7 @@ from __future__ import annotations
 from hybridkv.coordinators.base import KVCacheCoordinator
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.managers.returning import RETURN_GRADE
+from hybridkv.policy import HybridOptions
 from hybridkv.specs import KVCacheConfig
 
 
@@ -29,10 +29,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         hash_block_size: int,
         enable_caching: bool,
         cache_policy: str = "lru",
-        hybrid_tail_tokens: int = 0,
-        hybrid_tail_align: int | None = 0,
-        hybrid_return_bonus: float = 0.0,
-        hybrid_return_grade: str = RETURN_GRADE,
+        hybrid: HybridOptions | None = None,
     ) -> None:
         super().__init__(
             kv_cache_config,
@@ -40,10 +37,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             hash_block_size,
             enable_caching,
             cache_policy,
-            hybrid_tail_tokens,
-            hybrid_tail_align,
-            hybrid_return_bonus,
-            hybrid_return_grade,
+            hybrid,
         )
         order = sorted(
             range(len(self.managers)), key=lambda i: (not self.managers[i].prefix_closed, i)

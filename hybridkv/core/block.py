@@ -13,7 +13,7 @@ class KVCacheBlock:
       pool checks them on hits (a non-cryptographic hash); else None.
     - ``prev_free`` / ``next_free``: intrusive links of the free queue.
     - ``free_class`` / ``evict_key``: where a cost-aware policy queued the
-      free block (``hybridkv.core.cost_aware``).
+      free block (``hybridkv.policy.cost_aware``).
     """
 
     __slots__ = (

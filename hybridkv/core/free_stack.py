@@ -1,6 +1,6 @@
 """``FreeBlockStack``: free blocks reused newest first, kept in a Python list.
 
-The cost-aware policy's evict-first set (``hybridkv.core.cost_aware``) is a
+The cost-aware policy's evict-first set (``hybridkv.policy.cost_aware``) is a
 stack: blocks released last are reused first. Under the ``hybrid`` policy
 that set turns over every prefill step (a sliding-window group's blocks fall
 out of the window, are released evict-first and are popped again by the next

@@ -3,7 +3,11 @@
 The token ids, computed count and block hashes live in the manager-facing
 ``hybridkv.Request`` (``.core``); this adds what the scheduler and the sampler
 need. ``num_cached_tokens`` is the prefix hit at first admission (a resumed
-request's re-admission hits do not change it). It imports torch only for a
+request's re-admission hits do not change it). ``cache_salt`` goes to the
+``Request``: the request only hits blocks cached under the same salt.
+``logprobs`` (when the params ask for them) gets one entry per output token,
+recorded by the engine before the token is appended. ``request_output`` builds
+what ``LLM.generate`` returns from one prompt's finished samples. It imports torch only for a
 seeded request's generator, so that ``hybridkv simulate`` (the scheduler on
 these requests, no model) runs on the core install.
 """
@@ -12,9 +16,17 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hybridkv.engine.outputs import RequestMetrics
+from hybridkv.engine.outputs import (
+    CompletionOutput,
+    Decode,
+    Logprob,
+    RequestMetrics,
+    RequestOutput,
+)
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.request import Request
 
@@ -48,8 +60,9 @@ class EngineRequest:
         eos_token_ids: frozenset[int] = frozenset(),
         arrival_time: float | None = None,
         max_model_len: int | None = None,
+        cache_salt: str | None = None,
     ) -> None:
-        self.core = Request(request_id, prompt_token_ids)
+        self.core = Request(request_id, prompt_token_ids, cache_salt=cache_salt)
         self.request_id = request_id
         self.prompt = prompt
         self.params = params
@@ -65,6 +78,10 @@ class EngineRequest:
         self.num_full_match_tokens: int | None = None
         self.max_model_len = max_model_len
         self.metrics = RequestMetrics(arrival_time or time.monotonic())
+        self.logprobs: list[dict[int, Logprob]] | None = None
+        self.cumulative_logprob: float | None = None
+        if params.logprobs is not None:
+            self.logprobs, self.cumulative_logprob = [], 0.0
         self.generator: torch.Generator | None = None
         if params.seed is not None:
             import torch  # here: only a seeded request needs torch (the simulator never seeds)
@@ -83,6 +100,12 @@ class EngineRequest:
     def num_output_tokens(self) -> int:
         return self.core.num_tokens - self.core.num_prompt_tokens
 
+    def record_logprobs(self, entry: dict[int, Logprob], token: int) -> None:
+        """Record the log-probabilities of the token about to be appended."""
+        assert self.logprobs is not None and self.cumulative_logprob is not None
+        self.logprobs.append(entry)
+        self.cumulative_logprob += entry[token].logprob
+
     def append_token(self, token: int, now: float) -> None:
         """Record a sampled token and finish the request if it stops here."""
         self.core.append_output_token_ids(token)
@@ -97,3 +120,40 @@ class EngineRequest:
 
     def __repr__(self) -> str:
         return f"EngineRequest({self.request_id!r}, {self.status.value}, {self.core!r})"
+
+
+def request_output(samples: Sequence[EngineRequest], decode: Decode | None) -> RequestOutput:
+    """The ``RequestOutput`` of one prompt's ``n`` finished engine requests (in sample
+    order). The prompt counts once: ``num_cached_tokens`` is the first sample's hit (the
+    others hit the blocks it computed), ``metrics`` and ``request_id`` are the first
+    sample's. ``decode(ids)`` gives text (None: no tokenizer, empty texts)."""
+    first = samples[0]
+    outputs = []
+    for index, req in enumerate(samples):
+        ids = list(req.core.output_token_ids)
+        logprobs = req.logprobs
+        if logprobs is not None and decode is not None:
+            logprobs = [
+                {t: replace(lp, decoded_token=decode([t])) for t, lp in entry.items()}
+                for entry in logprobs
+            ]
+        outputs.append(
+            CompletionOutput(
+                index,
+                "" if decode is None else decode(ids),
+                ids,
+                "stop" if req.stop_reason is not None else "length",
+                req.stop_reason,
+                logprobs,
+                req.cumulative_logprob,
+            )
+        )
+    return RequestOutput(
+        request_id=first.request_id,
+        prompt=first.prompt,
+        prompt_token_ids=first.core.prompt_token_ids,
+        outputs=outputs,
+        num_cached_tokens=first.num_cached_tokens or 0,
+        metrics=first.metrics,
+        num_preemptions=sum(r.core.num_preemptions for r in samples),
+    )

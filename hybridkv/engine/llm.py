@@ -19,10 +19,15 @@ replays).
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
 sends what is pending and closes the sockets. Without it nothing extra runs.
-``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
-``hybrid_return_bonus``, ``hybrid_return_grade``, ``hybrid_value_weight`` and
-``hybrid_floor_tokens`` tune ``hybrid`` (None: the manager's defaults; set under
-``lru``, where they would change nothing, they are an error). ``hybridkv simulate
+The settings group into ``CacheConfig``, ``SchedulerConfig`` and
+``ExecutionConfig`` (``hybridkv.engine.config``): pass them whole, or the
+keyword arguments of their field names (same defaults); ``self.cache_config``
+etc. hold what is in force. ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVCacheManager``);
+``hybrid`` (a ``HybridOptions``) or the keywords ``hybrid_return_bonus``,
+``hybrid_return_grade``, ``hybrid_value_weight``, ``hybrid_floor_tokens`` and
+``hybrid_tuning`` (a ``HybridTuning`` or a dict of its fields) tune ``hybrid``
+(None: the defaults; set under ``lru``, where they would change nothing, they
+are an error). ``hybridkv simulate
 --return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
 one's own trace first.
 
@@ -50,21 +55,31 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hybridkv.engine.chat_template import ChatTemplate, default_chat_template
-from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.config import (
+    KEYWORDS,
+    CacheConfig,
+    ExecutionConfig,
+    SchedulerConfig,
+    build_configs,
+)
+from hybridkv.engine.engine_request import EngineRequest, request_output
 from hybridkv.engine.engine_setup import (
-    check_dtype,
-    check_flag,
     default_kv_bytes,
     eos_token_ids,
-    positive,
     resolve_device,
     resolve_dtype,
     resolve_kernel_backend,
 )
 from hybridkv.engine.graphs import StepGraphs, unsupported_reason
-from hybridkv.engine.inputs import PromptType, prompt_ids, sampling_list
+from hybridkv.engine.inputs import (
+    Prompt,
+    PromptType,
+    engine_requests,
+    prompt_ids,
+    sampling_list,
+)
 from hybridkv.engine.model_source import resolve_model_dir
-from hybridkv.engine.outputs import CompletionOutput, RequestOutput
+from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
@@ -72,20 +87,14 @@ from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
-from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import (
-    CACHE_POLICIES,
-    KVCacheManager,
-    check_floor_knob,
-    check_hybrid_knob,
-)
+from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
-from hybridkv.managers.returning import check_return_grade
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
+from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.specs import MambaSpec
 
 if TYPE_CHECKING:
@@ -113,6 +122,8 @@ class LLM:
         hybrid_return_grade: str | None = None,
         hybrid_value_weight: float | None = None,
         hybrid_floor_tokens: int | None = None,
+        hybrid_tuning: HybridTuning | dict[str, Any] | None = None,
+        hybrid: HybridOptions | None = None,
         kernel_backend: str | None = None,
         cuda_graphs: bool = False,
         allow_long_max_model_len: bool = False,
@@ -121,47 +132,22 @@ class LLM:
         kv_events_replay_endpoint: str | None = None,
         kv_events_topic: str | None = None,
         kv_events_config: KVEventsConfig | None = None,
+        cache_config: CacheConfig | None = None,
+        scheduler_config: SchedulerConfig | None = None,
+        execution_config: ExecutionConfig | None = None,
     ) -> None:
         # Every argument is checked before the checkpoint is read, and the
         # checkpoint's files and the KV plan before any weight is loaded.
         events_config = resolve_events_config(
             kv_events_config, kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic
         )
-        if cache_policy not in CACHE_POLICIES:
-            raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        knobs: dict[str, Any] = {}
-        for name, value, check in (
-            ("hybrid_return_bonus", hybrid_return_bonus, check_hybrid_knob),
-            ("hybrid_return_grade", hybrid_return_grade, check_return_grade),
-            ("hybrid_value_weight", hybrid_value_weight, check_hybrid_knob),
-            ("hybrid_floor_tokens", hybrid_floor_tokens, check_floor_knob),
-        ):
-            if value is None:
-                continue
-            check(value, name)
-            knobs[name] = value
-            if cache_policy != "hybrid":
-                raise ValueError(
-                    f"{name} tunes cache_policy='hybrid'; it changes nothing under {cache_policy!r}"
-                )
-        if hash_algo not in HASH_ALGOS:
-            raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {hash_algo!r}")
-        positive(block_size, "block_size")
-        positive(max_num_seqs, "max_num_seqs")
-        positive(max_num_batched_tokens, "max_num_batched_tokens")
-        if max_model_len is not None:
-            positive(max_model_len, "max_model_len")
-        if kv_cache_memory_bytes is not None:
-            positive(kv_cache_memory_bytes, "kv_cache_memory_bytes")
-        for flag, name in (
-            (enable_prefix_caching, "enable_prefix_caching"),
-            (allow_long_max_model_len, "allow_long_max_model_len"),
-            (cuda_graphs, "cuda_graphs"),
-        ):
-            check_flag(flag, name)
-        check_dtype(dtype)
-        self.device = resolve_device(device)
-        self.kernel_backend = resolve_kernel_backend(kernel_backend, self.device)
+        keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
+        cache, sched, run = build_configs(
+            cache_config, scheduler_config, execution_config, keywords
+        )
+        self.cache_config, self.scheduler_config, self.execution_config = cache, sched, run
+        self.device = resolve_device(run.device)
+        self.kernel_backend = resolve_kernel_backend(run.kernel_backend, self.device)
 
         self.model_dir = resolve_model_dir(model, progress=progress)
         from hybridkv.models.registry import check_architecture, resolve_architecture
@@ -170,22 +156,22 @@ class LLM:
         hf_config = read_hf_config(self.model_dir / "config.json")
 
         model_cls, text_config = resolve_architecture(hf_config)
-        self.dtype = resolve_dtype(dtype, text_config)
+        self.dtype = resolve_dtype(run.dtype, text_config)
         dtype_name = str(self.dtype).removeprefix("torch.")
         layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name)
-        if max_model_len is not None:
+        if sched.max_model_len is not None:
             check_max_model_len(
-                max_model_len,
+                sched.max_model_len,
                 layout.max_model_len,
                 model=str(self.model_dir),
                 rope_scaling=rope_scaling_types(text_config),
-                allow_long=allow_long_max_model_len,
+                allow_long=sched.allow_long_max_model_len,
             )
-            layout = layout.model_copy(update={"max_model_len": max_model_len})
+            layout = layout.model_copy(update={"max_model_len": sched.max_model_len})
         if layout.mamba_ssm_dtype is None and self.dtype == torch.float32:
             layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
         self.max_model_len = layout.max_model_len
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_batched_tokens = sched.max_num_batched_tokens
         self.hf_config, self.text_config = hf_config, text_config
         check_weight_files(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
@@ -196,13 +182,13 @@ class LLM:
         self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
         pages = plan_pages(
             layout,
-            block_size=block_size,
+            block_size=cache.block_size,
             max_model_len=self.max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_batched_tokens=sched.max_num_batched_tokens,
         )
-        memory = kv_cache_memory_bytes or default_kv_bytes(pages, max_num_seqs)
+        memory = cache.kv_cache_memory_bytes or default_kv_bytes(pages, sched.max_num_seqs)
         self.plan = fit_memory(pages, memory)
-        if cuda_graphs:
+        if run.cuda_graphs:
             why = unsupported_reason(
                 model_cls, self.plan.kv_cache_config, self.kernel_backend.name, self.device
             )
@@ -223,25 +209,25 @@ class LLM:
         self.manager = KVCacheManager(
             config,
             self.max_model_len,
-            enable_caching=enable_prefix_caching,
-            hash_algo=hash_algo,
+            enable_caching=cache.enable_prefix_caching,
+            hash_algo=cache.hash_algo,
             log_stats=True,
-            cache_policy=cache_policy,
-            **knobs,
+            cache_policy=cache.cache_policy,
+            hybrid=cache.hybrid,
             enable_kv_cache_events=events_config is not None,
         )
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(
             self.manager,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=sched.max_num_seqs,
+            max_num_batched_tokens=sched.max_num_batched_tokens,
             defer_pending_hits=has_mamba,
         )
         self.runner = ModelRunner(
             self.model, config, self.kv_buffers, self.manager, self.device, self.kernel_backend
         )
-        if cuda_graphs:
-            self.runner.graphs = StepGraphs(self.runner, max_num_seqs, self.max_model_len)
+        if run.cuda_graphs:
+            self.runner.graphs = StepGraphs(self.runner, sched.max_num_seqs, self.max_model_len)
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None
@@ -277,30 +263,19 @@ class LLM:
         self.close()
 
     # -- requests ----------------------------------------------------------------
-    def _prompt_ids(self, prompt: PromptType, k: int) -> tuple[list[int], str | None]:
+    def _prompt_ids(self, prompt: PromptType, k: int) -> Prompt:
         return prompt_ids(
             prompt, k, self.tokenizer, self.text_config.vocab_size, self.max_model_len
         )
 
     def _make_requests(
         self,
-        prompts: Sequence[tuple[list[int], str | None]],
+        prompts: Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None,
-    ) -> list[EngineRequest]:
-        params = sampling_list(sampling_params, len(prompts))
-        now = time.monotonic()
-        return [
-            EngineRequest(
-                str(next(self._ids)),
-                ids,
-                p,
-                prompt=text,
-                eos_token_ids=self.eos_token_ids,
-                arrival_time=now,
-                max_model_len=self.max_model_len,
-            )
-            for (ids, text), p in zip(prompts, params, strict=True)
-        ]
+    ) -> list[list[EngineRequest]]:
+        params = sampling_list(sampling_params, len(prompts), self.text_config.vocab_size)
+        common = {"eos_token_ids": self.eos_token_ids, "max_model_len": self.max_model_len}
+        return engine_requests(prompts, params, self._ids, arrival_time=time.monotonic(), **common)
 
     def generate(
         self,
@@ -309,7 +284,10 @@ class LLM:
         *,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Complete every prompt; outputs in prompt order."""
+        """Complete every prompt; outputs in prompt order, each with ``n`` samples.
+
+        A prompt is text or a dict (``inputs.py``: ``prompt`` / ``prompt_token_ids``,
+        and ``cache_salt`` as in vLLM)."""
         if isinstance(prompts, str | Mapping):
             prompts = [prompts]
         if not isinstance(prompts, Sequence) or len(prompts) == 0:
@@ -345,12 +323,12 @@ class LLM:
             encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
-    def make_request(
+    def make_requests(
         self, prompt: PromptType, sampling_params: SamplingParams | None = None
-    ) -> EngineRequest:
-        """One checked request, not queued (for a serving loop; ``ValueError`` on bad input)."""
-        encoded = [self._prompt_ids(prompt, 0)]
-        return self._make_requests(encoded, sampling_params)[0]
+    ) -> list[EngineRequest]:
+        """The checked engine requests of one prompt (its ``n`` samples, in order), not
+        queued (for a serving loop; ``ValueError`` on bad input)."""
+        return self._make_requests([self._prompt_ids(prompt, 0)], sampling_params)[0]
 
     # -- the engine loop -----------------------------------------------------------
     def step(self) -> SchedulerOutput:
@@ -377,14 +355,20 @@ class LLM:
                 s.request.metrics.first_scheduled_time = now
         logits = self.runner.execute(out.scheduled)
         samplers = [s.request for s in out.scheduled if s.samples]
-        tokens = sample(logits, samplers, self.kernel_backend.greedy) if samplers else []
-        sampled = {r.request_id: t for r, t in zip(samplers, tokens, strict=True)}
+        sampled = {}
+        if samplers:
+            draws = sample(logits, samplers, self.kernel_backend.greedy)
+            for req, token, lp in zip(samplers, draws.tokens, draws.logprobs, strict=True):
+                sampled[req.request_id] = token
+                if lp is not None:
+                    req.record_logprobs(lp, token)
         self.scheduler.update(out, sampled, time.monotonic())
         self.num_steps += 1
         self.publish_kv_events()
         return out
 
-    def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:
+    def _run(self, groups: list[list[EngineRequest]], use_tqdm: bool) -> list[RequestOutput]:
+        requests = [r for group in groups for r in group]
         for req in requests:
             self.scheduler.add_request(req)
         bar = None
@@ -407,20 +391,6 @@ class LLM:
         finally:
             if bar is not None:
                 bar.close()
-        return [self._output(r) for r in requests]
-
-    def _output(self, req: EngineRequest) -> RequestOutput:
-        ids = list(req.core.output_token_ids)
-        text = (
-            "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
-        )
-        finish = "stop" if req.stop_reason is not None else "length"
-        return RequestOutput(
-            request_id=req.request_id,
-            prompt=req.prompt,
-            prompt_token_ids=req.core.prompt_token_ids,
-            outputs=[CompletionOutput(0, text, ids, finish, req.stop_reason)],
-            num_cached_tokens=req.num_cached_tokens or 0,
-            metrics=req.metrics,
-            num_preemptions=req.core.num_preemptions,
-        )
+        tok = self.tokenizer
+        decode = None if tok is None else lambda ids: tok.decode(ids, skip_special_tokens=True)
+        return [request_output(group, decode) for group in groups]

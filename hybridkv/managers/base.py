@@ -34,8 +34,8 @@ from typing import ClassVar
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import consecutive_runs
-from hybridkv.managers.retention import in_spans, kept_spans, segments
-from hybridkv.managers.tail_alignment import TailAlignment
+from hybridkv.managers.points import Hold, in_spans, kept_spans, segments
+from hybridkv.managers.state import NEVER, RequestBlockState
 from hybridkv.specs.base import KVCacheSpec
 
 #: Kept-point tuples whose spans a manager remembers (then it starts afresh).
@@ -49,34 +49,7 @@ def _is_real(block: KVCacheBlock) -> bool:
     return not block.is_null
 
 
-#: A token count no request reaches ("never", for ``next_release_at``).
-NEVER = 1 << 62
-
-
-class RequestBlockState:
-    """One request's block table in one group, and how much of it is settled.
-
-    ``num_cached``: leading entries already entered into (or taken from) the
-    prefix cache. ``num_skipped``: leading entries already nulled out.
-    ``kept``: the request's kept points (``hybrid`` policy, ascending token
-    positions); ``retained``: ``(index, block)`` of skipped blocks a kept
-    point needs, still held by the request until it is freed.
-    """
-
-    __slots__ = ("blocks", "kept", "num_cached", "num_skipped", "retained")
-
-    def __init__(
-        self,
-        blocks: list[KVCacheBlock],
-        num_cached: int,
-        num_skipped: int,
-        kept: tuple[int, ...] = (),
-    ) -> None:
-        self.blocks = blocks
-        self.num_cached = num_cached
-        self.num_skipped = num_skipped
-        self.kept = kept
-        self.retained: list[tuple[int, KVCacheBlock]] = []
+__all__ = ["NEVER", "RequestBlockState", "SingleTypeKVCacheManager"]
 
 
 class SingleTypeKVCacheManager(ABC):
@@ -95,6 +68,7 @@ class SingleTypeKVCacheManager(ABC):
         group_id: int,
         hash_block_size: int,
         enable_caching: bool,
+        hold: Hold | None = None,
     ) -> None:
         self.spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -109,25 +83,16 @@ class SingleTypeKVCacheManager(ABC):
         self.enable_caching = enable_caching
         self.null_block = block_pool.null_block
         self.states: dict[str, RequestBlockState] = {}
-        #: The ``hybrid`` cache policy (``hybridkv.managers.retention``); set by
-        #: the coordinator.
-        self.hybrid = False
-        #: Tokens before the end whose hit points a running request keeps
-        #: whole (``hybrid``; ``retention.TAIL_TOKENS``), set by the coordinator.
-        self.tail = 0
-        #: Hit lengths are multiples of this (every group's block size), set
-        #: by the coordinator: ``hybrid`` keeps the last such boundary whole.
-        self.hit_step = self.block_size
-        #: Where branches fall (``hybridkv.managers.tail_alignment``): the
-        #: coordinator's, shared by every group; dense until it sets one.
-        self.tail_alignment = TailAlignment(self.block_size, 0, 0)
+        #: The cache policy keeps points (``hold`` given): running requests hold
+        #: what their last hit boundary below ``tail`` needs and retain blocks
+        #: of kept points; the rest is released evict-first.
+        self.hybrid = hold is not None
+        #: Tokens before the end whose hit points a running request keeps whole.
+        self.tail = hold.tail if hold is not None else 0
+        #: Hit lengths are multiples of this (every group's block size).
+        self.hit_step = hold.step if hold is not None else self.block_size
         #: ``kept_spans`` by kept points (a request's are asked for every step).
         self._spans_memo: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
-
-    @property
-    def tail_align(self) -> int:
-        """The tail's alignment in force (0: every boundary)."""
-        return self.tail_alignment.align
 
     @property
     def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
@@ -206,17 +171,23 @@ class SingleTypeKVCacheManager(ABC):
         new_computed_blocks: list[KVCacheBlock],
         total_computed_tokens: int,
         kept: tuple[int, ...] = (),
+        grid: int = 0,
     ) -> int:
         """Net free blocks this step consumes: new blocks, plus hit blocks that
         leave the free set, minus skipped blocks that return to it (retained
         blocks of kept points do not return). ``kept``: a new request's kept
-        points (an existing request's are on ``st``)."""
+        points (an existing request's are on ``st``); ``grid``: the policy's
+        branch grid (``CachePolicy.grid``)."""
         have = len(new_computed_blocks)
         if st is not None:
             have += len(st.blocks)
             kept = st.kept
         required = -(-num_tokens // self.block_size)
-        n = self._num_new_real_blocks(have, required, num_tokens, kept) if required > have else 0
+        n = (
+            self._num_new_real_blocks(have, required, num_tokens, kept, grid)
+            if required > have
+            else 0
+        )
         if new_computed_blocks:  # free hit blocks leave the free set
             n += self._num_free_hit_blocks(new_computed_blocks)
         if st is not None and self.has_skips:
@@ -240,7 +211,7 @@ class SingleTypeKVCacheManager(ABC):
         return list(map(_ref_cnt, tail)).count(0) - tail.count(null)
 
     def _num_new_real_blocks(
-        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]
+        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...], grid: int = 0
     ) -> int:
         """Blocks to pop for table positions ``have .. required-1`` (> have)."""
         return required - have
@@ -288,8 +259,11 @@ class SingleTypeKVCacheManager(ABC):
         st.num_skipped = stop
         self.pool.free_blocks(removed, evict_first=hybrid)
 
-    def allocate_new_blocks(self, st: RequestBlockState, num_tokens: int) -> list[KVCacheBlock]:
-        """Extend the table to cover ``num_tokens``; returns the new entries."""
+    def allocate_new_blocks(
+        self, st: RequestBlockState, num_tokens: int, grid: int = 0
+    ) -> list[KVCacheBlock]:
+        """Extend the table to cover ``num_tokens``; returns the new entries
+        (``grid``: as for ``get_num_blocks_to_allocate``)."""
         blocks = st.blocks
         required = -(-num_tokens // self.block_size)
         if required <= len(blocks):
@@ -384,6 +358,15 @@ class SingleTypeKVCacheManager(ABC):
         return []
 
     # -- release -------------------------------------------------------------
+    def shed(self, st: RequestBlockState, kept: tuple[int, ...]) -> list[KVCacheBlock]:
+        """The request keeps only ``kept`` (a subset of its kept points, as its
+        cache policy decided): returns the retained blocks it lets go, to be
+        released evict-first."""
+        released = [b for _, b in st.retained]
+        st.retained = []
+        st.kept = kept
+        return released
+
     def pop_request(self, request_id: str) -> RequestBlockState | None:
         """Forget the request; return its state for the coordinator to free."""
         return self.states.pop(request_id, None)

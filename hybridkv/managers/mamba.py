@@ -33,7 +33,9 @@ class MambaManager(SingleTypeKVCacheManager):
     def min_tokens_skipping(self, num_skipped: int) -> int:
         return num_skipped + 1
 
-    def _real(self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]) -> list[int]:
+    def _real(
+        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...], grid: int
+    ) -> list[int]:
         return snapshot_entries(
             have,
             required,
@@ -44,20 +46,22 @@ class MambaManager(SingleTypeKVCacheManager):
             kept=kept,
             tail=self.tail,
             step=self.hit_step,
-            align=self.tail_align,
+            align=grid,
         )
 
     def _num_new_real_blocks(
-        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...]
+        self, have: int, required: int, num_tokens: int, kept: tuple[int, ...], grid: int = 0
     ) -> int:
-        return len(self._real(have, required, num_tokens, kept))
+        return len(self._real(have, required, num_tokens, kept, grid))
 
-    def allocate_new_blocks(self, st: RequestBlockState, num_tokens: int) -> list[KVCacheBlock]:
+    def allocate_new_blocks(
+        self, st: RequestBlockState, num_tokens: int, grid: int = 0
+    ) -> list[KVCacheBlock]:
         blocks = st.blocks
         have, required = len(blocks), cdiv(num_tokens, self.block_size)
         if required <= have:
             return []
-        real = self._real(have, required, num_tokens, st.kept)
+        real = self._real(have, required, num_tokens, st.kept, grid)
         new = self.pool.get_new_blocks(len(real))
         blocks.extend([self.null_block] * (required - have))
         for j, b in zip(real, new, strict=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.managers.points import Hold
 from hybridkv.specs.attention import SlidingWindowSpec
 
 
@@ -23,8 +24,9 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         group_id: int,
         hash_block_size: int,
         enable_caching: bool,
+        hold: Hold | None = None,
     ) -> None:
-        super().__init__(kv_cache_spec, block_pool, group_id, hash_block_size, enable_caching)
+        super().__init__(kv_cache_spec, block_pool, group_id, hash_block_size, enable_caching, hold)
         self.sliding_window = kv_cache_spec.sliding_window
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:

@@ -39,7 +39,9 @@ from hybridkv.engine.tokenizer import encode_chat
 from hybridkv.serving.auth import AccessPolicy, BearerAuth
 from hybridkv.serving.engine_loop import EngineLoop, EngineStopped, QueueFull
 from hybridkv.serving.errors import HTTPError, error_response, install_error_handlers
+from hybridkv.serving.fields import error_param, refusal, sampling_params
 from hybridkv.serving.generation import EngineError, Generation
+from hybridkv.serving.logprob_format import LogprobFormat
 from hybridkv.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from hybridkv.serving.responses import Reply, error_body, sse
 from hybridkv.serving.token_budget import Limit, NoRoom
@@ -76,38 +78,33 @@ def build_app(
     error = error_response
 
     def params(body: SamplingFields, max_tokens: int) -> SamplingParams:
-        problem = body.unsupported()
+        problem = refusal(body)
         if problem:
-            raise HTTPError(400, problem)
+            raise HTTPError(400, problem[1], problem[0])
         if body.model is not None and body.model != model_name:
             raise HTTPError(404, f"The model `{body.model}` does not exist.", "model")
         try:
-            return SamplingParams(
-                max_tokens=max_tokens,
-                temperature=1.0 if body.temperature is None else body.temperature,
-                top_p=1.0 if body.top_p is None else body.top_p,
-                top_k=body.top_k or 0,
-                seed=body.seed,
-                stop_token_ids=tuple(body.stop_token_ids or ()),
-                ignore_eos=body.ignore_eos,
-            )
+            return sampling_params(body, max_tokens, llm.text_config.vocab_size)
         except ValueError as e:
-            raise HTTPError(400, str(e)) from None
+            raise HTTPError(400, str(e), error_param(body, str(e))) from None
 
-    def make(prompt: Any, p: SamplingParams, limit: Limit) -> EngineRequest:
-        """The engine request, its ``max_tokens`` fitted to the context (``token_budget``)."""
+    def make(prompt: Any, p: SamplingParams, limit: Limit, salt: str | None) -> list[EngineRequest]:
+        """The prompt's ``n`` engine requests, ``max_tokens`` fitted to the context
+        (``token_budget``), under the body's ``cache_salt``."""
+        if salt is not None:
+            prompt = {"prompt": prompt} if isinstance(prompt, str) else dict(prompt)
+            prompt["cache_salt"] = salt
         try:
-            req = llm.make_request(prompt, p)
-            ids = list(req.core.prompt_token_ids)
-            budget = limit.budget(len(ids), llm.max_model_len)
+            reqs = llm.make_requests(prompt, p)
+            budget = limit.budget(reqs[0].core.num_prompt_tokens, llm.max_model_len)
             if budget != p.max_tokens:
                 p = dataclasses.replace(p, max_tokens=budget)
-                req = llm.make_request({"prompt_token_ids": ids}, p)
+                reqs = llm.make_requests(prompt, p)
         except NoRoom as e:
             raise HTTPError(400, str(e), e.field) from None
         except ValueError as e:
             raise HTTPError(400, str(e), limit.prompt_field) from None
-        return req
+        return reqs
 
     async def run(
         request: Request,
@@ -116,8 +113,13 @@ def build_app(
         chat: bool,
         stops: tuple[str, ...] = (),
     ) -> Any:
-        gen = Generation(engine, reqs, [*body.stop_strings(), *stops], llm.tokenizer)
-        reply = Reply(chat, model_name, body.return_token_ids, access.cached_tokens_in_usage)
+        echo = isinstance(body, CompletionRequest) and body.echo
+        stop_strings = [*body.stop_strings(), *stops]
+        gen = Generation(engine, reqs, stop_strings, llm.tokenizer, n=body.n, echo=echo)
+        k = body.num_logprobs()
+        fmt = None if k is None else LogprobFormat(llm.tokenizer, k, chat)
+        cached = access.cached_tokens_in_usage
+        reply = Reply(chat, model_name, body.return_token_ids, cached, logprobs=fmt, echo=echo)
         try:
             gen.submit()
         except QueueFull as e:
@@ -146,7 +148,11 @@ def build_app(
         if not prompts:
             raise HTTPError(400, "prompt must not be empty", "prompt")
         reqs = [
-            make(x if isinstance(x, str) else {"prompt_token_ids": x}, p, limit) for x in prompts
+            r
+            for x in prompts
+            for r in make(
+                x if isinstance(x, str) else {"prompt_token_ids": x}, p, limit, body.cache_salt
+            )
         ]
         return await run(request, body, reqs, chat=False)
 
@@ -158,14 +164,14 @@ def build_app(
         if chat_template is None and llm.tokenizer is not None:
             raise HTTPError(400, missing_template_message(NO_TEMPLATE_FIX), "messages")
         try:
-            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            messages = [m.for_template() for m in body.messages]
             text = chat_template.text if chat_template is not None else None
             ids = encode_chat(llm.tokenizer, messages, text)
         except ValueError as e:
             raise HTTPError(400, str(e), "messages") from None
         stops = chat_template.stop if chat_template is not None else ()
-        req = make({"prompt_token_ids": ids}, p, limit)
-        return await run(request, body, [req], chat=True, stops=stops)
+        reqs = make({"prompt_token_ids": ids}, p, limit, body.cache_salt)
+        return await run(request, body, reqs, chat=True, stops=stops)
 
     @app.get("/v1/models")
     async def models() -> Any:
@@ -255,7 +261,10 @@ async def _stream(gen: Generation, reply: Reply, usage: bool) -> AsyncIterator[s
                     yield sse(reply.chunk(ev.choice, "", [], first=True))
                     first = False
                 if ev.text or ev.token_ids:
-                    yield sse(reply.chunk(ev.choice, ev.text, ev.token_ids, first=first))
+                    chunk = reply.chunk(
+                        ev.choice, ev.text, ev.token_ids, first=first, logprobs=ev.logprobs
+                    )
+                    yield sse(chunk)
                     first = False
                 if ev.finish is not None:
                     yield sse(reply.chunk(ev.choice, "", [], first=first, finish=ev.finish))

@@ -86,6 +86,13 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="hybrid: tokens between two snapshot floor points, fixed (default: by cost, "
         "then learned online; 0: none)",
     )
+    p.add_argument(
+        "--hybrid-tuning",
+        action="append",
+        metavar="KEY=VALUE",
+        help="hybrid: override a fitted number or switch a learner off, e.g. floor_ratio=16 "
+        "(repeatable or comma-separated; names: hybridkv.policy.tuning)",
+    )
     p.add_argument("--kernel-backend", default=None, help="torch | triton | native")
     p.add_argument(
         "--cuda-graphs",
@@ -175,6 +182,15 @@ def check_options(args: argparse.Namespace) -> ChatTemplate | None:
     return ChatTemplate(text, f"--chat-template {args.chat_template}")
 
 
+def _tuning(texts: list[str] | None) -> Any:
+    """``--hybrid-tuning`` items -> a ``HybridTuning`` (None: not given)."""
+    if not texts:
+        return None
+    from hybridkv.policy.tuning import DEFAULT_TUNING, parse_tuning
+
+    return DEFAULT_TUNING.with_text(parse_tuning(texts, "--hybrid-tuning"))
+
+
 def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
     """The LLM-backed ``(app, engine)`` for ``args`` (``ValueError`` on bad options)."""
     from hybridkv.engine import LLM
@@ -198,6 +214,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         hybrid_return_grade=args.hybrid_return_grade,
         hybrid_value_weight=args.hybrid_value_weight,
         hybrid_floor_tokens=args.hybrid_floor_tokens,
+        hybrid_tuning=_tuning(args.hybrid_tuning),
         kernel_backend=args.kernel_backend,
         cuda_graphs=args.cuda_graphs,
         kv_events_config=events_config(args),

@@ -6,7 +6,8 @@ reply joins to exactly the non-streamed one. What is handed out is held back
 while it could still change: a trailing U+FFFD (an unfinished UTF-8
 character) and, with stop strings, the last ``longest stop - 1`` characters
 (they might begin a stop string). When a stop string appears, the text ends
-just before it (OpenAI's rule: the stop string is not returned).
+just before it (OpenAI's rule: the stop string is not returned). Before
+``min_tokens`` tokens are out, stop strings are not looked for (vLLM's rule).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 class TextStream:
     """Incremental text of one request (module docstring)."""
 
-    def __init__(self, tokenizer: Any, stops: list[str]) -> None:
+    def __init__(self, tokenizer: Any, stops: list[str], min_tokens: int = 0) -> None:
         self.tokenizer = tokenizer
+        self.min_tokens = min_tokens
         self.stops = stops
         self.hold = max((len(s) for s in stops), default=1) - 1
         self.token_ids: list[int] = []
@@ -35,7 +37,7 @@ class TextStream:
             return ""
         self.token_ids.extend(token_ids)
         text = "" if self.tokenizer is None else self._decode()
-        if self.stops:
+        if self.stops and len(self.token_ids) >= self.min_tokens:
             start = max(0, len(self.text) - self.hold)
             cut = min((i for i in (text.find(s, start) for s in self.stops) if i >= 0), default=-1)
             if cut >= 0:

@@ -7,8 +7,9 @@ event loop hands it work through a locked inbox, and gets results back as
 Contract:
 - ``submit`` queues a checked request and returns its ``RequestStream``; it
   raises ``QueueFull`` when ``max_waiting`` requests wait already (HTTP 503).
-- Each step's new tokens reach their streams as one ``Delta`` per request;
-  a finished request's last ``Delta`` carries its ``finish_reason``.
+- Each step's new tokens (and their logprobs, when asked) reach their streams
+  as one ``Delta`` per request; a finished request's last ``Delta`` carries its
+  ``finish_reason``.
 - ``abort(request_id)`` (a client went away, a stop string matched) takes the
   request out of the engine and frees its blocks before the next step.
 - A step that raises fails the requests it scheduled: their streams get a
@@ -34,6 +35,7 @@ from typing import Any
 
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
 from hybridkv.engine.llm import LLM
+from hybridkv.engine.outputs import Logprob
 from hybridkv.serving.metrics import ServerMetrics
 
 
@@ -53,6 +55,8 @@ class Delta:
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     error: str | None = None
     num_cached_tokens: int = 0
+    #: Per new token, ``{token id: Logprob}`` (when the request asked for logprobs).
+    logprobs: list[dict[int, Logprob]] | None = None
 
 
 class RequestStream:
@@ -221,13 +225,15 @@ class EngineLoop:
             if not new and not req.status.finished:
                 continue
             self.metrics.tokens(stream, req, len(new), now)
+            logprobs = None if req.logprobs is None else req.logprobs[stream.sent :]
             stream.sent = len(ids)
             reason = None
             if req.status.finished:
                 reason = "stop" if req.status == RequestStatus.FINISHED_STOP else "length"
                 del self._streams[req.request_id]
                 self.metrics.request_finished(reason, req)
-            stream.put(Delta(new, reason, num_cached_tokens=req.num_cached_tokens or 0))
+            cached = req.num_cached_tokens or 0
+            stream.put(Delta(new, reason, num_cached_tokens=cached, logprobs=logprobs))
 
     def _fail_step(self, error: str) -> None:
         llm = self.llm

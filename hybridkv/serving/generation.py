@@ -1,9 +1,11 @@
 """``Generation``: one HTTP call's requests, from submission to the last chunk.
 
-It submits one engine request per prompt (all or none), turns the engine's
-``Delta``s into text (``TextStream``: stop strings end a choice and abort its
-engine request), and yields ``(choice, text, new token ids, first, finish)``
-events until every choice has finished. Whatever way the consumer stops (the
+It submits one engine request per choice (all or none: the ``n`` samples of
+each prompt in turn, so choice ``i`` is sample ``i % n`` of prompt ``i // n``),
+turns the engine's ``Delta``s into text (``TextStream``: stop strings end a
+choice and abort its engine request; not before ``min_tokens`` tokens), and
+yields ``(choice, text, new token ids, their logprobs, first, finish)`` events
+until every choice has finished. Whatever way the consumer stops (the
 client went away, an error), ``close`` aborts the engine requests that are
 still running, so their blocks are freed at once.
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.outputs import Logprob
 from hybridkv.serving.detokenize import TextStream
 from hybridkv.serving.engine_loop import Delta, EngineLoop, RequestStream
 from hybridkv.serving.responses import Choice
@@ -32,22 +35,42 @@ class Event:
     choice: Choice
     text: str
     token_ids: list[int]
+    logprobs: list[dict[int, Logprob]] | None
     first: bool
     finish: str | None
+
+
+def _prompt_text(req: EngineRequest, tokenizer: Any) -> str:
+    if req.prompt is not None or tokenizer is None:
+        return req.prompt or ""
+    return str(tokenizer.decode(req.core.prompt_token_ids, skip_special_tokens=True))
 
 
 class Generation:
     """One HTTP call's engine requests (module docstring)."""
 
     def __init__(
-        self, engine: EngineLoop, requests: list[EngineRequest], stops: list[str], tokenizer: Any
+        self,
+        engine: EngineLoop,
+        requests: list[EngineRequest],
+        stops: list[str],
+        tokenizer: Any,
+        *,
+        n: int = 1,
+        echo: bool = False,
     ) -> None:
         self.engine = engine
         self.queue: asyncio.Queue[tuple[int, Delta]] = asyncio.Queue()
         self.streams = [RequestStream(r, self.queue, i) for i, r in enumerate(requests)]
-        self.texts = [TextStream(tokenizer, stops) for _ in requests]
+        self.texts = [TextStream(tokenizer, stops, r.params.min_tokens) for r in requests]
         self.choices = [
-            Choice(i, prompt_token_ids=list(r.core.prompt_token_ids))
+            Choice(
+                i,
+                prompt_token_ids=list(r.core.prompt_token_ids),
+                sample=i % n,
+                prompt_text=_prompt_text(r, tokenizer) if echo else None,
+                logprobs=None if r.params.logprobs is None else [],
+            )
             for i, r in enumerate(requests)
         ]
         self.running = {s.index for s in self.streams}
@@ -73,13 +96,15 @@ class Generation:
                 finish = "stop"
                 self.engine.abort(self.streams[index].request_id)
             choice.token_ids.extend(delta.token_ids)
+            if choice.logprobs is not None and delta.logprobs is not None:
+                choice.logprobs.extend(delta.logprobs)
             choice.text += new
             if finish is not None:
                 choice.finish_reason = finish
                 self.running.discard(index)
             first = index not in self.started
             self.started.add(index)
-            yield Event(choice, new, delta.token_ids, first, finish)
+            yield Event(choice, new, delta.token_ids, delta.logprobs, first, finish)
 
     def close(self) -> None:
         """Abort the engine requests still running."""

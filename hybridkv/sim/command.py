@@ -5,15 +5,16 @@
 
 ``--memory`` and ``--policy`` take comma lists: every (budget, policy) pair is
 replayed, in that order. ``--return-bonus``, ``--return-grade``, ``--value-weight``
-and ``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is repeated for every
-combination, to try them on one's own trace; they are an error without
-``hybrid`` in ``--policy``. ``run_simulate`` prints one table row per replay on
-stdout (a progress bar per replay on stderr) and returns 0. Every user error
-(a bad option value, a bad trace line, a budget that cannot hold the longest
-request, an unknown layout or active parameter count, ``--plot`` with fewer
-than two budgets) is found before the first replay where it can be, printed
-as one ``hybridkv simulate: error: ...`` line on stderr, and returns 2 with
-no traceback.
+and ``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is
+repeated for every combination, to try them on one's own trace;
+``--tuning key=value`` overrides ``HybridTuning`` for every ``hybrid`` run.
+They are an error without ``hybrid`` in ``--policy``. ``run_simulate`` prints
+one table row per replay on stdout (a progress bar per replay on stderr) and
+returns 0. Every user error (a bad option value, a bad trace line, a budget
+that cannot hold the longest request, an unknown layout or active parameter
+count, ``--plot`` with fewer than two budgets) is found before the first
+replay where it can be, printed as one ``hybridkv simulate: error: ...`` line
+on stderr, and returns 2 with no traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridkv.managers.returning import check_return_grade
+from hybridkv.policy.options import check_return_grade
+from hybridkv.policy.tuning import DEFAULT_TUNING, parse_tuning
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.devices import DEVICES, device_profile
@@ -105,6 +107,13 @@ def add_simulate_parser(sub: Any) -> None:
         help="hybrid: tokens between two snapshot floor points, fixed, or a comma list "
         "(default: by cost, at most 17,920 with Mamba states, 24,576 with windows, then "
         "learned online; 0: no floor)",
+    )
+    p.add_argument(
+        "--tuning",
+        action="append",
+        metavar="KEY=VALUE",
+        help="hybrid: override fitted numbers or switch a learner off, e.g. floor_ratio=16 or "
+        "learn_floor=off (repeatable or comma-separated; names: hybridkv.policy.tuning)",
     )
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")
@@ -199,7 +208,13 @@ def _prepare(
             for f in _items(args.floor_tokens, "--floor-tokens")
         ]
     )
+    tuning = None
+    if args.tuning:
+        items = parse_tuning(args.tuning)
+        DEFAULT_TUNING.with_text(items)  # every name and value checked here
+        tuning = ",".join(f"{k}={v}" for k, v in items.items())
     for flag, given in (
+        ("--tuning", tuning),
         ("--return-bonus", args.return_bonus),
         ("--return-grade", args.return_grade),
         ("--value-weight", args.value_weight),
@@ -215,6 +230,7 @@ def _prepare(
             return_grade=g,
             value_weight=w,
             floor_tokens=f,
+            tuning=tuning if p == "hybrid" else None,
             **common,
         )
         for b in budgets

@@ -10,9 +10,9 @@ the token budget, the KV memory) pace the replay. ``hash_algo`` defaults to
 which costs more; measured on 800 conversation-trace requests with
 gemma-3-27b at 80 GB, sha256 replays in 19.3 s of CPU, xxhash in 20.5 s.
 ``return_bonus``, ``return_grade``, ``value_weight`` and ``floor_tokens`` tune
-the ``hybrid`` policy (``KVCacheManager``'s ``hybrid_return_bonus``,
-``hybrid_return_grade``, ``hybrid_value_weight`` and ``hybrid_floor_tokens``;
-None: the manager's defaults); they are an error
+the ``hybrid`` policy (``HybridOptions``' fields of those names; None: the
+defaults), and ``tuning`` overrides its fitted numbers (``key=value`` texts of
+``HybridTuning``'s fields); they are an error
 under ``lru``, where they
 would change nothing. Invalid values raise a one-line ``ValueError`` naming
 the field.
@@ -21,10 +21,12 @@ the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hybridkv.hashing import HASH_ALGOS
-from hybridkv.kv_cache_manager import CACHE_POLICIES, check_floor_knob, check_hybrid_knob
-from hybridkv.managers.returning import check_return_grade
+from hybridkv.policy import CACHE_POLICIES, HybridOptions
+from hybridkv.policy.options import check_floor_knob, check_hybrid_knob, check_return_grade
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning, parse_tuning
 
 ARRIVALS = ("trace", "closed")
 
@@ -40,9 +42,10 @@ def policy_label(
     value_weight: float | None,
     floor_tokens: int | None = None,
     return_grade: str | None = None,
+    tuning: str | None = None,
 ) -> str:
     """The policy, with the ``hybrid`` knobs set away from their defaults:
-    ``hybrid (bonus 8, grade turn, weight 1, floor 8960)``."""
+    ``hybrid (bonus 8, grade turn, weight 1, floor 8960, tuning floor_ratio=16)``."""
     knobs = [
         f"{name} {value:g}" if name != "grade" else f"grade {value}"
         for name, value in (
@@ -53,7 +56,22 @@ def policy_label(
         )
         if value is not None
     ]
+    if tuning:
+        knobs.append(f"tuning {tuning}")
     return f"{policy} ({', '.join(knobs)})" if knobs else policy
+
+
+def label_of(run: Any) -> str:
+    """``policy_label`` of anything with the fields of a run (``SimOptions``,
+    ``SimResult``): its policy and ``hybrid`` knobs."""
+    return policy_label(
+        run.policy,
+        run.return_bonus,
+        run.value_weight,
+        run.floor_tokens,
+        run.return_grade,
+        run.tuning,
+    )
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,8 @@ class SimOptions:
     value_weight: float | None = None
     floor_tokens: int | None = None
     return_grade: str | None = None
+    #: ``HybridTuning`` overrides as ``key=value`` texts, comma-separated (None: none).
+    tuning: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -97,6 +117,7 @@ class SimOptions:
             ("return_grade", check_return_grade),
             ("value_weight", check_hybrid_knob),
             ("floor_tokens", check_floor_knob),
+            ("tuning", _check_tuning),
         ):
             value = getattr(self, field)
             if value is None:
@@ -110,17 +131,28 @@ class SimOptions:
     @property
     def policy_label(self) -> str:
         """``policy_label`` of these options."""
-        return policy_label(
-            self.policy, self.return_bonus, self.value_weight, self.floor_tokens, self.return_grade
-        )
+        return label_of(self)
 
     @property
-    def manager_knobs(self) -> dict[str, float | int | str]:
-        """The ``KVCacheManager`` keywords the options set (none: its defaults)."""
-        knobs = {"hybrid_return_bonus": self.return_bonus, "hybrid_value_weight": self.value_weight}
-        out: dict[str, float | int | str] = {k: float(v) for k, v in knobs.items() if v is not None}
-        if self.floor_tokens is not None:
-            out["hybrid_floor_tokens"] = self.floor_tokens
-        if self.return_grade is not None:
-            out["hybrid_return_grade"] = self.return_grade
-        return out
+    def hybrid(self) -> HybridOptions:
+        """The ``HybridOptions`` these options set (the defaults where None)."""
+        knobs: dict[str, Any] = {
+            "hybrid_return_bonus": None if self.return_bonus is None else float(self.return_bonus),
+            "hybrid_value_weight": None if self.value_weight is None else float(self.value_weight),
+            "hybrid_floor_tokens": self.floor_tokens,
+            "hybrid_return_grade": self.return_grade,
+            "hybrid_tuning": None if self.tuning is None else _tuning(self.tuning),
+        }
+        return HybridOptions.from_knobs(**{k: v for k, v in knobs.items() if v is not None})
+
+
+def _tuning(text: str) -> HybridTuning:
+    """``key=value`` texts -> the tuning they set over the defaults."""
+    return DEFAULT_TUNING.with_text(parse_tuning([text]))
+
+
+def _check_tuning(value: object, field: str) -> None:
+    """``key=value`` overrides of ``HybridTuning`` (``ValueError`` naming the field)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be key=value texts, got {value!r}")
+    _tuning(value)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Sequence
-from typing import Any
 
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
@@ -110,14 +109,13 @@ def replay_trace(
     max_model_len = replay_max_model_len(layout, requests, options.max_model_len)
     plan = plan_replay(layout, options, max_model_len)
     config = plan.kv_cache_config
-    knobs: dict[str, Any] = dict(options.manager_knobs)  # hybrid_* keywords
     manager = KVCacheManager(
         config,
         max_model_len,
         enable_caching=True,
         hash_algo=options.hash_algo,
         cache_policy=options.policy,
-        **knobs,
+        hybrid=options.hybrid,
     )
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
     scheduler = Scheduler(
@@ -222,6 +220,7 @@ def replay_trace(
         return_grade=options.return_grade,
         value_weight=options.value_weight,
         floor_tokens=options.floor_tokens,
+        tuning=options.tuning,
         memory_bytes=options.memory_bytes,
         device=cost.device.name,
         arrivals=options.arrivals,

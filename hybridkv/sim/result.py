@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridkv.sim.options import policy_label
+from hybridkv.sim.options import label_of
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,13 @@ class SimResult:
     full_match_tokens: int = 0
     floor_tokens: int | None = None
     return_grade: str | None = None
+    tuning: str | None = None
 
     @property
     def policy_label(self) -> str:
         """The policy, with the knobs set away from their defaults:
         ``hybrid (bonus 8, weight 1)`` (``options.policy_label``)."""
-        return policy_label(
-            self.policy, self.return_bonus, self.value_weight, self.floor_tokens, self.return_grade
-        )
+        return label_of(self)
 
     @property
     def token_hit_rate(self) -> float:
@@ -151,4 +150,6 @@ class SimResult:
             "requests_per_s": self.requests_per_s,
             "replay_seconds": self.replay_seconds,
         }
+        if self.tuning is not None:
+            out["tuning"] = self.tuning
         return out

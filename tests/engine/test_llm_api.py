@@ -249,11 +249,11 @@ def test_bad_engine_arguments(no_tok):
         ),
         (
             {"cache_policy": "hybrid", "hybrid_floor_tokens": 1.5},
-            r"hybrid_floor_tokens must be an int >= 0, got 1.5",
+            r"hybrid_floor_tokens must be None \(by cost\) or an int >= 0, got 1.5",
         ),
         (
             {"cache_policy": "hybrid", "hybrid_floor_tokens": -16},
-            r"hybrid_floor_tokens must be an int >= 0, got -16",
+            r"hybrid_floor_tokens must be None \(by cost\) or an int >= 0, got -16",
         ),
     ],
 )
@@ -267,7 +267,7 @@ def test_hybrid_knobs_reach_the_manager(no_tok):
     returning prompts the bonus (``2 ** (bonus / weight)``)."""
     default = LLM(no_tok, block_size=4, max_model_len=64, cache_policy="hybrid")
     assert default.manager.block_pool.policy.weight == 1.0
-    assert default.manager.coordinator.return_factor == 2.0**4
+    assert default.manager.policy.return_factor == 2.0**4
     tuned = LLM(
         no_tok,
         block_size=4,
@@ -277,16 +277,16 @@ def test_hybrid_knobs_reach_the_manager(no_tok):
         hybrid_value_weight=0.5,
     )
     assert tuned.manager.block_pool.policy.weight == 0.5
-    assert tuned.manager.coordinator.return_factor == 2.0 ** (2.0 / 0.5)
+    assert tuned.manager.policy.return_factor == 2.0 ** (2.0 / 0.5)
     off = LLM(no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_return_bonus=0)
-    assert off.manager.coordinator.seen is None
+    assert off.manager.policy.seen is None
     floor = LLM(
         no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_floor_tokens=10
     )
-    assert floor.manager.coordinator.floor_tokens == 12  # rounded up to the 4-token hit step
-    assert default.manager.coordinator.seen.turns is False  # flat: no turns kept
+    assert floor.manager.policy.floor_tokens == 12  # rounded up to the 4-token hit step
+    assert default.manager.policy.seen.turns is False  # flat: no turns kept
     graded = LLM(
         no_tok, block_size=4, max_model_len=64, cache_policy="hybrid", hybrid_return_grade="turn"
     )
-    assert graded.manager.coordinator.seen.turns is True
-    assert graded.manager.coordinator.return_value(3) == 2.0 ** (4 * 3)
+    assert graded.manager.policy.seen.turns is True
+    assert graded.manager.policy.return_value(3) == 2.0 ** (4 * 3)

@@ -1,5 +1,5 @@
 """Shedding in the engine: token-identical to transformers while running
-requests give up kept points under pressure (``hybridkv.coordinators.shedding``).
+requests give up kept points under pressure (``hybridkv.policy.shedding``).
 
 Gemma 3 (tiny: window 7, blocks of 4) under ``hybrid`` with no tail, so that a
 running request retains its admission hit's window once it has moved past it.
@@ -18,7 +18,7 @@ import torch
 from oracle import check_against_hf
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
-import hybridkv.coordinators.shedding as shedding
+import hybridkv.policy.shedding as shedding
 from hybridkv import KVCacheManager
 from hybridkv.engine import LLM
 
@@ -52,13 +52,13 @@ def test_requests_shed_kept_points_and_stay_token_identical(
     )
     llm.manager = llm.scheduler.manager = llm.runner.manager = manager
     shed: list[str] = []
-    real_shed = shedding.shed
+    real_plan = shedding.shed_plan
 
-    def counting_shed(managers, pool, request_id):  # type: ignore[no-untyped-def]
+    def counting_plan(managers, request_id):  # type: ignore[no-untyped-def]
         shed.append(request_id)
-        real_shed(managers, pool, request_id)
+        return real_plan(managers, request_id)
 
-    monkeypatch.setattr(shedding, "shed", counting_shed)
+    monkeypatch.setattr(shedding, "shed_plan", counting_plan)
     doc = _prompt(24, 1)
     check_against_hf(ckpt, llm, [doc], 2)
     prompts = [[*doc[:16], *_prompt(12, 10 + i)] for i in range(3)]

@@ -32,7 +32,7 @@ def test_a_seeded_row_draws_the_same_token_in_any_batch() -> None:
     alone = []
     mine_req = seeded("a", 1234)
     for _ in range(5):
-        alone.append(sample(mine[None], [mine_req])[0])
+        alone.append(sample(mine[None], [mine_req]).tokens[0])
     for position in range(4):
         rows = [logits[k] for k in (1, 2, 3)]
         rows.insert(position, mine)
@@ -41,7 +41,7 @@ def test_a_seeded_row_draws_the_same_token_in_any_batch() -> None:
         requests.insert(position, me)
         drawn = []
         for _ in range(5):  # the others draw too: they must not use my generator
-            drawn.append(sample(torch.stack(rows), requests)[position])
+            drawn.append(sample(torch.stack(rows), requests).tokens[position])
         assert drawn == alone
 
 

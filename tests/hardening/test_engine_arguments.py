@@ -42,7 +42,8 @@ def clean(llm: LLM) -> None:
     [
         (
             {"seed": 2**70},
-            f"seed must be None or an int in [-2**63, 2**64) (a torch generator seed), got {2**70}",
+            "seed must be None or an int in [-2**63, 2**64 - n] (a torch generator seed; "
+            f"sample i uses seed + i), got {2**70}",
         ),
         (
             {"stop_token_ids": None},

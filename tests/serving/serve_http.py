@@ -61,3 +61,21 @@ def wait_until(check: Any, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.05)
+
+
+def sse_events(url: str, path: str, body: dict[str, Any]) -> list[Any]:
+    """POST ``body`` with ``stream: true``; the decoded ``data:`` chunks before ``[DONE]``
+    (which must end the stream)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    try:
+        conn.request(
+            "POST", path, json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"}
+        )
+        r = conn.getresponse()
+        assert r.status == 200, r.read()
+        frames = [line[6:] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+    finally:
+        conn.close()
+    assert frames and frames[-1] == "[DONE]", frames[-3:]
+    return [json.loads(f) for f in frames[:-1]]

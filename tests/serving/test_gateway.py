@@ -102,6 +102,15 @@ def test_the_gateway_routes_to_hybridkv(worker: Any, tmp_path: Path) -> None:
         want = direct.completions.create(**args)
         got = client.completions.create(**args)
         assert got.choices[0].text == want.choices[0].text
+        # The gateway adds SGLang's fields at their defaults: the server takes them.
+        chat: dict[str, Any] = dict(
+            model="tiny", messages=[{"role": "user", "content": "w9 w10"}], max_tokens=3
+        )
+        want_chat = direct.chat.completions.create(**chat, temperature=0)
+        got_chat = client.chat.completions.create(**chat, temperature=0)
+        assert got_chat.choices[0].message.content == want_chat.choices[0].message.content
+        streamed = client.completions.create(**args, stream=True)
+        assert "".join(c.choices[0].text for c in streamed if c.choices) == want.choices[0].text
         assert [m.id for m in client.models.list().data] == ["tiny"]
         if key:
             keyless = openai.OpenAI(base_url=router + "/v1", api_key="wrong", max_retries=0)

@@ -21,9 +21,10 @@ from hybridkv.cli import main
     [
         ({"prompt": "w5", "temperature": -1}, 400, "temperature"),
         ({"prompt": "w5", "max_tokens": 0}, 400, "max_tokens"),
-        ({"prompt": "w5", "n": 2}, 400, "n=2"),
-        ({"prompt": "w5", "logprobs": 2}, 400, "logprobs"),
-        ({"prompt": "w5", "echo": True}, 400, "echo"),
+        ({"prompt": "w5", "n": 0}, 400, "n"),
+        ({"prompt": "w5", "logprobs": 21}, 400, "logprobs must be at most 20"),
+        ({"prompt": "w5", "echo": True, "logprobs": 1}, 400, "echo with logprobs"),
+        ({"prompt": "w5", "suffix": "w6"}, 400, "suffix is not supported"),
         ({"prompt": " ".join(["w5"] * 65)}, 400, "more than max_model_len=64"),
         ({"prompt": [5, 600]}, 400, "token ids must be ints in [0, 512)"),
         ({"prompt": ""}, 400, "empty"),
@@ -106,7 +107,11 @@ HYBRID = ("--cache-policy", "hybrid")
         ),
         (
             (*HYBRID, "--hybrid-floor-tokens", "-1"),
-            "hybrid_floor_tokens must be an int >= 0, got -1",
+            "hybrid_floor_tokens must be None (by cost) or an int >= 0, got -1",
+        ),
+        (
+            ("--hybrid-tuning", "floor_ratio=8"),
+            "hybrid_tuning tunes cache_policy='hybrid'; it changes nothing under 'lru'",
         ),
     ],
 )
@@ -115,6 +120,12 @@ def test_cli_bad_options_are_one_line_exit_2(
 ) -> None:
     assert main(["serve", "--port=0", str(tok_ckpt), *args]) == 2
     assert capsys.readouterr().err == f"hybridkv serve: error: {says}\n"
+
+
+def test_cli_unknown_tuning_is_one_line(tok_ckpt: Path, capsys: Any) -> None:
+    argv = ["serve", "--port=0", str(tok_ckpt), *HYBRID, "--hybrid-tuning", "floor_rate=8"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("hybridkv serve: error: unknown tuning floor_rate;")
 
 
 def test_cli_missing_checkpoint_and_cuda_graphs_on_cpu(tok_ckpt: Path, capsys: Any) -> None:

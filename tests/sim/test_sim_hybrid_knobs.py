@@ -12,8 +12,9 @@ import pytest
 from test_sim_cli import ROWS, assert_one_line_error, simulate
 
 import hybridkv.sim.replay as replay_module
-from hybridkv.core.cost_aware import CostAwareEvictionPolicy
 from hybridkv.layouts import shipped_layout
+from hybridkv.policy import HybridOptions, HybridTuning
+from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
 from hybridkv.sim import CostModel, SimOptions, device_profile, load_trace, replay_trace
 from hybridkv.sim.plot import curves
 
@@ -53,18 +54,23 @@ def test_a_grade_under_lru_is_an_error() -> None:
         SimOptions(memory_bytes=10**9, policy="lru", return_grade="turn")
 
 
-def test_manager_knobs_are_the_ones_set() -> None:
-    assert SimOptions(memory_bytes=1, policy="hybrid").manager_knobs == {}
-    assert SimOptions(memory_bytes=1, policy="hybrid", return_bonus=0).manager_knobs == {
-        "hybrid_return_bonus": 0.0
-    }
+def test_hybrid_options_are_the_ones_set() -> None:
+    assert SimOptions(memory_bytes=1, policy="hybrid").hybrid == HybridOptions()
+    assert SimOptions(memory_bytes=1, policy="hybrid", return_bonus=0).hybrid == HybridOptions(
+        return_bonus=0.0
+    )
     both = SimOptions(memory_bytes=1, policy="hybrid", return_bonus=8, value_weight=0.5)
-    assert both.manager_knobs == {"hybrid_return_bonus": 8.0, "hybrid_value_weight": 0.5}
+    assert both.hybrid == HybridOptions(return_bonus=8.0, value_weight=0.5)
     floor = SimOptions(memory_bytes=1, policy="hybrid", floor_tokens=0)
-    assert floor.manager_knobs == {"hybrid_floor_tokens": 0}
-    assert isinstance(floor.manager_knobs["hybrid_floor_tokens"], int)
+    assert floor.hybrid == HybridOptions(floor_tokens=0)
     graded = SimOptions(memory_bytes=1, policy="hybrid", return_grade="log-turn")
-    assert graded.manager_knobs == {"hybrid_return_grade": "log-turn"}
+    assert graded.hybrid == HybridOptions(return_grade="log-turn")
+    tuned = SimOptions(memory_bytes=1, policy="hybrid", tuning="floor_ratio=16,learn_floor=off")
+    assert tuned.hybrid.tuning == HybridTuning(floor_ratio=16, learn_floor=False)
+    with pytest.raises(ValueError, match="unknown tuning floor_rate"):
+        SimOptions(memory_bytes=1, policy="hybrid", tuning="floor_rate=16")
+    with pytest.raises(ValueError, match="it changes nothing under"):
+        SimOptions(memory_bytes=1, policy="lru", tuning="floor_ratio=16")
 
 
 def replay(write_trace, **knobs):
@@ -97,27 +103,28 @@ def replay(write_trace, **knobs):
 def test_the_knobs_reach_the_manager(write_trace) -> None:
     default, m0 = replay(write_trace)
     assert isinstance(m0.block_pool.policy, CostAwareEvictionPolicy)
-    assert m0.block_pool.policy.weight == 1.0  # sliding windows: auto_value_weight
-    assert m0.coordinator.return_factor == 2.0**4.0  # RETURN_BONUS 4 at weight 1
+    weight = HybridTuning().value_weight_sliding  # sliding windows: auto_value_weight
+    assert m0.block_pool.policy.weight == weight
+    assert m0.policy.return_factor == 2.0 ** (HybridTuning().return_bonus / weight)
     assert (default.return_bonus, default.value_weight) == (None, None)
     assert default.policy_label == "hybrid"
     tuned, m1 = replay(write_trace, return_bonus=2, value_weight=0.5)
     assert m1.block_pool.policy.weight == 0.5
-    assert m1.coordinator.return_factor == 2.0 ** (2 / 0.5)
+    assert m1.policy.return_factor == 2.0 ** (2 / 0.5)
     assert (tuned.return_bonus, tuned.value_weight) == (2, 0.5)
     assert tuned.policy_label == "hybrid (bonus 2, weight 0.5)"
     assert tuned.to_json()["return_bonus"] == 2 and tuned.to_json()["value_weight"] == 0.5
     _, off = replay(write_trace, return_bonus=0)
-    assert off.coordinator.seen is None  # bonus 0: no memory of seen prefixes
-    assert m0.coordinator.floor_tokens == 3072  # 32 x (3 windows x 2 pages) x 16 tokens
+    assert off.policy.seen is None  # bonus 0: no memory of seen prefixes
+    assert m0.policy.floor_tokens == 3072  # 32 x (3 windows x 2 pages) x 16 tokens
     floored, m2 = replay(write_trace, floor_tokens=100)
-    assert m2.coordinator.floor_tokens == 112  # rounded up to the 16-token hit step
+    assert m2.policy.floor_tokens == 112  # rounded up to the 16-token hit step
     assert floored.policy_label == "hybrid (floor 100)"
     assert floored.to_json()["floor_tokens"] == 100
-    assert m0.coordinator.seen.turns is False and default.to_json()["return_grade"] is None
+    assert m0.policy.seen.turns is False and default.to_json()["return_grade"] is None
     graded, m3 = replay(write_trace, return_bonus=2, return_grade="turn")
-    assert m3.coordinator.seen.turns is True
-    assert m3.coordinator.return_value(2) == 2.0 ** (2 * 2 / 1.0)
+    assert m3.policy.seen.turns is True
+    assert m3.policy.return_value(2) == 2.0 ** (2 * 2 / 1.0)
     assert graded.policy_label == "hybrid (bonus 2, grade turn)"
     assert graded.to_json()["return_grade"] == "turn"
 
@@ -196,3 +203,25 @@ def test_bad_knobs_are_one_line_and_exit_2(capsys, one_full, write_trace, argv, 
     path = str(write_trace(ROWS))
     rc, out, err = simulate(capsys, str(one_full), "--trace", path, "--memory", "1MB", *argv)
     assert_one_line_error(rc, out, err, *needles)
+
+
+def test_simulate_takes_tuning_overrides_for_hybrid_runs(
+    capsys, one_full, write_trace, tmp_path
+) -> None:
+    """``--tuning key=value`` reaches every hybrid run (label and JSON), is
+    checked before the first replay, and is an error without hybrid."""
+    out_json = tmp_path / "out.json"
+    trace = str(write_trace(ROWS))
+    run = ["--trace", trace, "--memory", "1MB", "--json", str(out_json)]
+    rc, out, err = simulate(
+        capsys, str(one_full), *run, "--policy", "lru,hybrid",
+        "--tuning", "learn_floor=off", "--tuning", "floor_ratio=16",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "hybrid (tuning learn_floor=off,floor_ratio=16)" in out
+    data = json.loads(out_json.read_text())
+    assert [r.get("tuning") for r in data] == [None, "learn_floor=off,floor_ratio=16"]
+    rc, _, err = simulate(capsys, str(one_full), *run, "--policy", "hybrid", "--tuning", "x=1")
+    assert rc == 2 and "unknown tuning x; known: tail_tokens" in err
+    rc, _, err = simulate(capsys, str(one_full), *run, "--tuning", "floor_ratio=16")
+    assert rc == 2 and "--tuning tunes the hybrid policy: add hybrid to --policy" in err

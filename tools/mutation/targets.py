@@ -15,10 +15,12 @@ from pathlib import Path
 TARGETS = (
     "hybridkv/core/*.py",
     "hybridkv/managers/*.py",
+    "hybridkv/policy/*.py",
     "hybridkv/coordinators/*.py",
     "hybridkv/hashing.py",
     "hybridkv/snapshots.py",
     "hybridkv/kv_cache_manager.py",
+    "hybridkv/manager_checks.py",
     "hybridkv/admission_bound.py",
     "hybridkv/planning/*.py",
     "hybridkv/engine/scheduler.py",
@@ -63,9 +65,11 @@ _MANAGER_TESTS = (
 TESTS: dict[str, tuple[str, ...]] = {
     "hybridkv/core/": _MANAGER_TESTS,
     "hybridkv/managers/": _MANAGER_TESTS,
+    "hybridkv/policy/": _MANAGER_TESTS,
     "hybridkv/coordinators/": _MANAGER_TESTS,
     "hybridkv/snapshots.py": _MANAGER_TESTS,
     "hybridkv/kv_cache_manager.py": _MANAGER_TESTS,
+    "hybridkv/manager_checks.py": _MANAGER_TESTS,
     "hybridkv/admission_bound.py": _MANAGER_TESTS,
     "hybridkv/hashing.py": (
         "tests/test_hashing.py",

@@ -4,7 +4,7 @@ The ``hybrid`` cache policy's free set (Marconi, MLSys 2025, scores prefix
 cache entries by recency plus FLOP efficiency; this is the same idea on a
 paged block pool). Each released block comes with a *value*: the prefill
 tokens a hit saves per page the block's hit unit holds
-(``hybridkv.managers.retention.unit_values``). The block's eviction key is::
+(``hybridkv.policy.retention.UnitValues``). The block's eviction key is::
 
     key = released_blocks_so_far / pool_size + weight * class(value)
     class(value) = floor(2 * log2(value)) / 2        (half-octave classes)
@@ -32,9 +32,6 @@ from hybridkv.core.eviction import EvictionPolicy
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
 from hybridkv.core.free_stack import FreeBlockStack
 
-#: Pool turnovers one value doubling is worth (tuned on the Mooncake
-#: conversation trace, ``benchmarks/results/cache.md``).
-DEFAULT_VALUE_WEIGHT = 3.0
 #: ``value`` of blocks released without one (ranked like a unit saving one
 #: token per page).
 NEUTRAL_VALUE = 1.0
@@ -54,7 +51,9 @@ def value_class(value: float) -> int:
 class CostAwareEvictionPolicy(EvictionPolicy):
     """Free blocks ordered by recency plus value (module docstring)."""
 
-    def __init__(self, blocks: list[KVCacheBlock], weight: float = DEFAULT_VALUE_WEIGHT) -> None:
+    def __init__(self, blocks: list[KVCacheBlock], weight: float = 1.0) -> None:
+        """``weight``: pool turnovers one value doubling is worth (the ``hybrid``
+        policy passes its layout's, ``HybridTuning.value_weight``)."""
         if not weight >= 0:
             raise ValueError(f"weight must be >= 0, got {weight!r}")
         self.weight = weight

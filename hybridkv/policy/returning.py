@@ -2,29 +2,23 @@
 
 On conversation traffic, whether a request's prefix will be reused is mostly
 whether its conversation goes on, and a conversation that has gone on once
-is likely to go on again. On the Mooncake conversation trace 31 % of first
-turns are continued, 77 % of eighth turns (``bench_reuse_predictors.py``'s
-``Conversations``). A first turn and a later one look alike to recency, so a
-recency-ranked cache keeps both equally long and, when memory is short, loses
-both.
+is likely to go on again (on the Mooncake conversation trace far more of
+later turns are continued than of first ones: ``docs/hybrid-caching.md``).
+A first turn and a later one look alike to recency, so a recency-ranked cache
+keeps both equally long and, when memory is short, loses both.
 
 ``SeenPrefixes`` tells them apart online. It remembers the hashes of the
 blocks the cache has held, evicted or not (metadata, no KV), one block in
-``SAMPLE_BLOCKS``: block hashes are chained, so a block's hash stands for
-the whole prefix it ends, and one sample per ``SAMPLE_BLOCKS`` blocks keeps
-the same history in ``1 / SAMPLE_BLOCKS`` of the memory. The most recent
+``sample_blocks``: block hashes are chained, so a block's hash stands for
+the whole prefix it ends, and one sample per ``sample_blocks`` blocks keeps
+the same history in ``1 / sample_blocks`` of the memory. The most recent
 ``capacity / 2`` to ``capacity`` samples are kept, in two generations. A new
 request is *returning* when its prompt's first ``share``, rounded up to a
 whole sample, was seen before: it continues an earlier prompt rather than
 sharing only a common header (a system prompt) with it. One lookup decides.
 Cost-aware eviction then values a returning
 request's units ``bonus`` pool turnovers longer: their values are multiplied
-by ``2 ** (bonus / weight)`` (``KVCacheCoordinator.return_factor``). The
-whole trace, all-full-attention replay of
-``benchmarks/bench_reuse_predictors.py`` (Jamba's pages): recency 10.77 % at
-40 GB, with returning requests kept 4 turnovers longer 16.20 %; 20.84 % and
-21.51 % at 80 GB. ``hybrid`` itself, Jamba: 10.44 % -> 15.94 % and
-19.64 % -> 20.73 % (``results/cache.md``).
+by ``2 ** (bonus / weight)`` (``HybridPolicy.return_factor``).
 
 A request resumed after preemption keeps the answer of its first admission
 (``Request.returning``): its own earlier blocks are no evidence.
@@ -33,14 +27,10 @@ A request resumed after preemption keeps the answer of its first admission
 returning request ``bonus`` turnovers longer. ``turn`` and ``log-turn`` scale
 the bonus by the request's turn ``t``, 1 + the turn remembered with the sample
 that decided it (a prompt that continues nothing held is turn 0), as
-``min(t, MAX_TURN)`` or ``log2(1 + min(t, MAX_TURN))``: continuation climbs
+``min(t, max_turn)`` or ``log2(1 + min(t, max_turn))``: continuation climbs
 with the turn. Which grade wins depends on the budget, not only on the
-traffic (``results/cache.md``, "The returning bonus against the budget"):
-Jamba v0.1 on the whole conversation trace at 80 GB hits 20.91 % with the
-flat 4 turnovers at value weight 2, 21.58 % with ``turn`` at a bonus of 0.5
-and weight 0.5, and Granite 4.0 H Tiny 21.47 -> 24.89 % with ``turn`` at 0.5 and
-weight 0.25; at 40 GB the same settings lose (Jamba 12.79 % against 16.08 %).
-So ``flat`` stays the default, and ``hybridkv simulate --return-grade`` with
+traffic (``docs/hybrid-caching.md``), so ``flat`` stays the default, and
+``hybridkv simulate --return-grade`` with
 ``--return-bonus`` and ``--value-weight`` finds the setting for a budget and a
 traffic. Only the graded forms remember turns (an int with each sample).
 """
@@ -48,37 +38,24 @@ traffic. Only the graded forms remember turns (an int with each sample).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-#: Share of a prompt's blocks, from its start, seen before for it to be returning.
-RETURNING_SHARE = 0.5
-#: Pool turnovers a returning request's units are kept longer (``hybrid_return_bonus``).
-RETURN_BONUS = 4.0
-#: Blocks of history remembered per block of the pool (``SAMPLE_BLOCKS``
-#: of them per stored hash).
-SEEN_PER_BLOCK = 8
-#: One block hash in this many is remembered (the one that ends each run of
-#: ``SAMPLE_BLOCKS`` blocks): a 16-token block layout samples every 128
-#: tokens, Jamba's 80-token one every 640. The whole-trace Jamba hit rates
-#: are unchanged from recording every block (``results/cache.md``).
-SAMPLE_BLOCKS = 8
-#: Turns beyond this count as this one (``turn`` and ``log-turn`` grades).
-MAX_TURN = 16
-#: ``hybrid_return_grade``: a returning request of turn ``t >= 1`` is kept
-#: ``bonus x grade(t)`` pool turnovers longer (module docstring).
-RETURN_GRADES: dict[str, Callable[[int], float]] = {
-    "flat": lambda t: 1.0,
-    "turn": lambda t: float(min(t, MAX_TURN)),
-    "log-turn": lambda t: math.log2(1 + min(t, MAX_TURN)),
-}
-#: The default grade.
-RETURN_GRADE = "flat"
+from hybridkv.policy.options import RETURN_GRADE_NAMES
+from hybridkv.policy.tuning import DEFAULT_TUNING
 
 
-def check_return_grade(value: object, field: str) -> None:
-    """One of ``RETURN_GRADES``; ``ValueError`` naming ``field`` otherwise."""
-    if not isinstance(value, str) or value not in RETURN_GRADES:
-        raise ValueError(f"{field} must be one of {', '.join(RETURN_GRADES)}, got {value!r}")
+def grade(name: str, turn: int, max_turn: int) -> float:
+    """``hybrid_return_grade`` ``name``: a returning request of turn ``turn >= 1``
+    is kept ``bonus x grade`` pool turnovers longer (module docstring); turns
+    beyond ``max_turn`` count as that one."""
+    if name == "flat":
+        return 1.0
+    t = min(turn, max_turn)
+    if name == "turn":
+        return float(t)
+    if name == "log-turn":
+        return math.log2(1 + t)
+    raise ValueError(f"return grade must be one of {', '.join(RETURN_GRADE_NAMES)}, got {name!r}")
 
 
 class SeenPrefixes:
@@ -99,14 +76,15 @@ class SeenPrefixes:
     the block hashes themselves need not outlive their blocks.
     """
 
-    __slots__ = ("_half", "_new", "_old", "capacity", "share", "stride", "turns")
+    __slots__ = ("_half", "_new", "_old", "capacity", "max_turn", "share", "stride", "turns")
 
     def __init__(
         self,
         capacity: int,
-        share: float = RETURNING_SHARE,
-        stride: int = SAMPLE_BLOCKS,
+        share: float = DEFAULT_TUNING.returning_share,
+        stride: int = DEFAULT_TUNING.sample_blocks,
         turns: bool = False,
+        max_turn: int = DEFAULT_TUNING.max_turn,
     ) -> None:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity!r}")
@@ -118,6 +96,7 @@ class SeenPrefixes:
         self.share = share
         self.stride = stride
         self.turns = turns
+        self.max_turn = max_turn
         self._half = capacity // 2
         # Samples (sets), or samples with the turn of the prompt that held them.
         self._new: set[int] | dict[int, int] = {} if turns else set()
@@ -133,7 +112,7 @@ class SeenPrefixes:
         blocks, were seen, else 0 (``hashes``: its whole blocks of
         ``block_size`` tokens, chained): one lookup, of the sample ending that
         run. The turn is 1 + the one recorded with that sample, at most
-        ``MAX_TURN``; 1 when turns are not kept. A prompt with fewer whole
+        ``max_turn``; 1 when turns are not kept. A prompt with fewer whole
         blocks than that (a short prompt) is not returning."""
         need = max(1, math.ceil(self.share * num_tokens / block_size))
         last = -(-need // self.stride) * self.stride - 1
@@ -145,7 +124,7 @@ class SeenPrefixes:
         turn = self._new.get(key)  # type: ignore[union-attr]
         if turn is None:
             turn = self._old.get(key)  # type: ignore[union-attr]
-        return 0 if turn is None else min(turn + 1, MAX_TURN)
+        return 0 if turn is None else min(turn + 1, self.max_turn)
 
     def record(self, hashes: Sequence[bytes], num_blocks: int | None = None, turn: int = 0) -> None:
         """Remember the samples of ``hashes`` (a prefix's chained block
@@ -172,4 +151,4 @@ class SeenPrefixes:
         for gen in (self._new, self._old):
             assert isinstance(gen, dict) == self.turns, "turns kept in the wrong form"
             if isinstance(gen, dict):
-                assert all(0 <= t <= MAX_TURN for t in gen.values()), "a turn out of range"
+                assert all(0 <= t <= self.max_turn for t in gen.values()), "a turn out of range"

@@ -25,9 +25,9 @@ from itertools import chain, filterfalse, groupby, repeat
 from operator import attrgetter, itemgetter
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
-from hybridkv.managers.retention import BEYOND, FinalPoints, UnitValues
+from hybridkv.policy.base import ReleaseRun
+from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues
 
 #: Bits of an entry's sort key below its unit's rank: the end position.
 _POS_BITS = 40
@@ -44,17 +44,18 @@ _unit_kind = itemgetter(3)
 def release_hybrid(
     managers: Sequence[SingleTypeKVCacheManager],
     states: Sequence[RequestBlockState],
-    pool: BlockPool,
     points: FinalPoints,
     point_local: Sequence[bool],
     factor: float = 1.0,
-) -> None:
-    """Release one request's tables (module docstring). ``point_local[g]``:
+    ranks_by_value: bool = True,
+) -> list[ReleaseRun]:
+    """One request's tables as runs to release, in order (module docstring). ``point_local[g]``:
     group ``g``'s hit point needs a block of its own (a Mamba state), so its
     blocks below ``E``'s needed range are kind 2 (a tail point's own state).
     In an aligned tail, so are a window's or chunk's blocks below the aligned
     end's needed range (only lower tail points need them). ``factor``
-    multiplies every unit's value (a returning request's, ``returning``)."""
+    multiplies every unit's value (a returning request's, ``returning``).
+    ``ranks_by_value``: the free set ranks by value (else no values are computed)."""
     end, top = points.end, points.top
     place = _Placer(points.points)
     for gid, (m, st) in enumerate(zip(managers, states, strict=True)):
@@ -72,15 +73,14 @@ def release_hybrid(
             units = [unit_of(i) for i, _ in st.retained]
             for unit, same in groupby(zip(units, st.retained, strict=True), itemgetter(0)):
                 place(map(itemgetter(1), same), unit)
-    pool.free_blocks(place.shared)
-    pool.free_blocks(place.dead, evict_first=True)
+    runs = [ReleaseRun(place.shared), ReleaseRun(place.dead, True)]
     entries = place.entries
     # Entries came group by group, so a stable sort on the key alone (reverse
     # keeps equal keys in order) leaves equal positions in group order.
     entries.sort(key=_key, reverse=True)
-    if not pool.policy.ranks_by_value:  # recency only: one release, in unit order
-        pool.free_blocks(list(map(_block, entries)))
-        return
+    if not ranks_by_value:  # recency only: one release, in unit order
+        runs.append(ReleaseRun(list(map(_block, entries))))
+        return runs
     full_units: dict[int, int] = {}
     extra_pages: dict[int, int] = {}
     for (unit, kind), n in zip(place.unit_kinds, place.counts, strict=True):
@@ -105,12 +105,13 @@ def release_hybrid(
     for uk, group in groupby(entries, _unit_kind):
         v = value_of[uk]
         if v != run_value and run:
-            pool.free_blocks(run, value=run_value)
+            runs.append(ReleaseRun(run, False, run_value))
             run = []
         run_value = v
         run.extend(map(_block, group))
     if run:
-        pool.free_blocks(run, value=run_value)
+        runs.append(ReleaseRun(run, False, run_value))
+    return runs
 
 
 class _Placer:

@@ -12,15 +12,13 @@ short reuses them at once). Its other kept points, and its own running
 window, are untouched: when it is the request stepping, its window may pass
 one of them in the same step, which then retains blocks again. At ``free``
 it keeps what its remaining points and its end need (``retention.FinalPoints``).
+The policy only decides (``make_room`` returns a ``Shed``); the coordinator
+applies it (``SingleTypeKVCacheManager.shed``).
 
 Only one request sheds per allocation, the newest holding such blocks (a
 scheduler preempts the newest first too): each shed loses hits for good, and
-shedding from every running request lost 0.24 points of hit rate on Gemma 3
-27B (whole Mooncake conversation trace, trace arrivals, 80 GB), where a
-resumed request re-hits most of what its preemption freed. With one request
-per allocation, Llama 4 Scout's preemptions fell from 1,353 to 541 there
-(``lru``: 599) and Gemma 3 27B's from 4,497 to 3,432, with the same hit rates
-(``benchmarks/results/cache.md``).
+shedding from every running request lost hits where a resumed request re-hits
+most of what its preemption freed (``docs/hybrid-caching.md``).
 
 Admission never sheds: a new request waits rather than take kept points from
 running ones.
@@ -30,19 +28,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.policy.base import Shed
 
 
 def sheddable_blocks(managers: Sequence[SingleTypeKVCacheManager], request_id: str) -> int:
-    """Blocks ``shed`` would return to the free set: the request's retained
+    """Blocks shedding would return to the free set: the request's retained
     blocks that nobody else holds."""
     return sum(1 for m in managers for _, b in m.states[request_id].retained if b.ref_cnt == 1)
 
 
-def shed(managers: Sequence[SingleTypeKVCacheManager], pool: BlockPool, request_id: str) -> None:
-    """Drop the request's kept points whose hit needs a block behind its
-    window in some group, and release every block it retains (all of them
+def shed_plan(managers: Sequence[SingleTypeKVCacheManager], request_id: str) -> Shed:
+    """The request drops its kept points whose hit needs a block behind its
+    window in some group, and releases every block it retains (all of them
     belong to such points). Its other kept points stay, in every group."""
     states = [m.states[request_id] for m in managers]
     behind = {
@@ -52,23 +50,17 @@ def shed(managers: Sequence[SingleTypeKVCacheManager], pool: BlockPool, request_
         for p in st.kept
         if m.first_needed_block(p) < st.num_skipped
     }
-    kept = tuple(p for p in states[0].kept if p not in behind)
-    for st in states:
-        released = [b for _, b in st.retained]
-        st.retained = []
-        st.kept = kept
-        pool.free_blocks(released, evict_first=True)
+    return Shed(request_id, tuple(p for p in states[0].kept if p not in behind))
 
 
-def make_room(managers: Sequence[SingleTypeKVCacheManager], pool: BlockPool, short: int) -> bool:
-    """Let the newest live request that retains blocks shed (``shed``) if
-    that returns at least ``short`` blocks; False, and nothing changed, if
-    it would not (or no request retains any)."""
+def make_room(managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
+    """The newest live request that retains blocks sheds (``shed_plan``) if
+    that returns at least ``short`` blocks; None if it would not (or no
+    request retains any). Read-only: the coordinator applies the ``Shed``."""
     for rid in reversed(managers[0].states):
         n = sheddable_blocks(managers, rid)
         if n:
             if n < short:
-                return False
-            shed(managers, pool, rid)
-            return True
-    return False
+                return None
+            return shed_plan(managers, rid)
+    return None

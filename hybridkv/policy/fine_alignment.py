@@ -9,9 +9,7 @@ Yet such a grid still decides where a state is worth keeping when the hit step
 is coarse. Bamba 9B's hit step is 528 tokens; the Mooncake traces share
 prefixes in 512-token units, so the next turn of a 2,651-token prompt diverges
 at 2,560 and resumes from the state at 2,112, not from the prompt's last hit
-boundary (2,640), where a state is kept today. Roughly half of all next turns
-miss that way (whole conversation trace, Bamba 9B at 80 GB: 2.2M of the 3.0M
-tokens that full attention matched without a state to resume from).
+boundary (2,640), where a state is kept (how often: ``docs/hybrid-caching.md``).
 
 The evidence is narrower ranges. Every admitted request *marks* the
 full-attention block ending at its prompt's last hit boundary ``E`` with how far
@@ -21,31 +19,29 @@ that prompt (the next turn of a conversation that re-renders or replaces the
 last message, or a trace's expansion), diverges in ``[E, E + r]``: consistent
 with grid ``A`` iff a multiple of ``A`` lies there. (A request that shares the
 whole prompt and diverges in its answer counts against every ``A``: right, since
-no grid then explains where it resumes.) Over the last ``WINDOW`` such
-*informative* observations, once there are ``MIN_OBSERVED``, ``align`` is the
-largest power of two ``A <= min(g, tail)`` that at least ``AGREE`` of them are
+no grid then explains where it resumes.) Over the last ``learn_window`` such
+*informative* observations, once there are ``learn_min_observed``, ``align`` is the
+largest power of two ``A <= min(g, tail)`` that at least ``grid_agree`` of them are
 consistent with and that divergences at random would rarely fit as well: a range
 of ``r + 1`` tokens holds a multiple of ``A`` by chance with probability
 ``min(1, (r + 1) / A)``, and its mean over the observations must be at most
-``CHANCE``. (On the Mooncake trace, Bamba's ``A = 512`` fits every observation
-against a chance of about a half; a small ``A`` fits any traffic, and is
-refused.) Else 0.
+``fine_chance`` (``HybridTuning``): a small ``A`` fits any traffic, and is
+refused. Else 0.
 
 A marked prompt end is evidence only when the next turn diverges at or past the
 prompt's last hit boundary ``E``. Most of Bamba's next turns diverge in the block
 before it, ``[E - g, E)`` (the prompt's last multiple of 512 lies there when
 ``E`` is past it), and branch at ``E - g``: a range of ``g`` tokens, which every
 grid up to ``g`` fits. So every admitted request also *records* that block, as
-the hashes of its chunks of ``chunk`` tokens (``max(MIN_ALIGN, g //
-CHUNKS_PER_BLOCK)``), under the hash of the block ending at ``E - g``. A later
+the hashes of its chunks of ``chunk`` tokens (``max(fine_min_align, g //
+fine_chunks_per_block)``), under the hash of the block ending at ``E - g``. A later
 request whose branch is not a marked block looks that hash up among its own
 block hashes, at its branch and past it (chained hashes: a hit means it shares
 everything before the recorded block, whether or not the cache still holds
 it), and the deepest record found is compared chunk by chunk with its prompt:
 the first differing chunk ``[D, D + chunk)`` is an informative observation
 (overhang ``chunk - 1``); a prompt that matches every chunk it holds (it ends
-inside the block) is no evidence. On the first 1,500 Mooncake conversation
-requests this adopts Bamba's 512 at request 421 (40 GB) instead of 1,228.
+inside the block) is no evidence.
 
 ``prompt_point`` then keeps the state where a request that diverges at the last
 multiple of ``align`` in the prompt resumes (``kv_cache_manager._kept_points``).
@@ -58,29 +54,15 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 
-#: Informative observations remembered (the most recent ones).
-WINDOW = 256
-#: Informative observations needed before a grid is adopted.
-MIN_OBSERVED = 32
-#: Share of informative observations a grid must explain.
-AGREE = 0.9
-#: Largest mean chance that random divergences fit a grid that is adopted.
-CHANCE = 0.8
-#: Prompt ends remembered (the most recent; one per admitted request).
-MAX_MARKS = 16384
-#: The finest grid tried.
-MIN_ALIGN = 4
-#: Blocks before a prompt's end recorded chunk by chunk (the most recent).
-MAX_RECORDS = 4096
-#: A recorded block is cut into about this many chunks (``chunk_size``).
-CHUNKS_PER_BLOCK = 32
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
+
 #: Bytes per token in a packed prompt (``Request.packed_prompt``: uint32).
 TOKEN_BYTES = 4
 
 
-def chunk_size(granularity: int) -> int:
+def chunk_size(granularity: int, tuning: HybridTuning = DEFAULT_TUNING) -> int:
     """Tokens per recorded chunk for full-attention blocks of ``granularity``."""
-    return max(MIN_ALIGN, granularity // CHUNKS_PER_BLOCK)
+    return max(tuning.fine_min_align, granularity // tuning.fine_chunks_per_block)
 
 
 def chunk_hashes(packed: bytes, start: int, stop: int, chunk: int) -> array[int]:
@@ -104,7 +86,7 @@ class FineAlignment:
     ``granularity``: the full-attention block size ``g`` (branches are
     multiples of it); ``tail``: the tail's length in tokens (the coarsest grid
     tried is ``min(g, tail)``); ``learn``: False for a fixed alignment (then
-    ``align`` stays 0).
+    ``align`` stays 0); ``tuning``: the windows and thresholds (``HybridTuning``).
     """
 
     __slots__ = (
@@ -114,15 +96,30 @@ class FineAlignment:
         "_marks",
         "_records",
         "_seen",
+        "agree",
         "align",
+        "chance",
         "chunk",
         "granularity",
+        "max_marks",
+        "max_records",
+        "min_observed",
+        "window",
     )
 
-    def __init__(self, granularity: int, tail: int, learn: bool = True) -> None:
+    def __init__(
+        self, granularity: int, tail: int, learn: bool = True, tuning: HybridTuning = DEFAULT_TUNING
+    ) -> None:
         self.granularity = granularity
+        self.window = tuning.learn_window
+        self.min_observed = tuning.learn_min_observed
+        self.agree = tuning.grid_agree
+        self.chance = tuning.fine_chance
+        self.max_marks = tuning.max_marks
+        self.max_records = tuning.fine_max_records
+        learn = learn and tuning.learn_fine_alignment
         cands = []
-        a = MIN_ALIGN
+        a = tuning.fine_min_align
         while learn and a <= min(granularity, tail):
             cands.append(a)
             a <<= 1
@@ -134,7 +131,7 @@ class FineAlignment:
         self._seen: deque[tuple[int, int]] = deque()
         self._marks: OrderedDict[bytes, int] = OrderedDict()
         #: Tokens per recorded chunk (``chunk_size``).
-        self.chunk = chunk_size(granularity)
+        self.chunk = chunk_size(granularity, tuning)
         #: Hash of the block before a recorded one -> the recorded block's chunk hashes.
         self._records: OrderedDict[bytes, array[int]] = OrderedDict()
         #: The grid in force (0: none).
@@ -153,7 +150,7 @@ class FineAlignment:
         marks = self._marks
         marks.pop(key, None)
         marks[key] = overhang
-        if len(marks) > MAX_MARKS:
+        if len(marks) > self.max_marks:
             marks.popitem(last=False)
 
     def record(self, key: bytes, packed: bytes, start: int) -> None:
@@ -165,7 +162,7 @@ class FineAlignment:
         records = self._records
         records.pop(key, None)
         records[key] = chunk_hashes(packed, start, start + self.granularity, self.chunk)
-        if len(records) > MAX_RECORDS:
+        if len(records) > self.max_records:
             records.popitem(last=False)
 
     def observe(
@@ -211,7 +208,7 @@ class FineAlignment:
         for k, a in enumerate(self._candidates):
             agree[k] += -branch % a <= overhang
             chance[k] += min(a, overhang + 1)
-        if len(seen) > WINDOW:
+        if len(seen) > self.window:
             old, r = seen.popleft()
             for k, a in enumerate(self._candidates):
                 agree[k] -= -old % a <= r
@@ -220,18 +217,18 @@ class FineAlignment:
 
     def _choose(self) -> int:
         n = len(self._seen)
-        if n < MIN_OBSERVED:
+        if n < self.min_observed:
             return 0
         align = 0
         for k, a in enumerate(self._candidates):
-            if self._agree[k] >= AGREE * n and self._chance[k] <= CHANCE * a * n:
+            if self._agree[k] >= self.agree * n and self._chance[k] <= self.chance * a * n:
                 align = a
         return align
 
     def check_integrity(self) -> None:
         """Counts match the remembered observations; ``align`` matches the counts."""
-        assert len(self._seen) <= WINDOW and len(self._marks) <= MAX_MARKS
-        assert len(self._records) <= MAX_RECORDS
+        assert len(self._seen) <= self.window and len(self._marks) <= self.max_marks
+        assert len(self._records) <= self.max_records
         n = self.granularity // self.chunk
         assert all(len(r) == n for r in self._records.values()), "a record is not one block"
         assert all(0 <= r < self.granularity for r in self._marks.values()), "overhang >= g"

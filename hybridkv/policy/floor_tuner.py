@@ -9,9 +9,7 @@ prefixes ride on, and a denser one costs more. What it is worth depends on where
 traffic branches: inside long shared documents (Mooncake's synthetic trace), half
 the spacing recovers about half of what the floor misses; where conversations
 resume at their last prompt's end (the conversation trace), the floor is rarely
-what a hit uses. The cost-based spacing ``S0`` was tuned on the conversation trace;
-on the synthetic trace Jamba wanted ``S0 / 2`` to ``S0 / 4``
-(``benchmarks/results/cache.md``).
+what a hit uses.
 
 Evidence comes free with every admission (``observe``): how far full attention
 alone matched (``M``, the branch) and the hit ``H``. Over the requests seen, the
@@ -28,45 +26,24 @@ tuner sums, per prompt token,
   tokens between the two. Like the gain, it counts what the points would give if
   they were there: just after a halving, the denser points of earlier prompts do
   not exist yet, and counting only the hits they served would send the spacing
-  straight back (it did, and Jamba then hit 7.39 % instead of 7.82 % at 40 GB).
+  straight back.
 
 Each is weighed against the memory the change moves, ``c / S`` per level, priced
-at the hit rate seen (a share of memory lost loses about that share of the hits:
-``ALPHA`` = 1): it halves ``S`` when the gain exceeds ``HYSTERESIS`` x the price,
-doubles it back when the loss is below ``1 / HYSTERESIS`` x the price saved. It
-decides every ``WINDOW`` admissions and remembers the past with weight
-``DECAY`` per window, so it follows a change of traffic. ``S`` moves one level at a
-time along ``levels``: ``S0``, then each half of the one before rounded down to the
-hit step, while at least ``S0 // MIN_DIVISOR``. On the traces (first 1,500
-requests, one at a time; ``benchmarks/results/cache.md``): Jamba on the synthetic
-trace 7.09 -> 7.82 % at 40 GB and 11.49 -> 12.49 % at 80 GB, Granite 4.0 H Tiny 9.57
--> 9.69 % and 18.20 -> 18.37 %; every other row of both traces (Bamba 9B, Gemma 3
-27B and 12B, Llama 4 Scout; the conversation trace for all) and Jamba, Bamba and
-Granite on the whole conversation trace gave the same hit rates as the fixed
-floor. Of the settings tried, ``ALPHA`` 0.7 cost Bamba on the synthetic trace at
-40 GB (6.90 % against 7.16 %) and Granite at 80 GB (18.08 %), ``HYSTERESIS`` 1.2
-Granite (9.38 / 18.24 %) and Bamba at 80 GB (11.53 %); levels a factor sqrt(2)
-apart instead of 2 (2026-11-26) gave Granite 9.97 / 18.57 % and Bamba 12.38 % at
-80 GB but cost Jamba (7.57 / 12.34 %) and Bamba at 40 GB (6.70 %, below 1.5x vLLM).
-On Jamba's synthetic rows the tuner spends most windows at ``S0 / 4`` and ends at
-``S0``: it hits 7.82 % at 40 GB as a fixed ``S0 / 2`` (8,960) does, but ends holding
-3.47 GB of Mamba state against the fixed floor's 2.69 GB (``hybridkv simulate
---floor-tokens 8960 --json``).
+at the hit rate seen (a share of memory lost loses about that share of the hits,
+times ``floor_alpha``): it halves ``S`` when the gain exceeds
+``floor_hysteresis`` x the price, doubles it back when the loss is below
+``1 / floor_hysteresis`` x the price saved. It decides every ``floor_window``
+admissions and remembers the past with weight ``floor_decay`` per window, so it
+follows a change of traffic. ``S`` moves one level at a time along ``levels``:
+``S0``, then each half of the one before rounded down to the
+hit step, while at least ``S0 // floor_min_divisor``. (The settings are
+``HybridTuning``'s ``floor_*`` fields; what each was measured to do:
+``docs/hybrid-caching.md``.)
 """
 
 from __future__ import annotations
 
-#: Admissions between two decisions.
-WINDOW = 100
-#: Weight the sums keep at each decision (older evidence fades).
-DECAY = 0.7
-#: A change must beat its price by this factor (halving) or fall below it by
-#: this factor (doubling back), so that noise does not flip the spacing.
-HYSTERESIS = 1.5
-#: Price of a share of memory, in the same share of the hit rate.
-ALPHA = 1.0
-#: The densest spacing is ``S0 // MIN_DIVISOR`` (rounded down to the hit step).
-MIN_DIVISOR = 4
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
 
 
 def _below(x: int, step: int) -> int:
@@ -79,10 +56,14 @@ class FloorTuner:
 
     ``point_cost``: what one floor point holds outside full attention, in
     full-attention tokens (its pages over full attention's pages per token);
-    ``step``: the hit step (every spacing is a multiple of it).
+    ``step``: the hit step (every spacing is a multiple of it); ``tuning``:
+    ``floor_window``, ``floor_decay``, ``floor_hysteresis``, ``floor_alpha``,
+    ``floor_min_divisor`` (``HybridTuning``).
     """
 
-    def __init__(self, base: int, point_cost: float, step: int) -> None:
+    def __init__(
+        self, base: int, point_cost: float, step: int, tuning: HybridTuning = DEFAULT_TUNING
+    ) -> None:
         if base < step or base % step:
             raise ValueError(f"base spacing {base} must be a positive multiple of {step}")
         if point_cost <= 0:
@@ -90,9 +71,14 @@ class FloorTuner:
         self.base = base
         self.point_cost = point_cost
         self.step = step
+        self.window = tuning.floor_window
+        self.decay = tuning.floor_decay
+        self.hysteresis = tuning.floor_hysteresis
+        self.alpha = tuning.floor_alpha
+        self.min_divisor = tuning.floor_min_divisor
         #: The spacings it may take, sparsest first; ``spacing`` is ``levels[level]``.
         self.levels = [base]
-        while (nxt := _below(self.levels[-1] // 2, step)) >= max(step, base // MIN_DIVISOR):
+        while (nxt := _below(self.levels[-1] // 2, step)) >= max(step, base // self.min_divisor):
             self.levels.append(nxt)
         self.level = 0
         self.gain_halving = 0.0
@@ -123,7 +109,7 @@ class FloorTuner:
         self.prompt_tokens += prompt_tokens
         self.hit_tokens += hit
         self.count += 1
-        if self.count >= WINDOW:
+        if self.count >= self.window:
             self._decide()
         return self.spacing
 
@@ -134,26 +120,26 @@ class FloorTuner:
             wide = self.levels[max(self.level - 1, 0)]
             rate = self.hit_tokens / self.prompt_tokens
             # Memory the change moves, as a share of full attention's, priced at the hit rate.
-            price_halving = ALPHA * (self.point_cost / half - self.point_cost / s) * rate
-            price_doubling = ALPHA * (self.point_cost / s - self.point_cost / wide) * rate
+            price_halving = self.alpha * (self.point_cost / half - self.point_cost / s) * rate
+            price_doubling = self.alpha * (self.point_cost / s - self.point_cost / wide) * rate
             gain = self.gain_halving / self.prompt_tokens
             loss = self.loss_doubling / self.prompt_tokens
-            if half < s and gain > HYSTERESIS * price_halving:
+            if half < s and gain > self.hysteresis * price_halving:
                 self.level += 1
-            elif wide > s and loss < price_doubling / HYSTERESIS:
+            elif wide > s and loss < price_doubling / self.hysteresis:
                 self.level -= 1
-        self.gain_halving *= DECAY
-        self.loss_doubling *= DECAY
-        self.prompt_tokens *= DECAY
-        self.hit_tokens *= DECAY
+        self.gain_halving *= self.decay
+        self.loss_doubling *= self.decay
+        self.prompt_tokens *= self.decay
+        self.hit_tokens *= self.decay
         self.count = 0
 
     def check_integrity(self) -> None:
         assert 0 <= self.level < len(self.levels), "level out of bounds"
         assert self.levels[0] == self.base, "the sparsest level is the base"
         for wide, half in zip(self.levels, self.levels[1:], strict=False):
-            assert half == _below(wide // 2, self.step) >= self.base // MIN_DIVISOR, "levels"
+            assert half == _below(wide // 2, self.step) >= self.base // self.min_divisor, "levels"
         assert all(s % self.step == 0 and s >= self.step for s in self.levels), "off the step"
-        assert 0 <= self.count < WINDOW, "a decision was skipped"
+        assert 0 <= self.count < self.window, "a decision was skipped"
         assert min(self.gain_halving, self.loss_doubling, self.hit_tokens) >= 0
         assert self.hit_tokens <= self.prompt_tokens + 1e-6 * max(1.0, self.prompt_tokens)

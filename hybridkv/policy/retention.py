@@ -17,7 +17,11 @@ them:
   tail's grid when one is in force: ``prompt_point``), where another sample of
   the prompt resumes, as vLLM's Mamba align mode does;
 - ``E``: the end of what the request computed, aligned down to the block
-  size (taken when it is freed). Running requests hold what the last hit
+  size (taken when it is freed), with its *tail*: every hit boundary of its
+  last ``tail_tokens`` (``HybridTuning``), since a follow-up rarely repeats a
+  finished request token for token up to its end (chat templates re-render
+  the end of a turn); with a learned grid (``tail_alignment``) only the
+  grid's points and ``E``. Running requests hold what the last hit
   boundary below their tail needs, so that ``E`` and the tail are whole;
   where every other group is chunked too, chunked groups hold no tail, so
   only their current chunk (a hit at its start needs none of the chunk
@@ -26,7 +30,7 @@ them:
 A running request *retains* the blocks its kept points need once its window
 has passed them. When a step would not fit, the newest request that retains
 any gives those points up before the step fails
-(``hybridkv.coordinators.shedding``).
+(``hybridkv.policy.shedding``).
 
 Blocks of a non-full group that no kept point needs are released *evict
 first* (the head of the free queue). Mamba groups get real state blocks only
@@ -44,63 +48,14 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from itertools import pairwise
 from operator import itemgetter
 from typing import Any
 
-from hybridkv.managers.tail_alignment import on_grid, tail_points
+from hybridkv.managers.points import on_grid, tail_points
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
 
 #: Sort key for blocks that no kept point covers (released first).
 BEYOND = 1 << 62
-#: The tail: a freed request keeps a hit point at every block boundary of its
-#: last 512 tokens, not only at its end. A follow-up request rarely repeats a
-#: finished one token for token up to its end (chat templates re-render the
-#: end of a turn; traces such as Mooncake's share prefixes in 512-token
-#: units), so it diverges a little before ``E``. Costs ``512 / block_size``
-#: blocks per sliding group and ``512 / block_size`` states per Mamba group,
-#: unless branch points are seen to fall on a grid (``tail_alignment``): then
-#: only the grid's points and ``E`` are kept.
-TAIL_TOKENS = 512
-#: The snapshot floor: a request also keeps a hit point every ``S`` tokens,
-#: ``S`` = ``FLOOR_RATIO`` x what one hit point holds outside full attention,
-#: in full-attention tokens (``floor_spacing``). It lets the *second* request
-#: sharing a prefix resume near the branch point (the first one to diverge
-#: there is what makes it a kept point), at a bounded share of the memory:
-#: about 1 / ``FLOOR_RATIO`` of the full-attention blocks it rides on. Jamba
-#: (7 Mamba pages per point, 80 tokens per full page): every 17,920 tokens.
-#: Gemma 3 27B (6 windows of 1,024 tokens): every 196,608 tokens, capped at
-#: ``FLOOR_MAX_WINDOW_TOKENS``. 32 was best
-#: of 8-64 for Jamba on the Mooncake conversation trace with the aligned
-#: tail (benchmarks/results/cache.md); 16 was, with the dense one.
-FLOOR_RATIO = 32
-#: With Mamba state groups, the floor is never sparser than this many tokens.
-#: The cost-based spacing puts Bamba 9B's points every 168,960 tokens and
-#: Granite 4.0 H Tiny's every 115,200 (a state costs them 10 and 9 pages of
-#: 528 and 400 tokens): a request branching inside a long cached prompt then
-#: finds no state below its match, and Bamba lost 5.2 of its 17.6 % of
-#: full-attention match to missing states at 80 GB (first 1,500 requests).
-#: Where branch points fall is the traffic's, not the layout's: this is
-#: Jamba's tuned spacing (``FLOOR_RATIO`` there), and it lifts Bamba from
-#: 12.40 % to 14.88 % at 80 GB and from 4.98 % to 6.81 % at 40 GB, Granite
-#: from 20.97 % to 21.63 % and 13.31 % to 13.65 %. Sliding windows lose with
-#: a cap this dense (Gemma 3 12B at 80 GB, 16,384: 6.81 % -> 6.49 %; 17,920:
-#: 6.65 %): theirs is ``FLOOR_MAX_WINDOW_TOKENS``.
-FLOOR_MAX_STATE_TOKENS = 17_920
-#: With sliding windows (and no state group), the floor is never sparser than
-#: this many tokens. The cost-based spacing put Gemma 3 27B's points every
-#: 196,608 tokens and Gemma 3 12B's every 163,840: on the Mooncake synthetic
-#: trace, where prompts share documents of many lengths, the full-attention
-#: match then ran past the last window kept (Gemma 3 27B at 80 GB matched
-#: 2.71 % but hit 1.79 %). A window costs more than Jamba's state (6,144
-#: full-attention tokens a point for Gemma 3 27B, 560 for Jamba), so its best
-#: cap is sparser: of 17,920, 20,480, 24,576 and 32,768 tokens, 24,576 was the
-#: only one at or above the uncapped hit rate in every Gemma row measured
-#: (first 1,500 requests of both traces; ``benchmarks/results/cache.md``).
-#: Chunked groups are never capped: their chunk starts are free points
-#: (``KVCacheCoordinator.free_point_period``) or a floor point costs a part
-#: of a chunk that varies with its place (a denser floor cost Llama 4 Scout
-#: 7.64 -> 7.48 % at 80 GB).
-FLOOR_MAX_WINDOW_TOKENS = 24_576
 
 
 def prompt_point(num_prompt_tokens: int, step: int, align: int, fine: int = 0) -> int:
@@ -153,11 +108,20 @@ def _point_pages(
     return [[p // bs - first(p) for p in samples] for skips, bs, first in groups if skips]
 
 
-def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> int:
+def floor_spacing(
+    groups: Sequence[tuple[bool, int, Callable[[int], int]]],
+    lcm: int,
+    tuning: HybridTuning = DEFAULT_TUNING,
+) -> int:
     """Tokens between two snapshot floor points (0: no floor), a multiple of
-    ``lcm``: ``FLOOR_RATIO`` x ``floor_point_cost``, at most
-    ``FLOOR_MAX_STATE_TOKENS`` with a Mamba state group, else at most
-    ``FLOOR_MAX_WINDOW_TOKENS`` when every other group is a window.
+    ``lcm``: ``floor_ratio`` x ``floor_point_cost``, at most
+    ``floor_max_state_tokens`` with a Mamba state group, else at most
+    ``floor_max_window_tokens`` when every other group is a window
+    (``HybridTuning``). The floor lets the *second* request sharing a prefix
+    resume near the branch point, at about ``1 / floor_ratio`` of the
+    full-attention memory it rides on. Chunked groups are never capped: their
+    chunk starts are free points, or a floor point costs a part of a chunk
+    that varies with its place.
 
     ``groups`` as for ``floor_point_cost``; layouts without full attention get
     no floor. A state group is one whose hit point needs one block of its own, a
@@ -168,48 +132,18 @@ def floor_spacing(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm:
     cost = _point_cost(groups, pages)
     if not cost:
         return 0
-    spacing = FLOOR_RATIO * cost
+    spacing = tuning.floor_ratio * cost
     if any(n[0] == 1 and len(set(n)) == 1 for n in pages):  # a full group needs them all
-        spacing = min(spacing, FLOOR_MAX_STATE_TOKENS)
+        spacing = min(spacing, tuning.floor_max_state_tokens)
     elif all(len(set(n)) == 1 for n in pages):
-        spacing = min(spacing, FLOOR_MAX_WINDOW_TOKENS)
+        spacing = min(spacing, tuning.floor_max_window_tokens)
     return lcm * -(-int(spacing) // lcm)
-
-
-def kept_spans(
-    kept: Sequence[int], first_needed_block: Callable[[int], int], bs: int
-) -> tuple[tuple[int, int], ...]:
-    """For each kept point, the block indices ``[lo, hi)`` its hit needs.
-
-    A block is kept when an index range holds it (``in_spans``).
-    """
-    return tuple((first_needed_block(p), p // bs) for p in kept)
-
-
-def in_spans(spans: Sequence[tuple[int, int]], index: int) -> bool:
-    """True when some kept point's hit needs block ``index``."""
-    return any(lo <= index < hi for lo, hi in spans)
-
-
-def segments(
-    spans: Sequence[tuple[int, int]], start: int, stop: int
-) -> list[tuple[int, int, bool]]:
-    """``[start, stop)`` cut into ascending ``(lo, hi, kept)`` ranges:
-    ``kept`` is ``in_spans`` of every index in the range (one test per range,
-    not per block)."""
-    cuts = {start, stop}
-    for lo, hi in spans:
-        if lo < stop and hi > start:
-            cuts.add(max(lo, start))
-            cuts.add(min(hi, stop))
-    edges = sorted(cuts)
-    return [(a, b, in_spans(spans, a)) for a, b in pairwise(edges)]
 
 
 class FinalPoints:
     """A freed request's kept points: its own (``kept``) and its tail
     (``tail_alignment.tail_points``: every multiple of ``step`` in
-    ``[end - tail, end]``, see ``TAIL_TOKENS``).
+    ``[end - tail, end]``, ``HybridTuning.tail_tokens``).
 
     With ``align`` (``tail_alignment``), the tail keeps only ``end`` and the
     multiples of ``step`` that are ``on_grid``; the highest of those is the

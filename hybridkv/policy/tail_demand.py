@@ -12,18 +12,16 @@ per group:
   its grid multiple lies past the request's tokens (a request that repeats it
   up to its end).
 
-Whether later requests branch at the last two is traffic's business. On the
-Mooncake conversation trace they rarely do (Jamba at 40 GB, first 1,500
-requests: of 1,468 admissions, 1,431 branched at an aligned end, 2 below one,
-none at an off-grid end; at 480 GB, where more marked blocks survive, 14 and
-3 of 1,468), yet each such point holds a window or a state of its own.
+Whether later requests branch at the last two is traffic's business (on the
+Mooncake conversation trace they rarely do: ``docs/hybrid-caching.md``), yet
+each such point holds a window or a state of its own.
 ``TailDemand`` learns it: every freed request *marks* the full-attention
 block ending at each of its tail points with the point's kind (a bounded
 memory of recent marks: metadata, no KV); every admitted request looks up the
-block at its branch point. Over the last ``WINDOW`` admissions, a kind's
+block at its branch point. Over the last ``learn_window`` admissions (``HybridTuning``), a kind's
 *weight* is how often requests branched at it relative to aligned ends,
 ``(count + 1) / (aligned-end count + 1)``, at most 1 (and 1 until
-``MIN_OBSERVED`` admissions were seen). Cost-aware eviction multiplies the
+``learn_min_observed`` admissions were seen). Cost-aware eviction multiplies the
 value of what only such a point needs by its weight
 (``retention.UnitValues``): rarely used points go first when memory is short,
 and stay while it is not.
@@ -36,22 +34,33 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
+
 #: Branch point kinds (``UNMARKED``: no freed request's tail point).
 UNMARKED, AT_END, BELOW, OFF_GRID_END = 0, 1, 2, 3
-#: Admissions remembered (the most recent ones).
-WINDOW = 256
-#: Admissions needed before a kind's weight falls below 1.
-MIN_OBSERVED = 32
-#: Marks remembered (the most recent; a freed request leaves at most a few).
-MAX_MARKS = 16384
 
 
 class TailDemand:
     """Learns which tail point kinds later requests branch at (module docstring)."""
 
-    __slots__ = ("_counts", "_marks", "_seen", "below_weight", "end_weight")
+    __slots__ = (
+        "_counts",
+        "_learn",
+        "_marks",
+        "_seen",
+        "below_weight",
+        "end_weight",
+        "max_marks",
+        "min_observed",
+        "window",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, tuning: HybridTuning = DEFAULT_TUNING) -> None:
+        self.window = tuning.learn_window
+        self.min_observed = tuning.learn_min_observed
+        self.max_marks = tuning.max_marks
+        #: False: the weights stay 1 (``learn_tail_demand`` off).
+        self._learn = tuning.learn_tail_demand
         self._marks: OrderedDict[bytes, int] = OrderedDict()
         self._seen: deque[int] = deque()
         self._counts = [0, 0, 0, 0]
@@ -66,18 +75,20 @@ class TailDemand:
         marks = self._marks
         old = marks.pop(key, None)
         marks[key] = kind if old is None else min(old, kind)
-        if len(marks) > MAX_MARKS:
+        if len(marks) > self.max_marks:
             marks.popitem(last=False)
 
     def observe(self, key: bytes) -> None:
         """An admitted request branched after the block with hash ``key``."""
+        if not self._learn:
+            return
         kind = self._marks.get(key, UNMARKED)
         seen, counts = self._seen, self._counts
         seen.append(kind)
         counts[kind] += 1
-        if len(seen) > WINDOW:
+        if len(seen) > self.window:
             counts[seen.popleft()] -= 1
-        if len(seen) >= MIN_OBSERVED:
+        if len(seen) >= self.min_observed:
             self.below_weight, self.end_weight = self._weights()
 
     def _weights(self) -> tuple[float, float]:
@@ -95,10 +106,10 @@ class TailDemand:
 
     def check_integrity(self) -> None:
         """Counts match the remembered observations; weights match the counts."""
-        assert len(self._seen) <= WINDOW and len(self._marks) <= MAX_MARKS
+        assert len(self._seen) <= self.window and len(self._marks) <= self.max_marks
         assert self._counts == [sum(k == i for k in self._seen) for i in range(4)], "counts off"
         assert all(k in (AT_END, BELOW, OFF_GRID_END) for k in self._marks.values())
-        if len(self._seen) >= MIN_OBSERVED:
+        if len(self._seen) >= self.min_observed:
             assert (self.below_weight, self.end_weight) == self._weights(), "stale weights"
         else:
-            assert self.below_weight == self.end_weight == 1.0, "weighed before MIN_OBSERVED"
+            assert self.below_weight == self.end_weight == 1.0, "weighed before learn_min_observed"

@@ -14,10 +14,10 @@ Evidence comes free with every admission: a new request's branch point ``F``
 size ``g``) says it diverges inside ``[F, F + g)``. That is consistent with
 alignment ``A`` iff a multiple of ``A`` lies in that range; a uniformly random
 divergence is consistent with probability ``g / A``. ``TailAlignment`` keeps
-the last ``WINDOW`` such observations (only ``0 < F`` with ``F + g`` inside
+the last ``learn_window`` such observations (only ``0 < F`` with ``F + g`` inside
 the prompt: a match cut by the prompt's end says nothing) and, once it has
-``MIN_OBSERVED``, adopts the largest power of two ``A`` with ``g < A <= tail``
-that at least ``AGREE`` of them are consistent with; else ``0``: every
+``learn_min_observed``, adopts the largest power of two ``A`` with ``g < A <= tail``
+that at least ``grid_agree`` of them are consistent with; else ``0``: every
 boundary (the dense tail). It keeps watching: a change of traffic moves it.
 
 ``align`` is what ``FinalPoints`` and Mamba snapshots use (``tail_points``):
@@ -32,62 +32,40 @@ from __future__ import annotations
 
 from collections import deque
 
-from hybridkv.managers.fine_alignment import FineAlignment
-from hybridkv.managers.tail_demand import TailDemand
-
-#: Observations remembered (the most recent ones).
-WINDOW = 256
-#: Observations needed before any alignment is adopted.
-MIN_OBSERVED = 32
-#: Share of observations an alignment must explain.
-AGREE = 0.9
-
-
-def on_grid(point: int, align: int, step: int, limit: int | None = None) -> bool:
-    """True when a hit at boundary ``point`` (a multiple of ``step``) can
-    serve a branch at a multiple of ``align`` (``0``: any point can); with
-    ``limit``, a branch at or below it (a request sharing at most the ``limit``
-    tokens of the one that kept ``point``)."""
-    if align == 0:
-        return True
-    gap = -point % align
-    return gap < step and (limit is None or gap <= limit - point)
-
-
-def tail_points(end: int, tail: int, step: int, align: int) -> list[int]:
-    """The tail's hit points of a request whose last hit boundary is ``end``
-    (a multiple of ``step``), ascending.
-
-    Dense (``align == 0``): every multiple of ``step`` in ``[end - tail, end]``
-    (none below ``step``). Aligned: the multiples of ``step`` from the one at
-    or below ``end - tail`` up to ``end`` that are ``on_grid``, and ``end``.
-    """
-    if not align:
-        return list(range(max(step, -(-(end - tail) // step) * step), end + 1, step))
-    lo = max(step, (end - tail) // step * step)  # a grid point may sit below ``end - tail``
-    return [p for p in range(lo, end + 1, step) if p == end or on_grid(p, align, step)]
+from hybridkv.policy.fine_alignment import FineAlignment
+from hybridkv.policy.tail_demand import TailDemand
+from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
 
 
 class TailAlignment:
     """Learns (or is fixed at) the alignment of branch points; see the module docstring.
 
     ``fixed``: ``None`` to learn; ``0`` for the dense tail; ``A > 0`` to keep
-    ``A`` whatever is observed.
+    ``A`` whatever is observed. ``tuning``: the window and thresholds, and
+    which learners are on (``HybridTuning``).
     """
 
     __slots__ = (
         "_agree",
         "_candidates",
         "_seen",
+        "agree",
         "align",
         "demand",
         "fine",
         "fixed",
         "granularity",
+        "min_observed",
+        "window",
     )
 
-    def __init__(self, granularity: int, tail: int, fixed: int | None) -> None:
+    def __init__(
+        self, granularity: int, tail: int, fixed: int | None, tuning: HybridTuning = DEFAULT_TUNING
+    ) -> None:
         self.granularity = granularity
+        self.window = tuning.learn_window
+        self.min_observed = tuning.learn_min_observed
+        self.agree = tuning.grid_agree
         self.fixed = fixed
         #: The alignment in force (0: dense).
         self.align = fixed or 0
@@ -97,14 +75,15 @@ class TailAlignment:
             if a > granularity:
                 cands.append(a)
             a <<= 1
-        self._candidates: tuple[int, ...] = tuple(cands) if fixed is None else ()
+        learn = fixed is None and tuning.learn_tail_alignment
+        self._candidates: tuple[int, ...] = tuple(cands) if learn else ()
         self._seen: deque[int] = deque()
         self._agree = [0] * len(self._candidates)
         #: Which aligned tail points are kept (``tail_demand``).
-        self.demand = TailDemand()
+        self.demand = TailDemand(tuning)
         #: A grid no coarser than ``granularity`` (``fine_alignment``): where the
         #: prompt-end state goes while no coarse grid is in force.
-        self.fine = FineAlignment(granularity, tail, learn=fixed is None)
+        self.fine = FineAlignment(granularity, tail, fixed is None, tuning)
 
     def observe_key(self, key: bytes) -> None:
         """A new request branched after the full-attention block ``key``
@@ -122,13 +101,13 @@ class TailAlignment:
         seen.append(branch)
         for k, a in enumerate(self._candidates):
             agree[k] += -branch % a < g
-        if len(seen) > WINDOW:
+        if len(seen) > self.window:
             old = seen.popleft()
             for k, a in enumerate(self._candidates):
                 agree[k] -= -old % a < g
         align = 0
-        if len(seen) >= MIN_OBSERVED:
-            need = AGREE * len(seen)
+        if len(seen) >= self.min_observed:
+            need = self.agree * len(seen)
             for k, a in enumerate(self._candidates):
                 if agree[k] >= need:
                     align = a
@@ -139,7 +118,7 @@ class TailAlignment:
     def check_integrity(self) -> None:
         """The agreement counts match the remembered observations."""
         g = self.granularity
-        assert len(self._seen) <= WINDOW
+        assert len(self._seen) <= self.window
         for k, a in enumerate(self._candidates):
             assert self._agree[k] == sum(-b % a < g for b in self._seen), "agreement count off"
         assert self.fixed is None or self.align == self.fixed

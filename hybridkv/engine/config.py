@@ -1,0 +1,161 @@
+"""``LLM``'s settings as three frozen, validated objects (vLLM's names).
+
+- ``CacheConfig``: the KV cache: block size, prefix caching, memory, hashing,
+  the cache policy and its ``HybridOptions``;
+- ``SchedulerConfig``: how much runs at once and how long a request may be;
+- ``ExecutionConfig``: where and how steps run: dtype, device, kernel backend,
+  CUDA graphs.
+
+``LLM`` takes them whole (``LLM(model, cache_config=CacheConfig(...))``) or
+builds them from its keyword arguments of the same names (``LLM(model,
+block_size=32)``), with the same defaults; ``build_configs`` does that, and
+refuses a keyword set away from its default next to the object that holds
+it. Each object checks its fields when made: a bad value is a ``ValueError``
+naming the field. (KV events keep their own ``KVEventsConfig``.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from hybridkv.engine.engine_setup import check_dtype, check_flag, positive
+from hybridkv.hashing import HASH_ALGOS
+from hybridkv.policy import HybridOptions, check_cache_policy
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The KV cache (module docstring). ``hybrid``: the ``hybrid`` policy's
+    settings (None: its defaults); set under ``lru`` it is an error, since it
+    would change nothing."""
+
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    kv_cache_memory_bytes: int | None = None
+    hash_algo: str = "sha256"
+    cache_policy: str = "lru"
+    hybrid: HybridOptions | None = None
+
+    def __post_init__(self) -> None:
+        check_cache_policy(self.cache_policy)
+        if self.hybrid is not None:
+            if not isinstance(self.hybrid, HybridOptions):
+                raise ValueError(f"hybrid must be a HybridOptions, got {self.hybrid!r}")
+            if self.cache_policy != "hybrid":
+                raise ValueError(
+                    "hybrid tunes cache_policy='hybrid'; it changes nothing under "
+                    f"{self.cache_policy!r}"
+                )
+        if self.hash_algo not in HASH_ALGOS:
+            raise ValueError(f"hash_algo must be one of {HASH_ALGOS}, got {self.hash_algo!r}")
+        positive(self.block_size, "block_size")
+        if self.kv_cache_memory_bytes is not None:
+            positive(self.kv_cache_memory_bytes, "kv_cache_memory_bytes")
+        check_flag(self.enable_prefix_caching, "enable_prefix_caching")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Requests per step and their length: ``max_model_len`` None is the
+    model's; beyond the model's positions it needs ``allow_long_max_model_len``
+    (``hybridkv.layouts.context_length``)."""
+
+    max_model_len: int | None = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    allow_long_max_model_len: bool = False
+
+    def __post_init__(self) -> None:
+        positive(self.max_num_seqs, "max_num_seqs")
+        positive(self.max_num_batched_tokens, "max_num_batched_tokens")
+        if self.max_model_len is not None:
+            positive(self.max_model_len, "max_model_len")
+        check_flag(self.allow_long_max_model_len, "allow_long_max_model_len")
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """Where steps run: ``dtype`` / ``device`` ``"auto"`` or a name (or torch
+    object); ``kernel_backend`` None: Triton on CUDA, native C on the CPU
+    (``engine_setup.resolve_kernel_backend``); ``cuda_graphs``: replay steps
+    from CUDA graphs."""
+
+    dtype: str | torch.dtype = "auto"
+    device: str | torch.device = "auto"
+    kernel_backend: str | None = None
+    cuda_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        check_flag(self.cuda_graphs, "cuda_graphs")
+        check_dtype(self.dtype)
+
+
+#: The ``hybrid_*`` keywords of ``LLM`` (``HybridOptions.from_knobs``).
+HYBRID_KEYWORDS = (
+    "hybrid_return_bonus",
+    "hybrid_return_grade",
+    "hybrid_value_weight",
+    "hybrid_floor_tokens",
+    "hybrid_tuning",
+)
+
+
+#: Every ``LLM`` keyword argument that ``build_configs`` reads.
+KEYWORDS = frozenset(
+    {f.name for cls in (CacheConfig, SchedulerConfig, ExecutionConfig) for f in fields(cls)}
+    | set(HYBRID_KEYWORDS)
+)
+
+
+def _from_keywords(cls: type, given: Any, keywords: dict[str, Any], name: str) -> Any:
+    """``given`` (a ``cls``) when no keyword of its fields moved off its
+    default, else a ``cls`` built from ``keywords``."""
+    own = {f.name: keywords[f.name] for f in fields(cls) if f.name in keywords}
+    if given is None:
+        return cls(**own)
+    if not isinstance(given, cls):
+        raise ValueError(f"{name} must be a {cls.__name__}, got {given!r}")
+    defaults = cls()
+    moved = [
+        k for k, v in own.items() if v is not getattr(defaults, k) and v != getattr(defaults, k)
+    ]
+    if moved:
+        raise ValueError(
+            f"{moved[0]} is set twice: as a keyword and in {name}; give it in one place"
+        )
+    return given
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def build_configs(
+    cache_config: CacheConfig | None,
+    scheduler_config: SchedulerConfig | None,
+    execution_config: ExecutionConfig | None,
+    keywords: dict[str, Any],
+) -> tuple[CacheConfig, SchedulerConfig, ExecutionConfig]:
+    """The three configs from ``LLM``'s objects and keyword arguments (module docstring)."""
+    if cache_config is None:
+        check_cache_policy(keywords["cache_policy"])
+    knobs = {k: keywords.pop(k) for k in HYBRID_KEYWORDS}
+    given = [k for k, v in knobs.items() if v is not None]
+    hybrid = keywords.get("hybrid")
+    if given:
+        policy = keywords["cache_policy"] if cache_config is None else cache_config.cache_policy
+        opts = HybridOptions.from_knobs(hybrid, **{k: knobs[k] for k in given})
+        if policy != "hybrid":
+            raise ValueError(
+                f"{given[0]} tunes cache_policy='hybrid'; it changes nothing under {policy!r}"
+            )
+        if cache_config is not None:
+            raise ValueError(f"{given[0]} is set twice: as a keyword and in cache_config")
+        keywords["hybrid"] = opts
+    cache = _from_keywords(CacheConfig, cache_config, keywords, "cache_config")
+    scheduler = _from_keywords(SchedulerConfig, scheduler_config, keywords, "scheduler_config")
+    execution = _from_keywords(ExecutionConfig, execution_config, keywords, "execution_config")
+    return cache, scheduler, execution

@@ -1,0 +1,145 @@
+"""``CachePolicy``: every cache-policy decision, behind a few hooks of plain data.
+
+The coordinator owns the block tables and the pool; a policy owns what to
+keep and in which order to let it go. The coordinator calls:
+
+- ``hold(group_id)`` once, when it builds a group's manager: what a running
+  request holds beyond what its next query reads (``managers.points.Hold``;
+  None: nothing, every computed block is cached);
+- ``grid`` per allocation: the branch grid in force (0: none), for the
+  Mamba snapshots a new table's entries get (``hybridkv.snapshots``);
+- ``kept_points(admission)`` before a request's first allocation with a
+  prefix lookup, and ``admit(admission)`` once it succeeded: the policy learns
+  from it and answers its kept points and its returning turn;
+- ``release(request_id, tables, block_hashes, num_tokens)`` when a request is
+  freed: the order and the value with which its blocks return to the free
+  set, as ``ReleaseRun``s;
+- ``make_room(managers, short)`` when a running request's step does not fit:
+  which request gives up which kept points (``Shed``), or None;
+- ``check_integrity(live)``.
+
+A policy never calls back into the coordinator and never changes a manager:
+the coordinator applies what it returns. The free set's ranking (which free
+block is reused first) is the policy's too: ``eviction_factory`` builds it
+for the block pool.
+
+**Tiers.** A later tier (host RAM, disk, a remote store) asks the same
+object: ``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
+a ``ReleaseRun`` is what a hit on its blocks saves per page, so a tier
+demotes the lowest-ranked first, and a run released
+``evict_first`` (no kept point needs it) is never worth demoting; ``kept_points``
+say which states a request will resume from, hence what to load
+(``docs/architecture.md``, "The cache policy, and a later tier").
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block_pool import BlockPool
+from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
+from hybridkv.managers.points import Hold
+
+
+class ReleaseRun(NamedTuple):
+    """Blocks to release, in order: ``evict_first`` (no kept point needs
+    them) or with the ``value`` of their hit unit (None: the free set's
+    default rank)."""
+
+    blocks: Sequence[KVCacheBlock]
+    evict_first: bool = False
+    value: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request admitted with a prefix lookup (plain data for ``CachePolicy.admit``).
+
+    ``hit``: tokens of the hit it takes; ``branch``: tokens full attention
+    alone matched (whole blocks, ``KVCacheBlocks.full_hit_tokens``);
+    ``num_tokens`` / ``num_prompt_tokens``: its tokens and its prompt's;
+    ``block_hashes``: its hash-block-size block hashes; ``packed_prompt``: its
+    prompt as uint32; ``resumed``: it resumes after a preemption;
+    ``returning``: its returning turn from a first admission (None: not known yet).
+    """
+
+    request_id: str
+    hit: int
+    branch: int
+    num_tokens: int
+    num_prompt_tokens: int
+    block_hashes: list[bytes]
+    packed_prompt: bytes
+    resumed: bool
+    returning: int | None
+
+
+class Shed(NamedTuple):
+    """``make_room``'s answer: ``request_id`` keeps only ``kept`` and releases
+    every block it retains."""
+
+    request_id: str
+    kept: tuple[int, ...]
+
+
+#: A freed request's tables: each group's manager and the request's state there.
+Tables = Sequence[tuple[SingleTypeKVCacheManager, RequestBlockState]]
+
+
+class CachePolicy(ABC):
+    """What to keep and what to let go first (module docstring)."""
+
+    #: ``"lru"`` or ``"hybrid"``.
+    name: str = ""
+    #: True when requests keep points and hold blocks for them (``hybrid``).
+    keeps_points: bool = False
+
+    def hold(self, group_id: int) -> Hold | None:
+        """What group ``group_id``'s running requests hold (None: nothing extra)."""
+        return None
+
+    @property
+    def grid(self) -> int:
+        """The branch grid in force for new Mamba snapshots (0: none)."""
+        return 0
+
+    def kept_points(self, admission: Admission) -> tuple[int, ...]:
+        """A request about to be admitted: its kept points (ascending). Asked
+        before the allocation, which may still fail (then asked again)."""
+        return ()
+
+    def admit(self, admission: Admission) -> int | None:
+        """The request was admitted: learn from it; its returning turn (None:
+        the policy keeps no such thing)."""
+        return None
+
+    @abstractmethod
+    def release(
+        self,
+        request_id: str,
+        tables: Tables,
+        block_hashes: list[bytes] | None,
+        num_tokens: int | None,
+    ) -> list[ReleaseRun]:
+        """A freed request's blocks (``tables``, already out of the managers),
+        as runs to release in order. ``block_hashes``: its hash-block-size
+        hashes (None: unknown); ``num_tokens``: its computed tokens."""
+
+    def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
+        """Who gives up kept points so that ``short`` more blocks are free
+        (None: nobody; the step fails). Read-only."""
+        return None
+
+    def demotion_order(self, pool: BlockPool) -> Iterator[KVCacheBlock]:
+        """The pool's free blocks, the first to be reused (or demoted to a
+        lower tier) first: the ranking this policy's ``eviction_factory`` gave
+        the pool. Read-only."""
+        return iter(pool.policy)
+
+    @abstractmethod
+    def check_integrity(self, live: set[str]) -> None:
+        """Assert the policy's invariants; ``live``: the live request ids."""

@@ -1,0 +1,290 @@
+"""``HybridPolicy``: keep only what a later hit can use (``hybridkv.policy.retention``).
+
+Built from the groups' geometry (block sizes, which tokens a query skips) and
+``HybridOptions``. It owns the online learners: where requests branch
+(``TailAlignment``, with its ``TailDemand`` and ``FineAlignment``), the
+snapshot floor's spacing (``FloorTuner``) and the prompts the cache has seen
+(``SeenPrefixes``). Its hooks (``CachePolicy``) take plain data; it never
+changes a manager.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
+from hybridkv.managers.points import Hold
+from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed, Tables
+from hybridkv.policy.floor_tuner import FloorTuner
+from hybridkv.policy.options import HybridOptions
+from hybridkv.policy.release import release_hybrid
+from hybridkv.policy.retention import FinalPoints, floor_point_cost, floor_spacing, prompt_point
+from hybridkv.policy.returning import SeenPrefixes, grade
+from hybridkv.policy.shedding import make_room
+from hybridkv.policy.tail_alignment import TailAlignment
+from hybridkv.policy.tail_demand import AT_END, BELOW, OFF_GRID_END
+
+
+class HybridPolicy(CachePolicy):
+    """Kept points, unit values and the learners behind them (module docstring).
+
+    ``managers``: every group's manager, in group order (only their geometry
+    is read); ``hash_block_size``: the request hashes' block size;
+    ``num_blocks``: the pool's size; ``value_weight``: the free set's (0:
+    recency only, then no returning prompts); ``ranks_by_value``: the free set
+    orders released blocks by their value (else units go in order, no values).
+    """
+
+    name = "hybrid"
+    keeps_points = True
+
+    def __init__(
+        self,
+        managers: Sequence[SingleTypeKVCacheManager],
+        hash_block_size: int,
+        num_blocks: int,
+        options: HybridOptions,
+        value_weight: float,
+        ranks_by_value: bool,
+    ) -> None:
+        tuning = options.tuning
+        self.options = options
+        self.hash_block_size = hash_block_size
+        sizes = [m.block_size for m in managers]
+        self.block_sizes = sizes
+        self.step = lcm = math.lcm(*sizes)
+        #: Tokens before a freed request's end whose boundaries are tail points.
+        self.tail = options.tail - options.tail % lcm
+        #: The first full-attention group (its blocks mark tail points).
+        self.full_gid = next((gid for gid, m in enumerate(managers) if m.prefix_closed), None)
+        #: Hash blocks per full-attention block (its hashes: every ``k``-th, chained).
+        self._full_stride = 1 if self.full_gid is None else managers[self.full_gid].hash_stride
+        #: Where branches fall: thins the tail (``tail_alignment``).
+        self.tail_alignment = TailAlignment(
+            lcm if self.full_gid is None else sizes[self.full_gid],
+            options.tail,
+            options.tail_align,
+            tuning,
+        )
+        groups = [(m.has_skips, m.block_size, m.first_needed_block) for m in managers]
+        #: Tokens between two snapshot floor points (0: none), and what moves it
+        #: with the traffic (``floor_tuner``; None: fixed).
+        self.floor_tokens = floor_spacing(groups, lcm, tuning)
+        self.floor_tuner: FloorTuner | None = (
+            FloorTuner(self.floor_tokens, floor_point_cost(groups, lcm), lcm, tuning)
+            if self.floor_tokens and tuning.learn_floor
+            else None
+        )
+        if options.floor_tokens is not None:  # set by hand: stays where it is
+            self.floor_tokens = lcm * -(-options.floor_tokens // lcm)
+            self.floor_tuner = None
+        #: Hits at multiples of this need nothing outside full attention: kept
+        #: for free at release (0: no such points, e.g. a window).
+        periods = [m.free_point_period() for m in managers]
+        self.free_point_period = math.lcm(lcm, *periods) if all(periods) else 0
+        # A running request holds what its last hit boundary below the tail
+        # needs (``SingleTypeKVCacheManager.release_stop``): in a chunked group,
+        # for the first ``tail`` tokens of each chunk, the whole chunk before
+        # (8,192 tokens at Llama 4 Scout's size, per prefilling request). With
+        # free points (every skipping group chunked), a tail point owns no block
+        # a missing chunk could strand, and a group whose chunks start on the
+        # hit step never has ``E`` in an earlier chunk: it holds no tail, so
+        # only its current chunk. Only when every skipping group's chunks do:
+        # a group that keeps a tail would otherwise hold blocks for a tail
+        # point that another group's missing chunk makes no valid hit.
+        held_tail = self.tail
+        if self.free_point_period and all(
+            m.free_point_period() % lcm == 0 for m in managers if m.has_skips
+        ):
+            held_tail = 0
+        self._hold = Hold(held_tail, lcm)
+        # Groups whose hit point needs one block of its own (a Mamba state):
+        # only those are thinned in the tail (``UnitValues.of_other``).
+        far = lcm << 20
+        self.point_local = [
+            m.has_skips and m.first_needed_block(far) == far // m.block_size - 1 for m in managers
+        ]
+        #: Returning prompts (with a full-attention group, a return bonus and a
+        #: value-ranked free set): what the cache has held.
+        bonus = options.bonus
+        self.seen: SeenPrefixes | None = (
+            SeenPrefixes(
+                tuning.seen_per_block * num_blocks // tuning.sample_blocks,
+                tuning.returning_share,
+                tuning.sample_blocks,
+                turns=options.return_grade != "flat",
+                max_turn=tuning.max_turn,
+            )
+            if self.full_gid is not None and bonus > 0 and value_weight and tuning.learn_returning
+            else None
+        )
+        #: A returning request's units are valued ``2 ** (bonus x grade(turn) / weight)``
+        #: higher; ``return_factor`` is that factor at a grade of 1 (turn 1).
+        self.return_factor = 2.0 ** (bonus / value_weight) if self.seen is not None else 1.0
+        self._grade = options.return_grade
+        self._max_turn = tuning.max_turn
+        self._returning: dict[str, int] = {}
+        self._ranks_by_value = ranks_by_value
+
+    # -- what managers hold --------------------------------------------------
+    def hold(self, group_id: int) -> Hold:
+        return self._hold
+
+    @property
+    def grid(self) -> int:
+        return self.tail_alignment.align
+
+    # -- admission -----------------------------------------------------------
+    def kept_points(self, adm: Admission) -> tuple[int, ...]:
+        """A new request's kept points: its hit, its branch point, its prompt's
+        end and the snapshot floor below its end. The prompt's end is its last
+        hit boundary, on the tail's grid when one is in force
+        (``prompt_point``). The lookup is the floor tuner's evidence (its
+        branch and hit), whether or not the allocation then succeeds, and the
+        spacing it returns is the one this request keeps."""
+        lcm = self.step
+        branch = min(adm.branch, adm.num_tokens - 1)
+        branch -= branch % lcm
+        tuner = self.floor_tuner
+        if tuner is not None:
+            # a resumed request's hit covers outputs: its tokens, not its prompt
+            self.floor_tokens = tuner.observe(branch, adm.hit, adm.num_tokens)
+        step = self.floor_tokens
+        floor = range(step, adm.num_tokens, step) if step else ()
+        ta = self.tail_alignment
+        prompt = prompt_point(adm.num_prompt_tokens, lcm, ta.align, ta.fine.align)
+        return tuple(sorted({p for p in (adm.hit, branch, prompt, *floor) if p > 0}))
+
+    def admit(self, adm: Admission) -> int | None:
+        """The request was admitted: its returning turn (0: not returning; a
+        resumed request keeps the answer of its first admission; None: no
+        returning prompts are kept). A first
+        admission's branch point and prompt feed the branch learners: a
+        resumed request matches its own progress, no branch to learn from."""
+        turn = adm.returning
+        if self.seen is not None:
+            if turn is None:
+                turn = self._returning_turn(adm.block_hashes, adm.num_prompt_tokens)
+            if turn:
+                self._returning[adm.request_id] = turn
+        if not adm.resumed:
+            self._observe_branch(adm.branch, adm.num_tokens, adm.block_hashes, adm.packed_prompt)
+            self._mark_prompt_end(adm.block_hashes, adm.num_prompt_tokens, adm.packed_prompt)
+        return turn
+
+    def _returning_turn(self, block_hashes: list[bytes], num_prompt_tokens: int) -> int:
+        """The prompt's turn if it continues what the cache has held, else 0."""
+        assert self.seen is not None and self.full_gid is not None
+        bs = self.block_sizes[self.full_gid]
+        k = self._full_stride
+        hashes = block_hashes if k == 1 else block_hashes[k - 1 :: k]
+        return self.seen.returning(hashes, bs, num_prompt_tokens)
+
+    def return_value(self, turn: int) -> float:
+        """What a returning request's units are worth more, by its turn (1.0
+        for turn 0: not returning)."""
+        if not turn:
+            return 1.0
+        return self.return_factor ** grade(self._grade, turn, self._max_turn)
+
+    def _observe_branch(
+        self, branch: int, num_tokens: int, block_hashes: list[bytes], packed_prompt: bytes
+    ) -> None:
+        """A new request branches off the cache after ``branch`` tokens: feeds
+        ``tail_alignment``, its ``tail_demand`` (with the hash of the block
+        ending at ``branch``, when ``branch`` > 0) and its ``fine`` grid (with
+        the hashes of the blocks past ``branch`` as well, cached or not)."""
+        self.tail_alignment.observe(branch, num_tokens)
+        h = self.hash_block_size
+        key = block_hashes[branch // h - 1] if branch else None
+        if key is not None:
+            self.tail_alignment.observe_key(key)
+        fine = self.tail_alignment.fine
+        g = fine.granularity
+        per = g // h  # hash blocks per full-attention block (h divides every block size)
+        shared = (
+            (b * g, block_hashes[b * per - 1])
+            for b in range(branch // g + 1, len(block_hashes) // per + 1)
+        )
+        fine.observe(branch, key, packed_prompt, shared)
+
+    def _mark_prompt_end(
+        self, block_hashes: list[bytes], num_prompt_tokens: int, packed_prompt: bytes
+    ) -> None:
+        """Mark the full-attention block at or below the prompt's end, and
+        record the block before that, for ``fine_alignment`` (nothing without
+        full attention)."""
+        if self.full_gid is None:
+            return
+        g = self.block_sizes[self.full_gid]
+        end = num_prompt_tokens - num_prompt_tokens % g
+        fine = self.tail_alignment.fine
+        if end:
+            fine.mark(block_hashes[end // self.hash_block_size - 1], num_prompt_tokens - end)
+        if end > g:
+            fine.record(block_hashes[(end - g) // self.hash_block_size - 1], packed_prompt, end - g)
+
+    # -- release ---------------------------------------------------------------
+    def release(
+        self,
+        request_id: str,
+        tables: Tables,
+        block_hashes: list[bytes] | None,
+        num_tokens: int | None,
+    ) -> list[ReleaseRun]:
+        """Shared / dead (evict-first) / unit by unit with the unit's value
+        (``release_hybrid``). The kept points are the request's own, its free
+        points and ``E``, the end of what it cached (``FinalPoints``)."""
+        turn = self._returning.pop(request_id, 0)
+        factor = self.return_value(turn)
+        states = [st for _, st in tables]
+        if self.seen is not None and block_hashes is not None:
+            m, st = tables[self.full_gid]  # type: ignore[index]
+            self.seen.record(m.group_hashes(block_hashes), st.num_cached, turn)
+        lcm = self.step
+        end = min(st.num_cached * m.block_size for m, st in tables)
+        end -= end % lcm
+        ta = self.tail_alignment
+        d = ta.demand
+        points = FinalPoints(
+            states[0].kept,
+            end,
+            self.tail,
+            lcm,
+            ta.align,
+            d.below_weight,
+            d.end_weight,
+            self.free_point_period,
+            num_tokens,
+        )
+        if ta.align and self.full_gid is not None:
+            self._mark_tail(states[self.full_gid], points)
+        managers = [m for m, _ in tables]
+        return release_hybrid(
+            managers, states, points, self.point_local, factor, self._ranks_by_value
+        )
+
+    def _mark_tail(self, full: RequestBlockState, points: FinalPoints) -> None:
+        """Mark each point of the freed request's aligned tail at the
+        full-attention block ending there (``tail_demand``): its aligned end,
+        the grid points below, an off-grid end above."""
+        top, bs = points.top, self.block_sizes[self.full_gid]  # type: ignore[index]
+        blocks = full.blocks
+        mark = self.tail_alignment.demand.mark
+        for p in points.tail:
+            h = blocks[p // bs - 1].block_hash
+            if h is not None:
+                mark(h, AT_END if p == top else BELOW if p < top else OFF_GRID_END)
+
+    def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
+        return make_room(managers, short)
+
+    def check_integrity(self, live: set[str]) -> None:
+        self.tail_alignment.check_integrity()
+        if self.floor_tuner is not None:
+            self.floor_tuner.check_integrity()
+            assert self.floor_tokens == self.floor_tuner.spacing, "the floor is the tuner's"
+        assert self._returning.keys() <= live, "a freed request is still marked returning"
+        if self.seen is not None:
+            self.seen.check_integrity()
