@@ -63,6 +63,12 @@ def add_simulate_parser(sub: Any) -> None:
         help="KV cache memory, or a comma list of them (bytes or a number with a suffix: "
         f"{', '.join(MEMORY_UNITS)})",
     )
+    p.add_argument(
+        "--host-memory",
+        help="model a host-RAM tier of this size under the device pool (what the pool evicts "
+        "is demoted to it; hits across device and host are counted, not replayed: loads "
+        "and their time are not modeled yet)",
+    )
     p.add_argument("--requests", help="replay only the first N requests")
     p.add_argument(
         "--policy", default="lru", help="lru | hybrid, or a comma list such as lru,hybrid (lru)"
@@ -167,6 +173,15 @@ def _knobs(text: str | None, flag: str) -> list[float | None]:
     return values
 
 
+def _host_memory(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_memory(text)
+    except ValueError as e:
+        raise ValueError(f"--host-memory: {e}") from None
+
+
 def _output_tokens(text: str) -> int | None:
     return None if text == "trace" else _int(text, "--output-tokens")
 
@@ -191,6 +206,7 @@ def _prepare(
         "arrivals": args.arrivals,
         "max_model_len": _int(args.max_model_len, "--max-model-len"),
         "hash_algo": args.hash_algo,
+        "host_memory_bytes": _host_memory(args.host_memory),
     }
     bonuses = _knobs(args.return_bonus, "--return-bonus")
     grades: list[str | None] = [None]

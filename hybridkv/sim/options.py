@@ -92,6 +92,8 @@ class SimOptions:
     return_grade: str | None = None
     #: ``HybridTuning`` overrides as ``key=value`` texts, comma-separated (None: none).
     tuning: str | None = None
+    #: A modeled host tier's bytes (None: none; ``sim/host_tier.py``).
+    host_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -100,6 +102,8 @@ class SimOptions:
         _positive(self.block_size, "block_size")
         if self.max_model_len is not None:
             _positive(self.max_model_len, "max_model_len")
+        if self.host_memory_bytes is not None:
+            _positive(self.host_memory_bytes, "host_memory")
         if self.policy not in CACHE_POLICIES:
             raise ValueError(
                 f"policy must be one of {', '.join(CACHE_POLICIES)}, got {self.policy!r}"

@@ -38,6 +38,7 @@ from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind
 from hybridkv.sim.collector import collector_paused
 from hybridkv.sim.cost_model import CostModel
+from hybridkv.sim.host_tier import HostTierModel, ShadowTieredManager
 from hybridkv.sim.options import SimOptions
 from hybridkv.sim.percentile import percentiles
 from hybridkv.sim.progress import ProgressLine
@@ -109,14 +110,27 @@ def replay_trace(
     max_model_len = replay_max_model_len(layout, requests, options.max_model_len)
     plan = plan_replay(layout, options, max_model_len)
     config = plan.kv_cache_config
-    manager = KVCacheManager(
+    tiered = options.host_memory_bytes is not None
+    manager = (ShadowTieredManager if tiered else KVCacheManager)(
         config,
         max_model_len,
         enable_caching=True,
         hash_algo=options.hash_algo,
         cache_policy=options.policy,
         hybrid=options.hybrid,
+        enable_kv_cache_events=tiered,
     )
+    host: HostTierModel | None = None
+    if options.host_memory_bytes is not None:
+        host = HostTierModel(
+            config,
+            manager.coordinator.managers,
+            manager.block_pool.cached,
+            options.host_memory_bytes,
+        )
+        assert isinstance(manager, ShadowTieredManager)
+        manager.host = host
+    unseen: set[str] = set()  # admitted requests the host model has not looked at yet
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
     scheduler = Scheduler(
         manager,
@@ -158,6 +172,8 @@ def replay_trace(
                     ids = tr.prompt_token_ids()
                     req = EngineRequest(rid, ids, params, max_model_len=max_model_len)
                     scheduler.add_request(req)
+                    if host is not None:
+                        unseen.add(rid)
                     live[rid] = _Live(arrival, next_out)
                     next_out += tr.output_length
                     k += 1
@@ -169,6 +185,13 @@ def replay_trace(
                         f"no request can be scheduled ({len(waiting)} waiting, none running) with "
                         f"{config.num_blocks} blocks: the plan should hold one request"
                     )
+                if host is not None:
+                    host.demote(manager.take_events())
+                    for s in out.scheduled:
+                        rid = s.request.request_id
+                        if rid in unseen and s.request.num_cached_tokens is not None:
+                            unseen.discard(rid)
+                            host.admit(rid)
                 in_use = usable - pool.num_free_blocks
                 in_use_steps.append(in_use)
                 if in_use > peak:
@@ -221,6 +244,8 @@ def replay_trace(
         value_weight=options.value_weight,
         floor_tokens=options.floor_tokens,
         tuning=options.tuning,
+        host_memory_bytes=options.host_memory_bytes,
+        host_hit_tokens=host.hit_tokens if host is not None else 0,
         memory_bytes=options.memory_bytes,
         device=cost.device.name,
         arrivals=options.arrivals,

@@ -12,6 +12,9 @@ Token counts:
 - ``prefill_tokens``: tokens computed in prefill chunks, including the
   recomputation of preempted requests; ``decode_tokens``: one-token steps past
   the prompt. Every computed token is one or the other;
+- ``host_hit_tokens`` (with ``--host-memory``): the tokens a modeled host tier
+  adds to each request's device hit at its first admission, summed
+  (``host_hit_rate``); a shadow count, not replayed (``hybridkv.sim.host_tier``);
 - ``output_tokens``: tokens sampled (the last one of a request is sampled,
   never computed, so without preemption ``decode = output - requests``).
 
@@ -77,6 +80,8 @@ class SimResult:
     floor_tokens: int | None = None
     return_grade: str | None = None
     tuning: str | None = None
+    host_memory_bytes: int | None = None
+    host_hit_tokens: int = 0
 
     @property
     def policy_label(self) -> str:
@@ -88,6 +93,11 @@ class SimResult:
     def token_hit_rate(self) -> float:
         """Prefix-hit tokens at first admission over prompt tokens."""
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def host_hit_rate(self) -> float:
+        """Prompt tokens a modeled host tier adds to the device hit, per prompt token."""
+        return self.host_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     @property
     def full_match_rate(self) -> float:
@@ -131,6 +141,9 @@ class SimResult:
             "output_tokens": self.output_tokens,
             "hit_tokens": self.hit_tokens,
             "token_hit_rate": self.token_hit_rate,
+            "host_memory_bytes": self.host_memory_bytes,
+            "host_hit_tokens": self.host_hit_tokens,
+            "host_hit_rate": self.host_hit_rate,
             "full_match_tokens": self.full_match_tokens,
             "full_match_rate": self.full_match_rate,
             "prefill_tokens": self.prefill_tokens,

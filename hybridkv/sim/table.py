@@ -77,6 +77,16 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "cached blocks",
         "replay s",
     ]
+    if any(r.host_memory_bytes is not None for r in results):
+        at = headers.index("hit rate") + 1
+        headers[at:at] = ["host", "+ host hits", "total hits"]
+        for r, row in zip(results, rows, strict=True):
+            host = r.host_memory_bytes
+            row[at:at] = [
+                memory_label(host) if host is not None else "-",
+                f"{100 * r.host_hit_rate:.2f}%",
+                f"{100 * (r.token_hit_rate + r.host_hit_rate):.2f}%",
+            ]
     lines = [head, *format_table(headers, rows, left=("cached blocks",))]
     lines += [
         "  (full match: what full attention alone matched; the hit falls short of it where",
@@ -84,4 +94,10 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "   the median step, pinned for any policy; TTFT and throughput are modeled on the",
         "   device; replay s is wall time here)",
     ]
+    if any(r.host_memory_bytes is not None for r in results):
+        lines += [
+            "  (host: a modeled host tier; + host hits: prompt tokens it adds to the device hit",
+            "   at first admission, counted but not replayed: TTFT and throughput include no",
+            "   host tier)",
+        ]
     return "\n".join(lines) + "\n"

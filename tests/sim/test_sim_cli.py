@@ -173,6 +173,7 @@ def test_progress_bar_goes_to_stderr(capsys, one_full, write_trace):
         (ROWS, ["--output-tokens", "zero"], ["--output-tokens must be an integer"]),
         (ROWS, ["--arrivals", "poisson"], ["arrivals must be one of trace, closed"]),
         (ROWS, ["--device", "tpu"], ["device must be one of h100, h200, a100, got 'tpu'"]),
+        (ROWS, ["--host-memory", "12XB"], ["--host-memory: cannot read memory size '12XB'"]),
         (
             ROWS,
             ["--max-model-len", "100"],
