@@ -246,6 +246,8 @@ def replay_trace(
         tuning=options.tuning,
         host_memory_bytes=options.host_memory_bytes,
         host_hit_tokens=host.hit_tokens if host is not None else 0,
+        host_used_bytes=host.index.used_bytes if host is not None else 0,
+        host_demoted_units=host.demoted if host is not None else 0,
         memory_bytes=options.memory_bytes,
         device=cost.device.name,
         arrivals=options.arrivals,

@@ -82,6 +82,9 @@ class SimResult:
     tuning: str | None = None
     host_memory_bytes: int | None = None
     host_hit_tokens: int = 0
+    #: Bytes the modeled host tier held at the end, and the units demoted into it.
+    host_used_bytes: int = 0
+    host_demoted_units: int = 0
 
     @property
     def policy_label(self) -> str:
@@ -144,6 +147,8 @@ class SimResult:
             "host_memory_bytes": self.host_memory_bytes,
             "host_hit_tokens": self.host_hit_tokens,
             "host_hit_rate": self.host_hit_rate,
+            "host_used_bytes": self.host_used_bytes,
+            "host_demoted_units": self.host_demoted_units,
             "full_match_tokens": self.full_match_tokens,
             "full_match_rate": self.full_match_rate,
             "prefill_tokens": self.prefill_tokens,

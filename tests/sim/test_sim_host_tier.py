@@ -49,7 +49,7 @@ def replay(write_trace, memory: int, policy: str, host: int | None):
 def test_a_host_without_room_adds_nothing_and_changes_nothing(write_trace, policy):
     plain = replay(write_trace, TIGHT, policy, None)
     shadow = replay(write_trace, TIGHT, policy, 1)  # no unit fits in one byte
-    assert shadow.host_hit_tokens == 0
+    assert shadow.host_hit_tokens == shadow.host_used_bytes == shadow.host_demoted_units == 0
     same = {"host_memory_bytes", "host_hit_tokens", "replay_seconds"}
     for field in dataclasses.fields(plain):
         if field.name not in same:
@@ -66,6 +66,10 @@ def test_an_unbounded_host_reaches_the_unbounded_device_hit(write_trace, policy)
     assert tiered.hit_tokens + tiered.host_hit_tokens == unbounded.hit_tokens
     small = replay(write_trace, TIGHT, policy, 200_000)
     assert 0 < small.host_hit_tokens < tiered.host_hit_tokens
+    assert 0 < small.host_used_bytes <= 200_000 < tiered.host_used_bytes
+    # The same evictions: an unbounded host takes each unit once, a small one again after
+    # dropping it.
+    assert small.host_demoted_units >= tiered.host_demoted_units > 0
     report = render_results([tiered], "trace.jsonl")
     assert "+ host hits" in report and f"{100 * tiered.host_hit_rate:.2f}%" in report
 
