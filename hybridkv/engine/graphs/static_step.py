@@ -11,18 +11,25 @@ them only through the launch plan, which suits any step of the same shape (its g
 covers every query block of ``tokens`` tokens in ``seqs`` sequences), and through
 ``within_reach`` (a window or chunk no sequence outgrows runs as full attention),
 decided on the span class, which bounds every replayed step's longest context.
+Per Mamba group: the state slot each sequence starts from and, per token, the slot
+that receives the state after it (the runner's rule, ``hybridkv.snapshots``), read by
+the Mamba kernels from device tensors; with the query starts, they are all a Mamba
+layer's launch reads (its grid is the shape's sequences).
 
 Padding is inert: padding tokens have slot -1 (no cache write) and belong to
 padding sequences with no context (decode: one token each; small steps: one each but
 the last, which holds the rest), whose block-table rows are zeros or left from an
 earlier step (valid block ids: their keys are read and their rows dropped), and whose
-logits are not returned.
+logits are not returned; Mamba padding sequences start from zeros
+(``initial_state_indices`` -1) and save nothing (``save_state_indices`` -1).
+The forward runs with ``ForwardBatch.graphed``: routed experts take their dense form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -30,8 +37,15 @@ import torch
 from hybridkv.engine.graphs.shapes import StepShape
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata
-from hybridkv.models.batch import AttentionLayerInputs, ForwardBatch, StepValues
-from hybridkv.planning import AttentionCache
+from hybridkv.models.batch import (
+    AttentionLayerInputs,
+    ForwardBatch,
+    MambaLayerInputs,
+    StepValues,
+)
+from hybridkv.planning import AttentionCache, MambaCache
+from hybridkv.snapshots import resume_entry, save_slots
+from hybridkv.specs import AttentionSpec, MambaSpec
 
 
 def _capture_lengths(shape: StepShape) -> tuple[list[int], list[int]]:
@@ -44,6 +58,16 @@ def _capture_lengths(shape: StepShape) -> tuple[list[int], list[int]]:
 
 
 @dataclass
+class StaticMamba:
+    """One Mamba group's state-slot tensors (``MambaLayerInputs``), shared by its layers."""
+
+    group: int  # index in the KV cache config's groups
+    block_size: int
+    initial: torch.Tensor  # [seqs] int32, -1 = from zeros
+    save: torch.Tensor  # [tokens] int32, -1 = no save
+
+
+@dataclass
 class StaticStep:
     """One graph's inputs (see the module docstring)."""
 
@@ -51,21 +75,42 @@ class StaticStep:
     input_ids: torch.Tensor  # [tokens] int64
     positions: torch.Tensor  # [tokens] int64
     logits_indices: torch.Tensor  # [seqs] int64: the sampled rows first
+    query_start_loc: torch.Tensor  # [seqs + 1] int32 (the Mamba layers')
+    query_starts_cpu: tuple[int, ...]  # the capture's
     metas: list[AttentionMetadata]  # per attention group, in group order
     slots: list[torch.Tensor]  # per attention group: [tokens] int64
     block_sizes: list[int]
+    attention_groups: list[int]  # each attention group's index in the config's groups
+    mambas: list[StaticMamba]
     attention: dict[str, AttentionLayerInputs]
+    mamba: dict[str, MambaLayerInputs]
 
     @classmethod
     def make(cls, shape: StepShape, groups: Sequence[Any], buffers: Any, max_model_len: int,
              device: torch.device) -> StaticStep:  # fmt: skip
         """Tensors for ``shape`` over the engine's KV ``buffers`` (``groups``: the
-        attention groups of its ``KVCacheConfig``)."""
+        attention and Mamba groups of its ``KVCacheConfig``)."""
         qlens, seq_lens = _capture_lengths(shape)
-        metas, slots, sizes = [], [], []
+        starts = [0]
+        for q in qlens:
+            starts.append(starts[-1] + q)
+        qsl = torch.tensor(starts, dtype=torch.int32, device=device)
+        metas, slots, sizes, indices, mambas = [], [], [], [], []
         attention: dict[str, AttentionLayerInputs] = {}
-        for g in groups:
-            bs = g.kv_cache_spec.block_size
+        mamba: dict[str, MambaLayerInputs] = {}
+        for i, g in enumerate(groups):
+            spec = g.kv_cache_spec
+            bs = spec.block_size
+            if isinstance(spec, MambaSpec):
+                initial = torch.full((shape.seqs,), -1, dtype=torch.int32, device=device)
+                save = torch.full((shape.tokens,), -1, dtype=torch.int32, device=device)
+                mambas.append(StaticMamba(i, bs, initial, save))
+                for name in g.layer_names:
+                    state = buffers.layers[name]
+                    assert isinstance(state, MambaCache)
+                    mamba[name] = MambaLayerInputs(qsl, initial, save, state)
+                continue
+            assert isinstance(spec, AttentionSpec)
             width = -(-max(max_model_len, shape.tokens) // bs)
             table = torch.zeros((shape.seqs, width), dtype=torch.int32)
             meta = AttentionMetadata.build(qlens, seq_lens, table, device)
@@ -73,6 +118,7 @@ class StaticStep:
             metas.append(meta)
             slots.append(slot)
             sizes.append(bs)
+            indices.append(i)
             for name in g.layer_names:
                 cache = buffers.layers[name]
                 assert isinstance(cache, AttentionCache)
@@ -82,10 +128,15 @@ class StaticStep:
             input_ids=torch.zeros(shape.tokens, dtype=torch.int64, device=device),
             positions=torch.zeros(shape.tokens, dtype=torch.int64, device=device),
             logits_indices=torch.arange(shape.seqs, dtype=torch.int64, device=device),
+            query_start_loc=qsl,
+            query_starts_cpu=tuple(starts),
             metas=metas,
             slots=slots,
             block_sizes=sizes,
+            attention_groups=indices,
+            mambas=mambas,
             attention=attention,
+            mamba=mamba,
         )
 
     def forward(self, model: Any, ops: Any) -> torch.Tensor:
@@ -96,12 +147,13 @@ class StaticStep:
         batch = ForwardBatch(
             input_ids=self.input_ids,
             positions=self.positions,
-            query_starts_cpu=self.metas[0].query_starts_cpu,
+            query_starts_cpu=self.query_starts_cpu,
             logits_indices=self.logits_indices,
             ops=ops,
             attention=self.attention,
-            mamba={},
+            mamba=self.mamba,
             step=StepValues(),
+            graphed=True,
         )
         return model.compute_logits(model(batch)[self.logits_indices])
 
@@ -135,9 +187,10 @@ class StaticStep:
                 torch.tensor(rows + [0] * (shape.seqs - sampled), dtype=torch.int64)
             )
             query_starts = torch.tensor(starts, dtype=torch.int32)
+            self.query_start_loc.copy_(query_starts)
         lens = torch.tensor(seq_lens, dtype=torch.int32)
-        for g, (meta, slot, bs) in enumerate(
-            zip(self.metas, self.slots, self.block_sizes, strict=True)
+        for g, meta, slot, bs in zip(
+            self.attention_groups, self.metas, self.slots, self.block_sizes, strict=True
         ):
             table_rows = [ids[g] for ids in block_ids]
             width = max(len(r) for r in table_rows)
@@ -149,10 +202,35 @@ class StaticStep:
             meta.seq_lens.copy_(lens)
             if not shape.decode:
                 meta.query_start_loc.copy_(query_starts)
-            slot_ids: list[int] = []
-            for r, s in zip(table_rows, work, strict=True):
-                slot_ids.extend(
-                    r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens)
-                )
-            slot.copy_(torch.tensor(slot_ids + [-1] * pad, dtype=torch.int64))
+            slot.copy_(torch.tensor(_slot_ids(table_rows, work, bs) + [-1] * pad))
+        for m in self.mambas:
+            self._fill_mamba(m, work, [ids[m.group] for ids in block_ids], positions, pad)
         return sampled
+
+    def _fill_mamba(self, m: StaticMamba, work: Sequence[ScheduledRequest],
+                    rows: list[Any], positions: list[int], pad: int) -> None:  # fmt: skip
+        """``m``'s slots for ``work`` (``rows``: each request's block ids in its group),
+        the runner's rule (``hybridkv.snapshots``); padding starts from zeros, saves nothing."""
+        initial = []
+        for r, s in zip(rows, work, strict=True):
+            e = resume_entry(s.start, m.block_size)
+            initial.append(r[e] if e >= 0 else -1)
+        pad_seqs = self.shape.seqs - len(work)
+        m.initial.copy_(torch.tensor(initial + [-1] * pad_seqs, dtype=torch.int32))
+        bs = m.block_size
+        blocks = torch.tensor(
+            [r[p // bs] for r, s in zip(rows, work, strict=True)
+             for p in range(s.start, s.start + s.num_tokens)],
+            dtype=torch.int64,
+        )  # fmt: skip
+        ends = torch.tensor(list(accumulate(s.num_tokens for s in work)))
+        save = save_slots(torch.tensor(positions, dtype=torch.int64), blocks, ends, bs)
+        m.save.copy_(torch.cat([save, torch.full((pad,), -1, dtype=torch.int32)]))
+
+
+def _slot_ids(table_rows: list[Any], work: Sequence[ScheduledRequest], bs: int) -> list[int]:
+    """Each new token's KV slot: ``block * bs + position % bs``."""
+    out: list[int] = []
+    for r, s in zip(table_rows, work, strict=True):
+        out.extend(r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens))
+    return out
