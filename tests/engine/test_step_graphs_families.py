@@ -13,6 +13,7 @@ give the eager tokens.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from graph_checks import captured_step_host_reads
 from tiny_checkpoints import FAMILY_CONFIGS, cohere2_config, ministral_config, save_checkpoint
 
 from hybridkv.engine import LLM, SamplingParams
-from hybridkv.engine.graphs import EagerReplay, StepGraphs
+from hybridkv.engine.graphs import EagerReplay, StaticStep, StepGraphs, StepShape
 
 CUDA = torch.cuda.is_available()
 TWO_LAYERS = ["sliding_attention", "full_attention"]
@@ -124,3 +125,34 @@ def test_cuda_graphs_on_the_gpu_match_the_eager_engine(ckpt: Path) -> None:
 def test_cuda_graphs_resume_saved_states_on_the_gpu(mamba_ckpt: Path) -> None:
     kw = dict(device="cuda", kernel_backend="triton", block_size=4, dtype="float32")
     assert _ask(LLM(mamba_ckpt, **kw, cuda_graphs=True)) == _ask(LLM(mamba_ckpt, **kw))
+
+
+def test_a_small_step_fills_the_mamba_state_slots_exactly(tmp_path: Path) -> None:
+    # Worked example on Bamba (blocks of 48 in both groups): a request resuming at 95
+    # with 3 new tokens (from entry 1's state; token 95 ends block 1 and token 97 the
+    # step) and a new prompt of 4 tokens (from zeros; its last token saves), in a
+    # 16-token, 4-sequence shape: 9 padding tokens over 2 padding sequences.
+    path = save_checkpoint(CONFIGS["bamba"](), tmp_path / "bamba")
+    llm = LLM(path, kernel_backend="triton", block_size=4, dtype="float32")
+    runner = llm.runner
+    groups = list(runner.config.kv_cache_groups)
+    assert {g.kv_cache_spec.block_size for g in groups} == {48}
+    shape = StepShape(tokens=16, seqs=4, span=128, decode=False)
+    static = StaticStep.make(shape, groups, runner.buffers, llm.max_model_len, runner.device)
+    ids = list(range(1000, 1100))
+
+    def req(start: int, n: int) -> SimpleNamespace:
+        core = SimpleNamespace(all_token_ids=ids)
+        return SimpleNamespace(request=SimpleNamespace(core=core), start=start, num_tokens=n,
+                               samples=True)  # fmt: skip
+
+    tables = [[7, 8, 9], [3]]  # entry 2 of the first: block 9
+    static.fill([req(95, 3), req(0, 4)], [tuple(t for _ in groups) for t in tables])
+    (mamba,) = static.mambas
+    assert static.query_start_loc.tolist() == [0, 3, 7, 8, 16]
+    assert mamba.initial.tolist() == [8, -1, -1, -1]
+    assert mamba.save.tolist() == [8, -1, 9, -1, -1, -1, 3] + [-1] * 9
+    for layer in static.mamba.values():
+        assert layer.initial_state_indices is mamba.initial
+        assert layer.save_state_indices is mamba.save
+        assert layer.query_start_loc is static.query_start_loc
