@@ -12,9 +12,9 @@ see ``engine_setup.resolve_kernel_backend``) is resolved once into a
 ``KernelBackend`` object (``self.kernel_backend``; ``describe()`` lists which
 kernel runs each op) that every step's batch and the sampler use.
 ``cuda_graphs=True`` replays steps from CUDA graphs (``hybridkv.engine.graphs``:
-decode steps and small steps (up to 511 new tokens) of Gemma 3 on CUDA with the ``triton``
-backend; anything else is refused with the reason; ``runner.graphs.stats`` counts
-replays).
+decode steps and small steps (up to 511 new tokens) of every family on CUDA with the
+``triton`` backend; anything else is refused with the reason; ``runner.graphs.stats``
+counts replays).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``

@@ -72,6 +72,7 @@ class BambaForCausalLM(CausalLM):
     """Bamba on paged KV and Mamba2 state slots (see the module docstring)."""
 
     model_types = ("bamba",)
+    supports_cuda_graphs = True  # tests/engine/test_step_graphs_families.py
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -19,6 +19,9 @@ flattened (varlen): sequence ``s`` owns tokens
 - ``ops`` is the engine's ``KernelBackend``: every kernel a layer runs
   (``batch.ops.attention(...)``, ``batch.ops.add_rms_norm(...)``...).
 - ``step`` holds the per-step values several layers share (``StepValues``).
+- ``graphed``: the step runs from a CUDA graph (``hybridkv.engine.graphs``, or the
+  CPU tests' stand-in): no layer may read a device value back to the host, so
+  routed experts take their dense form (``layers/moe.py``).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class ForwardBatch:
     attention: dict[str, AttentionLayerInputs] = field(default_factory=dict)
     mamba: dict[str, MambaLayerInputs] = field(default_factory=dict)
     step: StepValues = field(default_factory=StepValues, compare=False, repr=False)
+    graphed: bool = False
 
     @property
     def num_tokens(self) -> int:

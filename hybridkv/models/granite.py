@@ -90,7 +90,7 @@ class GraniteDecoderLayer(nn.Module):
         h = self.post_attention_layernorm(x, batch.ops)
         ff = self.shared_mlp(h)
         if self.block_sparse_moe is not None:
-            ff = self.block_sparse_moe(h) + ff
+            ff = self.block_sparse_moe(h, batch.graphed) + ff
         return x + ff * self.residual_multiplier
 
 
@@ -116,6 +116,7 @@ class GraniteMoeHybridForCausalLM(CausalLM):
     """Granite 4.0 H on paged KV and Mamba2 state slots (see the module docstring)."""
 
     model_types = ("granitemoehybrid",)
+    supports_cuda_graphs = True  # tests/engine/test_step_graphs_families.py
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -7,7 +7,8 @@ input_linear(x).chunk(2)`` (``shared_intermediate_size`` each).
 ``num_experts_per_tok`` of them per token, softmax over those k (cast back to the
 activations' dtype) as the weights; expert ``e`` is ``output_linear[e] @ (silu(a) * b)``
 with ``a, b = (input_linear[e] @ x).chunk(2)``; ``out = sum_k w_k expert_k(x)``.
-Tokens are gathered per expert (a loop over experts, never over tokens). The
+Tokens are gathered per expert (a loop over experts, never over tokens), or, in a
+graphed step, every expert runs on every token (``layers/moe.py``). The
 parameter names and shapes are the checkpoints' (``block_sparse_moe.input_linear.weight
 [E, 2I, H]``, ``output_linear.weight [E, H, I]``, ``router.layer.weight [E, H]``), which
 transformers 5 also writes.
@@ -20,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from hybridkv.models.layers.moe import RoutedExperts, weighted_expert_sum
 
 
 class GraniteSharedMLP(nn.Module):
@@ -52,7 +55,7 @@ class _Router(nn.Module):
         self.layer = nn.Linear(hidden, experts, bias=False)
 
 
-class GraniteMoE(nn.Module):
+class GraniteMoE(RoutedExperts):
     """Top-k routed experts (see the module docstring)."""
 
     def __init__(self, config: Any) -> None:
@@ -69,17 +72,14 @@ class GraniteMoE(nn.Module):
         self.input_linear = _ExpertWeights(self.num_experts, 2 * inter, hidden)
         self.output_linear = _ExpertWeights(self.num_experts, hidden, inter)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [T, H]`` -> ``[T, H]``."""
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on rows ``x [n, H]`` -> ``[n, H]``."""
+        a, b = F.linear(x, self.input_linear.weight[e]).chunk(2, dim=-1)
+        return F.linear(F.silu(a) * b, self.output_linear.weight[e])
+
+    def forward(self, x: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        """``x [T, H]`` -> ``[T, H]``; ``dense``: the graphed form (``layers/moe.py``)."""
         logits = F.linear(x, self.router.layer.weight).float()  # [T, E]
         top, chosen = logits.topk(self.top_k, dim=-1)  # [T, k]
         weights = torch.softmax(top, dim=-1).to(x.dtype)
-        out = torch.zeros_like(x)
-        for e in range(self.num_experts):
-            tokens, slot = torch.nonzero(chosen == e, as_tuple=True)  # [n], [n]
-            if tokens.numel() == 0:
-                continue
-            a, b = F.linear(x[tokens], self.input_linear.weight[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(a) * b, self.output_linear.weight[e])
-            out.index_add_(0, tokens, y * weights[tokens, slot, None])
-        return out
+        return weighted_expert_sum(x, chosen, weights, self.expert, self.num_experts, dense)

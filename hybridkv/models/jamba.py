@@ -52,6 +52,7 @@ class JambaForCausalLM(CausalLM):
     """Jamba on paged KV and Mamba state slots (see the module docstring)."""
 
     model_types = ("jamba",)
+    supports_cuda_graphs = True  # tests/engine/test_step_graphs_families.py
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

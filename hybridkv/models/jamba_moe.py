@@ -4,7 +4,8 @@
 top-``num_experts_per_tok`` experts per token with their probabilities as
 weights (not renormalised, as transformers' Jamba), cast back to the
 activations' dtype; ``out = sum_k w_k * expert_k(x)``. Tokens are gathered
-per expert (a loop over experts, never over tokens).
+per expert (a loop over experts, never over tokens), or, in a graphed step, every
+expert runs on every token (``layers/moe.py``).
 
 Checkpoint formats (``moe_checkpoint_tensors``): transformers up to at least
 5.23 saves one MLP per expert (``feed_forward.experts.{e}.gate_proj.weight``
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from hybridkv.models.layers import SwiGLU
+from hybridkv.models.layers.moe import RoutedExperts, weighted_expert_sum
 
 _FUSED = re.compile(r"^(.*\.feed_forward\.experts)\.(gate_up_proj|down_proj)$")
 
@@ -31,7 +33,7 @@ def jamba_mlp(config: Any) -> SwiGLU:
     return SwiGLU(config.hidden_size, config.intermediate_size)
 
 
-class JambaSparseMoe(nn.Module):
+class JambaSparseMoe(RoutedExperts):
     """Top-k softmax-routed experts (see the module docstring)."""
 
     def __init__(self, config: Any) -> None:
@@ -45,19 +47,14 @@ class JambaSparseMoe(nn.Module):
         self.router = nn.Linear(config.hidden_size, config.num_experts, bias=False)
         self.experts = nn.ModuleList(jamba_mlp(config) for _ in range(config.num_experts))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [T, H]`` -> ``[T, H]``."""
+    def forward(self, x: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        """``x [T, H]`` -> ``[T, H]``; ``dense``: the graphed form (``layers/moe.py``)."""
         probs = torch.softmax(self.router(x).float(), dim=-1)  # [T, E]
         weights, chosen = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
-        weights = weights.to(x.dtype)
-        out = torch.zeros_like(x)
-        for e, expert in enumerate(self.experts):
-            tokens, slot = torch.nonzero(chosen == e, as_tuple=True)  # [n], [n]
-            if tokens.numel() == 0:
-                continue
-            y = expert(x[tokens]) * weights[tokens, slot, None]
-            out.index_add_(0, tokens, y)
-        return out
+        experts = self.experts
+        return weighted_expert_sum(
+            x, chosen, weights.to(x.dtype), lambda e, rows: experts[e](rows), len(experts), dense
+        )
 
 
 def moe_checkpoint_tensors(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:

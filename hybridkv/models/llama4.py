@@ -41,6 +41,7 @@ from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies, rope_parameters
+from hybridkv.models.layers.moe import feed_forward
 from hybridkv.models.llama4_moe import Llama4MLP, Llama4MoE
 from hybridkv.models.loader import CheckpointError
 
@@ -154,7 +155,9 @@ class Llama4DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x, batch.ops), batch)
-        return x + self.feed_forward(self.post_attention_layernorm(x, batch.ops))
+        return x + feed_forward(
+            self.feed_forward, self.post_attention_layernorm(x, batch.ops), batch
+        )
 
 
 class Llama4Model(nn.Module):
@@ -178,6 +181,7 @@ class Llama4ForCausalLM(CausalLM):
     """Llama 4 text model on paged KV (see the module docstring)."""
 
     model_types = ("llama4_text",)
+    supports_cuda_graphs = True  # tests/engine/test_step_graphs_families.py
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -14,7 +14,10 @@ Expert weights are stacked over experts exactly as transformers saves them:
 ``experts.down_proj`` ``[E, I, H]``, applied as ``x @ W`` (not ``nn.Linear``'s
 ``x @ W.T``). Tokens are grouped per expert with index tensors: the only
 Python loop is over the experts; each pick's output lands in its own row, and
-the picks of a token are summed in pick order.
+the picks of a token are summed in pick order. In a graphed step every expert runs
+on every token instead (``dense``, ``layers/moe.py``), each token's input scaled by
+its score for that expert (zero where it did not pick it), and ``torch.where``
+places the output in the pick's row: the same rows, summed in the same order.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hybridkv.models.layers.mlp import check_silu
+from hybridkv.models.layers.moe import RoutedExperts
 
 
 class Llama4MLP(nn.Module):
@@ -58,7 +62,7 @@ class Llama4Experts(nn.Module):
         return (up * F.silu(gate)) @ self.down_proj[e]
 
 
-class Llama4MoE(nn.Module):
+class Llama4MoE(RoutedExperts):
     """Sigmoid top-k routed experts plus a shared expert (see the module docstring)."""
 
     def __init__(self, config: Any) -> None:
@@ -81,15 +85,23 @@ class Llama4MoE(nn.Module):
         top, picked = torch.topk(logits, self.top_k, dim=-1)
         return picked, torch.sigmoid(top.float()).to(x.dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` ``[T, H]`` -> ``[T, H]``."""
+    def forward(self, x: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        """``x`` ``[T, H]`` -> ``[T, H]``; ``dense``: the graphed form (module docstring)."""
         picked, scores = self.route(x)
+        t, h, k = x.shape[0], x.shape[1], self.top_k
+        if dense:
+            picks = x.new_zeros(t, k, h)
+            for e in range(self.num_experts):
+                mine = picked == e  # [T, k], at most one True per row
+                score = torch.where(mine, scores, 0).sum(dim=-1, keepdim=True)  # [T, 1], exact
+                y = self.experts.expert(e, x * score)  # [T, H]
+                picks = torch.where(mine[:, :, None], y[:, None, :], picks)
+            return self.shared_expert(x) + picks.sum(dim=1)
         flat_expert = picked.reshape(-1)  # [T * k], row t * k + j is token t's j-th pick
-        flat_token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)
+        flat_token = torch.arange(t, device=x.device).repeat_interleave(k)
         flat_score = scores.reshape(-1, 1)
-        picks = x.new_empty(flat_expert.shape[0], x.shape[1])  # every row is written once
+        flat = x.new_empty(flat_expert.shape[0], h)  # every row is written once
         for e in range(self.num_experts):
             rows = (flat_expert == e).nonzero().squeeze(1)
-            picks[rows] = self.experts.expert(e, x[flat_token[rows]] * flat_score[rows])
-        routed = picks.view(x.shape[0], self.top_k, x.shape[1]).sum(dim=1)
-        return self.shared_expert(x) + routed
+            flat[rows] = self.experts.expert(e, x[flat_token[rows]] * flat_score[rows])
+        return self.shared_expert(x) + flat.view(t, k, h).sum(dim=1)

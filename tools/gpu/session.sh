@@ -28,6 +28,8 @@
 #   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
 #                 random weights (no carried GGUF needed), bf16, Triton backend
 #   bench-engine-graphs  the same with decode steps replayed from CUDA graphs
+#   bench-graphs  benchmarks/bench_graphs.py --write: every family's decode throughput and
+#                 shared-document TTFT, eager and with CUDA graphs, in one process
 #   step-profile  benchmarks/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
 #   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
@@ -169,6 +171,10 @@ stage_bench-engine-graphs() {
         --kernel-backend triton --cuda-graphs --write &&
         "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
             --cuda-graphs --write
+}
+
+stage_bench-graphs() {
+    "$PY" benchmarks/bench_graphs.py --write
 }
 
 stage_step-profile() {

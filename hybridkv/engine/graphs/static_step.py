@@ -11,27 +11,45 @@ them only through the launch plan, which suits any step of the same shape (its g
 covers every query block of ``tokens`` tokens in ``seqs`` sequences), and through
 ``within_reach`` (a window or chunk no sequence outgrows runs as full attention),
 decided on the span class, which bounds every replayed step's longest context.
+Per Mamba group: the state slot each sequence starts from and, per token, the slot
+that receives the state after it (the runner's rule, ``hybridkv.snapshots``), read by
+the Mamba kernels from device tensors; with the query starts, they are all a Mamba
+layer's launch reads (its grid is the shape's sequences).
 
 Padding is inert: padding tokens have slot -1 (no cache write) and belong to
 padding sequences with no context (decode: one token each; small steps: one each but
 the last, which holds the rest), whose block-table rows are zeros or left from an
 earlier step (valid block ids: their keys are read and their rows dropped), and whose
-logits are not returned.
+logits are not returned; Mamba padding sequences start from zeros
+(``initial_state_indices`` -1) and save nothing (``save_state_indices`` -1).
+The forward runs with ``ForwardBatch.graphed``: routed experts take their dense form.
+The int vectors live in two ``PackedInts`` buffers (int64 and int32; every attention
+group shares the query starts and sequence lengths), so a fill makes two copies
+plus one per attention group's block table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 import torch
 
+from hybridkv.engine.graphs.packed import PackedInts
 from hybridkv.engine.graphs.shapes import StepShape
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata
-from hybridkv.models.batch import AttentionLayerInputs, ForwardBatch, StepValues
-from hybridkv.planning import AttentionCache
+from hybridkv.models.batch import (
+    AttentionLayerInputs,
+    ForwardBatch,
+    MambaLayerInputs,
+    StepValues,
+)
+from hybridkv.planning import AttentionCache, MambaCache
+from hybridkv.snapshots import resume_entry, save_slots
+from hybridkv.specs import AttentionSpec, MambaSpec
 
 
 def _capture_lengths(shape: StepShape) -> tuple[list[int], list[int]]:
@@ -44,48 +62,102 @@ def _capture_lengths(shape: StepShape) -> tuple[list[int], list[int]]:
 
 
 @dataclass
+class StaticMamba:
+    """One Mamba group's state-slot tensors (``MambaLayerInputs``), shared by its layers."""
+
+    group: int  # index in the KV cache config's groups
+    block_size: int
+    initial: torch.Tensor  # [seqs] int32, -1 = from zeros
+    save: torch.Tensor  # [tokens] int32, -1 = no save
+
+
+@dataclass
 class StaticStep:
-    """One graph's inputs (see the module docstring)."""
+    """One graph's inputs (see the module docstring). The vectors are views of two
+    ``PackedInts`` (int64, int32), refilled by one copy each; block tables apart."""
 
     shape: StepShape
     input_ids: torch.Tensor  # [tokens] int64
     positions: torch.Tensor  # [tokens] int64
     logits_indices: torch.Tensor  # [seqs] int64: the sampled rows first
+    query_start_loc: torch.Tensor  # [seqs + 1] int32, every group's
+    query_starts_cpu: tuple[int, ...]  # the capture's
     metas: list[AttentionMetadata]  # per attention group, in group order
     slots: list[torch.Tensor]  # per attention group: [tokens] int64
     block_sizes: list[int]
+    attention_groups: list[int]  # each attention group's index in the config's groups
+    mambas: list[StaticMamba]
     attention: dict[str, AttentionLayerInputs]
+    mamba: dict[str, MambaLayerInputs]
+    ints64: PackedInts
+    ints32: PackedInts
 
     @classmethod
     def make(cls, shape: StepShape, groups: Sequence[Any], buffers: Any, max_model_len: int,
              device: torch.device) -> StaticStep:  # fmt: skip
         """Tensors for ``shape`` over the engine's KV ``buffers`` (``groups``: the
-        attention groups of its ``KVCacheConfig``)."""
+        attention and Mamba groups of its ``KVCacheConfig``)."""
         qlens, seq_lens = _capture_lengths(shape)
-        metas, slots, sizes = [], [], []
+        starts = [0, *accumulate(qlens)]
+        t, s = shape.tokens, shape.seqs
+        i64, i32 = PackedInts(torch.int64), PackedInts(torch.int32)
+        for name, init in (("input_ids", [0] * t), ("positions", [0] * t),
+                           ("logits_indices", list(range(s)))):  # fmt: skip
+            i64.add(name, init)
+        i32.add("query_start_loc", starts)
+        i32.add("seq_lens", seq_lens)
+        for i, g in enumerate(groups):
+            if isinstance(g.kv_cache_spec, MambaSpec):
+                i32.add(f"initial.{i}", [-1] * s)
+                i32.add(f"save.{i}", [-1] * t)
+            else:
+                i64.add(f"slots.{i}", [-1] * t)
+        v = {**i64.build(device), **i32.build(device)}
+        qsl = v["query_start_loc"]
+        metas, slots, sizes, indices, mambas = [], [], [], [], []
         attention: dict[str, AttentionLayerInputs] = {}
-        for g in groups:
-            bs = g.kv_cache_spec.block_size
-            width = -(-max(max_model_len, shape.tokens) // bs)
-            table = torch.zeros((shape.seqs, width), dtype=torch.int32)
-            meta = AttentionMetadata.build(qlens, seq_lens, table, device)
-            slot = torch.full((shape.tokens,), -1, dtype=torch.int64, device=device)
+        mamba: dict[str, MambaLayerInputs] = {}
+        for i, g in enumerate(groups):
+            spec = g.kv_cache_spec
+            bs = spec.block_size
+            if isinstance(spec, MambaSpec):
+                m = StaticMamba(i, bs, v[f"initial.{i}"], v[f"save.{i}"])
+                mambas.append(m)
+                for name in g.layer_names:
+                    state = buffers.layers[name]
+                    assert isinstance(state, MambaCache)
+                    mamba[name] = MambaLayerInputs(qsl, m.initial, m.save, state)
+                continue
+            assert isinstance(spec, AttentionSpec)
+            width = -(-max(max_model_len, t) // bs)
+            table = torch.zeros((s, width), dtype=torch.int32)
+            built = AttentionMetadata.build(qlens, seq_lens, table, device)  # checks the lengths
+            meta = replace(built, query_start_loc=qsl, seq_lens=v["seq_lens"])
+            slot = v[f"slots.{i}"]
             metas.append(meta)
             slots.append(slot)
             sizes.append(bs)
+            indices.append(i)
             for name in g.layer_names:
                 cache = buffers.layers[name]
                 assert isinstance(cache, AttentionCache)
                 attention[name] = AttentionLayerInputs(meta, slot, cache)
         return cls(
             shape=shape,
-            input_ids=torch.zeros(shape.tokens, dtype=torch.int64, device=device),
-            positions=torch.zeros(shape.tokens, dtype=torch.int64, device=device),
-            logits_indices=torch.arange(shape.seqs, dtype=torch.int64, device=device),
+            input_ids=v["input_ids"],
+            positions=v["positions"],
+            logits_indices=v["logits_indices"],
+            query_start_loc=qsl,
+            query_starts_cpu=tuple(starts),
             metas=metas,
             slots=slots,
             block_sizes=sizes,
+            attention_groups=indices,
+            mambas=mambas,
             attention=attention,
+            mamba=mamba,
+            ints64=i64,
+            ints32=i32,
         )
 
     def forward(self, model: Any, ops: Any) -> torch.Tensor:
@@ -96,12 +168,13 @@ class StaticStep:
         batch = ForwardBatch(
             input_ids=self.input_ids,
             positions=self.positions,
-            query_starts_cpu=self.metas[0].query_starts_cpu,
+            query_starts_cpu=self.query_starts_cpu,
             logits_indices=self.logits_indices,
             ops=ops,
             attention=self.attention,
-            mamba={},
+            mamba=self.mamba,
             step=StepValues(),
+            graphed=True,
         )
         return model.compute_logits(model(batch)[self.logits_indices])
 
@@ -109,7 +182,7 @@ class StaticStep:
         """Write ``work``'s values (``block_ids``: the manager's per-group ids of each
         request) into the static tensors; returns how many requests sample (their
         logits are the first rows of the output, in batch order)."""
-        shape = self.shape
+        shape, i64, i32 = self.shape, self.ints64, self.ints32
         positions: list[int] = []
         tokens: list[int] = []
         for s in work:
@@ -117,8 +190,8 @@ class StaticStep:
             tokens.extend(s.request.core.all_token_ids[s.start : s.start + s.num_tokens])
         n = len(tokens)
         pad, pad_seqs = shape.tokens - n, shape.seqs - len(work)
-        self.input_ids.copy_(torch.tensor(tokens + [0] * pad, dtype=torch.int64))
-        self.positions.copy_(torch.tensor(positions + [0] * pad, dtype=torch.int64))
+        i64.put("input_ids", tokens)
+        i64.put("positions", positions)
         seq_lens = [s.start + s.num_tokens for s in work]
         sampled = len(work)
         if shape.decode:
@@ -126,19 +199,13 @@ class StaticStep:
         else:
             pad_lens = [1] * (pad_seqs - 1) + [pad - (pad_seqs - 1)]
             seq_lens += pad_lens
-            starts = [0]
-            for q in [s.num_tokens for s in work] + pad_lens:
-                starts.append(starts[-1] + q)
+            starts = [0, *accumulate([s.num_tokens for s in work] + pad_lens)]
             rows = [starts[i + 1] - 1 for i, s in enumerate(work) if s.samples]
             sampled = len(rows)
-            self.logits_indices.copy_(
-                torch.tensor(rows + [0] * (shape.seqs - sampled), dtype=torch.int64)
-            )
-            query_starts = torch.tensor(starts, dtype=torch.int32)
-        lens = torch.tensor(seq_lens, dtype=torch.int32)
-        for g, (meta, slot, bs) in enumerate(
-            zip(self.metas, self.slots, self.block_sizes, strict=True)
-        ):
+            i64.put("logits_indices", rows)
+            i32.put("query_start_loc", starts)
+        i32.put("seq_lens", seq_lens)
+        for g, meta, bs in zip(self.attention_groups, self.metas, self.block_sizes, strict=True):
             table_rows = [ids[g] for ids in block_ids]
             width = max(len(r) for r in table_rows)
             table = torch.tensor(
@@ -146,13 +213,36 @@ class StaticStep:
                 dtype=torch.int32,
             )
             meta.block_table[:, :width].copy_(table)
-            meta.seq_lens.copy_(lens)
-            if not shape.decode:
-                meta.query_start_loc.copy_(query_starts)
-            slot_ids: list[int] = []
-            for r, s in zip(table_rows, work, strict=True):
-                slot_ids.extend(
-                    r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens)
-                )
-            slot.copy_(torch.tensor(slot_ids + [-1] * pad, dtype=torch.int64))
+            i64.put(f"slots.{g}", _slot_ids(table_rows, work, bs), -1)
+        for m in self.mambas:
+            self._fill_mamba(m, work, [ids[m.group] for ids in block_ids], positions)
+        i64.upload()
+        i32.upload()
         return sampled
+
+    def _fill_mamba(self, m: StaticMamba, work: Sequence[ScheduledRequest],
+                    rows: list[Any], positions: list[int]) -> None:  # fmt: skip
+        """``m``'s slots for ``work`` (``rows``: each request's block ids in its group),
+        the runner's rule (``hybridkv.snapshots``); padding starts from zeros, saves nothing."""
+        initial = []
+        for r, s in zip(rows, work, strict=True):
+            e = resume_entry(s.start, m.block_size)
+            initial.append(r[e] if e >= 0 else -1)
+        self.ints32.put(f"initial.{m.group}", initial, -1)
+        bs = m.block_size
+        blocks = torch.tensor(
+            [r[p // bs] for r, s in zip(rows, work, strict=True)
+             for p in range(s.start, s.start + s.num_tokens)],
+            dtype=torch.int64,
+        )  # fmt: skip
+        ends = torch.tensor(list(accumulate(s.num_tokens for s in work)))
+        save = save_slots(torch.tensor(positions, dtype=torch.int64), blocks, ends, bs)
+        self.ints32.put(f"save.{m.group}", save.tolist(), -1)
+
+
+def _slot_ids(table_rows: list[Any], work: Sequence[ScheduledRequest], bs: int) -> list[int]:
+    """Each new token's KV slot: ``block * bs + position % bs``."""
+    out: list[int] = []
+    for r, s in zip(table_rows, work, strict=True):
+        out.extend(r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens))
+    return out

@@ -20,10 +20,11 @@ What a graph needs (``unsupported_reason``, checked by ``LLM(cuda_graphs=True)``
 before any weight is loaded): a CUDA device; the ``triton`` kernel backend, whose
 launches read lengths and tables from the metadata's device tensors (the torch and
 native backends build index plans on the host from its host lists, which a replay
-does not rewrite); a model whose forward reads nothing back from the device
-(``CausalLM.supports_cuda_graphs``: Gemma 3, Mistral / Ministral, Command R7B;
-Llama 4's MoE routing and Jamba's and Granite's experts use ``nonzero``); attention
-groups only (Mamba layers are refused).
+does not rewrite); a model whose forward reads nothing back from the device when
+``ForwardBatch.graphed`` (``CausalLM.supports_cuda_graphs``: every family; the
+routed experts of Llama 4, Jamba and Granite take their dense form, see
+``models/layers/moe.py``); attention and Mamba groups (the Mamba kernels read their
+state slots from the static tensors).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from hybridkv.engine.graphs.capture import CudaGraph, Graph
 from hybridkv.engine.graphs.shapes import MIN_SPAN, StepShape, bucket_sizes
 from hybridkv.engine.graphs.static_step import StaticStep
 from hybridkv.engine.scheduler import ScheduledRequest
-from hybridkv.specs import AttentionSpec
+from hybridkv.specs import AttentionSpec, MambaSpec
 
 
 def unsupported_reason(model: Any, config: Any, backend_name: str, device: torch.device) -> str:
@@ -53,13 +54,13 @@ def unsupported_reason(model: Any, config: Any, backend_name: str, device: torch
         )
     if not getattr(model, "supports_cuda_graphs", False):
         name = model.__name__ if isinstance(model, type) else type(model).__name__
-        return (
-            f"{name} reads host values in its forward (MoE routing or Mamba layers): "
-            "its steps cannot be captured"
-        )
+        return f"{name} reads host values in its forward: its steps cannot be captured"
     for g in config.kv_cache_groups:
-        if not isinstance(g.kv_cache_spec, AttentionSpec):
-            return f"group of {type(g.kv_cache_spec).__name__}: only attention groups are graphed"
+        if not isinstance(g.kv_cache_spec, AttentionSpec | MambaSpec):
+            return (
+                f"group of {type(g.kv_cache_spec).__name__}: only attention and Mamba groups "
+                "are graphed"
+            )
     return ""
 
 
@@ -80,7 +81,7 @@ class StepGraphs:
         self.min_span = MIN_SPAN
         self.groups = list(runner.config.kv_cache_groups)
         for g in self.groups:
-            if not isinstance(g.kv_cache_spec, AttentionSpec):
+            if not isinstance(g.kv_cache_spec, AttentionSpec | MambaSpec):
                 raise ValueError(f"{type(g.kv_cache_spec).__name__} groups cannot be graphed")
         if graph_factory is None:
             pool = torch.cuda.graph_pool_handle()

@@ -22,6 +22,7 @@ from torch import nn
 
 from hybridkv.layouts.kinds import LayerKind
 from hybridkv.models.batch import ForwardBatch
+from hybridkv.models.layers.moe import feed_forward
 from hybridkv.models.layers.norms import RMSNorm
 
 #: ``(config, layer index) -> module``: a family's constructor of one part.
@@ -48,7 +49,7 @@ class HybridLayer(nn.Module):
         mixer = self.self_attn if self.self_attn is not None else self.mamba
         assert mixer is not None
         x = x + mixer(h, batch)
-        return x + self.feed_forward(self.pre_ff_layernorm(x, batch.ops))
+        return x + feed_forward(self.feed_forward, self.pre_ff_layernorm(x, batch.ops), batch)
 
 
 class HybridStack(nn.Module):
