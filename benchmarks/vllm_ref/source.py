@@ -34,7 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: Modules the shim replaces by stubs under their real names (``load_vllm``).
 SHIMMED_TOP_LEVEL = ("zmq", "uvloop")
 DEFAULT_HARNESS = REPO.parent / "shared" / "bench" / "vllm_baseline"
