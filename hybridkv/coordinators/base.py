@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from itertools import chain, zip_longest
 
 from hybridkv.coordinators.hybrid_release import release_hybrid
 from hybridkv.coordinators.shedding import make_room
@@ -56,7 +55,6 @@ class KVCacheCoordinator(ABC):
             for gid, g in enumerate(kv_cache_config.kv_cache_groups)
         ]
         sizes = {m.block_size for m in self.managers}
-        self._same_block_size = len(sizes) == 1
         self.block_size_lcm = math.lcm(*sizes)
         # ``hybrid`` changes nothing for groups without skips (full attention only).
         self.hybrid = (
@@ -333,9 +331,10 @@ class KVCacheCoordinator(ABC):
         ``num_tokens``: its computed tokens (``hybrid``: an end whose grid point
         lies past them is off the grid, ``FinalPoints``).
 
-        Across groups, blocks are released by token position, last first (for
-        equal block sizes: position ``i`` of every group, then ``i - 1``...),
-        so every group's tail is evicted before any group's prefix.
+        ``lru`` releases as vLLM 0.33 does, block for block: each group's table in
+        turn (group order), tail first, one ``free_blocks`` call per group (the
+        pool puts each call's hashless blocks at the head, so a later group's go
+        before an earlier one's). ``hybrid`` orders by units (``_free_hybrid``).
         """
         states = [m.pop_request(request_id) for m in self.managers]
         if states[0] is None:
@@ -349,23 +348,10 @@ class KVCacheCoordinator(ABC):
                 self.seen.record(m.group_hashes(block_hashes), st.num_cached, turn)  # type: ignore[union-attr]
             self._free_hybrid(states, factor, num_tokens)  # type: ignore[arg-type]
             return True
-        tables = [st.blocks[st.num_skipped :] for st in states if st is not None]
-        pool = self.pool
-        if len(tables) == 1:
-            pool.free_blocks(reversed(tables[0]))
-        elif self._same_block_size:
-            # Tables of equal block size all end at the same position.
-            cols = zip_longest(*[reversed(t) for t in tables], fillvalue=pool.null_block)
-            pool.free_blocks(chain.from_iterable(cols))
-        else:
-            keyed = [
-                ((i + 1) * m.block_size, gid, b)
-                for gid, (m, st) in enumerate(zip(self.managers, states, strict=True))
-                if st is not None
-                for i, b in enumerate(st.blocks)
-            ]
-            keyed.sort(key=lambda e: (-e[0], e[1]))
-            pool.free_blocks(b for _, _, b in keyed)
+        free_blocks = self.pool.free_blocks
+        for st in states:
+            if st is not None:
+                free_blocks(reversed(st.blocks[st.num_skipped :]))
         return True
 
     def _free_hybrid(
