@@ -8,6 +8,11 @@ PY := $(VENV)/bin/python
 PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
+# pytest workers (pytest-xdist): one per core of the 2-core box; a file's tests stay on one
+# worker (--dist loadfile), so module fixtures and the transformers oracle's cache are shared.
+# PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: test-device-stack demo test test-research test-all lint typecheck bench bench-engine mutation clean venv dev mamba
 
@@ -55,13 +60,13 @@ lint: $(VENV)/.dev $(VENV)/.mamba
 # The product's tests (pyproject's testpaths: tests/). The one-off investigations in
 # research/ have their own tests: `make test-research`; `make test-all` runs both.
 test: lint
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q
+	$(PYTEST)
 
 test-research: $(VENV)/.dev $(VENV)/.mamba
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q research/tests
+	$(PYTEST) research/tests
 
 test-all: lint
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q tests research/tests
+	$(PYTEST) tests research/tests
 
 # The kernels and the engine under the GPU machines' Python stack (Triton 3.6's interpreter,
 # transformers 5.17); not in CI: it downloads them.
