@@ -8,8 +8,13 @@ PY := $(VENV)/bin/python
 PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TORCH := torch==2.13.0+cpu
 HYPOTHESIS_PROFILE ?= ci
+# pytest workers (pytest-xdist): one per core of the 2-core box; a file's tests stay on one
+# worker (--dist loadfile), so module fixtures and the transformers oracle's cache are shared.
+# PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-.PHONY: test-device-stack demo test lint typecheck bench bench-engine mutation clean venv dev mamba
+.PHONY: test-device-stack demo test test-research test-all lint typecheck bench bench-engine mutation clean venv dev mamba
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -48,12 +53,20 @@ demo: $(VENV)/.demo
 	$(VENV)/bin/hybridkv demo
 
 lint: $(VENV)/.dev $(VENV)/.mamba
-	$(VENV)/bin/ruff check hybridkv kernels tests benchmarks tools
-	$(VENV)/bin/ruff format --check hybridkv kernels tests benchmarks tools
+	$(VENV)/bin/ruff check hybridkv kernels tests benchmarks research tools
+	$(VENV)/bin/ruff format --check hybridkv kernels tests benchmarks research tools
 	$(VENV)/bin/mypy
 
+# The product's tests (pyproject's testpaths: tests/). The one-off investigations in
+# research/ have their own tests: `make test-research`; `make test-all` runs both.
 test: lint
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(VENV)/bin/pytest -q
+	$(PYTEST)
+
+test-research: $(VENV)/.dev $(VENV)/.mamba
+	$(PYTEST) research/tests
+
+test-all: lint
+	$(PYTEST) tests research/tests
 
 # The kernels and the engine under the GPU machines' Python stack (Triton 3.6's interpreter,
 # transformers 5.17); not in CI: it downloads them.

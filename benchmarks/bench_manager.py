@@ -10,8 +10,12 @@ which runs vLLM 0.33's real manager from source without installing vLLM.
 Ours runs under each cache policy (``--policy lru,hybrid``, the default)
 against the same vLLM runs. Runs alternate (vLLM, ours lru, ours hybrid, then
 reversed, ...) so machine drift hits all alike; the table shows medians (and
-the fastest run per request) and the ratios ours / vLLM. Only ``lru`` must make vLLM's hit decisions
-(fingerprint); ``hybrid`` keeps other blocks, so only its hit rate is shown.
+the fastest run per request) and the ratios ours / vLLM. ``lru`` must make vLLM's
+decisions block for block: the harness's fingerprint covers every request's hit
+tokens and the block ids of every prefill; a differing fingerprint in ``full`` or
+``hybrid`` fails the run (exit status 1, after the table). ``hybrid_mamba`` differs
+by design (``MAMBA_NOTE``), and ``hybrid`` keeps other blocks, so for those only the
+hit rate is shown.
 The box may be shared: a run whose machine-speed probe (before or after it)
 reads over ``NOISY``x the quietest probe so far is run again, up to
 ``--retries`` times.
@@ -59,10 +63,13 @@ MAMBA_NOTE = (
     "request's last 512 tokens (and its kept points), so the 1,024-token prefixes hit."
 )
 HYBRID_NOTE = (
-    "Only `lru` is held to vLLM's hit decisions (fingerprint): `hybrid` keeps only "
-    "what a later hit can use, so its decisions may differ; its hit rate is shown."
+    "Only `lru` is held to vLLM's decisions, hit tokens and block ids (fingerprint): "
+    "`hybrid` keeps only what a later hit can use, so its decisions may differ; its hit "
+    "rate is shown."
 )
 POLICIES = ("lru", "hybrid")
+#: Configs where ``lru`` must give vLLM's fingerprint (``hybrid_mamba``: ``MAMBA_NOTE``).
+SAME_AS_VLLM = ("full", "hybrid")
 #: A run is noisy when a probe reads over this times the quietest one so far.
 NOISY = 1.25
 
@@ -178,7 +185,8 @@ def main() -> None:
         import logging
 
         logging.getLogger("vllm").setLevel(logging.ERROR)
-    a = harness.parse_args(["--requests", str(args.requests), "--no-fingerprint-blocks"])
+    # The harness's default --fingerprint-blocks: hit tokens and block ids.
+    a = harness.parse_args(["--requests", str(args.requests)])
     workload = harness.make_workload(a)
     print(f"machine: {machine()}")
     if env:
@@ -219,6 +227,18 @@ def main() -> None:
         out = ROOT / "benchmarks" / "results" / "manager.md"
         out.write_text(report)
         print(f"wrote {out}")
+    differ = [kind for kind in SAME_AS_VLLM if kind in results and not same_as_vllm(results[kind])]
+    if differ:
+        sys.exit(f"lru's decisions differ from vLLM's (hit tokens or block ids) in: {differ}")
+
+
+def same_as_vllm(runs: dict[str, list[dict[str, Any]]]) -> bool:
+    """``lru``'s runs have vLLM's fingerprint (True when either was not run)."""
+    if "vllm" not in runs or "hybridkv:lru" not in runs:
+        return True
+    return {r["fingerprint"] for r in runs["vllm"]} == {
+        r["fingerprint"] for r in runs["hybridkv:lru"]
+    }
 
 
 def timed_replay(
@@ -306,12 +326,14 @@ def render(
             cells = [f"{hit_rate(o)} |" for o in ours.values()]
             lines.append(f"| prefix hit rate | {hit_rate(v)} | " + " | ".join(cells) + " |")
             cells = []
-            for policy, o in ours.items():
-                same = {r["fingerprint"] for r in v} == {r["fingerprint"] for r in o}
-                cells.append(
-                    f"{'yes' if same else 'NO'} |" if policy == "lru" else "not compared |"
-                )
-            lines.append("| same hit decisions (fingerprint) | | " + " | ".join(cells) + " |")
+            same = "yes" if same_as_vllm(runs) else "NO"
+            if same == "NO" and kind not in SAME_AS_VLLM:
+                same = "no (by design, below)"
+            for policy in ours:
+                cells.append(f"{same} |" if policy == "lru" else "not compared |")
+            lines.append(
+                "| same decisions: hits and block ids (fingerprint) | | " + " | ".join(cells) + " |"
+            )
         else:
             lines += ["| | " + " | ".join(head) + " |", "| --- |" + " ---: |" * len(ours)]
             for label, key, agg in ROWS:

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from vllm_grouping_check import load_vllm_grouping, vllm_groups  # noqa: E402
+from vllm_ref.grouping import load_vllm_grouping, vllm_groups  # noqa: E402
 
 from hybridkv.layouts import ModelLayout, shipped_layout, shipped_names  # noqa: E402
 from hybridkv.planning import KVCachePlan, plan_kv_cache  # noqa: E402

@@ -4,14 +4,14 @@
 For each layout and memory budget, our planner gives the KV cache config
 (``plan_kv_cache`` via ``hybridkv.sim``'s ``plan_replay``: groups, specs,
 ``num_blocks``). The same config is built in vLLM's classes with vLLM's own
-grouping (``vllm_config``), and the first ``--requests`` requests of the
+grouping (``vllm_ref.config``), and the first ``--requests`` requests of the
 Mooncake trace, expanded as ``hybridkv.sim.trace`` does (each 512-token hash id
 to 512 distinct token ids), are replayed one at a time (prompt in chunks of at
 most 8,192 tokens, ``--output-tokens`` sampled tokens, free) through:
 
-- vLLM's ``KVCacheManager``, driven as its scheduler drives it (``vllm_replay``;
+- vLLM's ``KVCacheManager``, driven as its scheduler drives it (``vllm_ref.replay``;
   for Mamba layouts with its align-mode chunking, junction stops included,
-  ``vllm_chunking``), once per ``prefix_cache_retention_interval`` in
+  ``vllm_ref.chunking``), once per ``prefix_cache_retention_interval`` in
   ``--retention`` (``none`` = dense, ``0`` = vLLM's default: only the prompt's
   last aligned state and shared-prefix junctions, ``R`` = also every R tokens);
 - ours, live, under each ``--policies`` policy: ``hybridkv simulate LAYOUT
@@ -50,18 +50,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from bench_ceiling import belady_hits, block_keys, lru_hits  # noqa: E402
+from ceilings import belady_hits, block_keys, lru_hits  # noqa: E402
 from machine_info import machine  # noqa: E402
 from ours_replay import OursResult, closed_options, run_ours  # noqa: E402
-from vllm_chunking import vllm_chunk_rule  # noqa: E402
-from vllm_config import (  # noqa: E402
+from vllm_ref.chunking import vllm_chunk_rule  # noqa: E402
+from vllm_ref.config import (  # noqa: E402
     block_sizes,
     check_block_size,
     check_same_grouping,
     to_vllm_config,
 )
-from vllm_replay import VllmCacheReplay, VllmReplayResult  # noqa: E402
-from vllm_source import default_harness, default_vllm_src, load_vllm  # noqa: E402
+from vllm_ref.replay import VllmCacheReplay, VllmReplayResult  # noqa: E402
+from vllm_ref.source import default_harness, default_vllm_src, load_vllm  # noqa: E402
 
 from hybridkv.layouts import ModelLayout  # noqa: E402
 from hybridkv.report.resolve import resolve_layout  # noqa: E402
@@ -99,7 +99,7 @@ class Cell:
     notes: list[str]
     vllm: dict[str, VllmReplayResult]
     ours: dict[str, OursResult]
-    #: ``bench_ceiling``: hit rates with every page full attention (lru, belady).
+    #: ``ceilings``: hit rates with every page full attention (lru, belady).
     ceiling: tuple[float, float] = (0.0, 0.0)
 
     @property
@@ -369,7 +369,7 @@ def target_line(cell: Cell) -> str:
         f"{theirs[0]:.2f} GB, mean under pressure {ours[1]:.2f} GB vs {theirs[1]:.2f} GB "
         f"(need less: {'yes' if mem_ok else 'no'}); peak {ours[2]:.2f} GB vs "
         f"{theirs[2]:.2f} GB. Ceilings with every page full attention "
-        f"(`bench_ceiling.py`): LRU {100 * lru_ceiling:.2f} %, offline optimal "
+        f"(`benchmarks/ceilings.py`): LRU {100 * lru_ceiling:.2f} %, offline optimal "
         f"{100 * belady:.2f} %; {TARGET_RATIO}x vLLM needs {100 * need:.2f} %"
         + (
             ", above what any cache ranked by recency alone can reach (hybrid ranks "
@@ -444,7 +444,7 @@ token, then free: `hybridkv simulate LAYOUT --trace ... --requests N --max-num-s
 --output-tokens 1 --arrivals closed --memory M --policy P` for ours (its own replay, run
 live). vLLM's manager is driven as its scheduler drives it, including, for Mamba layouts,
 its align-mode chunking that ends a prefill chunk at the last cacheable block boundary and
-at a detected shared-prefix junction (`benchmarks/vllm_replay.py` lists the vLLM code
+at a detected shared-prefix junction (`benchmarks/vllm_ref/replay.py` lists the vLLM code
 paths reproduced). Its `prefix_cache_retention_interval` is swept: `0` is vLLM's default
 (only the prompt's last aligned state and junction states), `none` keeps every chunk-end
 state, `R` also keeps states on multiples of R tokens.
@@ -471,7 +471,7 @@ FIDELITY = """## How faithful the vLLM side is
 - **Mamba states.** `mamba_cache_mode="align"` (what prefix caching selects). Jamba's
   Mamba1 mixer exports no internal prefill checkpoints, so, as in vLLM, a state exists
   only where a prefill chunk ends. Chunk ends follow `Scheduler._mamba_block_aligned_split`
-  (`benchmarks/vllm_chunking.py`): block-aligned chunks, a stop at the last cacheable
+  (`benchmarks/vllm_ref/chunking.py`): block-aligned chunks, a stop at the last cacheable
   boundary `(num_tokens - 1) // block * block`, and a stop at the shared-prefix junction
   (`get_computed_blocks`' third result, stored as `request.shared_prefix_boundary`),
   block-floored because `enable_mamba_shared_prefix_checkpoint` is off by default (it also

@@ -5,7 +5,7 @@ A small step on a GPU is bound by the host (issue 47): each kernel launch and ea
 host-to-device copy costs microseconds. This counts, for a decode step of 8 requests
 of each family's tiny test checkpoint (``tests/engine/tiny_checkpoints``; the counts
 depend on the layer structure, not the widths), ``--kernel-backend triton`` on CPU
-tensors with every Triton launch intercepted (``kernel_resources.intercepted``):
+tensors with every Triton launch intercepted (``launch_count.intercepted``):
 
 - **eager**: the Triton launches and the kernel-launching aten ops of the step (as
   ``step_launches.py`` counts them: views and allocations left out);
@@ -61,8 +61,7 @@ def _engine(path: Path, graphed: bool) -> Any:
 
 def count(family: str) -> tuple[int, int, int, int]:
     """(eager Triton launches, eager aten kernel ops, graphed fill ops, graphed copies)."""
-    from kernel_resources import intercepted
-    from step_launches import NO_KERNEL, _Aten
+    from launch_count import NO_KERNEL, AtenOps, intercepted
     from tiny_checkpoints import FAMILY_CONFIGS, save_checkpoint
 
     import hybridkv.engine.graphs.static_step as static_step
@@ -71,7 +70,7 @@ def count(family: str) -> tuple[int, int, int, int]:
         path = save_checkpoint(FAMILY_CONFIGS[family](), Path(tmp) / family)
         llm = _engine(path, graphed=False)
         launches.clear()
-        with _Aten() as aten:
+        with AtenOps() as aten:
             llm.step()
         triton = len(launches)
         eager = sum(1 for o in aten.ops if o not in NO_KERNEL)
@@ -80,7 +79,7 @@ def count(family: str) -> tuple[int, int, int, int]:
         seen: list[list[str]] = []
 
         def recorded(self: Any, *args: Any) -> int:
-            with _Aten() as a:
+            with AtenOps() as a:
                 out: int = fill(self, *args)
             seen.append(a.ops)
             return out

@@ -22,6 +22,7 @@ from hybridkv import (
     Request,
     SlidingWindowSpec,
 )
+from hybridkv.core.block_pool import BlockPool
 
 
 def make_config(kind: str, block_size: int, num_blocks: int, window: int) -> KVCacheConfig:
@@ -50,6 +51,21 @@ def make_config(kind: str, block_size: int, num_blocks: int, window: int) -> KVC
         for name in g.layer_names
     ]
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
+
+
+class EvictionCount:
+    """What the harness reads as ``counter[0]`` after a replay: the cached blocks the
+    pool evicted since this was made (``BlockPool.num_evicted_blocks``; vLLM's side
+    counts its ``_maybe_evict_cached_block`` hits)."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self.pool = pool
+        self.start = pool.num_evicted_blocks
+
+    def __getitem__(self, index: int) -> int:
+        if index != 0:
+            raise IndexError(f"the count is item 0, not {index}")
+        return self.pool.num_evicted_blocks - self.start
 
 
 class HybridkvAdapter:
@@ -112,17 +128,8 @@ class HybridkvAdapter:
     def usage(self) -> float:
         return self.kv.usage
 
-    def install_eviction_counter(self) -> list[int]:
-        pool = self.kv.block_pool
-        orig = pool._evict
-        counter = [0]
-
-        def wrapped(block: Any) -> None:
-            counter[0] += 1
-            orig(block)
-
-        pool._evict = wrapped  # type: ignore[method-assign]
-        return counter
+    def install_eviction_counter(self) -> EvictionCount:
+        return EvictionCount(self.kv.block_pool)
 
     def num_free_blocks(self) -> int:
         return self.kv.block_pool.num_free_blocks

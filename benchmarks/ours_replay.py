@@ -3,22 +3,19 @@
 ``run_ours`` calls ``hybridkv.sim.replay_trace`` with the options of
 ``hybridkv simulate LAYOUT --max-num-seqs 1 --arrivals closed`` (the requests
 come already loaded, e.g. with ``--output-tokens 1``), so its figures are the
-CLI's. The only addition is a measurement: the replay's ``KVCacheManager`` is
-swapped for a subclass whose ``free`` also counts the prefix cache's blocks by
-kind every ``sample_every`` requests (the peak and the mean under pressure the
-vLLM side reports too). It reads the pool and changes no decision.
+CLI's. The only addition is a measurement: ``replay_trace``'s ``on_finished`` hook
+counts the prefix cache's blocks by kind every ``sample_every`` finished requests
+(the peak and the mean under pressure the vLLM side reports too). It reads the pool
+and changes no decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-from unittest import mock
 
 from pressure_mean import PressureMean
 
-import hybridkv.sim.replay as sim_replay
 from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import ModelLayout
 from hybridkv.sim import CostModel, SimOptions, SimResult, device_profile, replay_trace
@@ -51,25 +48,25 @@ class OursResult:
     pressured_mean_blocks: dict[str, float]
 
 
-def _sampling_manager(
+def _sampler(
     every: int, peak: dict[str, int], pressured: list[PressureMean]
-) -> type[KVCacheManager]:
-    class SamplingManager(KVCacheManager):
-        _frees = 0
+) -> Callable[[KVCacheManager, int], None]:
+    """``replay_trace``'s ``on_finished``: the cached blocks by kind after every
+    ``every``-th finished request."""
+    done = [0]
 
-        def free(self, request: Any) -> bool:
-            out = super().free(request)
-            self._frees += 1
-            if self._frees % every == 0:
-                now = cached_blocks_by_kind(self)
-                for kind, n in now.items():
-                    peak[kind] = max(peak.get(kind, 0), n)
-                if not pressured:
-                    pressured.append(PressureMean(self.block_pool.num_blocks - 1))
-                pressured[0].add(now)
-            return out
+    def sample(manager: KVCacheManager, n: int) -> None:
+        before, done[0] = done[0], done[0] + n
+        if done[0] // every == before // every:
+            return
+        now = cached_blocks_by_kind(manager)
+        for kind, blocks in now.items():
+            peak[kind] = max(peak.get(kind, 0), blocks)
+        if not pressured:
+            pressured.append(PressureMean(manager.block_pool.num_blocks - 1))
+        pressured[0].add(now)
 
-    return SamplingManager
+    return sample
 
 
 def run_ours(
@@ -86,9 +83,10 @@ def run_ours(
     cost = CostModel.from_layout(layout, device_profile("h100"), active_params)
     peak: dict[str, int] = {}
     pressured: list[PressureMean] = []
-    manager = _sampling_manager(sample_every, peak, pressured)
-    with mock.patch.object(sim_replay, "KVCacheManager", manager):
-        sim = replay_trace(layout, requests, options, cost, progress=progress, desc=desc)
+    sample = _sampler(sample_every, peak, pressured)
+    sim = replay_trace(
+        layout, requests, options, cost, progress=progress, desc=desc, on_finished=sample
+    )
     for kind, n in sim.cached_blocks.items():
         peak[kind] = max(peak.get(kind, 0), n)
     return OursResult(

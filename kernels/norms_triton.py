@@ -46,7 +46,7 @@ NO_FMA = {"enable_fp_fusion": False}
 def _row_warps(block: int) -> int:
     """Warps for a program holding a whole row of ``block`` (a power of two) values:
     16 for 8,192 (Gemma 3 27B's 5,376 padded) keep 16 values of each tile per thread
-    (4 warps: 187 registers; ``benchmarks/kernel_resources.py``)."""
+    (4 warps: 187 registers; ``research/kernel_resources.py``)."""
     return max(4, min(16, block // 512))
 
 

@@ -18,6 +18,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+# Under pytest-xdist (``make test``: one worker per core) each worker computes on one
+# thread: torch's and the native kernels' OpenMP threads would otherwise oversubscribe
+# the cores, and OpenMP's spinning threads then cost several times the work. Set before
+# torch loads OpenMP; an explicit OMP_NUM_THREADS (the GPU session's) wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings

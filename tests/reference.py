@@ -271,32 +271,17 @@ def check_release_order(
     old_queue: list[int],
     new_queue: list[int],
     released: list[tuple[int, int, int, bool]],
-    same_block_size: bool,
 ) -> None:
-    """Check the free queue after a request's blocks were released.
+    """Check the free queue after a request's blocks were released (``lru``).
 
     ``released``: (group, position, block id, hashed) of every block whose ref
-    count dropped to 0. Release is tail first: hashless blocks go to the head
-    (so the last released is first), hashed ones to the tail. Within a group
-    the order is by position, last first; with equal block sizes, position
-    ``i`` of every group (group order) comes before position ``i - 1``.
+    count dropped to 0. vLLM 0.33's order: each group in turn (group order), its
+    blocks by position, last first, one release per group; hashed blocks go to the
+    tail in that order, each group's hashless ones to the head in that order, so a
+    later group's hashless blocks come before an earlier group's.
     """
-    order = sorted(released, key=lambda e: (-e[1], e[0]))
-    hashless = [e for e in order if not e[3]]
-    hashed = [e for e in order if e[3]]
-    head = new_queue[: len(hashless)]
-    mid = new_queue[len(hashless) : len(hashless) + len(old_queue)]
-    tail = new_queue[len(hashless) + len(old_queue) :]
-    assert mid == old_queue, "released blocks were inserted inside the free queue"
-    assert set(head) == {e[2] for e in hashless}, (head, hashless)
-    assert set(tail) == {e[2] for e in hashed}, (tail, hashed)
-    if same_block_size:
-        assert head == [e[2] for e in reversed(hashless)], (head, hashless)
-        assert tail == [e[2] for e in hashed], (tail, hashed)
-        return
-    group_of = {e[2]: e[0] for e in released}
-    for g in {e[0] for e in released}:
-        assert [b for b in tail if group_of[b] == g] == [e[2] for e in hashed if e[0] == g]
-        assert [b for b in reversed(head) if group_of[b] == g] == [
-            e[2] for e in hashless if e[0] == g
-        ]
+    groups = sorted({e[0] for e in released})
+    order = {g: sorted((e for e in released if e[0] == g), key=lambda e: -e[1]) for g in groups}
+    head = [e[2] for g in reversed(groups) for e in order[g] if not e[3]]
+    tail = [e[2] for g in groups for e in order[g] if e[3]]
+    assert new_queue == head + old_queue + tail, (head, tail)

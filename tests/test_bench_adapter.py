@@ -51,3 +51,19 @@ def test_replay_matches_expected_hits(kind: str) -> None:
     assert res["prefill_alloc_failures"] == res["decode_alloc_failures"] == 0
     assert res["free_blocks_at_end"] == a.num_blocks - 1
     adapter.kv.check_integrity()
+
+
+@pytest.mark.skipif(
+    not HARNESS.exists(), reason="shared/bench/vllm_baseline is not beside the repo"
+)
+def test_eviction_count_is_the_pools() -> None:
+    # 200 blocks hold 12 requests of 80 blocks' prompts: the pool must evict cached ones.
+    harness = _load("bench_vllm", HARNESS)
+    adapter_mod = _load("hybridkv_adapter", ROOT / "benchmarks" / "hybridkv_adapter.py")
+    argv = ["--requests", "40", "--decode-steps", "4", "--num-blocks", "200", "--max-running", "2"]
+    a = harness.parse_args(argv)
+    config = adapter_mod.make_config("full", a.block_size, a.num_blocks, a.window)
+    adapter = adapter_mod.HybridkvAdapter(config, a)
+    counter = adapter.install_eviction_counter()
+    harness.replay(adapter, harness.make_workload(a), a)
+    assert counter[0] == adapter.kv.block_pool.num_evicted_blocks > 0

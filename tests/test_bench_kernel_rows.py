@@ -59,16 +59,6 @@ def test_prefill_mixed_and_cache_write_rows():
     assert all(_cells(r, 4)[3].endswith("%") for r in cw)
 
 
-def test_tuning_sweep_times_every_candidate_against_the_defaults():
-    import tune_attention as tune
-
-    shape = tune.shapes(quick=False, tiny=True)[0]  # decodes: tiles, stages, then split-KV
-    (row,) = tune.sweep_shape(shape, CPU, tiny=True, reps=1)
-    cells = _cells(row, 7)
-    assert cells[0] == shape.name and cells[5] == "7" and cells[6] == "0"
-    assert cells[4].endswith("x")
-
-
 def test_call_cost_rows():
     # Where a small call's time goes: alone, back to back, host only, host until done,
     # the metadata build and the first call on new metadata; then reshape_and_cache.

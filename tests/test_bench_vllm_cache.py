@@ -28,9 +28,9 @@ from bench_vllm_cache import (  # noqa: E402
     tuned_clause,
 )
 from ours_replay import closed_options, run_ours  # noqa: E402
-from vllm_chunking import mamba_chunk_tokens  # noqa: E402
-from vllm_config import block_sizes, check_block_size, vllm_mamba_block_size  # noqa: E402
-from vllm_source import default_harness, default_vllm_src  # noqa: E402
+from vllm_ref.chunking import mamba_chunk_tokens  # noqa: E402
+from vllm_ref.config import block_sizes, check_block_size, vllm_mamba_block_size  # noqa: E402
+from vllm_ref.source import default_harness, default_vllm_src  # noqa: E402
 
 from hybridkv.layouts import shipped_layout  # noqa: E402
 from hybridkv.sim import device_profile, replay_trace  # noqa: E402
@@ -135,14 +135,14 @@ def test_our_side_decides_as_replay_trace() -> None:
 def vl():
     if not HAVE_VLLM:
         pytest.skip("vLLM baseline source is not set up")
-    from vllm_source import load_vllm
+    from vllm_ref.source import load_vllm
 
     return load_vllm()
 
 
 @needs_vllm
 def test_chunk_rule_is_vllms(vl) -> None:
-    from vllm_chunking import vllm_chunk_rule
+    from vllm_ref.chunking import vllm_chunk_rule
 
     rng = random.Random(0)
     for block, budget in ((80, 8192), (16, 8192), (4, 8), (16, 8)):
@@ -164,7 +164,7 @@ def test_chunk_rule_is_vllms(vl) -> None:
 
 @needs_vllm
 def test_config_translation(vl) -> None:
-    from vllm_config import check_same_grouping, to_vllm_config
+    from vllm_ref.config import check_same_grouping, to_vllm_config
 
     # The benchmark's regime (max_model_len of the longest request, ~123k): our planner
     # groups as vLLM does.
@@ -197,8 +197,8 @@ def test_vllm_replay_hits_by_hand(vl, retention) -> None:
     first chunk ends there and its state is kept. C [0,1,4]: hit 960 (B's
     state). D resends A: hit capped at 1,535, i.e. 1,520, where A's state is.
     """
-    from vllm_config import to_vllm_config
-    from vllm_replay import VllmCacheReplay
+    from vllm_ref.config import to_vllm_config
+    from vllm_ref.replay import VllmCacheReplay
 
     layout = shipped_layout("jamba-v0.1")
     reqs = _trace(JUNCTION_TRACE)

@@ -64,11 +64,11 @@ def test_full_and_two_sliding_groups_tables_over_time() -> None:
     )
     kv.check_integrity()
 
-    # Free, by token position last first; hashless (partial) blocks to the head.
-    #   pos 4: 13, 14, 15 (partial) -> head, each in front of the previous
-    #   pos 3: 10, 11, 12; pos 2: 3, 9; pos 1: 2; pos 0: 1 -> tail
+    # Free as vLLM does: each group's table in turn, last position first; hashless
+    # (partial) blocks to the head, a later group's in front of an earlier one's.
+    #   g0: 13 -> head; 10, 3, 2, 1 -> tail.  g1: 14 -> head; 11.  g2: 15 -> head; 12, 9
     kv.free(a)
-    head, tail = [15, 14, 13], [4, 5, 7, 6, 8, 10, 11, 12, 3, 9, 2, 1]
+    head, tail = [15, 14, 13], [4, 5, 7, 6, 8, 10, 3, 2, 1, 11, 12, 9]
     assert free_ids(kv) == [*head, *range(16, 30), *tail]
 
     # A's 17 tokens again: hit 16. g1 needs tokens 12-15, g2 tokens 8-15.
@@ -201,8 +201,8 @@ def test_hybrid_hit_is_the_fixed_point_of_all_groups() -> None:
     assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
     decode(kv, a, 120)  # g1 releases 9, 8, 7, 6; token 20 gets 11 and 12
     assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5, 11], [0, 0, 0, 0, 10, 12])
-    kv.free(a)
-    assert free_ids(kv) == [12, 11, 13, 9, 8, 7, 6, 5, 10, 4, 3, 2, 1]
+    kv.free(a)  # g0: 11 -> head, 5-1 -> tail; then g1: 12 -> head, 10 -> tail
+    assert free_ids(kv) == [12, 11, 13, 9, 8, 7, 6, 5, 4, 3, 2, 1, 10]
     c = req("c", 21)
     assert hit_ids(kv, c) == ([1, 2, 3, 4, 5], [0, 0, 0, 0, 10])
 
@@ -364,9 +364,8 @@ def test_mixed_block_sizes_hit_multiples_of_both() -> None:
     admit(kv, a)
     assert kv.get_block_ids("a") == ([1, 2, 3, 4, 5, 6], [7, 8, 9])
     kv.free(a)
-    # Release by end position, last first, group order on ties:
-    # 12: 6, 9 | 10: 5 | 8: 4, 8 | 6: 3 | 4: 2, 7 | 2: 1
-    assert free_ids(kv) == [*range(10, 20), 6, 9, 5, 4, 8, 3, 2, 7, 1]
+    # Released as vLLM does: each group's table in turn, last block first.
+    assert free_ids(kv) == [*range(10, 20), 6, 5, 4, 3, 2, 1, 9, 8, 7]
     d = req("d", 13)
     assert hit_ids(kv, d) == ([0, 0, 0, 0, 0, 6], [7, 8, 9])
     # X (14 tokens: 7 + 4 blocks) pops 10..19 and 6: sliding block 5 is gone.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from factories import chunked, config, full, mamba, swa
+from factories import chunked, config, full, hit_len, mamba, swa
 
 from hybridkv import (
     KVCacheManager,
@@ -230,7 +230,7 @@ def test_tail_points_release_unit_by_unit() -> None:
 
 @pytest.mark.parametrize(
     ("policy", "b_blocks", "hit"),
-    [("hybrid", ([12, 11, 10], [9, 8, 7]), 24), ("lru", ([6, 12, 5], [11, 4, 10]), 12)],
+    [("hybrid", ([12, 11, 10], [9, 8, 7]), 24), ("lru", ([6, 5, 4], [3, 2, 1]), 0)],
 )
 def test_under_pressure_dead_blocks_go_before_kept_ones(
     policy: str, b_blocks: tuple[list[int], list[int]], hit: int
@@ -243,7 +243,8 @@ def test_under_pressure_dead_blocks_go_before_kept_ones(
     end needs nothing before it). Blocks 0, 2, 4 (ids 7, 9, 11) serve hits at 4,
     12, 20, which no kept point is. The kept point ``E = 24`` needs full blocks
     1-6 only. ``b`` needs 6 blocks: ``hybrid`` evicts the 6 chunked ones and the
-    hit at 24 survives; ``lru`` evicts ``a``'s deepest blocks and 12 survives.
+    hit at 24 survives; ``lru`` released ``a``'s tables as vLLM does (the full one,
+    then the chunked one, each tail first), so it evicts every full block: no hit.
     """
     kv = manager(FULL, CHUNKED, num_blocks=13, policy=policy)
     a = Request("a", list(range(24)))
@@ -263,7 +264,7 @@ def test_under_pressure_dead_blocks_go_before_kept_ones(
     assert kv.allocate_slots(b, 12, n, blocks).get_block_ids() == b_blocks
     b.num_computed_tokens = 12
     kv.free(b)
-    assert run(kv, "c", [*range(24), 99]) == hit
+    assert hit_len(kv, Request("c", [*range(24), 99])) == hit
 
 
 def test_freed_units_are_valued_by_hand() -> None:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from factories import config, full, mamba, manager, prefill, req, swa  # noqa: E402
-from vllm_source import default_harness, default_vllm_src  # noqa: E402
+from vllm_ref.source import default_harness, default_vllm_src  # noqa: E402
 
 from hybridkv import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent  # noqa: E402
 from hybridkv.events import KVEventsConfig, open_publisher  # noqa: E402

@@ -85,9 +85,9 @@ def test_free_order_puts_hashless_blocks_at_the_head(caching: bool) -> None:
         # free b: 5 -> head; 4 -> tail         => [5, 3, 6, 7, 2, 1, 4]
         assert free_ids(kv) == [5, 3, 6, 7, 2, 1, 4]
     else:
-        # Nothing has a hash: released 3, 2, 1 each to the head => [1, 2, 3, 6, 7]
-        # then 5, 4                                        => [4, 5, 1, 2, 3, 6, 7]
-        assert free_ids(kv) == [4, 5, 1, 2, 3, 6, 7]
+        # Nothing has a hash: a release's blocks go to the head in its order (vLLM's
+        # prepend_n): 3, 2, 1 => [3, 2, 1, 6, 7]; then 5, 4 => [5, 4, 3, 2, 1, 6, 7]
+        assert free_ids(kv) == [5, 4, 3, 2, 1, 6, 7]
         assert cached_ids(kv) == set()
     kv.check_integrity()
 

@@ -289,7 +289,7 @@ REAL = [n for n in shipped_names() if not n.startswith(("tiny-", "toy-", "20full
 def test_vllm_grouping_is_vllms_own(name: str) -> None:
     # vLLM 0.33's grouping function, executed from its source on the same specs.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from vllm_grouping_check import load_vllm_grouping, vllm_groups
+    from vllm_ref.grouping import load_vllm_grouping, vllm_groups
 
     layout = shipped_layout(name)
     plan = plan_kv_cache(layout, 2**45, grouping="vllm", max_model_len=4096)

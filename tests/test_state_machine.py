@@ -467,7 +467,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             }
             check_hybrid_release(old_queue, new_queue, released, keys)
         else:
-            check_release_order(old_queue, new_queue, released, len(set(self.sizes)) == 1)
+            check_release_order(old_queue, new_queue, released)
         self.running.remove(t)
 
     # -- rules ---------------------------------------------------------------

@@ -4,7 +4,7 @@
 
 ``PAYLOADS.msgpack`` is a msgpack list of payload frames. vLLM is imported
 from its unpacked source with the shared harness's shim
-(``benchmarks/vllm_source.py``); the shim replaces ``zmq`` in ``sys.modules``,
+(``benchmarks/vllm_ref/source.py``); the shim replaces ``zmq`` in ``sys.modules``,
 which is why this runs in its own process and not inside pytest. For each
 payload it prints whether ``msgspec.msgpack.Decoder(type=KVEventBatch)``
 accepted it, whether vLLM's encoder gives back the same bytes, and the decoded
@@ -31,7 +31,7 @@ def plain(value: Any) -> Any:
 
 
 def main(path: str) -> None:
-    from vllm_source import load_vllm
+    from vllm_ref.source import load_vllm
 
     load_vllm()
     import msgspec

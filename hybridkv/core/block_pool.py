@@ -67,6 +67,10 @@ class BlockPool:
         #: an uncache, a reset): a prefix hit found at the same generation is
         #: still valid block for block.
         self.generation = 0
+        #: Cached blocks evicted so far: taken by ``get_new_blocks`` while their key (or
+        #: duplicate) was in the index. An ``uncache`` or a reset is not an eviction.
+        #: A statistic (benchmarks read it); nothing decides on it.
+        self.num_evicted_blocks = 0
 
     # -- queries -------------------------------------------------------------
     @property
@@ -108,6 +112,7 @@ class BlockPool:
             for b in blocks:
                 if b.block_hash is not None:
                     self._evict(b)
+                    self.num_evicted_blocks += 1
                 b.ref_cnt = 1
             return blocks
         # The common case inline: the key's only block (a cached block without
@@ -116,14 +121,15 @@ class BlockPool:
         for b in blocks:
             h = b.block_hash
             if h is not None:
+                evicted += 1
                 if duplicates and (b.group_id, h) in duplicates:
                     self._evict(b)
                 else:
                     del cached[b.group_id][h]  # type: ignore[index]
                     b.block_hash = b.group_id = b.token_ids = None
-                    evicted += 1
             b.ref_cnt = 1
         self.generation += evicted
+        self.num_evicted_blocks += evicted
         return blocks
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

@@ -65,9 +65,10 @@ class LRUEvictionPolicy(EvictionPolicy):
 
     The free queue starts in block-id order; ``take`` pops from the head.
     Released blocks with a hash (reusable prefix) go to the tail; blocks
-    without one (partial blocks: nothing to reuse) go to the head. Requests
-    release their blocks tail-first, so a finished sequence's tail is evicted
-    before its prefix.
+    without one (partial blocks: nothing to reuse) go to the head, in the
+    order of one ``release`` call (vLLM 0.33's free queue: a call's first
+    hashless block is reused first). Requests release their blocks tail-first,
+    so a finished sequence's tail is evicted before its prefix.
     """
 
     def __init__(self, blocks: list[KVCacheBlock]) -> None:
@@ -89,11 +90,15 @@ class LRUEvictionPolicy(EvictionPolicy):
             for b in blocks:
                 q.appendleft(b)
             return
+        first: list[KVCacheBlock] = []
         for b in blocks:
             if b.block_hash is None:
-                q.appendleft(b)
+                first.append(b)
             else:
                 q.append(b)
+        if first:  # at the head in release order (vLLM 0.33's ``prepend_n``)
+            first.reverse()
+            q.extendleft(first)
 
     def remove(self, block: KVCacheBlock) -> None:
         self.queue.remove(block)

@@ -85,8 +85,7 @@ def make_policy(
     """The coordinator's policy over ``managers`` (their geometry) and ``pool``."""
     check_cache_policy(cache_policy)
     if not hybrid_in_force(cache_policy, enable_caching, [m.has_skips for m in managers]):
-        same = len({m.block_size for m in managers}) == 1
-        return LruPolicy(pool.null_block, same)
+        return LruPolicy()
     ranking = pool.policy
     return HybridPolicy(
         managers,

@@ -1,28 +1,23 @@
 """``LruPolicy``: every computed block is cached; the least recently used goes first.
 
-vLLM's decisions: running requests hold only what their next query reads,
-nothing is kept for later beyond the prefix cache itself, and a freed
-request's blocks return tail first, so every group's tail is evicted before
-any group's prefix.
+vLLM 0.33's decisions, block for block: running requests hold only what their
+next query reads, nothing is kept for later beyond the prefix cache itself, and
+a freed request's tables return one group at a time, in group order, each tail
+first (one ``free_blocks`` call per group: the pool puts each call's hashless
+blocks at the head of the free queue, so a later group's go before an earlier
+one's). ``tests/test_lru_is_vllm.py`` holds worked examples.
 """
 
 from __future__ import annotations
 
-from itertools import chain, zip_longest
-
-from hybridkv.core.block import KVCacheBlock
 from hybridkv.policy.base import CachePolicy, ReleaseRun, Tables
 
 
 class LruPolicy(CachePolicy):
-    """Recency only (module docstring). ``null_block``: the pool's."""
+    """Recency only (module docstring)."""
 
     name = "lru"
     keeps_points = False
-
-    def __init__(self, null_block: KVCacheBlock, same_block_size: bool) -> None:
-        self._null = null_block
-        self._same_block_size = same_block_size
 
     def release(
         self,
@@ -31,22 +26,9 @@ class LruPolicy(CachePolicy):
         block_hashes: list[bytes] | None,
         num_tokens: int | None,
     ) -> list[ReleaseRun]:
-        """Across groups, by token position, last first (for equal block sizes:
-        position ``i`` of every group, then ``i - 1``...)."""
-        rows = [st.blocks[st.num_skipped :] for _, st in tables]
-        if len(rows) == 1:
-            return [ReleaseRun(rows[0][::-1])]
-        if self._same_block_size:
-            # Tables of equal block size all end at the same position.
-            cols = zip_longest(*[reversed(t) for t in rows], fillvalue=self._null)
-            return [ReleaseRun(list(chain.from_iterable(cols)))]
-        keyed = [
-            ((i + 1) * m.block_size, gid, b)
-            for gid, (m, st) in enumerate(tables)
-            for i, b in enumerate(st.blocks)
-        ]
-        keyed.sort(key=lambda e: (-e[0], e[1]))
-        return [ReleaseRun([b for _, _, b in keyed])]
+        """One run per group, in group order, each its table's tail first
+        (skipped blocks, already released, excluded)."""
+        return [ReleaseRun(st.blocks[st.num_skipped :][::-1]) for _, st in tables]
 
     def check_integrity(self, live: set[str]) -> None:
         """Nothing to check: the policy keeps no state."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
@@ -104,8 +104,12 @@ def replay_trace(
     *,
     progress: bool = False,
     desc: str = "replay",
+    on_finished: Callable[[KVCacheManager, int], None] | None = None,
 ) -> SimResult:
-    """Replay ``requests`` (arrivals non-decreasing) and measure (module docstring)."""
+    """Replay ``requests`` (arrivals non-decreasing) and measure (module docstring).
+
+    ``on_finished(manager, n)``: called after each step that finished ``n`` requests,
+    their blocks freed (a benchmark samples the cache there); it must only read."""
     wall = time.perf_counter()
     max_model_len = replay_max_model_len(layout, requests, options.max_model_len)
     plan = plan_replay(layout, options, max_model_len)
@@ -228,6 +232,8 @@ def replay_trace(
                     last_finish = now
                 if finished:
                     collector.tick(len(finished))
+                    if on_finished is not None:
+                        on_finished(manager, len(finished))
                     if bar is not None:
                         bar.update(len(finished))
         finally:

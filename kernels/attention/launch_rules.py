@@ -1,6 +1,6 @@
 """The Triton attention kernel's launch choices: pure rules, one function per choice.
 
-Measured on an NVIDIA H200 on 2026-11-26 (``benchmarks/tune_attention.py``;
+Measured on an NVIDIA H200 on 2026-11-26 (``research/tune_attention.py``;
 ``benchmarks/results/attention-tuning-nvidia-h200.md``), bf16, 32 query / 8 KV
 heads, head 128, block 16:
 

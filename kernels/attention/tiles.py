@@ -3,7 +3,7 @@
 The launcher (``launcher.py``) picks rows per program, keys per iteration, warps,
 stages and split-KV segments by the rules of ``launch_rules.py``. ``unified_attention(...,
 tiles=TritonTiles(...))`` overrides some of them for one call, so that
-``benchmarks/tune_attention.py`` can time the alternatives on a GPU without
+``research/tune_attention.py`` can time the alternatives on a GPU without
 editing the launcher; ``None`` fields keep the rule. Every choice computes the
 same attention (the tuning script checks it); only the speed changes. The torch
 and native backends have no tiles and ignore it, as they ignore

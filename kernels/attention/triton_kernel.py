@@ -28,8 +28,8 @@ stride (both change from step to step) are not specialised
 (every split of 1 to 16 segments) compile 3 attention binaries (short-span tiles,
 long-span tiles, split) and 4 merges (one per power of two of segments), where the
 constexpr segment count and specialised batch size and table width compiled 51 and
-15: each a stall of the step that meets it first (``benchmarks/kernel_resources.py
---variants``; ``tests/test_kernel_resources.py``).
+15: each a stall of the step that meets it first (``research/kernel_resources.py
+--variants``; ``research/tests/test_kernel_resources.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``ssd_chunk_scan_fn(..., tiles=ScanTiles(...))`` overrides the Triton
 launcher's rules (``ssd_chunk_scan_triton.py``) for one call, so that
-``benchmarks/tune_mamba_scan.py`` can time the alternatives on a GPU without
+``research/tune_mamba_scan.py`` can time the alternatives on a GPU without
 editing the launcher; ``None`` fields keep the rule. Every choice computes the
 same scan; only the speed changes, and with ``precision`` the rounding of the
 matmul inputs (the tuning script checks each choice against the sequential
@@ -10,8 +10,8 @@ kernel). The torch backend has no tiles and ignores them, as ``TritonTiles``
 is ignored by the attention op's torch backend.
 
 The launcher's rules (``None``) were checked for registers and local memory on
-sm_90 offline (``benchmarks/kernel_resources.py``) but not timed on a GPU; the sweep is
-``benchmarks/tune_mamba_scan.py`` (the ``tune-mamba`` stage of
+sm_90 offline (``research/kernel_resources.py``) but not timed on a GPU; the sweep is
+``research/tune_mamba_scan.py`` (the ``tune-mamba`` stage of
 ``tools/gpu/session.sh``).
 """
 

@@ -33,7 +33,7 @@ are empty and do nothing. Math is fp32 (``tl.dot`` at IEEE precision unless
 ``ScanTiles.precision`` says otherwise); the per-chunk states live in an fp32
 scratch buffer ``[chunks, heads, P, N]``. ``tiles=ScanTiles(...)``
 (``scan_tiles.py``) overrides the launcher's chunk, block, warp, stage and
-precision choices for one call (tuning: ``benchmarks/tune_mamba_scan.py``).
+precision choices for one call (tuning: ``research/tune_mamba_scan.py``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ then: all matmuls IEEE fp32, all of d_state in one block, 8 warps): 0.5 TFLOP/s,
 slower than the sequential kernel. Per (chunk, head) the three matmuls of phase 3
 and the one of phase 1 cost ~1.8M multiply-adds (19 GFLOP for 80 heads x 4k
 tokens), and IEEE fp32 ``tl.dot`` runs them as FMA loops on CUDA cores; compiled for
-sm_90 (``benchmarks/kernel_resources.py``, offline) the chunk-state and chunk-scan
+sm_90 (``research/kernel_resources.py``, offline) the chunk-state and chunk-scan
 kernels held 32 registers and 5-9 KB of local memory per thread. ``C B^T`` is also
 recomputed per head though it depends only on the group (a quarter of the
 multiply-adds; ``ScanTiles.shared_cb`` computes it once per (chunk, group) in
@@ -16,8 +16,8 @@ multiply-adds; ``ScanTiles.shared_cb`` computes it once per (chunk, group) in
 The rules now (``_choices``; 2026-11-26, after the second lease, not yet timed):
 tf32x3 matmuls (about fp32's accuracy, on tensor cores) and d_state in blocks of
 32 at 4 warps, which compile to wgmma with no local memory in all three kernels,
-on Triton 3.6 and 3.9 (``tests/test_kernel_resources.py`` holds that). Every
-choice is a ``ScanTiles`` field, swept by ``benchmarks/tune_mamba_scan.py``.
+on Triton 3.6 and 3.9 (``research/tests/test_kernel_resources.py`` holds that). Every
+choice is a ``ScanTiles`` field, swept by ``research/tune_mamba_scan.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from hybridkv.kernels.mamba.ssd_chunk_scan import MIN_TILE as _MIN_TILE
 
 # The rule's matmuls: three tf32 products (tf32x3), about fp32's accuracy on tensor
 # cores. IEEE fp32 dots compiled for sm_90 to FMA loops on CUDA cores with 5-9 KB of
-# local memory per thread (``benchmarks/kernel_resources.py``); tf32x3 to wgmma with
+# local memory per thread (``research/kernel_resources.py``); tf32x3 to wgmma with
 # none (with the d_state blocks below). Plain tf32 would cost ~1e-3 relative error in
 # the states and bf16 more: ScanTiles.precision choices, for the GPU sweep to weigh.
 # Under Triton's interpreter tf32x3 runs as fp32, as ieee does.
@@ -43,7 +43,7 @@ RULE_PRECISION = "tf32x3"
 # The rule's d_state step: all of d_state in one [Q, d_state] tile made the chunk-scan
 # kernel's tiles exceed the registers (d_state 128: 255 registers and local memory
 # even with tensor cores at 8 warps); steps of 32 compile without local memory at 4
-# warps for Q 64 (Bamba 9B and Mamba2 2.7B heads, ``benchmarks/kernel_resources.py``).
+# warps for Q 64 (Bamba 9B and Mamba2 2.7B heads, ``research/kernel_resources.py``).
 _RULE_BLOCK_N = 32
 # What "bf16" runs as under the interpreter, whose tl.dot multiplies bf16 tiles'
 # raw 16-bit patterns as integers: operands rounded to bf16, multiplied in fp32
@@ -289,7 +289,7 @@ def _choices(tiles: ScanTiles, q: int, head_dim: int, d_state: int) -> tuple[int
     """``(block_p, block_n, precision, launch options)``: ``tiles`` where set, else the rules.
 
     Rules (checked for registers and local memory on sm_90 offline, not timed on a
-    GPU; ``benchmarks/tune_mamba_scan.py`` sweeps them): up to 64 rows of
+    GPU; ``research/tune_mamba_scan.py`` sweeps them): up to 64 rows of
     ``head_dim`` per program, ``d_state`` in blocks of up to ``_RULE_BLOCK_N``
     (both at least ``tl.dot``'s 16), tf32x3 matmuls (``RULE_PRECISION``), and 8
     warps where a tile exceeds ``[64, 64]`` fp32 (``_FOUR_WARP_ELEMS``), else

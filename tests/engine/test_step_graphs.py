@@ -47,7 +47,12 @@ class _HostReading:
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Two layers, one of each kind: the interpreter runs every Triton kernel per program.
-    config = gemma3_config(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+    config = gemma3_config(
+        num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     return save_checkpoint(config, tmp_path_factory.mktemp("gemma3-graphs"))
 
 

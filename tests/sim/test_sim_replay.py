@@ -175,3 +175,22 @@ def test_full_match_is_what_full_attention_alone_matched(write_trace):
     table = render_results([lru, hyb], "t.jsonl")
     assert "full match" in table.splitlines()[1]
     assert "14.63%" in table.splitlines()[3]  # 1024 / 7000 on the hybrid row
+
+
+def test_on_finished_sees_each_step_that_finished_requests(one_full, write_trace):
+    # Closed loop, 8 at a time: 5 requests of 8 output tokens finish in one step; the
+    # hook runs after their blocks are freed (none held) and changes no result.
+    rows = [mooncake(0, 512, 8, [i]) for i in range(5)]
+    layout = load_layout(one_full)
+    options = SimOptions(memory_bytes=10_000 * BLOCK, arrivals="closed", max_num_seqs=8)
+    cost = CostModel.from_layout(layout, H100, active_params=1e9)
+    seen = []
+
+    def hook(manager, n):
+        seen.append((n, manager.block_pool.num_free_blocks))
+
+    with_hook = replay_trace(layout, load_trace(write_trace(rows)), options, cost, on_finished=hook)
+    plain = replay_trace(layout, load_trace(write_trace(rows)), options, cost)
+    usable = with_hook.num_blocks - 1
+    assert seen == [(5, usable)]
+    assert with_hook.hit_tokens == plain.hit_tokens and with_hook.steps == plain.steps

@@ -22,16 +22,16 @@
 #                 `setup` unpacks it, so a later lease does not compile what this one did
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md), with
 #                 mamba-ssm on the path when carried (its SSD scan as the yardstick)
-#   tune          benchmarks/tune_attention.py --write (the attention kernel's launch sweep)
-#   tune-mamba    benchmarks/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep)
+#   tune          research/tune_attention.py --write (the attention kernel's launch sweep)
+#   tune-mamba    research/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
 #   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
 #                 random weights (no carried GGUF needed), bf16, Triton backend
 #   bench-engine-graphs  the same with decode steps replayed from CUDA graphs
 #   bench-graphs  benchmarks/bench_graphs.py --write: every family's decode throughput and
 #                 shared-document TTFT, eager and with CUDA graphs, in one process
-#   step-profile  benchmarks/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
-#   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
+#   step-profile  research/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
+#   divergence    research/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
 #
 # What to carry and in which calls: tools/gpu/prepare.py. Each stage has its own time
@@ -144,11 +144,11 @@ stage_bench-kernels() {
 }
 
 stage_tune() {
-    "$PY" benchmarks/tune_attention.py --write
+    "$PY" research/tune_attention.py --write
 }
 
 stage_tune-mamba() {
-    with_mamba "$PY" benchmarks/tune_mamba_scan.py --write
+    with_mamba "$PY" research/tune_mamba_scan.py --write
 }
 
 stage_bench-engine() {
@@ -161,7 +161,7 @@ stage_bench-engine() {
 stage_bench-engine-random() {
     "$PY" benchmarks/bench_engine.py --random-weights gemma-3-270m --dtype bfloat16 \
         --kernel-backend triton --write &&
-        "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
+        "$PY" research/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
             --write
 }
 
@@ -169,7 +169,7 @@ stage_bench-engine-random() {
 stage_bench-engine-graphs() {
     "$PY" benchmarks/bench_engine.py --random-weights gemma-3-270m --dtype bfloat16 \
         --kernel-backend triton --cuda-graphs --write &&
-        "$PY" benchmarks/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
+        "$PY" research/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
             --cuda-graphs --write
 }
 
@@ -178,11 +178,11 @@ stage_bench-graphs() {
 }
 
 stage_step-profile() {
-    "$PY" benchmarks/step_profile.py --kernel-backend triton --write
+    "$PY" research/step_profile.py --kernel-backend triton --write
 }
 
 stage_divergence() {
-    "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write
+    "$PY" research/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write
 }
 
 for arg in "$@"; do

@@ -1,4 +1,4 @@
-"""``benchmarks/kernel_resources.py``: the Triton kernels compiled offline for sm_90.
+"""``research/kernel_resources.py``: the Triton kernels compiled offline for sm_90.
 
 The launchers' rules must compile without local memory (register spills) and, where
 a kernel multiplies tiles, to tensor-core instructions: the chunked Mamba2 scan's
@@ -18,8 +18,8 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "kernel_resources.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "research" / "kernel_resources.py"
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 pytestmark = pytest.mark.skipif(
@@ -54,7 +54,7 @@ def test_every_rule_compiles_without_local_memory_and_mamba2_on_tensor_cores():
 def test_the_report_sees_spills_and_cuda_core_dots():
     # IEEE fp32 dots with all of d_state in one block: the first lease's rules.
     got = _python(
-        "import sys; sys.path.insert(0, 'benchmarks')\n"
+        "import sys; sys.path[:0] = ['research', 'benchmarks']\n"
         "import kernel_resources as kr\n"
         "from bench_kernels import MAMBA2_SHAPES, mamba2_prefill_inputs\n"
         "from hybridkv.kernels.mamba import ssd_chunk_scan_fn\n"
@@ -77,7 +77,7 @@ def test_decode_steps_of_any_batch_and_length_reuse_a_few_binaries():
     # count left the constexprs and num_seqs / the table stride left specialisation,
     # these steps compiled 51 attention binaries and 15 merges.
     got = _python(
-        "import sys; sys.path.insert(0, 'benchmarks')\n"
+        "import sys; sys.path[:0] = ['research', 'benchmarks']\n"
         "import kernel_resources as kr\n"
         "print(kr.decode_variants())\n"
     )
@@ -93,7 +93,7 @@ def test_the_norm_kernels_compile_without_contracted_multiply_adds():
     # values. Their launches turn contraction off; forced back on, the fma returns
     # (so this check sees it).
     got = _python(
-        "import sys, re; sys.path.insert(0, 'benchmarks')\n"
+        "import sys, re; sys.path[:0] = ['research', 'benchmarks']\n"
         "import kernel_resources as kr\n"
         "for op in ('add_rms_norm', 'norm_rope', 'rms_norm'):\n"
         "    (launch,) = kr.capture(kr._norms(op))\n"

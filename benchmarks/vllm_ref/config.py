@@ -9,7 +9,7 @@
    path for these layouts, i.e. one group when ``is_kv_cache_spec_uniform``,
    else ``unify_kv_cache_spec_page_size`` then
    ``_get_kv_cache_groups_uniform_page_size`` (both executed from vLLM's source
-   file, see ``vllm_source.source_functions``). Unification must leave every
+   file, see ``vllm_ref.source.source_functions``). Unification must leave every
    spec as it is (our pages are already equal): that is the check that vLLM
    accepts our block sizes and Mamba padding;
 3. ``KVCacheConfig(num_blocks=ours, ...)`` with one backing tensor per layer
@@ -89,7 +89,7 @@ def vllm_spec(spec: Any, vl: SimpleNamespace) -> Any:
 def vllm_grouping(vl: SimpleNamespace, specs: dict[str, Any]) -> list[Any]:
     """vLLM's ``KVCacheGroupSpec``s for per-layer vLLM specs (module docstring, step 2)."""
     path = vl.src / "vllm" / "v1" / "core" / "kv_cache_planning.py"
-    from vllm_source import source_functions
+    from vllm_ref.source import source_functions
 
     ns: dict[str, Any] = dict(vars(vl.kv_cache_interface))
     ns.update(

@@ -1,4 +1,4 @@
-"""``benchmarks/bench_ceiling.py`` (hit-rate ceilings) and ``pressure_mean.py``,
+"""``benchmarks/ceilings.py`` (hit-rate ceilings) and ``pressure_mean.py``,
 on hand-worked examples."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_ceiling import belady_hits, block_keys, hit_blocks, lru_hits  # noqa: E402
+from ceilings import belady_hits, block_keys, hit_blocks, lru_hits  # noqa: E402
 from pressure_mean import PressureMean  # noqa: E402
 
 from hybridkv.sim.trace import TraceRequest  # noqa: E402

@@ -17,9 +17,11 @@ executes them in a namespace we give: vLLM's own code runs, nothing is copied.
 
 The shim stubs ``zmq`` and ``uvloop`` under their real top-level names, so that
 vLLM imports without them. ``load_vllm`` puts back whichever of the real ones
-this Python has once vLLM is imported: a later ``import zmq`` in the same
-process (our KV event publisher, a test run after the cache benchmark's) gets
-the real module, not a stub that raises when used.
+this Python has once vLLM is imported, and drops the stub of one it has not: a
+later ``import zmq`` in the same process (our KV event publisher, a test run after
+the cache benchmark's) gets the real module, and ``import uvloop`` (uvicorn's
+``loop="auto"``, the server tests) fails as it would have, not a stub that raises
+when used.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: Modules the shim replaces by stubs under their real names (``load_vllm``).
 SHIMMED_TOP_LEVEL = ("zmq", "uvloop")
 DEFAULT_HARNESS = REPO.parent / "shared" / "bench" / "vllm_baseline"
@@ -100,7 +102,13 @@ def load_vllm(src: Path | None = None, harness: Path | None = None) -> SimpleNam
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.request import Request, RequestStatus
 
-    sys.modules.update(real)  # the real zmq / uvloop for everything imported later
+    # Everything imported later gets the real zmq / uvloop, or none where this Python has
+    # none (a stub left behind would pass for installed: uvicorn's loop="auto" takes it).
+    for name in SHIMMED_TOP_LEVEL:
+        if name in real:
+            sys.modules[name] = real[name]
+        else:
+            sys.modules.pop(name, None)
     return SimpleNamespace(
         version=vllm.__version__,
         src=src,

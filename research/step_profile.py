@@ -16,7 +16,7 @@ the GPU's busy time per step (kernel time summed) and kernel launches per
 step. A step whose GPU busy time is well under its model time is bound by
 launches (Python and the CUDA driver), which is what CUDA graphs remove.
 
-    python3 benchmarks/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
+    python3 research/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
         [--length 256] [--steps 32] [--kernel-backend triton] [--write]
 
 ``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>[-random][-graphs].md``
@@ -37,7 +37,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
 
 PARTS = ("schedule", "batch", "model", "update")
 
@@ -194,7 +194,7 @@ def main() -> int:
     if args.write:
         suffix = "-random" if args.random_weights is not None else ""
         suffix += "-graphs" if args.cuda_graphs else ""
-        out = HERE / "results" / f"step-profile-{device}-{args.dtype}{suffix}.md"
+        out = ROOT / "benchmarks" / "results" / f"step-profile-{device}-{args.dtype}{suffix}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")
     return 0

@@ -14,7 +14,7 @@ When both margins are within ``TIE_ULPS`` ulps the two engines only rounded a
 near-tie differently: explained. Otherwise the row says NOT explained, which is
 a bug to chase.
 
-    python3 benchmarks/explain_divergence.py [--model DIR] [--dtype bfloat16]
+    python3 research/explain_divergence.py [--model DIR] [--dtype bfloat16]
         [--prompts 16] [--length 256] [--new 64] [--write]
 
 Default model: the demo checkpoint (Gemma 3 270M); ``--write`` saves
@@ -35,7 +35,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
 
 #: Margins within this many ulps of the logits' dtype count as a near-tie.
 TIE_ULPS = 4
@@ -175,7 +175,7 @@ def main() -> int:
         print(lines[-1], flush=True)
     print("\n".join(lines))
     if args.write:
-        out = HERE / "results" / f"divergence-{device}-{args.dtype}.md"
+        out = ROOT / "benchmarks" / "results" / f"divergence-{device}-{args.dtype}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")
     return 0

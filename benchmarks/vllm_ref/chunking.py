@@ -71,7 +71,7 @@ def vllm_chunk_rule(vl: object, block_size: int, max_prefill_tokens: int) -> obj
     """
     from types import SimpleNamespace
 
-    from vllm_source import source_functions
+    from vllm_ref.source import source_functions
 
     ki = vl.kv_cache_interface  # type: ignore[attr-defined]
     path = vl.src / "vllm" / "v1" / "core" / "sched" / "scheduler.py"  # type: ignore[attr-defined]

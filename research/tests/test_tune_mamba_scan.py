@@ -1,19 +1,12 @@
-"""``benchmarks/tune_mamba_scan.py`` at tiny shapes on the CPU (Triton's interpreter),
+"""``research/tune_mamba_scan.py`` at tiny shapes on the CPU (Triton's interpreter),
 so that the GPU-only sweep keeps running: every stage, the error check and its
 refusals, the host-cost rows and the Mamba1 rows."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import tune_mamba_scan as tune  # noqa: E402
+import tune_mamba_scan as tune
 
 CPU = torch.device("cpu")
 

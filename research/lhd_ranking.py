@@ -22,7 +22,7 @@ online. Here, as in ``bench_reuse_predictors.py``:
   the density is ``1 / (age + 1)``: recency.
 
 The bench replays the same requests as the other rankings and reports the hit
-tokens. ``tests/test_lhd_ranking.py`` pins the density and the eviction order.
+tokens. ``research/tests/test_lhd_ranking.py`` pins the density and the eviction order.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from bench_ceiling import evict_units, hit_blocks
+from bench_ceiling import evict_units
+from ceilings import hit_blocks
 
 #: Age bins: 4 per octave of age in requests, the last open-ended.
 BINS_PER_OCTAVE = 4

@@ -22,7 +22,7 @@ when it arrives, on a Mooncake trace:
   holds (the trace's prompt tokens per second): a gap longer than that outlives
   recency.
 
-    python3 benchmarks/bench_continuation.py [--trace T] [--pool-tokens N] [--write]
+    python3 research/bench_continuation.py [--trace T] [--pool-tokens N] [--write]
 
 ``--write`` saves ``benchmarks/results/cache-continuation.md``.
 """
@@ -41,7 +41,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results" / "cache-continuation.md"
+RESULTS = ROOT / "benchmarks" / "results" / "cache-continuation.md"
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 #: Jamba v0.1 at 80 GB: 61,035 blocks of 80 tokens.
 DEFAULT_POOL_TOKENS = 61_035 * 80
@@ -144,7 +144,7 @@ def report(trace: Path, pool_tokens: int) -> list[str]:
     return [
         "# Which conversations go on: how predictable on arrival",
         "",
-        f"`benchmarks/bench_continuation.py` on `{trace.name}` ({len(reqs):,} requests), "
+        f"`research/bench_continuation.py` on `{trace.name}` ({len(reqs):,} requests), "
         f"{date}. Python {sys.version.split()[0]}; decisions only, no timing.",
         "",
         f"Continued later: {100 * y.mean():.1f} % of requests. By turn:",

@@ -1,17 +1,12 @@
-"""``benchmarks/lhd_ranking.py``: the hit density, worked by hand, and the eviction order."""
+"""``research/lhd_ranking.py``: the hit density, worked by hand, and the eviction order."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Hashable
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import lhd_ranking as lhd
-from bench_ceiling import lru_hits
+import pytest
+from ceilings import lru_hits
 
 
 def test_age_bins_are_quarter_octaves_capped():

@@ -23,7 +23,7 @@ candidate and its speedup; ``--write`` saves it as
 ``benchmarks/results/attention-tuning-<device>.md``. What to bake into the
 launcher's rules is then a decision made from that table.
 
-    python3 benchmarks/tune_attention.py [--quick] [--write]
+    python3 research/tune_attention.py [--quick] [--write]
 
 Without CUDA it runs the same sweep at tiny shapes under Triton's interpreter
 (a check of this script; the times mean nothing).
@@ -43,7 +43,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
 
 from kernel_attention_gpu import _paged_prompts  # noqa: E402
 from kernel_common import timed  # noqa: E402
@@ -206,7 +206,7 @@ def main() -> int:
         "the script, the times mean nothing."
     )
     lines = [f"# Triton attention launch sweep on {name}", "",
-             f"`benchmarks/tune_attention.py`, {datetime.date.today()}; {what}", "",
+             f"`research/tune_attention.py`, {datetime.date.today()}; {what}", "",
              "| shape | defaults ms | best choice | best ms | speedup | tried | refused |",
              "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
     chosen = ["", "What the defaults (`kernels/attention/launch_rules.py`) chose:", "",
@@ -219,7 +219,8 @@ def main() -> int:
     print("\n".join(lines))
     if args.write:
         out = (
-            HERE
+            ROOT
+            / "benchmarks"
             / "results"
             / f"attention-tuning-{name.split(' (')[0].replace(' ', '-').lower()}.md"
         )

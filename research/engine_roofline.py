@@ -1,6 +1,6 @@
 """Roofline of the engine's batch-throughput case: how fast could any engine be here?
 
-    .venv/bin/python benchmarks/engine_roofline.py [--model DIR] [--dtype D] [--write]
+    .venv/bin/python research/engine_roofline.py [--model DIR] [--dtype D] [--write]
 
 For ``bench_engine.py``'s case 1 (16 prompts of 256 tokens, 64 new tokens
 each, greedy) on this machine, measures in one process:

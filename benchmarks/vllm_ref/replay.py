@@ -16,7 +16,7 @@ request and no KV connector, speculative decoding, encoder or LoRA:
 - waiting request (``num_computed_tokens == 0``): ``get_computed_blocks(request)``,
   whose third result the scheduler stores as ``request.shared_prefix_boundary``;
   ``num_new_tokens = num_tokens - hit``, capped by the token budget, then (Mamba
-  align only) ``_mamba_block_aligned_split`` (``vllm_chunking``); then
+  align only) ``_mamba_block_aligned_split`` (``vllm_ref.chunking``); then
   ``allocate_slots(request, num_new_tokens, num_new_computed_tokens=hit,
   new_computed_blocks=..., num_lookahead_tokens=0,
   full_sequence_must_fit=scheduler_reserve_full_isl (True by default),
@@ -54,7 +54,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pressure_mean import PressureMean
-from vllm_chunking import mamba_chunk_tokens
+from vllm_ref.chunking import mamba_chunk_tokens
 
 from hybridkv.sim.census import KIND_ORDER
 from hybridkv.sim.trace import OUTPUT_TOKEN_BASE, TraceRequest

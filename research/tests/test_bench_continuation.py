@@ -1,19 +1,14 @@
-"""``benchmarks/bench_continuation.py``: conversations, turns and AUC on
+"""``research/bench_continuation.py``: conversations, turns and AUC on
 hand-worked examples."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_continuation import auc, conversations, report  # noqa: E402
+from bench_continuation import auc, conversations, report
 
 
 def req(t: int, hash_ids: list[int], length: int) -> dict:

@@ -33,9 +33,9 @@ Every compile counts: ``--budget`` seconds (120 by default) bounds the sweep;
 candidates past it are counted as skipped. Expected: 1-2 minutes on an H200
 (29 candidates per shape and case, 2 of them for ``shared_cb``).
 
-    python3 benchmarks/tune_mamba_scan.py [--write] [--budget S]
+    python3 research/tune_mamba_scan.py [--write] [--budget S]
         # --write: benchmarks/results/mamba-scan-tuning-<device>.md
-    TRITON_INTERPRET=1 python3 benchmarks/tune_mamba_scan.py --smoke
+    TRITON_INTERPRET=1 python3 research/tune_mamba_scan.py --smoke
         # tiny shapes and candidates under the interpreter: a check of the script
 """
 
@@ -55,7 +55,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(HERE)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
 
 from bench_kernels import (  # noqa: E402
     MAMBA2_SHAPES,
@@ -329,7 +329,7 @@ def report(device: torch.device, smoke: bool, budget: float | None) -> list[str]
     note = "" if cuda and not smoke else " Smoke run: tiny shapes, the times mean nothing."
     return [
         f"# Chunked Mamba scan launch sweep on {name}", "",
-        f"`benchmarks/tune_mamba_scan.py`, {datetime.date.today()}; bf16 activations, fp32 "
+        f"`research/tune_mamba_scan.py`, {datetime.date.today()}; bf16 activations, fp32 "
         f"states, fresh prompts saving their final state; medians of CUDA-event-timed calls "
         f"({plan.reps} after {plan.warmup} warm-up).{note} Errors: max |error| / max |value| "
         "against the sequential kernel, outputs / states. Target: >= 10x the sequential "
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"swept in {time.monotonic() - t0:.0f} s", flush=True)
     if args.write:
         slug = torch.cuda.get_device_name(device).split(" (")[0].replace(" ", "-").lower()
-        out = HERE / "results" / f"mamba-scan-tuning-{slug}.md"
+        out = ROOT / "benchmarks" / "results" / f"mamba-scan-tuning-{slug}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")
     return 0

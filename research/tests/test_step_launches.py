@@ -1,4 +1,4 @@
-"""``benchmarks/step_launches.py``: the kernels one decode step launches, counted.
+"""``research/step_launches.py``: the kernels one decode step launches, counted.
 
 Gemma 3's norms, RoPE and GeGLU are one Triton kernel each under the ``triton``
 backend, so a decode step of Gemma 3 270M's 18 layers launches about 360 kernels
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_gemma3_decode_step_launches_one_kernel_per_fused_op():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
-        "import sys; sys.path.insert(0, 'benchmarks')\n"
+        "import sys; sys.path[:0] = ['research', 'benchmarks']\n"
         "import step_launches as s\n"
         "triton, aten = s.count('gemma-3-270m', 4)\n"
         "print(dict(triton)); print(sum(aten.values()), aten['linear'], aten['pow'])\n"
