@@ -51,7 +51,7 @@ class HybridTuning:
     #: conversation trace, Jamba 10.44 -> 15.94 % at 40 GB; cache.md).
     return_bonus: float = 4.0
     #: Share of a prompt, from its start, seen before for it to be returning
-    #: (``bench_reuse_predictors.py``, conversation trace).
+    #: (``research/bench_reuse_predictors.py``, conversation trace).
     returning_share: float = 0.5
     #: Blocks of history remembered per pool block (hit rates flat above it).
     seen_per_block: int = 8
