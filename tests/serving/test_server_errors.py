@@ -58,10 +58,17 @@ def test_bad_chat_calls(server: Any) -> None:
 
 def test_full_queue_is_503_with_retry_after(tok_ckpt: Path) -> None:
     live, engine = start_server(tok_ckpt, max_waiting=1)
-    release = threading.Event()
+    release, held = threading.Event(), threading.Event()
+
+    def hold(_: Any) -> bool:
+        held.set()
+        return release.wait(60)
+
     try:
-        # Hold the engine thread inside a call: submitted requests stay queued.
-        engine.call(lambda llm: release.wait(30))
+        # Hold the engine thread inside a call: submitted requests stay queued. Post
+        # only once it is inside (else one turn can take the request and the call).
+        engine.call(hold)
+        assert held.wait(30), "the engine thread did not take the call"
         results: list[int] = []
         first = threading.Thread(
             target=lambda: results.append(
