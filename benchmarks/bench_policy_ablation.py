@@ -7,7 +7,8 @@ off (``HybridTuning``'s ``learn_*`` switches, ``--tuning learn_x=off``):
 
 - ``conversation``: the first ``--conversation-requests`` of the Mooncake
   conversation trace;
-- ``synthetic``: the first ``--synthetic-requests`` of the Mooncake synthetic trace;
+- ``synthetic``: the first ``--synthetic-requests`` of the Mooncake synthetic trace
+  (all 3,993 by default);
 - ``mrqa``: ``multi_round_qa.py``'s multi-round QA workload (``--mrqa-users``,
   ``--mrqa-requests``, seed 0).
 
@@ -25,9 +26,9 @@ Results go to ``--out`` (markdown) and ``--json`` after every replay, so a
 partial run leaves a partial table; a re-run with the same ``--json`` skips the
 cells already there if the sizes match (delete it to start over).
 
-    python benchmarks/bench_policy_ablation.py            # the recorded table
+    python benchmarks/bench_policy_ablation.py            # the recorded table (~20 min)
     python benchmarks/bench_policy_ablation.py --conversation-requests 12031 \\
-        --synthetic-requests 3993 --out /tmp/ablation-full.md --json /tmp/ablation-full.json
+        --out /tmp/ablation-full.md --json /tmp/ablation-full.json
 """
 
 from __future__ import annotations
@@ -229,8 +230,8 @@ def write(results: dict[str, dict[str, float]], args: argparse.Namespace, done: 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--conversation-requests", type=int, default=1500)
-    ap.add_argument("--synthetic-requests", type=int, default=1500)
+    ap.add_argument("--conversation-requests", type=int, default=3000)
+    ap.add_argument("--synthetic-requests", type=int, default=3993)
     ap.add_argument("--mrqa-users", type=int, default=64)
     ap.add_argument("--mrqa-requests", type=int, default=1000)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
