@@ -1,8 +1,8 @@
 """``hybrid`` must beat ``lru`` on a small multi-round QA workload: the policy earns
 its place on a Mamba, a sliding-window and a chunked layout.
 
-The workload (deterministic, seed 0; built in about a second): 96 requests of 32
-users sharing an 800-token system prompt; each pair of users shares a document of
+The workload (``benchmarks/multi_round_qa.py``; deterministic, seed 0; built in about
+a second): 96 requests of 32 users sharing an 800-token system prompt; each pair of users shares a document of
 6,000-14,000 tokens, and each user's conversation grows by 100-500 tokens a turn
 (prompts of 7,000-19,000 tokens); users are drawn with a skew (a few come back often,
 most rarely), so reuse distances vary. It is replayed by ``hybridkv simulate``'s replay
@@ -22,7 +22,8 @@ evict-first, no value) 2.64x, 1.03x, 1.01x.
 
 from __future__ import annotations
 
-import random
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,33 +31,15 @@ from hybridkv.layouts import shipped_layout
 from hybridkv.sim import CostModel, SimOptions, active_params_for, device_profile, replay_trace
 from hybridkv.sim.trace import TraceRequest
 
-#: Users per document.
-SHARING = 2
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from multi_round_qa import multi_round_qa
+
 #: (layout, budget in GB, the least hybrid / lru hit-rate factor; measured above).
 CASES = [
     ("jamba-v0.1", 3, 2.7),  # Mamba
     ("gemma-3-12b", 10, 1.55),  # sliding window
     ("llama-4-scout", 6, 1.75),  # chunked local attention
 ]
-
-
-def multi_round_qa(users: int = 32, requests: int = 96, seed: int = 0) -> list[TraceRequest]:
-    """The module docstring's workload, as token-id prompts."""
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1, 30_000) for _ in range(n)]
-
-    system = tokens(800)
-    docs = [system + tokens(rng.randrange(6_000, 14_000)) for _ in range(users // SHARING)]
-    history = {u: docs[u // SHARING] + tokens(rng.randrange(100, 500)) for u in range(users)}
-    out = []
-    for k in range(requests):
-        u = min(int(rng.expovariate(3 / users)), users - 1)  # user 0 the most often
-        history[u] = history[u] + tokens(rng.randrange(100, 500))
-        prompt = tuple(history[u])
-        out.append(TraceRequest(k + 1, 0.0, len(prompt), 1, prompt=prompt))
-    return out
 
 
 @pytest.fixture(scope="module")
