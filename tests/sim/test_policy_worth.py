@@ -1,15 +1,16 @@
 """``hybrid`` must beat ``lru`` on a small multi-round QA workload: the policy earns
 its place on a Mamba, a sliding-window and a chunked layout.
 
-The workload (``benchmarks/multi_round_qa.py``; deterministic, seed 0; built in about
-a second): 96 requests of 32 users sharing an 800-token system prompt; each pair of users shares a document of
-6,000-14,000 tokens, and each user's conversation grows by 100-500 tokens a turn
-(prompts of 7,000-19,000 tokens); users are drawn with a skew (a few come back often,
-most rarely), so reuse distances vary. It is replayed by ``hybridkv simulate``'s replay
-(``replay_trace``: the engine's scheduler, one request at a time, one output token) at
-a budget where the cache is under pressure. ``lru`` keeps every block boundary's
-window, chunk or Mamba state until recency evicts it; ``hybrid`` keeps what its kept
-points' hits need and ranks free blocks by value, so the same memory holds more.
+The workload (``benchmarks/multi_round_qa.py``; deterministic, seed 0; built in about a
+second): 96 requests of 32 users sharing an 800-token system prompt; each pair of users
+shares a document of 6,000-14,000 tokens, and each user's conversation grows by 100-500
+tokens a turn (prompts of 7,000-19,000 tokens); users are drawn with a skew (a few come
+back often, most rarely), so reuse distances vary. It is replayed by ``hybridkv
+simulate``'s replay (``replay_trace``: the engine's scheduler, one request at a time,
+one output token) at a budget where the cache is under pressure. ``lru`` keeps every
+block boundary's window, chunk or Mamba state until recency evicts it; ``hybrid`` keeps
+what its kept points' hits need and ranks free blocks by value, so the same memory holds
+more.
 
 Token hit rates (2026-11-27), lru -> hybrid: jamba-v0.1 @ 3 GB 23.37 % -> 68.18 %
 (2.92x), gemma-3-12b @ 10 GB 23.42 % -> 42.13 % (1.80x), llama-4-scout @ 6 GB
