@@ -63,7 +63,6 @@ TRACES = ROOT.parent / "shared" / "traces"
 LEARNERS = (
     "learn_tail_alignment",
     "learn_fine_alignment",
-    "learn_tail_demand",
     "learn_floor",
     "learn_returning",
 )

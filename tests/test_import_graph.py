@@ -170,7 +170,6 @@ LEARNERS = {
     for m in (
         "retention",
         "tail_alignment",
-        "tail_demand",
         "fine_alignment",
         "floor_tuner",
         "returning",

@@ -17,7 +17,6 @@ from hybridkv.managers.points import Hold
 from hybridkv.policy import HybridPolicy, LruPolicy, Shed
 from hybridkv.policy.fine_alignment import FineAlignment
 from hybridkv.policy.tail_alignment import TailAlignment
-from hybridkv.policy.tail_demand import AT_END, BELOW, TailDemand
 from hybridkv.policy.tuning import DEFAULT_TUNING, TUNING_FIELDS, parse_tuning
 
 # -- settings ---------------------------------------------------------------
@@ -70,22 +69,13 @@ def test_options_take_the_hybrid_keywords_and_name_them_in_errors() -> None:
 
 
 def test_each_learner_switch_keeps_its_neutral_answer() -> None:
-    off = DEFAULT_TUNING.replace(
-        learn_tail_alignment=False, learn_fine_alignment=False, learn_tail_demand=False
-    )
+    off = DEFAULT_TUNING.replace(learn_tail_alignment=False, learn_fine_alignment=False)
     on, quiet = TailAlignment(16, 512, None), TailAlignment(16, 512, None, off)
     for ta in (on, quiet):
         for i in range(DEFAULT_TUNING.learn_min_observed):
             ta.observe(512 * (i + 1), 512 * (i + 3))  # every branch on a 512 grid
     assert (on.align, quiet.align) == (512, 0)
     assert not quiet.fine.learning and FineAlignment(528, 512).learning
-    demand, still = TailDemand(), TailDemand(off)
-    for d in (demand, still):
-        d.mark(b"k", AT_END)
-        d.mark(b"j", BELOW)
-        for _ in range(DEFAULT_TUNING.learn_min_observed):
-            d.observe(b"k")
-    assert demand.below_weight < 1.0 and still.below_weight == still.end_weight == 1.0
 
 
 def test_floor_and_returning_switches_reach_the_policy() -> None:

@@ -1,16 +1,17 @@
 """The tail's alignment (``hybridkv.policy.tail_alignment``): learned from
-branch points, and what it thins (final points, Mamba snapshots, hits)."""
+branch points, and what it thins (final points, unit values, Mamba snapshots,
+prompt points, hits)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from factories import config, full, mamba
+from factories import config, decode, full, mamba
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.managers.points import on_grid
-from hybridkv.policy.retention import FinalPoints
+from hybridkv.managers.points import on_grid, tail_points
+from hybridkv.policy.retention import FinalPoints, UnitValues, prompt_point
 from hybridkv.policy.tail_alignment import TailAlignment
 from hybridkv.policy.tuning import DEFAULT_TUNING as T
 from hybridkv.snapshots import snapshot_entries
@@ -207,3 +208,151 @@ def test_learned_alignment_thins_the_mamba_tail_and_moves_hits_to_the_grid() -> 
 def test_bad_alignment_is_a_clear_error(bad: object) -> None:
     with pytest.raises(ValueError, match="hybrid_tail_align must be None"):
         manager(bad)  # type: ignore[arg-type]
+
+
+# -- an aligned tail's points (final points, unit values, prompt points) ----
+
+
+def test_tail_points() -> None:
+    # step 80, grid 512: 480 and 960 are on the grid, 1040 is the end
+    assert tail_points(1040, 480, 80, 0) == [560, 640, 720, 800, 880, 960, 1040]
+    assert tail_points(1040, 560, 80, 512) == [480, 960, 1040]
+    assert tail_points(960, 480, 80, 512) == [480, 960]
+    assert tail_points(1000, 480, 40, 512) == [1000]  # no grid point in the tail
+    assert tail_points(0, 480, 80, 512) == []
+
+
+def test_final_points_top_is_the_aligned_end() -> None:
+    p = FinalPoints([400], 1040, 560, 80, 512)
+    assert p.tail == [480, 960, 1040] and p.points == [400, 480, 960, 1040]
+    assert p.top == 960 and p.end == 1040
+    assert FinalPoints([], 960, 560, 80, 512).top == 960  # the end on the grid
+    assert FinalPoints([], 1040, 560, 80, 0).top == 1040  # dense: the end
+    two = FinalPoints([], 1040, 80, 80, 512)  # the aligned end and the end
+    assert two.tail == [960, 1040] and two.top == 960
+    assert FinalPoints([], 1000, 480, 40, 512).top == 1000  # no grid point in the tail
+
+
+def test_unit_values_of_an_aligned_tail() -> None:
+    """Points 480 (below), 960 (aligned end), 1040 (off-grid end), step 80.
+    Full pages: 12 up to 960, 1 more to 1040. With a Mamba state per point:
+    aligned end 960 / 13, end min(960 / 13, 80 / 2); the lower point's own
+    state min(960 / 13, 480 / 1)."""
+    p = FinalPoints([], 1040, 560, 80, 512)
+    v = UnitValues(p, {480: 6, 960: 6, 1040: 1}, {480: 1, 960: 1, 1040: 1})
+    assert v.main == [960, 1040]
+    assert v.chain == {960: 960 / 13, 1040: 40.0}
+    assert v.of_full(480) == v.of_full(960) == 960 / 13 and v.of_full(1040) == 40.0
+    assert v.of_other(960, False) == 960 / 13  # a main point: its chain value
+    assert v.of_other(480, False) == v.of_other(480, True) == 960 / 13
+    full_only = UnitValues(p, {480: 6, 960: 6, 1040: 1}, {})
+    assert full_only.chain == {960: 960 / 12, 1040: 80.0}
+    assert full_only.of_other(480, False) == 80.0  # saved_by 480 over 1 page, capped
+
+
+def test_snapshot_entries_keep_every_aligned_tail_point() -> None:
+    args = dict(block_size=80, caching=True, hybrid=True, tail=560, step=80)
+    # 1100 tokens: entries 0-13; 480 is entry 5, 960 entry 11, 1040 entry 12,
+    # the running state entry 13
+    assert snapshot_entries(0, 14, 1100, align=512, **args) == [5, 11, 12, 13]
+    assert snapshot_entries(0, 14, 1100, **args) == list(range(5, 14))
+
+
+def test_prompt_point_is_the_last_boundary_on_the_grid() -> None:
+    assert prompt_point(1100, 80, 0) == 1040  # dense: the last boundary
+    assert prompt_point(1100, 80, 512) == 960  # 1024 lies in [960, 1040)
+    assert prompt_point(1040, 80, 512) == 960
+    assert prompt_point(400, 80, 512) == 0  # no grid point below: none
+    assert prompt_point(70, 80, 0) == 0
+
+
+def test_a_grid_point_past_the_tokens_serves_no_branch() -> None:
+    """Jamba's 80-token steps on a 512 grid: a 1,000-token request ends at 960,
+    whose grid point 1,024 lies past its tokens; a request sharing them diverges
+    at 512 at most and resumes at 480."""
+    assert on_grid(960, 512, 80) and on_grid(960, 512, 80, 1024)
+    assert not on_grid(960, 512, 80, 1000)
+    assert on_grid(960, 0, 80, 961)
+    assert prompt_point(1000, 80, 512) == 480
+    p = FinalPoints([], 960, 480, 80, 512, num_tokens=1000)
+    assert p.tail == [480, 960] and p.top == 480  # the end is off the grid
+    assert FinalPoints([], 960, 480, 80, 512).top == 960  # tokens not given
+
+
+# -- in the manager ----------------------------------------------------------
+
+
+def grid_manager(block: int, tail: int, align: int | None) -> KVCacheManager:
+    """Full attention + Mamba, both of ``block`` tokens, tail ``tail``, grid
+    ``align`` (None: learned), value weight 1."""
+    return KVCacheManager(
+        config(512, full(block), mamba(block)),
+        512,
+        cache_policy="hybrid",
+        hybrid_tail_tokens=tail,
+        hybrid_value_weight=1.0,
+        hybrid_tail_align=align,
+    )
+
+
+def test_a_resumed_request_is_no_branch() -> None:
+    """A preempted request, readmitted, matches its own earlier progress
+    (here 12 tokens): that is no branch point for the learned grid."""
+    kv = grid_manager(4, 32, None)
+    ta = kv.policy.tail_alignment
+    r = Request("r", list(range(1000, 1040)))
+    assert kv.allocate_slots(r, 12, 0, None) is not None
+    r.num_computed_tokens = 12
+    kv.free(r)  # preempted after 12 tokens
+    r.num_computed_tokens = 0
+    r.num_preemptions = 1
+    blocks, hit = kv.get_computed_blocks(r)
+    assert hit == 12
+    seen = list(ta._seen)
+    assert kv.allocate_slots(r, 40 - hit, hit, blocks) is not None
+    assert list(ta._seen) == seen
+    kv.check_integrity()
+    # the same readmission of a request never preempted is one
+    s = Request("s", list(range(2000, 2040)))
+    assert kv.allocate_slots(s, 12, 0, None) is not None
+    s.num_computed_tokens = 12
+    kv.free(s)
+    s.num_computed_tokens = 0
+    blocks, hit = kv.get_computed_blocks(s)
+    assert hit == 12
+    assert kv.allocate_slots(s, 40 - hit, hit, blocks) is not None
+    assert list(ta._seen) == [*seen, 12]
+
+
+def test_the_prompt_point_is_the_last_grid_point_below_the_end() -> None:
+    """Block 12 on a grid of 16, tail 24: a 62-token request keeps its prompt
+    point at 48 (the last multiple of 16 in it); a request sharing its first
+    48 tokens resumes there."""
+    kv = grid_manager(12, 24, 16)
+    r = Request("r", list(range(62)))
+    blocks, hit = kv.get_computed_blocks(r)
+    assert hit == 0 and kv.allocate_slots(r, 62, 0, blocks) is not None
+    assert kv.coordinator.managers[0].states["r"].kept == (48,)
+    r.num_computed_tokens = 62
+    kv.free(r)
+    kv.check_integrity()
+    assert serve(kv, "next", list(range(48)) + [9] * 20) == 48
+
+
+def test_the_prompt_end_stays_a_hit_point_after_a_long_answer() -> None:
+    """A 40-token prompt answered with 40 tokens: the tail (32 tokens before
+    the end at 80) does not reach the prompt's aligned end 32, the kept
+    prompt point does. Another sample of the prompt resumes there."""
+    kv = grid_manager(4, 32, 16)
+    prompt = list(range(3000, 3040))
+    r = Request("r", prompt)
+    blocks, hit = kv.get_computed_blocks(r)
+    assert hit == 0
+    assert kv.allocate_slots(r, 40, 0, blocks) is not None
+    assert kv.coordinator.managers[0].states["r"].kept == (32,)
+    r.num_computed_tokens = 40
+    for t in range(40):
+        assert decode(kv, r, 7000 + t) is not None
+    kv.check_integrity()
+    kv.free(r)
+    assert serve(kv, "again", prompt + [1] * 8) == 32

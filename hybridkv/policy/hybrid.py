@@ -2,7 +2,7 @@
 
 Built from the groups' geometry (block sizes, which tokens a query skips) and
 ``HybridOptions``. It owns the online learners: where requests branch
-(``TailAlignment``, with its ``TailDemand`` and ``FineAlignment``), the
+(``TailAlignment``, with its ``FineAlignment``), the
 snapshot floor's spacing (``FloorTuner``) and the prompts the cache has seen
 (``SeenPrefixes``). Its hooks (``CachePolicy``) take plain data; it never
 changes a manager.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
+from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.managers.points import Hold
 from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed, Tables
 from hybridkv.policy.floor_tuner import FloorTuner
@@ -23,7 +23,6 @@ from hybridkv.policy.retention import FinalPoints, floor_point_cost, floor_spaci
 from hybridkv.policy.returning import SeenPrefixes, grade
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
-from hybridkv.policy.tail_demand import AT_END, BELOW, OFF_GRID_END
 
 
 class HybridPolicy(CachePolicy):
@@ -56,7 +55,7 @@ class HybridPolicy(CachePolicy):
         self.step = lcm = math.lcm(*sizes)
         #: Tokens before a freed request's end whose boundaries are tail points.
         self.tail = options.tail - options.tail % lcm
-        #: The first full-attention group (its blocks mark tail points).
+        #: The first full-attention group (its blocks mark prompt ends).
         self.full_gid = next((gid for gid, m in enumerate(managers) if m.prefix_closed), None)
         #: Hash blocks per full-attention block (its hashes: every ``k``-th, chained).
         self._full_stride = 1 if self.full_gid is None else managers[self.full_gid].hash_stride
@@ -192,14 +191,12 @@ class HybridPolicy(CachePolicy):
         self, branch: int, num_tokens: int, block_hashes: list[bytes], packed_prompt: bytes
     ) -> None:
         """A new request branches off the cache after ``branch`` tokens: feeds
-        ``tail_alignment``, its ``tail_demand`` (with the hash of the block
-        ending at ``branch``, when ``branch`` > 0) and its ``fine`` grid (with
-        the hashes of the blocks past ``branch`` as well, cached or not)."""
+        ``tail_alignment`` and its ``fine`` grid (with the hash of the block
+        ending at ``branch``, when ``branch`` > 0, and the hashes of the blocks
+        past it, cached or not)."""
         self.tail_alignment.observe(branch, num_tokens)
         h = self.hash_block_size
         key = block_hashes[branch // h - 1] if branch else None
-        if key is not None:
-            self.tail_alignment.observe_key(key)
         fine = self.tail_alignment.fine
         g = fine.granularity
         per = g // h  # hash blocks per full-attention block (h divides every block size)
@@ -245,37 +242,19 @@ class HybridPolicy(CachePolicy):
         lcm = self.step
         end = min(st.num_cached * m.block_size for m, st in tables)
         end -= end % lcm
-        ta = self.tail_alignment
-        d = ta.demand
         points = FinalPoints(
             states[0].kept,
             end,
             self.tail,
             lcm,
-            ta.align,
-            d.below_weight,
-            d.end_weight,
+            self.tail_alignment.align,
             self.free_point_period,
             num_tokens,
         )
-        if ta.align and self.full_gid is not None:
-            self._mark_tail(states[self.full_gid], points)
         managers = [m for m, _ in tables]
         return release_hybrid(
             managers, states, points, self.point_local, factor, self._ranks_by_value
         )
-
-    def _mark_tail(self, full: RequestBlockState, points: FinalPoints) -> None:
-        """Mark each point of the freed request's aligned tail at the
-        full-attention block ending there (``tail_demand``): its aligned end,
-        the grid points below, an off-grid end above."""
-        top, bs = points.top, self.block_sizes[self.full_gid]  # type: ignore[index]
-        blocks = full.blocks
-        mark = self.tail_alignment.demand.mark
-        for p in points.tail:
-            h = blocks[p // bs - 1].block_hash
-            if h is not None:
-                mark(h, AT_END if p == top else BELOW if p < top else OFF_GRID_END)
 
     def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
         return make_room(managers, short)

@@ -148,12 +148,10 @@ class FinalPoints:
     With ``align`` (``tail_alignment``), the tail keeps only ``end`` and the
     multiples of ``step`` that are ``on_grid``; the highest of those is the
     *aligned end* (``top``, a main point of ``UnitValues``; ``end`` when there
-    is none). What only a grid point below it needs is weighed by
-    ``below_weight``, what only an off-grid ``end`` needs by ``end_weight``
-    (``weight``; learned by ``tail_demand``). ``num_tokens``: the request's
-    computed tokens (``None``: unknown); an ``end`` whose grid multiple lies
-    past them is off the grid (Jamba: a request of 1,000 tokens ends at 960,
-    and 1,024 is no branch a request sharing its tokens can take).
+    is none). ``num_tokens``: the request's computed tokens (``None``:
+    unknown); an ``end`` whose grid multiple lies past them is off the grid
+    (Jamba: a request of 1,000 tokens ends at 960, and 1,024 is no branch a
+    request sharing its tokens can take).
 
     ``free_period``: hits at its multiples need nothing outside full attention
     (chunk boundaries when every other group is chunked; 0: none). Those up
@@ -162,9 +160,7 @@ class FinalPoints:
 
     __slots__ = (
         "align",
-        "below_weight",
         "end",
-        "end_weight",
         "free_period",
         "kept",
         "points",
@@ -180,8 +176,6 @@ class FinalPoints:
         tail: int,
         step: int,
         align: int = 0,
-        below_weight: float = 1.0,
-        end_weight: float = 1.0,
         free_period: int = 0,
         num_tokens: int | None = None,
     ) -> None:
@@ -191,8 +185,6 @@ class FinalPoints:
         self.end = end
         self.step = step
         self.align = align
-        self.below_weight = below_weight
-        self.end_weight = end_weight
         #: The tail's points, ascending (``tail_points``).
         self.tail = tail_points(end, tail, step, align)
         #: The aligned end (``end`` in a dense tail, or when no grid point is in the tail).
@@ -201,15 +193,6 @@ class FinalPoints:
             self.top = self.tail[-2]
         #: All of them, tail included, ascending (``unit_of`` runs per block).
         self.points = sorted({*self.kept, *self.tail})
-
-    def weight(self, point: int) -> float:
-        """The demand weight of what only ``point`` needs: 1 but for an
-        aligned tail's points below its aligned end (``below_weight``) and an
-        off-grid end above it (``end_weight``), unless ``point`` is kept.
-        ``point`` is one of ``points``."""
-        if not self.align or point == self.top or point in self.kept:
-            return 1.0
-        return self.end_weight if point == self.end else self.below_weight
 
     def is_free(self, point: int) -> bool:
         """True when a hit at ``point`` needs nothing outside full attention."""
@@ -317,12 +300,11 @@ class UnitValues:
     after the previous main point and the non-full blocks ``m`` is the
     smallest point to need; its value is ``(m - previous main point) /
     pages``. Values are capped by every shallower unit's (``chain``): a deeper
-    unit needs the shallower full blocks, so it must never outlive them. An
-    off-grid ``E`` above the aligned end is worth its chain value times
-    ``end_weight``. A tail point's own blocks (``shared`` False: a Mamba state,
-    or in an aligned tail a window or chunk the aligned end does not need) are
-    worth ``saved_by`` over the point's pages, capped by the aligned end's
-    chain value, times the point's ``weight``. Anything else in the tail is
+    unit needs the shallower full blocks, so it must never outlive them. A
+    tail point's own blocks (``shared`` False: a Mamba state, or in an aligned
+    tail a window or chunk the aligned end does not need) are worth
+    ``saved_by`` over the point's pages, capped by the aligned end's chain
+    value. Anything else in the tail is
     valued as the aligned end's unit: sliding windows and chunks of tail
     points nest (a lower point needs more of them), so what a lower point
     shares with the aligned end goes with it.
@@ -359,7 +341,7 @@ class UnitValues:
             pages = max(1, full_pages.get(m, 0) + extra_pages.get(m, 0))
             ratio[m] = (m - prev) / pages
             best = min(best, ratio[m])
-            chain[m] = best * points.weight(m)  # below 1 only for an off-grid E, the last
+            chain[m] = best
             prev = m
         self.chain = chain
         #: Value of the full-attention blocks of each main point's unit: its
@@ -394,5 +376,4 @@ class UnitValues:
         if shared:
             return top
         saved = self.points.saved_by(point)
-        own = min(top, saved / max(1, self.extra_pages.get(point, 0)))
-        return own * self.points.weight(point)
+        return min(top, saved / max(1, self.extra_pages.get(point, 0)))

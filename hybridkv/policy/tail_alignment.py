@@ -22,10 +22,7 @@ boundary (the dense tail). It keeps watching: a change of traffic moves it.
 
 ``align`` is what ``FinalPoints`` and Mamba snapshots use (``tail_points``):
 ``0`` dense, else the tail keeps only boundaries ``p`` with a multiple of
-``A`` in ``[p, p + step)`` (``on_grid``), plus the end; what only the ones
-below the highest grid point, or an off-grid end, need is valued by how often
-later requests branch there (``tail_demand``, learned once an alignment is in
-force).
+``A`` in ``[p, p + step)`` (``on_grid``), plus the end.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ from __future__ import annotations
 from collections import deque
 
 from hybridkv.policy.fine_alignment import FineAlignment
-from hybridkv.policy.tail_demand import TailDemand
 from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
 
 
@@ -51,7 +47,6 @@ class TailAlignment:
         "_seen",
         "agree",
         "align",
-        "demand",
         "fine",
         "fixed",
         "granularity",
@@ -79,18 +74,9 @@ class TailAlignment:
         self._candidates: tuple[int, ...] = tuple(cands) if learn else ()
         self._seen: deque[int] = deque()
         self._agree = [0] * len(self._candidates)
-        #: Which aligned tail points are kept (``tail_demand``).
-        self.demand = TailDemand(tuning)
         #: A grid no coarser than ``granularity`` (``fine_alignment``): where the
         #: prompt-end state goes while no coarse grid is in force.
         self.fine = FineAlignment(granularity, tail, fixed is None, tuning)
-
-    def observe_key(self, key: bytes) -> None:
-        """A new request branched after the full-attention block ``key``
-        (any branch past 0, even one the prompt's end cut): feeds ``demand``
-        while an alignment is in force."""
-        if self.align:
-            self.demand.observe(key)
 
     def observe(self, branch: int, num_tokens: int) -> None:
         """A new request matched ``branch`` tokens in full attention and has
@@ -111,8 +97,6 @@ class TailAlignment:
             for k, a in enumerate(self._candidates):
                 if agree[k] >= need:
                     align = a
-        if align != self.align:
-            self.demand.reset()
         self.align = align
 
     def check_integrity(self) -> None:
@@ -122,6 +106,4 @@ class TailAlignment:
         for k, a in enumerate(self._candidates):
             assert self._agree[k] == sum(-b % a < g for b in self._seen), "agreement count off"
         assert self.fixed is None or self.align == self.fixed
-        assert self.align or not self.demand._marks, "tail points marked without a grid"
-        self.demand.check_integrity()
         self.fine.check_integrity()

@@ -10,8 +10,8 @@ experiment (``hybridkv simulate --tuning floor_ratio=16``,
 defaults are what every figure in ``benchmarks/results/cache.md`` used.
 
 The ``learn_*`` switches turn one learner off at a time (ablation): off, a
-learner keeps its neutral answer (no grid, weights of 1, a fixed floor, no
-returning prompts).
+learner keeps its neutral answer (no grid, a fixed floor, no returning
+prompts).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class HybridTuning:
     sample_blocks: int = 8
     #: Turns beyond this count as this one (``turn`` / ``log-turn`` grades).
     max_turn: int = 16
-    # -- online learners (tail alignment, fine alignment, tail demand) --
+    # -- online learners (tail alignment, fine alignment) --
     #: Observations each learner remembers (the most recent).
     learn_window: int = 256
     #: Observations a learner needs before it moves off its neutral answer.
@@ -76,7 +76,7 @@ class HybridTuning:
     fine_chunks_per_block: int = 32
     #: Blocks before a prompt's end recorded chunk by chunk (fine alignment).
     fine_max_records: int = 4096
-    #: Marked blocks remembered (tail demand, fine alignment's prompt ends).
+    #: Marked blocks remembered (fine alignment's prompt ends).
     max_marks: int = 16_384
     # -- floor tuner --
     #: Admissions between two floor decisions.
@@ -94,8 +94,6 @@ class HybridTuning:
     learn_tail_alignment: bool = True
     #: Learn a grid no coarser than the full-attention block (``FineAlignment``).
     learn_fine_alignment: bool = True
-    #: Weigh an aligned tail's points by where requests branch (``TailDemand``).
-    learn_tail_demand: bool = True
     #: Move the snapshot floor with the traffic (``FloorTuner``).
     learn_floor: bool = True
     #: Value returning prompts' units longer (``SeenPrefixes``).

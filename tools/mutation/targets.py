@@ -44,7 +44,6 @@ _MANAGER_TESTS = (
     "tests/test_snapshots.py",
     "tests/test_floor_tuner.py",
     "tests/test_tail_alignment.py",
-    "tests/test_tail_demand.py",
     "tests/test_fine_alignment.py",
     "tests/test_free_queue.py",
     "tests/test_uncache.py",
