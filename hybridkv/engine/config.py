@@ -129,10 +129,6 @@ def _from_keywords(cls: type, given: Any, keywords: dict[str, Any], name: str) -
     return given
 
 
-def _same(a: Any, b: Any) -> bool:
-    return a is b or (type(a) is type(b) and a == b)
-
-
 def build_configs(
     cache_config: CacheConfig | None,
     scheduler_config: SchedulerConfig | None,
