@@ -215,7 +215,7 @@ for arg in "$@"; do
     start=$SECONDS
     touch "$OUT/.stamp"
     # Stage functions run in a child shell so that `timeout` can stop them.
-    export -f "stage_$stage" with_mamba
+    export -f "stage_$stage" with_mamba pytest_threads
     export PY OUT XDIST KERNEL_TESTS ENGINE_TESTS
     # SIGINT first: pytest then prints its summary (the failures so far) and the junit xml.
     timeout -s INT -k 20 "$limit" bash -c "stage_$stage" >>"$OUT/$stage.txt" 2>&1
