@@ -153,7 +153,7 @@ def resolve_model(args: argparse.Namespace) -> None:
     if args.random_weights is not None:
         from random_checkpoint import write_random_checkpoint
 
-        from hybridkv import env
+        from hybridkv.common import env
 
         out = env.cache_root() / f"random-{args.random_weights}"
         args.model = write_random_checkpoint(args.random_weights, out)

@@ -41,12 +41,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import cpu_features, machine
 
+from hybridkv.common.units import format_bytes
 from hybridkv.report.units import parse_memory
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, UnitKey
 from hybridkv.tiers.ledger_tier import LedgerTier
 from hybridkv.tiers.memory import BytesMemory, HostMemory
 from hybridkv.tiers.torch_memory import TorchHostMemory
-from hybridkv.units import format_bytes
 
 TARGET = 0.70
 FINGERPRINT = ModelFingerprint("bench", "bench-layout", ("bfloat16",), 16, ("bench-group",))

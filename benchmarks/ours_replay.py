@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pressure_mean import PressureMean
 
-from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import ModelLayout
 from hybridkv.sim import CostModel, SimOptions, SimResult, device_profile, replay_trace
 from hybridkv.sim.census import cached_blocks_by_kind

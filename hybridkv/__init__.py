@@ -3,15 +3,15 @@
 Public names follow vLLM v1 (``KVCacheManager``, ``FullAttentionSpec``...).
 """
 
+from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
+from hybridkv.core.hashing import HASH_ALGOS, BlockHasher
+from hybridkv.core.request import Request
 from hybridkv.core.stats import PrefixCacheStats
-from hybridkv.hashing import HASH_ALGOS, BlockHasher
-from hybridkv.kv_cache_blocks import KVCacheBlocks
-from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.policy import CachePolicy, CostAwareEvictionPolicy, HybridOptions, HybridTuning
-from hybridkv.request import Request
 from hybridkv.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,

@@ -1,7 +1,7 @@
 """The ``hybridkv`` command line (also ``python -m hybridkv``; ``--version`` prints the version).
 
 Each subcommand prints a user error as one ``hybridkv COMMAND: error: ...``
-line and exits with status 2 (``hybridkv.user_errors``); argparse does the
+line and exits with status 2 (``hybridkv.common.user_errors``); argparse does the
 same for bad arguments.
 
 ``--help``, ``plan``, ``walkthrough`` and ``simulate`` (the engine's scheduler
@@ -17,12 +17,12 @@ import argparse
 import sys
 
 from hybridkv import __version__
+from hybridkv.common.extras import MissingExtraError, require
+from hybridkv.common.user_errors import report
 from hybridkv.engine.cli_generate import add_generate_parser, run_generate
-from hybridkv.extras import MissingExtraError, require
 from hybridkv.report.command import add_plan_parser, run_plan
 from hybridkv.serving.command import add_serve_parser, run_serve
 from hybridkv.sim.command import add_simulate_parser, run_simulate
-from hybridkv.user_errors import report
 
 # Subcommand -> (the extra it needs, the modules of that extra it imports).
 ENGINE_COMMANDS = {

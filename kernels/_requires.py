@@ -1,5 +1,5 @@
 """Imported first by ``hybridkv.kernels``: the kernels need the ``engine`` extra (torch)."""
 
-from hybridkv.extras import require
+from hybridkv.common.extras import require
 
 require("torch", "engine", "hybridkv.kernels")

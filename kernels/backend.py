@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from hybridkv import env
+from hybridkv.common import env
 
 ENV_VAR = env.KERNEL_BACKEND
 BACKENDS = ("triton", "torch", "native", "mamba_ssm")
@@ -43,7 +43,7 @@ class KernelBackendError(ValueError, RuntimeError):
 
 
 def backend_from_environment() -> str | None:
-    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (``hybridkv.env``)."""
+    """``$HYBRIDKV_KERNEL_BACKEND``, or None when unset or empty (``hybridkv.common.env``)."""
     return env.kernel_backend()
 
 

@@ -28,7 +28,7 @@ IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 # Run inside the bare venv: each needs the engine extra and must say so.
 NEEDS_ENGINE = """
 import importlib, json
-from hybridkv.extras import MissingExtraError
+from hybridkv.common.extras import MissingExtraError
 from hybridkv.layouts import shipped_layout
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 

@@ -12,10 +12,10 @@ import re
 import pytest
 
 from hybridkv.cli import main
+from hybridkv.common.units import format_bytes
 from hybridkv.layouts import shipped_names
 from hybridkv.report.table import format_table
 from hybridkv.report.units import compact_indices, parse_memory
-from hybridkv.units import format_bytes
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -150,19 +150,18 @@ def test_models_never_import_the_engine() -> None:
 
 
 #: The layers of the KV cache manager, lowest first: a module imports only
-#: from its own layer or below (``docs/architecture.md``).
+#: from its own layer or below (``docs/architecture.md``). ``hybridkv.common`` holds
+#: the leaf helpers every layer may use; the engine, the simulator and the server
+#: sit on the manager API, and nothing below imports them.
 LAYERS = (
+    ("hybridkv.common",),
     ("hybridkv.specs",),
     ("hybridkv.core",),
-    ("hybridkv.managers", "hybridkv.snapshots"),
+    ("hybridkv.managers",),
     ("hybridkv.policy",),
     ("hybridkv.coordinators",),
-    (
-        "hybridkv.kv_cache_manager",
-        "hybridkv.manager_checks",
-        "hybridkv.admission_bound",
-        "hybridkv.kv_cache_blocks",
-    ),
+    ("hybridkv.cache_manager",),
+    ("hybridkv.engine", "hybridkv.sim", "hybridkv.serving"),
 )
 #: The online learners and the rules they steer: only ``hybridkv.policy`` imports them.
 LEARNERS = {
@@ -208,3 +207,20 @@ def test_only_the_policy_package_imports_a_learner() -> None:
         for d in deps & LEARNERS
     )
     assert outside == [], f"learners imported outside hybridkv.policy: {outside}"
+
+
+def test_common_imports_nothing_else_of_hybridkv() -> None:
+    graph = import_graph()
+    common = {m for m in graph if m.startswith("hybridkv.common")}
+    assert common, "hybridkv.common moved: update the test"
+    outside = sorted(
+        (m, d) for m in common for d in graph[m] if not d.startswith("hybridkv.common")
+    )
+    assert outside == [], f"hybridkv.common must stay a leaf: {outside}"
+
+
+def test_no_loose_modules_at_the_top_of_hybridkv() -> None:
+    """Every module of ``hybridkv/`` lives in a package that says what it is, except the
+    package itself and its entry points (issue 43, part 8)."""
+    top = {p.stem for p in (ROOT / "hybridkv").glob("*.py")}
+    assert top <= {"__init__", "__main__", "cli", "walkthrough"}, sorted(top)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from core_paths import CORE_PATHS, HEAVY, SIMULATE
 
-from hybridkv.extras import EXTRAS, MissingExtraError, install_command, require
+from hybridkv.common.extras import EXTRAS, MissingExtraError, install_command, require
 
 
 def _heavy_modules_after(code: str, *args: str) -> list[str]:

@@ -26,7 +26,7 @@ MAX_TURN, SAMPLE_BLOCKS, SEEN_PER_BLOCK = T.max_turn, T.sample_blocks, T.seen_pe
 
 def chain(text: str) -> list[bytes]:
     """Chained block hashes, one block per letter: each block's hash is the
-    whole prefix it ends (as ``hybridkv.hashing``'s determine theirs)."""
+    whole prefix it ends (as ``hybridkv.core.hashing``'s determine theirs)."""
     return [text[: i + 1].encode() for i in range(len(text))]
 
 

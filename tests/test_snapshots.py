@@ -1,10 +1,10 @@
-"""``hybridkv.snapshots``: which Mamba states exist and where the runner writes them."""
+"""``hybridkv.managers.snapshots``: which Mamba states exist and where the runner writes them."""
 
 from __future__ import annotations
 
 import torch
 
-from hybridkv.snapshots import (
+from hybridkv.managers.snapshots import (
     resume_entry,
     save_slots,
     snapshot_entries,

@@ -11,10 +11,10 @@ from factories import config, decode, full, mamba
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.managers.points import on_grid, tail_points
+from hybridkv.managers.snapshots import snapshot_entries
 from hybridkv.policy.retention import FinalPoints, UnitValues, prompt_point
 from hybridkv.policy.tail_alignment import TailAlignment
 from hybridkv.policy.tuning import DEFAULT_TUNING as T
-from hybridkv.snapshots import snapshot_entries
 
 AGREE, MIN_OBSERVED, WINDOW = T.grid_agree, T.learn_min_observed, T.learn_window
 

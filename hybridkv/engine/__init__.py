@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from hybridkv.extras import require
+from hybridkv.common.extras import require
 
 if TYPE_CHECKING:
     from hybridkv.engine.llm import LLM

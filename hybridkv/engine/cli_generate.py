@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hybridkv.user_errors import report
+from hybridkv.common.user_errors import report
 
 
 def add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

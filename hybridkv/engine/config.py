@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from hybridkv.core.hashing import HASH_ALGOS
 from hybridkv.engine.engine_setup import check_dtype, check_flag, positive
-from hybridkv.hashing import HASH_ALGOS
 from hybridkv.policy import HybridOptions, check_cache_policy
 
 

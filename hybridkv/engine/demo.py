@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import time
 
+from hybridkv.common.units import format_bytes
 from hybridkv.engine.chat_template import transcript_template
 from hybridkv.engine.demo_text import CHAT_TURNS, QUESTIONS, document_prompt
 from hybridkv.engine.llm import LLM
 from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.specs import AttentionSpec, MambaSpec, SlidingWindowSpec
-from hybridkv.units import format_bytes
 
 MAX_TOKENS = 48
 

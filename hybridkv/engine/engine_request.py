@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from hybridkv.core.request import Request
 from hybridkv.engine.outputs import (
     CompletionOutput,
     Decode,
@@ -28,7 +29,6 @@ from hybridkv.engine.outputs import (
     RequestOutput,
 )
 from hybridkv.engine.sampling_params import SamplingParams
-from hybridkv.request import Request
 
 if TYPE_CHECKING:
     import torch

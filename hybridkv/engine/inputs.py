@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hybridkv.core.token_ids import as_token_id_list
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
-from hybridkv.token_ids import as_token_id_list
 
 PromptType = str | Mapping[str, Any]
 _PROMPT_KEYS = frozenset({"prompt", "prompt_token_ids", "cache_salt"})

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.chat_template import ChatTemplate, default_chat_template
 from hybridkv.engine.config import (
     KEYWORDS,
@@ -87,7 +88,6 @@ from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
-from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import layout_from_hf_config
 from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config

@@ -13,11 +13,11 @@ import hashlib
 import os
 from pathlib import Path
 
-from hybridkv import env
+from hybridkv.common import env
 
 
 def cache_root() -> Path:
-    """``$HYBRIDKV_CACHE`` or ``~/.cache/hybridkv`` (``hybridkv.env``)."""
+    """``$HYBRIDKV_CACHE`` or ``~/.cache/hybridkv`` (``hybridkv.common.env``)."""
     return env.cache_root()
 
 

@@ -8,7 +8,7 @@ Mamba groups the state slot each sequence starts from (entry
 ``(start - 1) // bs``, -1 for a fresh sequence) and, per token, the slot
 receiving the state after it (the entry of every block boundary crossed and
 of the last token; -1 where that entry is the null block, i.e. not kept):
-``hybridkv.snapshots`` owns that rule. Each step also gets the engine's kernel
+``hybridkv.managers.snapshots`` owns that rule. Each step also gets the engine's kernel
 backend (``batch.ops``) and a fresh ``StepValues`` for the values its layers
 share.
 """
@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata, KernelBackend
-from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.managers.snapshots import resume_entry, save_slots
 from hybridkv.models.base import CausalLM
 from hybridkv.models.batch import (
     AttentionLayerInputs,
@@ -31,7 +32,6 @@ from hybridkv.models.batch import (
     StepValues,
 )
 from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
-from hybridkv.snapshots import resume_entry, save_slots
 from hybridkv.specs import AttentionSpec, KVCacheConfig, MambaSpec
 
 if TYPE_CHECKING:

@@ -54,7 +54,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from hybridkv.token_ids import as_token_id_list, token_id
+from hybridkv.core.token_ids import as_token_id_list, token_id
 
 #: The seeds a ``torch.Generator`` takes: ``[-2**63, 2**64)``.
 SEED_MIN, SEED_END = -(2**63), 2**64

@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
-from hybridkv.kv_cache_manager import KVCacheManager
 
 
 @dataclass(frozen=True)

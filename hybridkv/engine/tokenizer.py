@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridkv.common.user_errors import one_line
 from hybridkv.engine.chat_template import missing_template_message
-from hybridkv.user_errors import one_line
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 _TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")

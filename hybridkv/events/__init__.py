@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hybridkv.common.extras import install_command
 from hybridkv.events.config import KVEventsConfig, is_bind_endpoint
 from hybridkv.events.groups import GroupEventInfo, external_hash, group_event_infos
-from hybridkv.extras import install_command
 
 if TYPE_CHECKING:
     from hybridkv.events.publisher import ZmqEventPublisher

@@ -19,11 +19,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hybridkv.common.user_errors import one_line
 from hybridkv.layouts.hf_families import READERS, SUPPORTED_MODEL_TYPES, WRAPPERS, HFConfig
 from hybridkv.layouts.kinds import LayerKind
 from hybridkv.layouts.layout import ModelLayout
 from hybridkv.layouts.yaml_io import LayoutError, layout_from_dict
-from hybridkv.user_errors import one_line
 
 DEFAULT_CACHE_DTYPE = "bfloat16"
 # A config's float dtype (torch's spellings, as str(torch.dtype) or a name) -> cache dtype.

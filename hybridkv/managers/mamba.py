@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
-from hybridkv.snapshots import snapshot_entries
+from hybridkv.managers.snapshots import snapshot_entries
 from hybridkv.specs.base import cdiv
 
 
 class MambaManager(SingleTypeKVCacheManager):
-    """State blocks of a Mamba group (block-aligned snapshots, ``hybridkv.snapshots``)."""
+    """State blocks of a Mamba group (block-aligned snapshots, ``hybridkv.managers.snapshots``)."""
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hybridkv import env
+from hybridkv.common import env
 from hybridkv.models.gguf import (
     INSTALL_HINT,
     MARKER_NAME,
@@ -47,7 +47,7 @@ CACHE_ENV = env.CACHE
 
 
 def default_cache_dir() -> Path:
-    """`$HYBRIDKV_CACHE` if set and non-empty, else `~/.cache/hybridkv` (`hybridkv.env`)."""
+    """`$HYBRIDKV_CACHE` if set and non-empty, else `~/.cache/hybridkv` (`hybridkv.common.env`)."""
     return env.cache_root()
 
 

@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hybridkv.extras import install_command
-from hybridkv.user_errors import one_line
+from hybridkv.common.extras import install_command
+from hybridkv.common.user_errors import one_line
 
 GGUF_MAGIC = b"GGUF"
 """The first four bytes of every GGUF file (llama.cpp's `GGUF_MAGIC`, 0x46554747 little-endian)."""

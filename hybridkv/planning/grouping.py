@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hybridkv.managers.snapshots import SNAPSHOT_BLOCKS_PER_REQUEST, snapshot_reserve_blocks
 from hybridkv.planning.unify import UnifiedSpecs
-from hybridkv.snapshots import SNAPSHOT_BLOCKS_PER_REQUEST, snapshot_reserve_blocks
 from hybridkv.specs import KVCacheSpec, MambaSpec
 from hybridkv.specs.base import cdiv
 
@@ -107,7 +107,7 @@ def vllm_group_size(buckets: list[Bucket]) -> int:
 
 #: A Mamba group holds a request's running state and its latest snapshot; the
 #: snapshots a step writes are reserved once for all requests
-#: (``mamba_reserve_blocks``). The rule lives in ``hybridkv.snapshots``.
+#: (``mamba_reserve_blocks``). The rule lives in ``hybridkv.managers.snapshots``.
 MAMBA_BLOCKS_PER_REQUEST = SNAPSHOT_BLOCKS_PER_REQUEST
 
 

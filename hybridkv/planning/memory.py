@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hybridkv.extras import require
+from hybridkv.common.extras import require
 from hybridkv.specs import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec
 from hybridkv.specs.base import prod
 from hybridkv.specs.dtypes import to_torch_dtype

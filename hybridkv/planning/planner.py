@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from hybridkv.common.units import format_bytes
 from hybridkv.planning.capacity import Capacity, capacity
 from hybridkv.planning.grouping import (
     Grouping,
@@ -56,7 +57,6 @@ from hybridkv.specs import (
     MambaSpec,
 )
 from hybridkv.specs.base import check_positive_int
-from hybridkv.units import format_bytes
 
 if TYPE_CHECKING:
     from hybridkv.layouts import ModelLayout

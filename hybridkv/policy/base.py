@@ -7,7 +7,7 @@ keep and in which order to let it go. The coordinator calls:
   request holds beyond what its next query reads (``managers.points.Hold``;
   None: nothing, every computed block is cached);
 - ``grid`` per allocation: the branch grid in force (0: none), for the
-  Mamba snapshots a new table's entries get (``hybridkv.snapshots``);
+  Mamba snapshots a new table's entries get (``hybridkv.managers.snapshots``);
 - ``kept_points(admission)`` before a request's first allocation with a
   prefix lookup, and ``admit(admission)`` once it succeeded: the policy learns
   from it and answers its kept points and its returning turn;

@@ -64,7 +64,7 @@ class SeenPrefixes:
     ``stride``: one block hash in ``stride`` is kept, the one ending each
     run of ``stride`` blocks from the prompt's start. The hashes passed in
     must be chained (each block's hash determines every token before it, as
-    ``hybridkv.hashing``'s are), so a sample seen means its whole prefix was.
+    ``hybridkv.core.hashing``'s are), so a sample seen means its whole prefix was.
 
     Two generations of samples: ``record`` adds to the newer one, and once it
     holds half of ``capacity`` it becomes the older one, the former older one

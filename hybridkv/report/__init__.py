@@ -23,11 +23,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hybridkv.common.units import format_bytes
     from hybridkv.report.plan_report import PlanOptions, PlanReport, build_plan_report
     from hybridkv.report.plan_table import render_plan
     from hybridkv.report.resolve import resolve_layout
     from hybridkv.report.units import compact_indices, parse_memory
-    from hybridkv.units import format_bytes
 
 _EXPORTS = {
     "PlanOptions": "hybridkv.report.plan_report",
@@ -37,7 +37,7 @@ _EXPORTS = {
     "resolve_layout": "hybridkv.report.resolve",
     "compact_indices": "hybridkv.report.units",
     "parse_memory": "hybridkv.report.units",
-    "format_bytes": "hybridkv.units",
+    "format_bytes": "hybridkv.common.units",
 }
 
 __all__ = [

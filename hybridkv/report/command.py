@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hybridkv.common.user_errors import EXIT_USER_ERROR
+from hybridkv.common.user_errors import report as report_error
 from hybridkv.planning import GROUPINGS, STRATEGIES
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
-from hybridkv.user_errors import EXIT_USER_ERROR
-from hybridkv.user_errors import report as report_error
 
 __all__ = ["EXIT_USER_ERROR", "add_plan_parser", "run_plan"]
 

@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
+from hybridkv.common.units import format_bytes
 from hybridkv.planning import KVCachePlan
 from hybridkv.report.plan_report import PlanReport
 from hybridkv.report.table import format_table
 from hybridkv.specs import MambaSpec
-from hybridkv.units import format_bytes
 
 
 def mamba_padding(plan: KVCachePlan) -> float | None:

@@ -10,6 +10,7 @@ The text is stable (no timestamps, sorted input) so tests and diffs can read it.
 
 from __future__ import annotations
 
+from hybridkv.common.units import format_bytes, format_bytes_exact
 from hybridkv.planning import KVCachePlan
 from hybridkv.planning.grouping import mamba_reserve_blocks
 from hybridkv.report.compare import render_choices, render_unifications
@@ -17,7 +18,6 @@ from hybridkv.report.plan_report import PlanReport
 from hybridkv.report.table import format_table
 from hybridkv.report.units import compact_layers, plural
 from hybridkv.specs import MambaSpec
-from hybridkv.units import format_bytes, format_bytes_exact
 
 
 def render_plan(report: PlanReport, verbose: bool = False) -> str:

@@ -20,12 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hybridkv.extras import install_command
+from hybridkv.common.extras import install_command
+from hybridkv.common.units import format_bytes
 from hybridkv.planning import KVCachePlan
 from hybridkv.report.plan_report import PlanReport
 from hybridkv.report.units import layer_index, plural
 from hybridkv.specs import KVCacheSpec, MambaSpec
-from hybridkv.units import format_bytes
 
 MAX_BUFFERS = 16
 MAX_GROUPS = 16

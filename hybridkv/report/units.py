@@ -3,7 +3,7 @@
 ``parse_memory`` reads what a user types for ``--memory``: a plain byte count
 (``1073741824``, ``1_000``) or a number with a suffix, decimal (``KB`` ``MB``
 ``GB`` ``TB``: powers of 1000) or binary (``KiB`` ``MiB`` ``GiB`` ``TiB``:
-powers of 1024). Sizes are written by ``hybridkv.units.format_bytes``.
+powers of 1024). Sizes are written by ``hybridkv.common.units.format_bytes``.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridkv.extras import install_command
-from hybridkv.user_errors import one_line, report
+from hybridkv.common.extras import install_command
+from hybridkv.common.user_errors import one_line, report
 
 if TYPE_CHECKING:
     from hybridkv.engine.chat_template import ChatTemplate
@@ -141,7 +141,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def access_policy(args: argparse.Namespace) -> AccessPolicy:
     """The API key (``--api-key``, else ``$HYBRIDKV_API_KEY``) and what usage shows."""
-    from hybridkv import env
+    from hybridkv.common import env
     from hybridkv.serving.auth import AccessPolicy
 
     key = args.api_key if args.api_key is not None else env.api_key()

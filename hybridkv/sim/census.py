@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.specs import KVCacheConfig
 
 #: Display and JSON order of the kinds.

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.core.events import BlockRemoved, KVCacheEvent
-from hybridkv.kv_cache_blocks import KVCacheBlocks
-from hybridkv.kv_cache_manager import KVCacheManager
+from hybridkv.core.request import Request
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.request import Request
 from hybridkv.specs import MambaSpec
 from hybridkv.specs.config import KVCacheConfig
 from hybridkv.tiers.ledger import EntryLedger

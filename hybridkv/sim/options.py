@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridkv.hashing import HASH_ALGOS
+from hybridkv.core.hashing import HASH_ALGOS
 from hybridkv.policy import CACHE_POLICIES, HybridOptions
 from hybridkv.policy.options import check_floor_knob, check_hybrid_knob, check_return_grade
 from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning, parse_tuning

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hybridkv.extras import install_command
+from hybridkv.common.extras import install_command
 from hybridkv.report.plot import PlotError
 from hybridkv.sim.result import SimResult
 

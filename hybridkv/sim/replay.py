@@ -29,10 +29,10 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler
-from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.layouts import ModelLayout
 from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind

@@ -8,7 +8,7 @@ unit as a few byte *parts* and knows nothing of what they mean.
 Keys: ``UnitKey(block_hash, group_id)`` within one ``ModelFingerprint`` (a
 tier serves one fingerprint; the disk tier writes it into every entry and
 never serves another's). ``block_hash`` is the chained block hash of
-``hybridkv.hashing``: block 0's hash includes the request's ``cache_salt``
+``hybridkv.core.hashing``: block 0's hash includes the request's ``cache_salt``
 (extra key ``S``) and every later hash includes its parent's, so every key of a
 salted request carries the salt and a salted entry is never a hit for another
 salt or for none. The LoRA name and multimodal inputs enter the chain the same

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from hybridkv import env
+from hybridkv.common import env
 
 SOURCES = tuple(sorted((Path(__file__).with_name("csrc")).glob("*.c")))
 FLAGS = (

@@ -1,4 +1,4 @@
-"""``cannot_admit`` (``hybridkv.admission_bound``) never changes a decision.
+"""``cannot_admit`` (``hybridkv.cache_manager.admission_bound``) never changes a decision.
 
 Two checks on real replays under memory pressure (preemptions, repeated
 admission retries): every time the bound says "cannot admit", the full path

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from tier_factories import fingerprint, key
 
-from hybridkv.hashing import BlockHasher
-from hybridkv.request import Request
+from hybridkv.core.hashing import BlockHasher
+from hybridkv.core.request import Request
 from hybridkv.tiers import TierError, UnitKey
 from hybridkv.tiers.copier import InlineCopier
 from hybridkv.tiers.disk import DiskTier

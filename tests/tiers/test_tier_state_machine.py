@@ -23,8 +23,8 @@ import hypothesis.strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from tier_factories import GateCopier, fingerprint
 
-from hybridkv.hashing import BlockHasher
-from hybridkv.request import Request
+from hybridkv.core.hashing import BlockHasher
+from hybridkv.core.request import Request
 from hybridkv.tiers import CorruptEntryError, HostTier, TierFullError, Transfer, UnitKey
 from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.disk_dir import entry_name

@@ -43,7 +43,7 @@ CURATED: tuple[Mutant, ...] = (
         "Mamba padding counts as used bytes in the grouping's waste",
     ),
     _m(
-        "hybridkv/hashing.py",
+        "hybridkv/core/hashing.py",
         "if offset < end and offset + length > start:",
         "if offset < end and offset + length >= start:",
         "a multimodal range ending at a block's start overlaps that block",

@@ -12,7 +12,7 @@ covers every query block of ``tokens`` tokens in ``seqs`` sequences), and throug
 ``within_reach`` (a window or chunk no sequence outgrows runs as full attention),
 decided on the span class, which bounds every replayed step's longest context.
 Per Mamba group: the state slot each sequence starts from and, per token, the slot
-that receives the state after it (the runner's rule, ``hybridkv.snapshots``), read by
+that receives the state after it (the runner's rule, ``hybridkv.managers.snapshots``), read by
 the Mamba kernels from device tensors; with the query starts, they are all a Mamba
 layer's launch reads (its grid is the shape's sequences).
 
@@ -41,6 +41,7 @@ from hybridkv.engine.graphs.packed import PackedInts
 from hybridkv.engine.graphs.shapes import StepShape
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata
+from hybridkv.managers.snapshots import resume_entry, save_slots
 from hybridkv.models.batch import (
     AttentionLayerInputs,
     ForwardBatch,
@@ -48,7 +49,6 @@ from hybridkv.models.batch import (
     StepValues,
 )
 from hybridkv.planning import AttentionCache, MambaCache
-from hybridkv.snapshots import resume_entry, save_slots
 from hybridkv.specs import AttentionSpec, MambaSpec
 
 
@@ -223,7 +223,8 @@ class StaticStep:
     def _fill_mamba(self, m: StaticMamba, work: Sequence[ScheduledRequest],
                     rows: list[Any], positions: list[int]) -> None:  # fmt: skip
         """``m``'s slots for ``work`` (``rows``: each request's block ids in its group),
-        the runner's rule (``hybridkv.snapshots``); padding starts from zeros, saves nothing."""
+        the runner's rule (``hybridkv.managers.snapshots``); padding starts from zeros and
+        saves nothing."""
         initial = []
         for r, s in zip(rows, work, strict=True):
             e = resume_entry(s.start, m.block_size)

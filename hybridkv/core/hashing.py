@@ -28,7 +28,7 @@ from typing import Protocol
 
 import xxhash
 
-from hybridkv.token_ids import pack_token_ids
+from hybridkv.core.token_ids import pack_token_ids
 
 BlockHash = bytes
 #: A multimodal placeholder: ``(content_hash, offset, length)`` in prompt positions.

@@ -10,10 +10,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 
+from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
 from hybridkv.core.block_pool import BlockPool
-from hybridkv.kv_cache_blocks import KVCacheBlocks
+from hybridkv.core.request import Request
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.request import Request
 
 
 def as_int(value: object, field: str) -> int:

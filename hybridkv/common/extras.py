@@ -19,7 +19,7 @@ Code at a boundary (an engine entry point, a plot, a kernel module) calls
 ``require(module, extra)`` before it needs the module; a missing module then
 raises ``MissingExtraError`` whose message names the ``pip install`` to run.
 It is a ``ValueError`` too, so each subcommand reports it as a one-line user
-error (``hybridkv.user_errors``).
+error (``hybridkv.common.user_errors``).
 """
 
 from __future__ import annotations

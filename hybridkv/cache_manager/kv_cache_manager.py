@@ -23,15 +23,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hybridkv.admission_bound import AdmissionBound
-from hybridkv.coordinators import get_kv_cache_coordinator
-from hybridkv.core.block_pool import BlockPool
-from hybridkv.core.events import KVCacheEvent
-from hybridkv.core.eviction import PolicyFactory
-from hybridkv.core.stats import PrefixCacheStats
-from hybridkv.hashing import BlockHasher
-from hybridkv.kv_cache_blocks import KVCacheBlocks
-from hybridkv.manager_checks import (
+from hybridkv.cache_manager.admission_bound import AdmissionBound
+from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
+from hybridkv.cache_manager.manager_checks import (
     as_int,
     check_counts,
     check_fits,
@@ -39,6 +33,13 @@ from hybridkv.manager_checks import (
     check_request,
     check_same_request,
 )
+from hybridkv.coordinators import get_kv_cache_coordinator
+from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.events import KVCacheEvent
+from hybridkv.core.eviction import PolicyFactory
+from hybridkv.core.hashing import BlockHasher
+from hybridkv.core.request import Request
+from hybridkv.core.stats import PrefixCacheStats
 from hybridkv.managers.base import NEVER
 from hybridkv.policy import (
     CACHE_POLICIES,
@@ -47,7 +48,6 @@ from hybridkv.policy import (
     check_cache_policy,
     eviction_factory,
 )
-from hybridkv.request import Request
 from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import check_positive_int
 
@@ -187,7 +187,7 @@ class KVCacheManager:
         ``get_computed_blocks`` then ``allocate_slots`` of
         ``min(num_tokens - hit, budget)`` tokens would return None. Answered
         without a hit scan from the request's last lookup
-        (``hybridkv.admission_bound``); False when unsure. Read-only."""
+        (``hybridkv.cache_manager.admission_bound``); False when unsure. Read-only."""
         self._check_request(request)
         if self.coordinator.has_request(request.request_id):
             return False

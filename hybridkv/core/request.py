@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
-from hybridkv.hashing import BlockHash, BlockHasher, MMInput
-from hybridkv.token_ids import TOKEN_ID_LIMIT, pack_token_ids, token_id
+from hybridkv.core.hashing import BlockHash, BlockHasher, MMInput
+from hybridkv.core.token_ids import TOKEN_ID_LIMIT, pack_token_ids, token_id
 
 
 class TokenView(Sequence[int]):
@@ -196,7 +196,7 @@ class Request:
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         """Append sampled tokens; blocks they fill are hashed at once.
 
-        ``token_ids``: one id or an iterable of ids (``hybridkv.token_ids``
+        ``token_ids``: one id or an iterable of ids (``hybridkv.core.token_ids``
         rules, as for the prompt); anything else raises ``ValueError`` and
         appends nothing.
         """

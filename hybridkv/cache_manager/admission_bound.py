@@ -28,8 +28,8 @@ layouts with no or several full-attention groups.
 from __future__ import annotations
 
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.request import Request
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.request import Request
 
 
 class AdmissionBound:
