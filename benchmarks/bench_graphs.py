@@ -27,8 +27,9 @@ Its attention is planned for the step's span class (at least 2,048 keys) where t
 eager step plans for its longest context (here 129-192 keys): full-attention decodes
 then take key tiles of 128 (4 warps) instead of 32 (2 warps), so the online softmax
 rescales and sums in another order; and the routed experts (Llama 4, Jamba, Granite)
-take their dense form. Both are exact in real arithmetic and round differently in
-bf16, which a random model's near-flat logits turn into other tokens.
+take their dense form. Both are exact in real arithmetic; their last bits differ, and
+where a bf16 rounding flips, a random model's near-flat logits can turn it into
+another token (the likely cause; the report tells).
 Where no GPU is present the graphs are ``EagerReplay`` (the CPU tests' stand-in) and
 ``--tiny`` keeps the tests' shapes: that checks the code path, not the speed (no
 timing of it is a result). Results: ``benchmarks/results/graphs-<device>.md``.
