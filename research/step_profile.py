@@ -20,8 +20,10 @@ host (Python and the CUDA driver); CUDA graphs remove the launches, not the rest
 With ``--cuda-graphs`` a replayed step's ``batch`` is ``StaticStep.fill`` (writing the
 step's ids, positions, slots and block tables into the graph's tensors, on the host,
 and their upload) and its ``model`` the replay to the logits being ready; the output
-says how many of the timed and of the profiled steps were replays. Kernels run
-from a graph count as kernels the GPU ran (CUPTI reports each), not as launches:
+says how many of the timed and of the profiled steps were replays, and on CUDA a
+replay's GPU time between two CUDA events (its kernels and the gaps between them).
+Kernels run from a graph count as kernels the GPU ran (CUPTI reports each), not as
+launches:
 before 2026-11-27 the table called the GPU's kernels "launches", which read as
 289 launches per replayed step on the H100 lease. Without CUDA, ``--cuda-graphs``
 installs the CPU tests' stand-in (``EagerReplay``): a check of the code path, no timing.
@@ -73,10 +75,14 @@ class StepTimer:
         graphs = runner.graphs
         timer = self
         self._fill = 0.0  # the last StaticStep.fill's seconds
+        self._events: tuple[Any, Any] | None = None  # around the last CudaGraph.replay
+        self.replay_gpu: list[float] = []  # each timed replay's GPU seconds (CUDA events)
         self.replays = 0  # steps replayed from graphs, timed or not
         self.timed_replays = 0
         if graphs is not None:
             self._wrap_fill()
+            if runner.device.type == "cuda":
+                self._wrap_replay()
 
         def execute(work: Any) -> torch.Tensor:
             if graphs is not None:  # a replay: fill is the batch's time, the rest the model's
@@ -88,6 +94,9 @@ class StepTimer:
                     timer.replays += 1
                     if timer.on:
                         timer.timed_replays += 1
+                        if timer._events is not None:
+                            start, end = timer._events
+                            timer.replay_gpu.append(start.elapsed_time(end) / 1e3)
                         timer.times["batch"].append(timer._fill)
                         timer.times["model"].append(time.perf_counter() - t - timer._fill)
                     return logits
@@ -117,6 +126,24 @@ class StepTimer:
             return out
 
         StaticStep.fill = timed_fill  # type: ignore[method-assign]
+
+    def _wrap_replay(self) -> None:
+        """CUDA events around every ``CudaGraph.replay`` (the class is patched for this
+        run): the GPU's time from the replay's first kernel to its last, gaps included."""
+        from hybridkv.engine.graphs.capture import CudaGraph
+
+        replay = CudaGraph.replay
+        timer = self
+
+        def timed_replay(graph: Any) -> None:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay(graph)
+            end.record()
+            timer._events = (start, end)
+
+        CudaGraph.replay = timed_replay  # type: ignore[method-assign]
 
     def _wrap(self, obj: Any, name: str, part: str) -> None:
         fn = getattr(obj, name)
@@ -259,6 +286,11 @@ def main() -> int:
         lines += ["", f"Replayed from graphs: {timer.timed_replays} of the {args.steps} timed steps"
                   + ("" if prof is None else
                      f", {profiled_replays} of the {args.steps} profiled steps") + "."]  # fmt: skip
+        if timer.replay_gpu:
+            gpu = statistics.mean(timer.replay_gpu)
+            lines += ["", f"A timed replay's GPU time (CUDA events around it, gaps between "
+                      f"kernels included): {gpu * 1e3:.2f} ms of the model's "
+                      f"{means['model'] * 1e3:.2f} ms."]  # fmt: skip
     if prof is not None:
         share = prof[0] / means["model"] if means["model"] else 0.0
         verdict = "launch-bound: CUDA graphs would pay" if share < 0.5 else "GPU-bound"
