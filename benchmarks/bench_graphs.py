@@ -1,6 +1,7 @@
 """CUDA graphs against the eager engine, every family, in one process.
 
     .venv/bin/python benchmarks/bench_graphs.py [--families gemma3,jamba] [--write]
+        [--dtype float32]  # the GPU's default is bfloat16
     .venv/bin/python benchmarks/bench_graphs.py --tiny     # the CPU check of the code path
 
 Per family, on a random checkpoint of its test layout (``tests/engine/tiny_checkpoints``)
@@ -15,6 +16,20 @@ same prompts for both engines (eager first, then ``cuda_graphs=True``):
   prompt and the mean of the hits.
 
 Each engine is warmed up at the timed shapes first (Triton compiles; graph captures).
+After the timed runs each engine decodes the same batch once more with its logits
+recorded (untimed), and every output where graphs and eager part is explained as
+``research/explain_divergence.py`` explains the demo's: the first differing step, each
+engine's margin between its token and the other's, in ulps of the dtype at those
+logits (a *near-tie* is within ``TIE_ULPS`` of both), and whether each engine repeats
+its own timed outputs. Why they can part in bf16 although the graph tests are
+token-identical in fp32: a graphed step computes the same values by other launches.
+Its attention is planned for the step's span class (at least 2,048 keys) where the
+eager step plans for its longest context (here 129-192 keys): full-attention decodes
+then take key tiles of 128 (4 warps) instead of 32 (2 warps), so the online softmax
+rescales and sums in another order; and the routed experts (Llama 4, Jamba, Granite)
+take their dense form. Both are exact in real arithmetic; their last bits differ, and
+where a bf16 rounding flips, a random model's near-flat logits can turn it into
+another token (the likely cause; the report tells).
 Where no GPU is present the graphs are ``EagerReplay`` (the CPU tests' stand-in) and
 ``--tiny`` keeps the tests' shapes: that checks the code path, not the speed (no
 timing of it is a result). Results: ``benchmarks/results/graphs-<device>.md``.
@@ -38,6 +53,9 @@ if not torch.cuda.is_available():  # Triton's CPU interpreter (the tests' way)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "engine")]
 
+sys.path.insert(0, str(ROOT / "research"))
+from explain_divergence import TIE_ULPS, Divergence, first_divergence  # noqa: E402
+from oracle import record_logits  # noqa: E402
 from tiny_checkpoints import FAMILY_CONFIGS, save_checkpoint  # noqa: E402
 
 from hybridkv.engine import LLM, SamplingParams  # noqa: E402
@@ -112,10 +130,14 @@ def _tokens(n: int, seed: int, vocab: int) -> list[int]:
     return torch.randint(3, vocab, (n,), generator=g).tolist()
 
 
+def _decode_batch(sizes: dict[str, int], vocab: int) -> list[dict[str, list[int]]]:
+    n = sizes["n_prompts"]
+    return [{"prompt_token_ids": _tokens(sizes["prompt"], 100 + i, vocab)} for i in range(n)]
+
+
 def decode(llm: LLM, sizes: dict[str, int], vocab: int) -> tuple[float, list[list[int]]]:
     """Tokens per second of the decode run, and its outputs."""
-    prompts = [_tokens(sizes["prompt"], 100 + i, vocab) for i in range(sizes["n_prompts"])]
-    batch = [{"prompt_token_ids": p} for p in prompts]
+    batch = _decode_batch(sizes, vocab)
     llm.generate(batch, SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)  # warm
     llm.manager.reset_prefix_cache()
     _sync()
@@ -124,7 +146,44 @@ def decode(llm: LLM, sizes: dict[str, int], vocab: int) -> tuple[float, list[lis
     outs = llm.generate(batch, params, use_tqdm=False)
     _sync()
     seconds = time.perf_counter() - t
-    return len(prompts) * sizes["new"] / seconds, [list(o.outputs[0].token_ids) for o in outs]
+    return len(batch) * sizes["new"] / seconds, [list(o.outputs[0].token_ids) for o in outs]
+
+
+def recorded_decode(
+    llm: LLM, sizes: dict[str, int], vocab: int
+) -> list[tuple[list[int], torch.Tensor]]:
+    """The decode run again, untimed (last: the recording stays on ``llm``), with each
+    output's per-step logits ``[new, V]`` in the model's dtype."""
+    llm.manager.reset_prefix_cache()
+    seen = record_logits(llm)
+    params = SamplingParams(max_tokens=sizes["new"], ignore_eos=True)
+    outs = llm.generate(_decode_batch(sizes, vocab), params, use_tqdm=False)
+    return [(list(o.outputs[0].token_ids), torch.stack(seen[o.request_id])) for o in outs]
+
+
+def parting(
+    eager: list[tuple[list[int], torch.Tensor]],
+    graphs: list[tuple[list[int], torch.Tensor]],
+    dtype: torch.dtype,
+) -> list[tuple[int, Divergence]]:
+    """``(output index, where it parts)`` of every output the two runs differ on
+    (``explain_divergence.first_divergence``: eager as "ours", graphs as "theirs")."""
+    out = []
+    for i, ((a, la), (b, lb)) in enumerate(zip(eager, graphs, strict=True)):
+        d = first_divergence(a, la, b, lb, dtype)
+        if d.step is not None:
+            out.append((i, d))
+    return out
+
+
+def parting_rows(name: str, parts: list[tuple[int, Divergence]]) -> list[str]:
+    """The detail table's rows of one family."""
+    return [
+        f"| {name} | {i} | {d.step} | {d.ours} / {d.theirs} | {d.our_margin:.4g} / "
+        f"{d.their_margin:.4g} | {d.ulp:.3g} | {max(d.our_margin, d.their_margin) / d.ulp:.1f} "
+        f"| {'near-tie' if d.explained else 'NOT a near-tie'} |"
+        for i, d in parts
+    ]
 
 
 def shared_document(llm: LLM, sizes: dict[str, int], vocab: int) -> tuple[float, float, float]:
@@ -145,46 +204,65 @@ def shared_document(llm: LLM, sizes: dict[str, int], vocab: int) -> tuple[float,
     return cold.metrics.time_to_first_token or 0.0, hit_s, cached
 
 
-def measure(name: str, path: Path, vocab: int, device: str, sizes: dict[str, int]) -> str:
-    """One family's table row: eager, then graphs, in this process."""
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+def measure(
+    name: str, path: Path, vocab: int, device: str, sizes: dict[str, int], dtype: torch.dtype
+) -> tuple[str, str, list[str]]:
+    """One family, eager then graphs in this process: its row of the main table, of the
+    parting summary, and the parting details."""
     seen: dict[bool, Any] = {}
     for graphs in (False, True):
         llm = _engine(path, graphs, device, dtype, sizes["n_prompts"])
         rate, outs = decode(llm, sizes, vocab)
         cold, hit, cached = shared_document(llm, sizes, vocab)
         stats = dict(llm.runner.graphs.stats) if llm.runner.graphs is not None else {}
-        seen[graphs] = (rate, outs, cold, hit, cached, stats)
+        recorded = recorded_decode(llm, sizes, vocab)
+        repeats = sum(o == r[0] for o, r in zip(outs, recorded, strict=True))
+        seen[graphs] = (rate, outs, cold, hit, cached, stats, recorded, repeats)
         print(f"{name} graphs={graphs}: {rate:.1f} tok/s, TTFT cold {cold * 1e3:.1f} ms, "
-              f"hit {hit * 1e3:.1f} ms ({cached:.0f} cached); {stats}", flush=True)  # fmt: skip
+              f"hit {hit * 1e3:.1f} ms ({cached:.0f} cached); {stats}; recorded run repeats "
+              f"{repeats}/{len(outs)} timed outputs", flush=True)  # fmt: skip
         del llm
         gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
-    (r0, o0, c0, h0, _, _), (r1, o1, c1, h1, cached, stats) = seen[False], seen[True]
+    (r0, o0, c0, h0, _, _, rec0, rep0) = seen[False]
+    (r1, o1, c1, h1, cached, stats, rec1, rep1) = seen[True]
     same = sum(a == b for a, b in zip(o0, o1, strict=True))
     replays = stats.get("decode replays", 0) + stats.get("small-step replays", 0)
     eager = sum(v for k, v in stats.items() if k.startswith("eager"))
-    return (
+    row = (
         f"| {name} | {r0:.0f} | {r1:.0f} | {r1 / r0:.2f}x | {same}/{len(o0)} | "
         f"{c0 * 1e3:.1f} / {h0 * 1e3:.1f} | {c1 * 1e3:.1f} / {h1 * 1e3:.1f} | "
         f"{h0 / h1:.2f}x | {c1 / h1:.1f}x | {cached:.0f} | {replays} / {eager} |"
     )
+    parts = parting(rec0, rec1, dtype)
+    ties = sum(d.explained for _, d in parts)
+    steps = sorted(d.step for _, d in parts if d.step is not None)
+    widest = max((max(d.our_margin, d.their_margin) / d.ulp for _, d in parts), default=0.0)
+    summary = (
+        f"| {name} | {len(parts)}/{len(rec0)} | "
+        f"{', '.join(map(str, steps)) if steps else '-'} | {ties}/{len(parts)} | "
+        f"{widest:.1f} | {rep0}/{len(o0)} | {rep1}/{len(o1)} |"
+    )
+    return row, summary, parting_rows(name, parts)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--families", default=",".join(WIDE), help="comma-separated")
     ap.add_argument("--tiny", action="store_true", help="the tests' shapes (CPU check)")
+    ap.add_argument("--dtype", default=None, help="bfloat16 (GPU default) or float32 (CPU default)")
     ap.add_argument("--write", action="store_true", help="benchmarks/results/graphs-<device>.md")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    short = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}[dtype]
     sizes = TINY if args.tiny else FULL
     label = torch.cuda.get_device_name() if device == "cuda" else "CPU (EagerReplay: no timing)"
     s = sizes
     lines = [
-        f"# CUDA graphs against the eager engine ({label}, "
-        f"{'fp32' if device == 'cpu' else 'bf16'}, triton backend, random weights)",
+        f"# CUDA graphs against the eager engine ({label}, {short}, triton backend, "
+        "random weights)",
         "",
         f"Decode: {s['n_prompts']} x {s['prompt']} -> {s['new']}. Shared document: "
         f"{s['doc']} tokens + {s['question']}, TTFT cold / mean of 3 hits. "
@@ -195,14 +273,43 @@ def main() -> int:
         "cached per hit | replays / eager steps |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    summaries, details = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.families.split(","):
             config = FAMILY_CONFIGS[name](**({} if args.tiny else WIDE[name]))
             path = save_checkpoint(config, Path(tmp) / name)
-            lines.append(measure(name, path, config.vocab_size, device, sizes))
+            row, summary, rows = measure(name, path, config.vocab_size, device, sizes, dtype)
+            lines.append(row)
+            summaries.append(summary)
+            details += rows
+    lines += [
+        "",
+        "## Where graphed and eager outputs part",
+        "",
+        "The decode batch once more per engine, untimed, logits recorded. Per output "
+        "that differs: the first differing step (both engines saw the same tokens up to "
+        "it) and each engine's margin between its token and the other's; a near-tie is "
+        f"within {TIE_ULPS} ulps of {short} at those logits for both "
+        "(`research/explain_divergence.py`). *Repeats*: outputs of the recorded run equal "
+        "to the same engine's timed run.",
+        "",
+        "| family | outputs that part | first differing steps | near-ties | widest margin "
+        "(ulps) | eager repeats | graphs repeat |",
+        "|---|---|---|---|---|---|---|",
+        *summaries,
+    ]
+    if details:
+        lines += [
+            "",
+            "| family | output | step | tokens eager / graphs | margins eager / graphs | "
+            "ulp | margin / ulp | |",
+            "|---|---|---|---|---|---|---|---|",
+            *details,
+        ]
     print("\n".join(lines))
     if args.write:
         tag = label.lower().replace(" ", "-") if device == "cuda" else "cpu"
+        tag += "" if dtype == torch.bfloat16 or device == "cpu" else f"-{short}"
         out = ROOT / "benchmarks" / "results" / f"graphs-{tag}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")

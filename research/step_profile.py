@@ -11,10 +11,22 @@ times ``--steps`` decode steps, each split into:
   back on the host (``sample`` reads them: the step's only sync);
 - ``update``: appending tokens, freeing finished requests.
 
-On CUDA it also profiles the same steps with ``torch.profiler`` and reports
-the GPU's busy time per step (kernel time summed) and kernel launches per
-step. A step whose GPU busy time is well under its model time is bound by
-launches (Python and the CUDA driver), which is what CUDA graphs remove.
+On CUDA it also profiles as many further steps with ``torch.profiler`` and reports
+per step the GPU's busy time (kernel time summed), the kernels the GPU ran, and the
+launches the host made (kernel launch calls of the CUDA runtime and driver, and graph
+launches). A step whose GPU busy time is well under its model time is bound by the
+host (Python and the CUDA driver); CUDA graphs remove the launches, not the rest.
+
+With ``--cuda-graphs`` a replayed step's ``batch`` is ``StaticStep.fill`` (writing the
+step's ids, positions, slots and block tables into the graph's tensors, on the host,
+and their upload) and its ``model`` the replay to the logits being ready; the output
+says how many of the timed and of the profiled steps were replays, and on CUDA a
+replay's GPU time between two CUDA events (its kernels and the gaps between them).
+Kernels run from a graph count as kernels the GPU ran (CUPTI reports each), not as
+launches:
+before 2026-11-27 the table called the GPU's kernels "launches", which read as
+289 launches per replayed step on the H100 lease. Without CUDA, ``--cuda-graphs``
+installs the CPU tests' stand-in (``EagerReplay``): a check of the code path, no timing.
 
     python3 research/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
         [--length 256] [--steps 32] [--kernel-backend triton] [--write]
@@ -34,12 +46,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
 
 PARTS = ("schedule", "batch", "model", "update")
+#: Host calls that launch work on the GPU (runtime and driver API names, as the
+#: profiler records them; Triton launches through the driver).
+KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
 class StepTimer:
@@ -57,15 +74,31 @@ class StepTimer:
         model = runner.model
         graphs = runner.graphs
         timer = self
+        self._fill = 0.0  # the last StaticStep.fill's seconds
+        self._events: tuple[Any, Any] | None = None  # around the last CudaGraph.replay
+        self.replay_gpu: list[float] = []  # each timed replay's GPU seconds (CUDA events)
+        self.replays = 0  # steps replayed from graphs, timed or not
+        self.timed_replays = 0
+        if graphs is not None:
+            self._wrap_fill()
+            if runner.device.type == "cuda":
+                self._wrap_replay()
 
         def execute(work: Any) -> torch.Tensor:
-            if graphs is not None:  # a replay: its input copies count as the model's time
+            if graphs is not None:  # a replay: fill is the batch's time, the rest the model's
+                timer._fill = 0.0
                 t = time.perf_counter()
                 logits = graphs.run(work)
                 if logits is not None:
                     timer._sync()
+                    timer.replays += 1
                     if timer.on:
-                        timer.times["model"].append(time.perf_counter() - t)
+                        timer.timed_replays += 1
+                        if timer._events is not None:
+                            start, end = timer._events
+                            timer.replay_gpu.append(start.elapsed_time(end) / 1e3)
+                        timer.times["batch"].append(timer._fill)
+                        timer.times["model"].append(time.perf_counter() - t - timer._fill)
                     return logits
             batch = build(work)
             t = time.perf_counter()
@@ -78,6 +111,39 @@ class StepTimer:
             return logits
 
         runner.execute = execute
+
+    def _wrap_fill(self) -> None:
+        """Time ``StaticStep.fill`` (every graph's; the class is patched for this run)."""
+        from hybridkv.engine.graphs.static_step import StaticStep
+
+        fill = StaticStep.fill
+        timer = self
+
+        def timed_fill(static: Any, *args: Any, **kwargs: Any) -> int:
+            t = time.perf_counter()
+            out = fill(static, *args, **kwargs)
+            timer._fill = time.perf_counter() - t
+            return out
+
+        StaticStep.fill = timed_fill  # type: ignore[method-assign]
+
+    def _wrap_replay(self) -> None:
+        """CUDA events around every ``CudaGraph.replay`` (the class is patched for this
+        run): the GPU's time from the replay's first kernel to its last, gaps included."""
+        from hybridkv.engine.graphs.capture import CudaGraph
+
+        replay = CudaGraph.replay
+        timer = self
+
+        def timed_replay(graph: Any) -> None:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay(graph)
+            end.record()
+            timer._events = (start, end)
+
+        CudaGraph.replay = timed_replay  # type: ignore[method-assign]
 
     def _wrap(self, obj: Any, name: str, part: str) -> None:
         fn = getattr(obj, name)
@@ -117,17 +183,33 @@ def decode_steps(llm: Any, prompts: list[list[int]], steps: int, timer: StepTime
     return wall
 
 
-def gpu_profile(llm: Any, steps: int) -> tuple[float, float]:
-    """(GPU kernel seconds per step, kernel launches per step) over ``steps`` steps."""
+def launch_counts(events: Any) -> tuple[float, int, int, int]:
+    """``(GPU kernel seconds, kernels the GPU ran, host kernel launches, host graph
+    launches)`` of profiler ``events`` (``name``, ``device_type``, ``device_time`` in
+    microseconds). A kernel replayed from a graph is a GPU kernel, not a host launch."""
+    busy, kernels, launches, graph_launches = 0.0, 0, 0, 0
+    for e in events:
+        if e.device_type == DeviceType.CUDA:
+            busy += e.device_time / 1e6
+            kernels += 1
+        elif e.name.startswith(KERNEL_LAUNCHES):
+            launches += 1
+        elif e.name.startswith(GRAPH_LAUNCHES):
+            graph_launches += 1
+    return busy, kernels, launches, graph_launches
+
+
+def gpu_profile(llm: Any, steps: int) -> tuple[float, float, float, float]:
+    """Per step over ``steps`` steps: (GPU kernel seconds, kernels the GPU ran, host
+    kernel launches, host graph launches)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             llm.step()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy = sum(e.device_time for e in kernels) / 1e6  # microseconds
-    return busy / steps, len(kernels) / steps
+    busy, kernels, launches, graphs = launch_counts(prof.events())
+    return busy / steps, kernels / steps, launches / steps, graphs / steps
 
 
 def main() -> int:
@@ -158,42 +240,67 @@ def main() -> int:
         dtype=getattr(torch, args.dtype),
         device=device,
         kernel_backend=args.kernel_backend,
-        cuda_graphs=args.cuda_graphs,
+        cuda_graphs=args.cuda_graphs and device == "cuda",
         max_num_seqs=args.batch,
         max_model_len=args.length + 3 * args.steps + 64,
     )
+    if args.cuda_graphs and device != "cuda":  # the CPU stand-in: the code path only
+        from hybridkv.engine.graphs import EagerReplay, StepGraphs
+
+        llm.runner.graphs = StepGraphs(
+            llm.runner, args.batch, llm.max_model_len, graph_factory=EagerReplay
+        )
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     timer = StepTimer(llm, sync)
     text = corpus(llm.tokenizer, args.length + 7 * args.batch)
     prompts = [text[i * 7 : i * 7 + args.length] for i in range(args.batch)]
     wall = decode_steps(llm, prompts, args.steps, timer)
     means = {p: statistics.mean(v) if v else 0.0 for p, v in timer.times.items()}
+    graphed = args.cuda_graphs
     lines = [f"# Decode step profile: {model_title(args)}, {args.dtype}, {device}", "",
              f"{args.batch} requests decoding ({args.length}-token prompts), {args.steps} steps, "
              f"kernel backend {llm.kernel_backend}"
-             f"{', decode steps from CUDA graphs' if args.cuda_graphs else ''}. "
-             "Milliseconds per step.", "",
-             "| step wall | " + " | ".join(PARTS) + " | GPU busy | launches |",
-             "| ---: | " + " | ".join("---:" for _ in PARTS) + " | ---: | ---: |"]  # fmt: skip
-    busy, launches = (None, None)
+             f"{', decode steps from CUDA graphs' if graphed else ''}. "
+             "Milliseconds per step"
+             f"{' (batch: StaticStep.fill; model: the replay)' if graphed else ''}; "
+             "GPU kernels and host launches per step.", "",
+             "| step wall | " + " | ".join(PARTS) + " | GPU busy | GPU kernels | host launches |",
+             "| ---: | " + " | ".join("---:" for _ in PARTS) + 3 * " ---: |"]  # fmt: skip
+    prof = None
     if device == "cuda":
-        busy, launches = gpu_profile(llm, args.steps)
+        before = timer.replays
+        prof = gpu_profile(llm, args.steps)
+        profiled_replays = timer.replays - before
     cells = [f"{wall * 1e3:.2f}", *(f"{means[p] * 1e3:.2f}" for p in PARTS)]
-    cells += [
-        "-" if busy is None else f"{busy * 1e3:.2f}",
-        "-" if launches is None else f"{launches:.0f}",
-    ]
+    if prof is None:
+        cells += ["-", "-", "-"]
+    else:
+        busy, kernels, launches, graph_launches = prof
+        cells += [
+            f"{busy * 1e3:.2f}",
+            f"{kernels:.0f}",
+            f"{launches:.0f} + {graph_launches:.0f} graph",
+        ]
     lines.append("| " + " | ".join(cells) + " |")
-    if busy is not None:
-        share = busy / means["model"] if means["model"] else 0.0
+    if graphed:
+        lines += ["", f"Replayed from graphs: {timer.timed_replays} of the {args.steps} timed steps"
+                  + ("" if prof is None else
+                     f", {profiled_replays} of the {args.steps} profiled steps") + "."]  # fmt: skip
+        if timer.replay_gpu:
+            gpu = statistics.mean(timer.replay_gpu)
+            lines += ["", f"A timed replay's GPU time (CUDA events around it, gaps between "
+                      f"kernels included): {gpu * 1e3:.2f} ms of the model's "
+                      f"{means['model'] * 1e3:.2f} ms."]  # fmt: skip
+    if prof is not None:
+        share = prof[0] / means["model"] if means["model"] else 0.0
         verdict = "launch-bound: CUDA graphs would pay" if share < 0.5 else "GPU-bound"
-        if args.cuda_graphs:
+        if graphed:
             verdict = "still host-bound" if share < 0.5 else "GPU-bound"
         lines += ["", f"GPU busy / model time: {share:.0%} ({verdict})."]
     print("\n".join(lines))
     if args.write:
         suffix = "-random" if args.random_weights is not None else ""
-        suffix += "-graphs" if args.cuda_graphs else ""
+        suffix += "-graphs" if graphed else ""
         out = ROOT / "benchmarks" / "results" / f"step-profile-{device}-{args.dtype}{suffix}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")

@@ -3,9 +3,9 @@
 mamba-ssm (2.3.x) ships only an sdist; built without CUDA its package
 ``__init__`` fails (it imports the CUDA extension ``selective_scan_cuda``),
 but the submodules we need work: the Triton ``selective_state_update`` and
-the pure-torch ``selective_state_update_ref``, ``selective_scan_ref`` and
-``ssd_chunk_scan_combined_ref`` (and, for GPU benchmarks, the Triton
-``mamba_chunk_scan_combined``). ``load_mamba_ssm()`` loads just those
+the pure-torch ``selective_state_update_ref``, ``selective_scan_ref``,
+``ssd_chunk_scan_combined_ref`` and the gated ``rms_norm_ref`` (and, for GPU
+benchmarks, the Triton ``mamba_chunk_scan_combined``). ``load_mamba_ssm()`` loads just those
 submodules under a temporary bare ``mamba_ssm`` package (and, while loading
 ``selective_scan_interface``, a stub ``selective_scan_cuda``), then removes
 every ``mamba_ssm*`` entry it added from ``sys.modules``: transformers binds
@@ -38,6 +38,7 @@ class MambaSsmOps:
     selective_scan_ref: Callable[..., object]  # u, delta: (batch, dim, L)
     ssd_chunk_scan_combined_ref: Callable[..., object]  # x: (batch, L, nheads, headdim)
     mamba_chunk_scan_combined: Callable[..., object]  # Triton, same layout as the ref
+    rms_norm_ref: Callable[..., object]  # x, weight, bias, z, eps, group_size, norm_before_gate
 
 
 def mamba_ssm_available() -> bool:
@@ -49,6 +50,7 @@ def _load_submodules() -> dict[str, types.ModuleType]:
     names = {
         "ssu": f"{_PKG}.ops.triton.selective_state_update",
         "ssd": f"{_PKG}.ops.triton.ssd_combined",
+        "norm": f"{_PKG}.ops.triton.layernorm_gated",
     }
     scan = f"{_PKG}.ops.selective_scan_interface"
     if _PKG in sys.modules:  # the real package imported fine: use it
@@ -90,4 +92,5 @@ def load_mamba_ssm() -> MambaSsmOps:
         selective_scan_ref=mods["scan"].selective_scan_ref,
         ssd_chunk_scan_combined_ref=mods["ssd"].ssd_chunk_scan_combined_ref,
         mamba_chunk_scan_combined=mods["ssd"].mamba_chunk_scan_combined,
+        rms_norm_ref=mods["norm"].rms_norm_ref,
     )

@@ -4,6 +4,10 @@ Tiny random checkpoint (``tiny_checkpoints.bamba_config``): Mamba2 on layers 0 a
 (8 heads of 16 channels in 2 groups, d_state 16), full attention with RoPE on half of
 each head on 1 and 3. A Mamba2 state is one page, so the planner's block size is much
 larger than the asked 4 and prefix hits come in whole blocks of it.
+
+transformers before 5.23.0 normalizes the mixer's gated RMSNorm over all groups at once
+(``tiny_checkpoints.hf_reference_problem``): under it the comparisons of the 2-group
+checkpoint skip, saying so, and the 1-group one (like the real Bamba 9B) still runs.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from oracle import (
     bf16_and_fp32_logits,
     check_against_hf,
@@ -18,10 +23,16 @@ from oracle import (
     random_prompt,
     shared_block_size,
 )
-from tiny_checkpoints import bamba_config, save_checkpoint
+from tiny_checkpoints import (
+    FAMILY_CONFIGS,
+    bamba_config,
+    hf_reference_problem,
+    save_checkpoint,
+)
 
 from hybridkv.engine import LLM
 from hybridkv.models.bamba import BambaForCausalLM
+from hybridkv.models.mamba2_mixer import GatedRMSNorm
 from hybridkv.specs import MambaSpec
 
 N = 10
@@ -154,3 +165,36 @@ def test_the_chunked_mamba2_scan_in_the_engine(ckpt: Path, monkeypatch) -> None:
     # Both Mamba layers ran the two-prompt prefill chunked (once per transformers
     # comparison); decodes and the 9-token prefill after the hit stayed sequential.
     assert chunked_calls and set(chunked_calls) == {3 * bs + 9}
+
+
+def test_one_group_matches_transformers_of_any_version(tmp_path: Path) -> None:
+    # One group: transformers' gated RMSNorm is the same before and after 5.23.0, so this
+    # comparison runs under the GPU machines' transformers too.
+    path = save_checkpoint(bamba_config(mamba_n_groups=1), tmp_path)
+    assert hf_reference_problem(path) == ""
+    llm = LLM(path, block_size=4)
+    check_against_hf(path, llm, [random_prompt(9, 31), random_prompt(23, 32)], N)
+
+
+@pytest.mark.parametrize("family", ["bamba", "granite"])
+def test_the_reference_check_follows_transformers_gated_norm(tmp_path: Path, family: str) -> None:
+    # hf_reference_problem names a problem exactly where transformers' norm of the
+    # 2-group checkpoint is not the per-group one ours computes (mamba-ssm's rule).
+    path = save_checkpoint(FAMILY_CONFIGS[family](), tmp_path)
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    theirs = hf.model.layers[0].mamba.norm
+    groups = hf.config.mamba_n_groups
+    assert groups == 2
+    size = theirs.weight.numel()
+    ours = GatedRMSNorm(size, size // groups, theirs.variance_epsilon)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        ours.weight.copy_(theirs.weight.normal_(generator=g))
+        y = torch.randn(3, size, generator=g) * torch.tensor([1.0, 4.0]).repeat_interleave(
+            size // groups
+        )  # the groups' scales differ, so the two rules differ
+        gate = torch.randn(3, size, generator=g)
+        same = torch.allclose(theirs(y, gate), ours(y, gate), rtol=1e-5, atol=1e-5)
+    assert same == (hf_reference_problem(path) == "")

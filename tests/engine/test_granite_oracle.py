@@ -4,6 +4,10 @@ Tiny random checkpoint (``tiny_checkpoints.granite_config``): Mamba2 on layers 0
 2, attention without positions (NoPE, Granite 4.0 H's) on 1 and 3, 4 experts (top 2)
 beside the shared MLP, and every multiplier away from 1, so that each is checked.
 A second checkpoint uses RoPE and no experts.
+
+transformers before 5.23.0 normalizes the mixer's gated RMSNorm over all groups at once
+(``tiny_checkpoints.hf_reference_problem``): under it the comparisons of the 2-group
+checkpoints skip, saying so, and the 1-group one (like the real Granite 4.0 H) still runs.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from oracle import check_against_hf, device_for, random_prompt, shared_block_size
-from tiny_checkpoints import granite_config, save_checkpoint
+from tiny_checkpoints import granite_config, hf_reference_problem, save_checkpoint
 
 from hybridkv.engine import LLM
 from hybridkv.models.granite import GraniteMoeHybridForCausalLM
@@ -83,6 +87,14 @@ def test_rope_and_no_experts(tmp_path: Path) -> None:
     layer = llm.model.model.layers[1]
     assert layer.self_attn.rotary is not None and layer.block_sparse_moe is None
     check_against_hf(path, llm, [random_prompt(13, 3), random_prompt(6, 4)], N)
+
+
+def test_one_group_matches_transformers_of_any_version(tmp_path: Path) -> None:
+    # One group: transformers' gated RMSNorm is the same before and after 5.23.0.
+    path = save_checkpoint(granite_config(mamba_n_groups=1), tmp_path)
+    assert hf_reference_problem(path) == ""
+    llm = LLM(path, block_size=4)
+    check_against_hf(path, llm, [random_prompt(9, 33), random_prompt(23, 34)], N)
 
 
 def test_unsupported_position_embeddings_are_refused_by_name() -> None:

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 import torch
 from oracle import random_prompt
-from tiny_checkpoints import bamba_config, gemma3_config, jamba_config, save_checkpoint
+from tiny_checkpoints import (
+    bamba_config,
+    gemma3_config,
+    jamba_config,
+    save_checkpoint,
+    skip_unless_hf_is_a_reference,
+)
 
 from hybridkv.engine import LLM, SamplingParams
 
@@ -39,7 +45,9 @@ def _hf(path: Path) -> Any:
 
 def hf_logprobs(path: Path, prompt: list[int], out: list[int]) -> torch.Tensor:
     """``log_softmax`` of transformers' logits (run in float64) predicting each of
-    ``out`` after ``prompt``, ``[len(out), V]`` in fp32."""
+    ``out`` after ``prompt``, ``[len(out), V]`` in fp32 (skips where this transformers is
+    no reference for the checkpoint: ``tiny_checkpoints.hf_reference_problem``)."""
+    skip_unless_hf_is_a_reference(path)
     with torch.no_grad():
         logits = _hf(path)(torch.tensor([prompt + out])).logits[0]
     steps = logits[len(prompt) - 1 : len(prompt) - 1 + len(out)]

@@ -9,6 +9,9 @@ number of tokens.
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import json
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,53 @@ def save_checkpoint(config: Any, path: Path, *, seed: int = 0) -> Path:
     return path
 
 
+#: model_type -> transformers' gated RMSNorm class of its Mamba2 mixer (module, class).
+_GATED_NORMS = {
+    "bamba": ("transformers.models.bamba.modeling_bamba", "BambaRMSNormGated"),
+    "granitemoehybrid": (
+        "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
+        "GraniteMoeHybridRMSNormGated",
+    ),
+}
+
+
+def hf_reference_problem(path: Path) -> str:
+    """Why transformers is no reference for the checkpoint at ``path`` ('' when it is).
+
+    Bamba's and Granite 4.0 H's Mamba2 mixer ends in a gated RMSNorm that normalizes each
+    of the ``mamba_n_groups`` groups of channels by its own RMS: mamba-ssm's
+    ``RMSNormGated(group_size=d_inner // ngroups)``, transformers from 5.23.0 (its
+    ``*RMSNormGated`` takes ``group_size``) and our ``GatedRMSNorm``. transformers 5.22.2
+    and before normalize all ``d_inner`` channels at once: the same at one group (the
+    real Bamba 9B and Granite 4.0 H checkpoints), not at two (the tiny ones here; on
+    the 2026-11-27 H100 lease, transformers 5.17's logits were 1.8 off ours at the first
+    step, on the GPU and on the CPU alike).
+    """
+    config = json.loads((path / "config.json").read_text())
+    groups = config.get("mamba_n_groups") or 1
+    norm = _GATED_NORMS.get(config.get("model_type", ""))
+    if groups == 1 or norm is None:
+        return ""
+    cls = getattr(importlib.import_module(norm[0]), norm[1])
+    if "group_size" in inspect.signature(cls.__init__).parameters:
+        return ""
+    import transformers
+
+    return (
+        f"transformers {transformers.__version__}'s {norm[1]} normalizes all "
+        f"{groups} groups of channels at once (per group from transformers 5.23.0, "
+        "as mamba-ssm and this engine do): no reference for a checkpoint of "
+        f"mamba_n_groups {groups}"
+    )
+
+
+def skip_unless_hf_is_a_reference(path: Path) -> None:
+    """``pytest.skip`` the calling test when ``hf_reference_problem(path)`` names one."""
+    problem = hf_reference_problem(path)
+    if problem:
+        pytest.skip(problem)
+
+
 def hf_greedy(path: Path, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """transformers' greedy continuation of ``prompt`` and its per-step logits ``[n, V]``.
 
@@ -63,8 +113,12 @@ def hf_greedy(path: Path, prompt: list[int], max_new_tokens: int) -> tuple[list[
     float64), so the reference carries no rounding of its own: the float32 rounding of
     both sides can add up at a sensitive step (1.9e-4 between transformers' float32 and
     ours on an AVX2 box, Jamba, each within 1e-4 of float64). Logits come back as float32.
+    Skips the calling test where this transformers is no reference for the checkpoint
+    (``hf_reference_problem``).
     """
     from transformers import AutoModelForCausalLM
+
+    skip_unless_hf_is_a_reference(path)
 
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.float64, experts_implementation="eager"

@@ -203,6 +203,26 @@ def test_mamba_ssm_backend_in_interpreter(variant, monkeypatch):
     torch.testing.assert_close(a.conv, b.conv, atol=0, rtol=0)
 
 
+def test_gated_norm_is_mamba_ssm_per_group_norm():
+    # Mamba2's norm after the scan: mamba-ssm's Mamba2 builds
+    # RMSNormGated(d_ssm, group_size=d_ssm // ngroups, norm_before_gate=False). Our
+    # GatedRMSNorm (Bamba, Granite 4.0 H) is that; transformers' is from 5.23.0 only.
+    from hybridkv.models.mamba2_mixer import GatedRMSNorm
+
+    ref = load_mamba_ssm().rms_norm_ref
+    size, group = HEADS * HEAD_DIM, HEADS * HEAD_DIM // GROUPS
+    scale = torch.tensor([1.0, 4.0]).repeat_interleave(group)  # groups of unlike RMS
+    y, gate, weight = _r(5, size, seed=11) * scale, _r(5, size, seed=12), _r(size, seed=13)
+    norm = GatedRMSNorm(size, group, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        ours = norm(y, gate)
+    want = ref(y, weight, None, z=gate, eps=1e-5, group_size=group, norm_before_gate=False)
+    torch.testing.assert_close(ours, want, atol=1e-5, rtol=1e-5)
+    whole = ref(y, weight, None, z=gate, eps=1e-5, group_size=None, norm_before_gate=False)
+    assert not torch.allclose(whole, want, atol=1e-2)  # one group over all would differ
+
+
 def test_mamba_ssm_backend_needs_cuda_or_interpreter(monkeypatch, native_triton_checks):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     p = _mamba1(2, seed=9)

@@ -23,13 +23,18 @@
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md), with
 #                 mamba-ssm on the path when carried (its SSD scan as the yardstick)
 #   tune          research/tune_attention.py --write (the attention kernel's launch sweep)
-#   tune-mamba    research/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep)
+#   tune-mamba    research/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep;
+#                 $TUNE_MAMBA_ARGS adds options, e.g. --budget 170: its default 120 s swept
+#                 only Bamba's heads on the 2026-11-27 H100)
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
 #   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
 #                 random weights (no carried GGUF needed), bf16, Triton backend
 #   bench-engine-graphs  the same with decode steps replayed from CUDA graphs
 #   bench-graphs  benchmarks/bench_graphs.py --write: every family's decode throughput and
-#                 shared-document TTFT, eager and with CUDA graphs, in one process
+#                 shared-document TTFT, eager and with CUDA graphs, in one process, and
+#                 where their bf16 outputs part (near-ties or not)
+#   bench-graphs-fp32  the same in float32 (graphs-<device>-fp32.md): do the outputs agree
+#                 where rounding cannot part them?
 #   step-profile  research/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
 #   divergence    research/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
@@ -148,7 +153,8 @@ stage_tune() {
 }
 
 stage_tune-mamba() {
-    with_mamba "$PY" research/tune_mamba_scan.py --write
+    # shellcheck disable=SC2086  # TUNE_MAMBA_ARGS: options, split on purpose
+    with_mamba "$PY" research/tune_mamba_scan.py --write ${TUNE_MAMBA_ARGS:-}
 }
 
 stage_bench-engine() {
@@ -175,6 +181,10 @@ stage_bench-engine-graphs() {
 
 stage_bench-graphs() {
     "$PY" benchmarks/bench_graphs.py --write
+}
+
+stage_bench-graphs-fp32() {
+    "$PY" benchmarks/bench_graphs.py --dtype float32 --write
 }
 
 stage_step-profile() {
