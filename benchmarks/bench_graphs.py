@@ -18,7 +18,7 @@ same prompts for both engines (eager first, then ``cuda_graphs=True``):
 Each engine is warmed up at the timed shapes first (Triton compiles; graph captures).
 After the timed runs each engine decodes the same batch once more with its logits
 recorded (untimed), and every output where graphs and eager part is explained as
-``research/explain_divergence.py`` explains the demo's: the first differing step, each
+``benchmarks/explain_divergence.py`` explains the demo's: the first differing step, each
 engine's margin between its token and the other's, in ulps of the dtype at those
 logits (a *near-tie* is within ``TIE_ULPS`` of both), and whether each engine repeats
 its own timed outputs. Why they can part in bf16 although the graph tests are
@@ -53,7 +53,6 @@ if not torch.cuda.is_available():  # Triton's CPU interpreter (the tests' way)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "engine")]
 
-sys.path.insert(0, str(ROOT / "research"))
 from explain_divergence import TIE_ULPS, Divergence, first_divergence  # noqa: E402
 from oracle import record_logits  # noqa: E402
 from tiny_checkpoints import FAMILY_CONFIGS, save_checkpoint  # noqa: E402
@@ -290,7 +289,7 @@ def main() -> int:
         "that differs: the first differing step (both engines saw the same tokens up to "
         "it) and each engine's margin between its token and the other's; a near-tie is "
         f"within {TIE_ULPS} ulps of {short} at those logits for both "
-        "(`research/explain_divergence.py`). *Repeats*: outputs of the recorded run equal "
+        "(`benchmarks/explain_divergence.py`). *Repeats*: outputs of the recorded run equal "
         "to the same engine's timed run.",
         "",
         "| family | outputs that part | first differing steps | near-ties | widest margin "

@@ -36,7 +36,7 @@
 #   bench-graphs-fp32  the same in float32 (graphs-<device>-fp32.md): do the outputs agree
 #                 where rounding cannot part them?
 #   step-profile  research/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
-#   divergence    research/explain_divergence.py --write: the demo in bf16 against
+#   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
 #
 # What to carry and in which calls: tools/gpu/prepare.py. Each stage has its own time
@@ -192,7 +192,7 @@ stage_step-profile() {
 }
 
 stage_divergence() {
-    "$PY" research/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write
+    "$PY" benchmarks/explain_divergence.py --dtype bfloat16 --kernel-backend triton --write
 }
 
 for arg in "$@"; do

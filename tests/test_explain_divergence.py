@@ -1,9 +1,14 @@
-"""``research/explain_divergence.py``: the first differing step and its near-tie test."""
+"""``benchmarks/explain_divergence.py``: the first differing step and its near-tie test."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from explain_divergence import TIE_ULPS, first_divergence, row, ulp
 
 

@@ -35,7 +35,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
+sys.path[:0] = [str(ROOT), str(HERE)]
 
 #: Margins within this many ulps of the logits' dtype count as a near-tie.
 TIE_ULPS = 4
