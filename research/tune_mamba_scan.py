@@ -220,7 +220,8 @@ def sweep_shape(
         if tiles in seen:
             return seen[tiles]
         if deadline.expired() and not always:
-            return Result(tiles, None, why="skipped: over the time budget")
+            seen[tiles] = Result(tiles, None, why="skipped: over the time budget")
+            return seen[tiles]
         state.zero_()
         try:
             got = run(tiles)

@@ -62,6 +62,7 @@ def test_past_the_budget_only_the_defaults_run():
     assert _cells(details[0])[5] == "ok"
     assert all(_cells(d)[5].startswith("skipped") for d in details[1:])
     assert _cells(row)[4] == "defaults"
+    assert int(_cells(row)[-1]) == len(details) - 1 > 0  # the row counts what it skipped
 
 
 def test_main_refuses_to_write_a_smoke_run():
