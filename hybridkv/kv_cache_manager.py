@@ -97,6 +97,9 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.num_kv_cache_groups = len(groups)
+        # One empty tuple per group: ``map(list, ...)`` of it gives a decode
+        # step's fresh empty lists in C (``allocate_slots``' fast path).
+        self._no_new = ((),) * len(groups)
         self.hash_block_size = math.gcd(*(g.kv_cache_spec.block_size for g in groups))
         # Validate the algorithm even when caching is off: a typo is a typo.
         self.hasher = BlockHasher(self.hash_block_size, hash_algo, hash_seed)
@@ -238,7 +241,7 @@ class KVCacheManager:
                 and min(after, n) < quiet[2]
                 and n <= self.max_model_len
             ):
-                return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
+                return KVCacheBlocks(tuple(map(list, self._no_new)))
         if live is not request and live is not None:
             check_same_request(live, request)
             self._live[rid] = request

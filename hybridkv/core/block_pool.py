@@ -160,11 +160,14 @@ class BlockPool:
         """
         released = []
         for b in ordered_blocks:
-            if b.is_null:
-                continue
-            b.ref_cnt -= 1
-            if b.ref_cnt == 0:
+            n = b.ref_cnt
+            if n > 1:
+                b.ref_cnt = n - 1
+            elif n == 1:
+                b.ref_cnt = 0
                 released.append(b)
+            elif not b.is_null:  # the null block is never counted; any other is a bug
+                raise AssertionError(f"{b} is freed more often than it was taken")
         if released:
             if evict_first:
                 self.policy.release(released, evict_first=True)
