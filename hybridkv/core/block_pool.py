@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block import KVCacheBlock, num_leading_nulls
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy, PolicyFactory
 
@@ -138,6 +138,8 @@ class BlockPool:
         The null block is never counted: its ref count stays 0.
         """
         remove = self.policy.remove
+        if isinstance(blocks, list) and blocks and blocks[0] is self.null_block:
+            blocks = blocks[num_leading_nulls(blocks, self.null_block) :]
         for b in blocks:
             if b.ref_cnt == 0:
                 if b.is_null:
