@@ -197,26 +197,33 @@ class _Placer:
             if k < 0:
                 k = len(refs)
             if ones.find(0, k) < 0:  # ref counts != 1, then only 1s
-                self.shared += filterfalse(_is_null, seg[:k])
+                # A ref count of 0 in a table is the null block's.
+                self.shared += filterfalse(_is_null, seg[:k]) if 0 in refs else seg[:k]
                 held += k
                 ones = None
         bs, full, own_below = self.bs, self.full, self.own_below
         keys: list[range] = []
         segs: list[list[KVCacheBlock]] = []
         uks: list[repeat[int]] = []
+        ids, counts = self.unit_kind_id, self.counts
         for lo, hi, unit in spans:
             if hi <= held:
                 continue
             lo = max(lo, held)
-            if unit == BEYOND or (ones is not None and ones.find(0, lo - start, hi - start) >= 0):
+            if ones is not None and ones.find(0, lo - start, hi - start) >= 0:
                 self.span(blocks, lo, hi, unit)
+                continue
+            if unit == BEYOND:  # every block held by this request alone
+                self._held(blocks[lo:hi], lo, unit)
                 continue
             base = self.rank[unit] << _POS_BITS
             cut = lo if full else min(max(own_below, lo), hi)  # kind 2 below, 1 from
             for a, z, kind in ((lo, cut, 2), (cut, hi, 0 if full else 1)):
                 if z > a:
-                    uk = self._id(unit, kind)
-                    self.counts[uk] += z - a
+                    uk = ids.get((unit, kind))
+                    if uk is None:
+                        uk = self._id(unit, kind)
+                    counts[uk] += z - a
                     keys.append(range(base + (a + 1) * bs, base + (z + 1) * bs, bs))
                     segs.append(blocks[a:z])
                     uks.append(repeat(uk, z - a))
@@ -263,10 +270,10 @@ class _Placer:
         hi = lo + len(seg)
         pieces: tuple[tuple[int, int, int], ...]
         if unit == BEYOND:
-            hashless = list(map(_hash, seg)).count(None)
-            if not hashless:
+            if None not in map(_hash, seg):
                 self.dead += seg  # no kept point's hit needs them
                 return
+            hashless = list(map(_hash, seg)).count(None)
             if hashless != len(seg):
                 self(zip(range(lo, hi), seg, strict=True), unit)
                 return
