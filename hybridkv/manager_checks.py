@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
@@ -139,7 +140,9 @@ def check_new_computed(
                     f"{m.group_id} was evicted or reused since get_computed_blocks); "
                     "call get_computed_blocks again"
                 )
-    return tuple(g if type(g) is list else list(g) for g in blocks)
+    # Lists from get_computed_blocks; a caller's own sequences work alike
+    # (the coordinator and managers only read them, and copy them into tables).
+    return cast("tuple[list[KVCacheBlock], ...]", blocks)
 
 
 def check_own_blocks(pool: BlockPool, blocks: tuple[Sequence[KVCacheBlock], ...]) -> None:

@@ -223,7 +223,12 @@ class SingleTypeKVCacheManager(ABC):
         kept: tuple[int, ...] = (),
     ) -> RequestBlockState:
         """Start a table from prefix-hit blocks (already touched), or empty."""
-        skipped = num_leading_nulls(new_computed_blocks, self.null_block)
+        null = self.null_block
+        skipped = (
+            num_leading_nulls(new_computed_blocks, null)
+            if new_computed_blocks and new_computed_blocks[0] is null
+            else 0
+        )
         st = RequestBlockState(list(new_computed_blocks), len(new_computed_blocks), skipped, kept)
         self.states[request_id] = st
         return st
