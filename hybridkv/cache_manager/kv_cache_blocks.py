@@ -1,7 +1,8 @@
-"""``KVCacheBlocks``: the blocks the manager hands back, one list per group."""
+"""``KVCacheBlocks``: the blocks the manager hands back, one sequence per group."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hybridkv.core.block import KVCacheBlock
@@ -9,7 +10,9 @@ from hybridkv.core.block import KVCacheBlock
 
 @dataclass(slots=True)
 class KVCacheBlocks:
-    """``blocks[g]`` is group ``g``'s list (hit blocks, or newly allocated).
+    """``blocks[g]`` is group ``g``'s list (hit blocks, or newly allocated); a
+    step that allocates nothing returns one shared instance whose groups are
+    empty tuples (as vLLM's ``empty_kv_cache_blocks``): read it, never change it.
 
     ``full_hit_tokens``: for a prefix hit, how far the full-attention groups
     alone matched (>= the hit; the ``hybrid`` policy's branch point).
@@ -23,7 +26,7 @@ class KVCacheBlocks:
     as it was returned.
     """
 
-    blocks: tuple[list[KVCacheBlock], ...]
+    blocks: tuple[Sequence[KVCacheBlock], ...]
     full_hit_tokens: int = 0
     pool: object | None = field(default=None, repr=False, compare=False)
     generation: int = field(default=-1, repr=False, compare=False)
@@ -36,12 +39,13 @@ class KVCacheBlocks:
     def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
         if len(self.blocks) != len(other.blocks):
             raise ValueError("cannot add KVCacheBlocks with different group counts")
-        return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
+        pairs = zip(self.blocks, other.blocks, strict=True)
+        return KVCacheBlocks(tuple([*a, *b] for a, b in pairs))
 
     @classmethod
     def empty(cls, num_groups: int) -> KVCacheBlocks:
-        """No blocks in any group."""
-        return cls(tuple([] for _ in range(num_groups)))
+        """No blocks in any group (immutable: one empty tuple per group)."""
+        return cls(((),) * num_groups)
 
     def __len__(self) -> int:
         return len(self.blocks)

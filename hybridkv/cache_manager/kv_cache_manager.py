@@ -97,6 +97,8 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.log_stats = log_stats
         self.num_kv_cache_groups = len(groups)
+        #: What a step that allocates nothing returns (shared; immutable groups).
+        self._no_new = KVCacheBlocks.empty(len(groups))
         self.hash_block_size = math.gcd(*(g.kv_cache_spec.block_size for g in groups))
         # Validate the algorithm even when caching is off: a typo is a typo.
         self.hasher = BlockHasher(self.hash_block_size, hash_algo, hash_seed)
@@ -153,8 +155,9 @@ class KVCacheManager:
         return self.block_pool.usage
 
     def empty_kv_cache_blocks(self) -> KVCacheBlocks:
-        """A ``KVCacheBlocks`` with no block in any group."""
-        return KVCacheBlocks.empty(self.num_kv_cache_groups)
+        """A ``KVCacheBlocks`` with no block in any group (shared, as vLLM's:
+        what a step that allocates nothing returns)."""
+        return self._no_new
 
     # -- the scheduler API ---------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
@@ -238,7 +241,7 @@ class KVCacheManager:
                 and min(after, n) < quiet[2]
                 and n <= self.max_model_len
             ):
-                return KVCacheBlocks(tuple([] for _ in range(self.num_kv_cache_groups)))
+                return self._no_new
         if live is not request and live is not None:
             check_same_request(live, request)
             self._live[rid] = request
@@ -296,7 +299,7 @@ class KVCacheManager:
                 request.lora_name,
             )
         self._quiet[rid] = self._horizon(rid)
-        return KVCacheBlocks(new_blocks)
+        return KVCacheBlocks(new_blocks) if any(new_blocks) else self._no_new
 
     def _horizon(self, rid: str) -> tuple[int, int, int]:
         """``coordinator.quiet_horizon``, capped at ``max_model_len`` (the fast

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.request import Request
 from hybridkv.managers.base import SingleTypeKVCacheManager
@@ -138,16 +140,20 @@ def check_new_computed(
                     f"{m.group_id} was evicted or reused since get_computed_blocks); "
                     "call get_computed_blocks again"
                 )
-    return blocks
+    # Lists from get_computed_blocks; a caller's own sequences work alike
+    # (the coordinator and managers only read them, and copy them into tables).
+    return cast("tuple[list[KVCacheBlock], ...]", blocks)
 
 
-def check_own_blocks(pool: BlockPool, blocks: tuple[list, ...]) -> None:
+def check_own_blocks(pool: BlockPool, blocks: tuple[Sequence[KVCacheBlock], ...]) -> None:
     """Every block is one of ``pool``'s (not another manager's). One by one:
     only for blocks that did not come from this manager's ``get_computed_blocks``
     (those carry its pool)."""
     own = pool.blocks
     try:
-        foreign = next((b for group in blocks for b in group if own[b.block_id] is not b), None)
+        foreign: object = next(
+            (b for group in blocks for b in group if own[b.block_id] is not b), None
+        )
     except (AttributeError, IndexError, TypeError):
         foreign = "an object that is not a block of any pool"
     if foreign is not None:

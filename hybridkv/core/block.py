@@ -44,3 +44,12 @@ class KVCacheBlock:
     def __repr__(self) -> str:
         h = self.block_hash.hex()[:8] if self.block_hash is not None else None
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, hash={h})"
+
+
+def num_leading_nulls(blocks: list[KVCacheBlock], null: KVCacheBlock) -> int:
+    """How many entries of ``blocks`` come before the first that is not ``null``
+    (a window's prefix hit is mostly leading null blocks: counted in C)."""
+    k = blocks.count(null)
+    if k and blocks[:k].count(null) != k:  # nulls past a real block too: walk
+        k = next(i for i, b in enumerate(blocks) if b is not null)
+    return k

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block import KVCacheBlock, num_leading_nulls
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy, PolicyFactory
 
@@ -138,6 +138,8 @@ class BlockPool:
         The null block is never counted: its ref count stays 0.
         """
         remove = self.policy.remove
+        if isinstance(blocks, list) and blocks and blocks[0] is self.null_block:
+            blocks = blocks[num_leading_nulls(blocks, self.null_block) :]
         for b in blocks:
             if b.ref_cnt == 0:
                 if b.is_null:
@@ -160,11 +162,14 @@ class BlockPool:
         """
         released = []
         for b in ordered_blocks:
-            if b.is_null:
-                continue
-            b.ref_cnt -= 1
-            if b.ref_cnt == 0:
+            n = b.ref_cnt
+            if n > 1:
+                b.ref_cnt = n - 1
+            elif n == 1:
+                b.ref_cnt = 0
                 released.append(b)
+            elif not b.is_null:  # the null block is never counted; any other is a bug
+                raise AssertionError(f"{b} is freed more often than it was taken")
         if released:
             if evict_first:
                 self.policy.release(released, evict_first=True)

@@ -90,12 +90,10 @@ class LRUEvictionPolicy(EvictionPolicy):
             for b in blocks:
                 q.appendleft(b)
             return
-        first: list[KVCacheBlock] = []
-        for b in blocks:
-            if b.block_hash is None:
-                first.append(b)
-            else:
-                q.append(b)
+        blocks = blocks if isinstance(blocks, list) else list(blocks)
+        # Keyed blocks to the tail, hashless ones to the head, each in one pass.
+        q.extend([b for b in blocks if b.block_hash is not None])
+        first = [b for b in blocks if b.block_hash is None]
         if first:  # at the head in release order (vLLM 0.33's ``prepend_n``)
             first.reverse()
             q.extendleft(first)

@@ -31,7 +31,7 @@ from itertools import filterfalse
 from operator import attrgetter
 from typing import ClassVar
 
-from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block import KVCacheBlock, num_leading_nulls
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import consecutive_runs
 from hybridkv.managers.points import Hold, in_spans, kept_spans, segments
@@ -223,11 +223,12 @@ class SingleTypeKVCacheManager(ABC):
         kept: tuple[int, ...] = (),
     ) -> RequestBlockState:
         """Start a table from prefix-hit blocks (already touched), or empty."""
-        skipped = 0
-        for b in new_computed_blocks:
-            if not b.is_null:
-                break
-            skipped += 1
+        null = self.null_block
+        skipped = (
+            num_leading_nulls(new_computed_blocks, null)
+            if new_computed_blocks and new_computed_blocks[0] is null
+            else 0
+        )
         st = RequestBlockState(list(new_computed_blocks), len(new_computed_blocks), skipped, kept)
         self.states[request_id] = st
         return st

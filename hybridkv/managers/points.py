@@ -35,7 +35,7 @@ def tail_points(end: int, tail: int, step: int, align: int) -> list[int]:
     if not align:
         return list(range(max(step, -(-(end - tail) // step) * step), end + 1, step))
     lo = max(step, (end - tail) // step * step)  # a grid point may sit below ``end - tail``
-    return [p for p in range(lo, end + 1, step) if p == end or on_grid(p, align, step)]
+    return [p for p in range(lo, end + 1, step) if p == end or -p % align < step]  # on_grid
 
 
 def kept_spans(

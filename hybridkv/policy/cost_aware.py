@@ -143,14 +143,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                     limit = key
             assert q is not None
             # Pop the run of q's head up to the runner-up's key, at most what is missing.
-            room = n - len(out)
-            k = 0
-            b = q.head.next_free
-            end = q.tail
-            while k < room and b is not end and b.evict_key <= limit:  # type: ignore[union-attr]
-                k += 1
-                b = b.next_free  # type: ignore[union-attr]
-            out += q.popleft_n(k)
+            out += q.popleft_keyed(n - len(out), limit)
         self._free -= n
         return out
 

@@ -36,6 +36,8 @@ _ref_cnt = attrgetter("ref_cnt")
 _hash = attrgetter("block_hash")
 _is_null = attrgetter("is_null")
 _is_one = (1).__eq__
+#: ``bytes.translate`` table: byte 1 stays 1, every other byte becomes 0.
+_ONE_ONLY = bytes(i == 1 for i in range(256))
 _key = itemgetter(0)
 _block = itemgetter(2)
 _unit_kind = itemgetter(3)
@@ -114,6 +116,15 @@ def release_hybrid(
     return runs
 
 
+def _ones(refs: list[int]) -> bytes:
+    """``refs`` as bytes: 1 where a ref count is 1, else 0 (in C when every
+    count fits a byte)."""
+    try:
+        return bytes(refs).translate(_ONE_ONLY)
+    except ValueError:  # a count of 256 or more
+        return bytes(map(_is_one, refs))
+
+
 class _Placer:
     """Sorts a freed request's blocks, group by group (``release_hybrid``).
 
@@ -170,26 +181,49 @@ class _Placer:
         one ``extend`` for the whole group (a tail has a point per block, so
         most spans are one block long); the others go through ``span``.
         Within a group the entries' order does not matter (their keys differ).
+        The usual table is blocks others hold too (a shared prefix; null
+        blocks) and then blocks only this request holds: the first part goes
+        to ``shared`` in one pass, and only the spans of the second are placed.
         """
         if not spans:
             return
         start = spans[0][0]
-        refs = list(map(_ref_cnt, blocks[start : spans[-1][1]]))
-        ones = None if refs.count(1) == len(refs) else bytes(map(_is_one, refs))
+        seg = blocks[start : spans[-1][1]]
+        refs = list(map(_ref_cnt, seg))
+        ones = None if refs.count(1) == len(refs) else _ones(refs)
+        held = start  # table entries from here on: ref count 1, or ``ones`` says
+        if ones is not None:
+            k = ones.find(1)
+            if k < 0:
+                k = len(refs)
+            if ones.find(0, k) < 0:  # ref counts != 1, then only 1s
+                # A ref count of 0 in a table is the null block's.
+                self.shared += filterfalse(_is_null, seg[:k]) if 0 in refs else seg[:k]
+                held += k
+                ones = None
         bs, full, own_below = self.bs, self.full, self.own_below
         keys: list[range] = []
         segs: list[list[KVCacheBlock]] = []
         uks: list[repeat[int]] = []
+        ids, counts = self.unit_kind_id, self.counts
         for lo, hi, unit in spans:
-            if unit == BEYOND or (ones is not None and ones.find(0, lo - start, hi - start) >= 0):
+            if hi <= held:
+                continue
+            lo = max(lo, held)
+            if ones is not None and ones.find(0, lo - start, hi - start) >= 0:
                 self.span(blocks, lo, hi, unit)
+                continue
+            if unit == BEYOND:  # every block held by this request alone
+                self._held(blocks[lo:hi], lo, unit)
                 continue
             base = self.rank[unit] << _POS_BITS
             cut = lo if full else min(max(own_below, lo), hi)  # kind 2 below, 1 from
             for a, z, kind in ((lo, cut, 2), (cut, hi, 0 if full else 1)):
                 if z > a:
-                    uk = self._id(unit, kind)
-                    self.counts[uk] += z - a
+                    uk = ids.get((unit, kind))
+                    if uk is None:
+                        uk = self._id(unit, kind)
+                    counts[uk] += z - a
                     keys.append(range(base + (a + 1) * bs, base + (z + 1) * bs, bs))
                     segs.append(blocks[a:z])
                     uks.append(repeat(uk, z - a))
@@ -213,7 +247,7 @@ class _Placer:
         if refs.count(1) == len(seg):
             self._held(seg, lo, unit)
             return
-        ones = bytes(map(_is_one, refs))
+        ones = _ones(refs)
         i, n = 0, len(seg)
         while i < n:
             j = ones.find(0, i)
@@ -236,10 +270,10 @@ class _Placer:
         hi = lo + len(seg)
         pieces: tuple[tuple[int, int, int], ...]
         if unit == BEYOND:
-            hashless = list(map(_hash, seg)).count(None)
-            if not hashless:
+            if None not in map(_hash, seg):
                 self.dead += seg  # no kept point's hit needs them
                 return
+            hashless = list(map(_hash, seg)).count(None)
             if hashless != len(seg):
                 self(zip(range(lo, hi), seg, strict=True), unit)
                 return
