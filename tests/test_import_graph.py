@@ -171,7 +171,6 @@ LEARNERS = {
         "retention",
         "tail_alignment",
         "fine_alignment",
-        "floor_tuner",
         "returning",
         "cost_aware",
         "release",
