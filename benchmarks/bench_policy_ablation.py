@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ablation of the ``hybrid`` policy's online learners (issue 43, part 4).
 
-For three workloads, three layouts and two budgets each, the token hit rate of
+For four workloads, four layouts and two budgets each, the token hit rate of
 ``lru``, of ``hybrid`` with every learner on, and of ``hybrid`` with one learner
 off (``HybridTuning``'s ``learn_*`` switches, ``--tuning learn_x=off``):
 
@@ -10,7 +10,9 @@ off (``HybridTuning``'s ``learn_*`` switches, ``--tuning learn_x=off``):
 - ``synthetic``: the first ``--synthetic-requests`` of the Mooncake synthetic trace
   (all 3,993 by default);
 - ``mrqa``: ``multi_round_qa.py``'s multi-round QA workload (``--mrqa-users``,
-  ``--mrqa-requests``, seed 0).
+  ``--mrqa-requests``, seed 0);
+- ``multiturn``: ``multiturn.py``'s chat workload in the shape of SGLang's
+  ``bench_multiturn`` (``--multiturn-requests``, seed 0).
 
 Every replay is ``hybridkv simulate``'s (``replay_trace``): one request at a
 time (``max_num_seqs=1``, closed arrivals), one output token, H100 cost model;
@@ -18,15 +20,16 @@ hit rates are decisions, not timings, so the machine does not change them.
 
 The rule (issue 43): a learner earns a workload when switching it off loses at
 least ``RULE_POINTS`` points of hit rate in at least one of its cells (layout x
-budget); a learner that earns fewer than two of the three workloads goes. The
+budget); a learner that earns fewer than two of the workloads goes. The
 summary table shows, per learner and workload, the largest and the smallest
 gain (all on minus off) over the cells, and the verdict.
 
 Results go to ``--out`` (markdown) and ``--json`` after every replay, so a
 partial run leaves a partial table; a re-run with the same ``--json`` skips the
-cells already there if the sizes match (delete it to start over).
+cells already there if the sizes match (delete it to start over). ``--runs``
+picks some of the runs (``lru``, ``hybrid``, ``-x`` for learner ``learn_x`` off).
 
-    python benchmarks/bench_policy_ablation.py            # the recorded table (~20 min)
+    python benchmarks/bench_policy_ablation.py            # the recorded table (~50 min, loaded 2-core box)
     python benchmarks/bench_policy_ablation.py --conversation-requests 12031 \\
         --out /tmp/ablation-full.md --json /tmp/ablation-full.json
 """
@@ -47,6 +50,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 from machine_info import machine  # noqa: E402
 from multi_round_qa import multi_round_qa  # noqa: E402
+from multiturn import multiturn  # noqa: E402
 
 from hybridkv.layouts import shipped_layout  # noqa: E402
 from hybridkv.sim import (  # noqa: E402
@@ -63,7 +67,6 @@ TRACES = ROOT.parent / "shared" / "traces"
 LEARNERS = (
     "learn_tail_alignment",
     "learn_fine_alignment",
-    "learn_floor",
     "learn_returning",
 )
 #: The runs of one cell: label -> (policy, tuning text or None).
@@ -76,13 +79,25 @@ RUNS: dict[str, tuple[str, str | None]] = {
 RULE_POINTS = 0.5
 #: Workloads a learner must earn to stay.
 RULE_WORKLOADS = 2
-#: Layouts: one Mamba, one sliding-window, one chunked.
-LAYOUTS = ("jamba-v0.1", "gemma-3-12b", "llama-4-scout")
+#: Layouts: two Mamba (Mamba 1 with a 16-token step, Mamba 2 with a 528-token
+#: one), one sliding-window, one chunked.
+LAYOUTS = ("jamba-v0.1", "bamba-9b", "gemma-3-12b", "llama-4-scout")
 #: (tight, roomier) budgets in GB per workload and layout (how chosen: the results page).
 BUDGETS: dict[str, dict[str, tuple[int, int]]] = {
     "conversation": {name: (40, 80) for name in LAYOUTS},
     "synthetic": {name: (40, 80) for name in LAYOUTS},
-    "mrqa": {"jamba-v0.1": (4, 8), "gemma-3-12b": (20, 40), "llama-4-scout": (8, 16)},
+    "mrqa": {
+        "jamba-v0.1": (4, 8),
+        "bamba-9b": (4, 8),
+        "gemma-3-12b": (20, 40),
+        "llama-4-scout": (8, 16),
+    },
+    "multiturn": {
+        "jamba-v0.1": (4, 8),
+        "bamba-9b": (4, 8),
+        "gemma-3-12b": (40, 80),
+        "llama-4-scout": (32, 64),
+    },
 }
 WORKLOADS = tuple(BUDGETS)
 
@@ -104,6 +119,8 @@ def load_workload(name: str, args: argparse.Namespace) -> list[TraceRequest]:
     """The requests of workload ``name`` at the sizes ``args`` set."""
     if name == "mrqa":
         return multi_round_qa(args.mrqa_users, args.mrqa_requests, 0)
+    if name == "multiturn":
+        return multiturn(requests=args.multiturn_requests, seed=0)
     limit = args.conversation_requests if name == "conversation" else args.synthetic_requests
     return load_trace(TRACES / f"mooncake_{name}.jsonl", limit=limit, output_tokens=1)
 
@@ -146,7 +163,8 @@ def render(results: dict[str, dict[str, float]], args: argparse.Namespace, done:
     sizes = (
         f"conversation: first {args.conversation_requests:,} requests; synthetic: first "
         f"{args.synthetic_requests:,}; mrqa: {args.mrqa_users} users, "
-        f"{args.mrqa_requests:,} requests, seed 0"
+        f"{args.mrqa_requests:,} requests, seed 0; multiturn: "
+        f"{args.multiturn_requests:,} requests, seed 0"
     )
     runs = list(RUNS)
     lines = [
@@ -209,7 +227,13 @@ def render(results: dict[str, dict[str, float]], args: argparse.Namespace, done:
 
 def sizes_of(args: argparse.Namespace) -> dict[str, int]:
     """The workload sizes of a run (a saved ``--json`` is reused only at the same sizes)."""
-    names = ("conversation_requests", "synthetic_requests", "mrqa_users", "mrqa_requests")
+    names = (
+        "conversation_requests",
+        "synthetic_requests",
+        "mrqa_users",
+        "mrqa_requests",
+        "multiturn_requests",
+    )
     return {name: getattr(args, name) for name in names}
 
 
@@ -233,8 +257,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--synthetic-requests", type=int, default=3993)
     ap.add_argument("--mrqa-users", type=int, default=64)
     ap.add_argument("--mrqa-requests", type=int, default=1000)
+    ap.add_argument("--multiturn-requests", type=int, default=2000)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--runs", default=",".join(RUNS), help="some of: " + ", ".join(RUNS))
     ap.add_argument("--out", type=Path, default=HERE / "results" / "policy-ablation.md")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "policy-ablation.json")
     args = ap.parse_args(argv)
@@ -247,6 +273,10 @@ def main(argv: list[str] | None = None) -> None:
                 "pass another --json, or delete it to start over"
             )
         results = saved["results"]
+    runs = args.runs.split(",")
+    unknown = sorted(set(runs) - set(RUNS))
+    if unknown:
+        raise SystemExit(f"--runs: unknown {', '.join(unknown)}; known: {', '.join(RUNS)}")
     for workload in args.workloads.split(","):
         if workload not in BUDGETS:
             raise SystemExit(f"--workloads: unknown {workload!r}; known: {', '.join(WORKLOADS)}")
@@ -254,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         for layout in args.layouts.split(","):
             for gb in BUDGETS[workload][layout]:
                 rates = results.setdefault(Cell(workload, layout, gb).key, {})
-                for run in RUNS:
+                for run in runs:
                     if run in rates:
                         continue
                     t = time.perf_counter()

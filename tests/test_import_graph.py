@@ -170,7 +170,6 @@ LEARNERS = {
         "retention",
         "tail_alignment",
         "fine_alignment",
-        "floor_tuner",
         "returning",
         "cost_aware",
         "release",

@@ -23,17 +23,19 @@ from hybridkv.policy.tuning import DEFAULT_TUNING, TUNING_FIELDS, parse_tuning
 
 
 def test_tuning_overrides_are_checked_and_named() -> None:
-    t = DEFAULT_TUNING.with_text(parse_tuning(["floor_ratio=16,learn_floor=off", "grid_agree=0.8"]))
-    assert (t.floor_ratio, t.learn_floor, t.grid_agree) == (16, False, 0.8)
-    assert t.replace(floor_ratio=32, learn_floor=True, grid_agree=0.9) == DEFAULT_TUNING
+    t = DEFAULT_TUNING.with_text(
+        parse_tuning(["floor_ratio=16,learn_returning=off", "grid_agree=0.8"])
+    )
+    assert (t.floor_ratio, t.learn_returning, t.grid_agree) == (16, False, 0.8)
+    assert t.replace(floor_ratio=32, learn_returning=True, grid_agree=0.9) == DEFAULT_TUNING
     with pytest.raises(ValueError, match="unknown tuning floor_rate; known: tail_tokens"):
         DEFAULT_TUNING.replace(floor_rate=1)
     with pytest.raises(ValueError, match=r"tuning floor_ratio must be an int, got '1\.5'"):
         DEFAULT_TUNING.with_text({"floor_ratio": "1.5"})
-    with pytest.raises(ValueError, match="tuning learn_floor must be true or false"):
-        DEFAULT_TUNING.with_text({"learn_floor": "maybe"})
-    with pytest.raises(ValueError, match="tuning floor_decay must be a finite number >= 0"):
-        HybridTuning(floor_decay=-0.1)
+    with pytest.raises(ValueError, match="tuning learn_returning must be true or false"):
+        DEFAULT_TUNING.with_text({"learn_returning": "maybe"})
+    with pytest.raises(ValueError, match="tuning grid_agree must be a finite number >= 0"):
+        HybridTuning(grid_agree=-0.1)
     with pytest.raises(ValueError, match="tuning learn_window must be >= 1"):
         HybridTuning(learn_window=0)
     with pytest.raises(ValueError, match="--tuning takes key=value items, got 'floor_ratio'"):
@@ -78,7 +80,7 @@ def test_each_learner_switch_keeps_its_neutral_answer() -> None:
     assert not quiet.fine.learning and FineAlignment(528, 512).learning
 
 
-def test_floor_and_returning_switches_reach_the_policy() -> None:
+def test_the_returning_switch_reaches_the_policy_and_the_floor_is_fixed() -> None:
     def policy(**tuning: bool) -> HybridPolicy:
         kv = KVCacheManager(
             config(64, full(4), mamba(4)), 512, cache_policy="hybrid", hybrid_tuning=tuning
@@ -86,10 +88,9 @@ def test_floor_and_returning_switches_reach_the_policy() -> None:
         assert isinstance(kv.policy, HybridPolicy)
         return kv.policy
 
-    assert policy().floor_tuner is not None and policy().seen is not None
-    assert policy(learn_floor=False).floor_tuner is None
-    assert policy(learn_floor=False).floor_tokens == policy().floor_tokens  # fixed at its start
-    assert policy(learn_returning=False).seen is None
+    assert policy().seen is not None and policy(learn_returning=False).seen is None
+    with pytest.raises(ValueError, match="unknown tuning learn_floor"):
+        policy(learn_floor=False)  # removed (policy-ablation.md): the floor is not learned
 
 
 # -- the interface ------------------------------------------------------------

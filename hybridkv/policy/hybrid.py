@@ -2,9 +2,9 @@
 
 Built from the groups' geometry (block sizes, which tokens a query skips) and
 ``HybridOptions``. It owns the online learners: where requests branch
-(``TailAlignment``, with its ``FineAlignment``), the
-snapshot floor's spacing (``FloorTuner``) and the prompts the cache has seen
-(``SeenPrefixes``). Its hooks (``CachePolicy``) take plain data; it never
+(``TailAlignment``, with its ``FineAlignment``) and the prompts the cache has
+seen (``SeenPrefixes``); the snapshot floor's spacing is fixed by cost
+(``floor_spacing``). Its hooks (``CachePolicy``) take plain data; it never
 changes a manager.
 """
 
@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.managers.points import Hold
 from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed, Tables
-from hybridkv.policy.floor_tuner import FloorTuner
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
-from hybridkv.policy.retention import FinalPoints, floor_point_cost, floor_spacing, prompt_point
+from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
 from hybridkv.policy.returning import SeenPrefixes, grade
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
@@ -67,17 +66,10 @@ class HybridPolicy(CachePolicy):
             tuning,
         )
         groups = [(m.has_skips, m.block_size, m.first_needed_block) for m in managers]
-        #: Tokens between two snapshot floor points (0: none), and what moves it
-        #: with the traffic (``floor_tuner``; None: fixed).
+        #: Tokens between two snapshot floor points (0: none): by cost, or set by hand.
         self.floor_tokens = floor_spacing(groups, lcm, tuning)
-        self.floor_tuner: FloorTuner | None = (
-            FloorTuner(self.floor_tokens, floor_point_cost(groups, lcm), lcm, tuning)
-            if self.floor_tokens and tuning.learn_floor
-            else None
-        )
-        if options.floor_tokens is not None:  # set by hand: stays where it is
+        if options.floor_tokens is not None:
             self.floor_tokens = lcm * -(-options.floor_tokens // lcm)
-            self.floor_tuner = None
         #: Hits at multiples of this need nothing outside full attention: kept
         #: for free at release (0: no such points, e.g. a window).
         periods = [m.free_point_period() for m in managers]
@@ -139,16 +131,10 @@ class HybridPolicy(CachePolicy):
         """A new request's kept points: its hit, its branch point, its prompt's
         end and the snapshot floor below its end. The prompt's end is its last
         hit boundary, on the tail's grid when one is in force
-        (``prompt_point``). The lookup is the floor tuner's evidence (its
-        branch and hit), whether or not the allocation then succeeds, and the
-        spacing it returns is the one this request keeps."""
+        (``prompt_point``)."""
         lcm = self.step
         branch = min(adm.branch, adm.num_tokens - 1)
         branch -= branch % lcm
-        tuner = self.floor_tuner
-        if tuner is not None:
-            # a resumed request's hit covers outputs: its tokens, not its prompt
-            self.floor_tokens = tuner.observe(branch, adm.hit, adm.num_tokens)
         step = self.floor_tokens
         floor = range(step, adm.num_tokens, step) if step else ()
         ta = self.tail_alignment
@@ -261,9 +247,6 @@ class HybridPolicy(CachePolicy):
 
     def check_integrity(self, live: set[str]) -> None:
         self.tail_alignment.check_integrity()
-        if self.floor_tuner is not None:
-            self.floor_tuner.check_integrity()
-            assert self.floor_tokens == self.floor_tuner.spacing, "the floor is the tuner's"
         assert self._returning.keys() <= live, "a freed request is still marked returning"
         if self.seen is not None:
             self.seen.check_integrity()

@@ -17,7 +17,7 @@ and CLI flags (``KVCacheManager(hybrid_value_weight=2)`` is
 - ``return_grade``: how that bonus grows with a returning request's turn
   (``"flat"``, ``"turn"``, ``"log-turn"``);
 - ``floor_tokens``: tokens between two snapshot floor points, fixed (None: by
-  cost and kind, then moved with the traffic; 0: no floor);
+  cost and kind; 0: no floor);
 - ``tuning``: the fitted numbers (``HybridTuning``).
 
 Invalid values raise a ``ValueError`` that names the ``hybrid_*`` keyword.

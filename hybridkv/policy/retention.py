@@ -78,21 +78,17 @@ def prompt_point(num_prompt_tokens: int, step: int, align: int, fine: int = 0) -
     return last - last % step
 
 
-def floor_point_cost(groups: Sequence[tuple[bool, int, Callable[[int], int]]], lcm: int) -> float:
+def _point_cost(
+    groups: Sequence[tuple[bool, int, Callable[[int], int]]], pages: list[list[int]]
+) -> float:
     """What a hit point holds outside full attention, in full-attention tokens (its
-    pages over full attention's pages per token; 0: nothing, or no full attention).
+    pages over full attention's pages per token; 0: nothing, or no full attention),
+    from the pages ``_point_pages`` found.
 
     ``groups``: ``(has_skips, block_size, first_needed_block)`` per group. A
     point's extra pages are averaged over the positions of a window or chunk far
     from the start.
     """
-    return _point_cost(groups, _point_pages(groups, lcm))
-
-
-def _point_cost(
-    groups: Sequence[tuple[bool, int, Callable[[int], int]]], pages: list[list[int]]
-) -> float:
-    """``floor_point_cost`` from the pages ``_point_pages`` found."""
     full_pages_per_token = sum(1 / bs for skips, bs, _ in groups if not skips)
     if not full_pages_per_token:
         return 0.0
@@ -114,7 +110,7 @@ def floor_spacing(
     tuning: HybridTuning = DEFAULT_TUNING,
 ) -> int:
     """Tokens between two snapshot floor points (0: no floor), a multiple of
-    ``lcm``: ``floor_ratio`` x ``floor_point_cost``, at most
+    ``lcm``: ``floor_ratio`` x a point's cost (``_point_cost``), at most
     ``floor_max_state_tokens`` with a Mamba state group, else at most
     ``floor_max_window_tokens`` when every other group is a window
     (``HybridTuning``). The floor lets the *second* request sharing a prefix
@@ -123,10 +119,12 @@ def floor_spacing(
     chunk starts are free points, or a floor point costs a part of a chunk
     that varies with its place.
 
-    ``groups`` as for ``floor_point_cost``; layouts without full attention get
+    ``groups`` as for ``_point_cost``; layouts without full attention get
     no floor. A state group is one whose hit point needs one block of its own, a
     window one whose point needs the same number of blocks wherever it falls (a
-    chunk's varies). Under ``hybrid`` this is where ``floor_tuner`` starts.
+    chunk's varies). The spacing is fixed: a learner that moved it with the
+    traffic earned its place on one workload of four and was removed
+    (``benchmarks/results/policy-ablation.md``).
     """
     pages = _point_pages(groups, lcm)
     cost = _point_cost(groups, pages)

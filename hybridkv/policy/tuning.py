@@ -10,8 +10,8 @@ experiment (``hybridkv simulate --tuning floor_ratio=16``,
 defaults are what every figure in ``benchmarks/results/cache.md`` used.
 
 The ``learn_*`` switches turn one learner off at a time (ablation): off, a
-learner keeps its neutral answer (no grid, a fixed floor, no returning
-prompts).
+learner keeps its neutral answer (no grid, no returning prompts). The
+snapshot floor's spacing is not learned: ``floor_ratio`` and its caps fix it.
 """
 
 from __future__ import annotations
@@ -78,24 +78,11 @@ class HybridTuning:
     fine_max_records: int = 4096
     #: Marked blocks remembered (fine alignment's prompt ends).
     max_marks: int = 16_384
-    # -- floor tuner --
-    #: Admissions between two floor decisions.
-    floor_window: int = 100
-    #: Weight the floor tuner's sums keep at each decision.
-    floor_decay: float = 0.7
-    #: A floor change must beat its price by this factor (0.7-1.2 lost rows; cache.md).
-    floor_hysteresis: float = 1.5
-    #: Price of a share of memory, in the same share of the hit rate (0.7 lost rows).
-    floor_alpha: float = 1.0
-    #: The densest floor is the starting spacing // this.
-    floor_min_divisor: int = 4
     # -- learner switches (ablation: False turns one learner off) --
     #: Learn the coarse branch grid of the tail (``TailAlignment``).
     learn_tail_alignment: bool = True
     #: Learn a grid no coarser than the full-attention block (``FineAlignment``).
     learn_fine_alignment: bool = True
-    #: Move the snapshot floor with the traffic (``FloorTuner``).
-    learn_floor: bool = True
     #: Value returning prompts' units longer (``SeenPrefixes``).
     learn_returning: bool = True
 
@@ -113,7 +100,7 @@ class HybridTuning:
                 raise ValueError(f"tuning {f.name} must be an int, got {value!r}")
             if not 0 <= value < float("inf"):
                 raise ValueError(f"tuning {f.name} must be a finite number >= 0, got {value!r}")
-        for name in ("learn_window", "learn_min_observed", "floor_window", "sample_blocks"):
+        for name in ("learn_window", "learn_min_observed", "sample_blocks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"tuning {name} must be >= 1, got {getattr(self, name)!r}")
         if not 0 < self.returning_share <= 1:

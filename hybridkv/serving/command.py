@@ -83,8 +83,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--hybrid-floor-tokens",
         type=int,
         default=None,
-        help="hybrid: tokens between two snapshot floor points, fixed (default: by cost, "
-        "then learned online; 0: none)",
+        help="hybrid: tokens between two snapshot floor points, fixed (default: by cost; 0: none)",
     )
     p.add_argument(
         "--hybrid-tuning",

@@ -111,15 +111,15 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument(
         "--floor-tokens",
         help="hybrid: tokens between two snapshot floor points, fixed, or a comma list "
-        "(default: by cost, at most 17,920 with Mamba states, 24,576 with windows, then "
-        "learned online; 0: no floor)",
+        "(default: by cost, at most 17,920 with Mamba states, 24,576 with windows; "
+        "0: no floor)",
     )
     p.add_argument(
         "--tuning",
         action="append",
         metavar="KEY=VALUE",
         help="hybrid: override fitted numbers or switch a learner off, e.g. floor_ratio=16 or "
-        "learn_floor=off (repeatable or comma-separated; names: hybridkv.policy.tuning)",
+        "learn_returning=off (repeatable or comma-separated; names: hybridkv.policy.tuning)",
     )
     p.add_argument("--json", metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="hit rate against memory, per policy")

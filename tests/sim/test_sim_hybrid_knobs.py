@@ -65,8 +65,8 @@ def test_hybrid_options_are_the_ones_set() -> None:
     assert floor.hybrid == HybridOptions(floor_tokens=0)
     graded = SimOptions(memory_bytes=1, policy="hybrid", return_grade="log-turn")
     assert graded.hybrid == HybridOptions(return_grade="log-turn")
-    tuned = SimOptions(memory_bytes=1, policy="hybrid", tuning="floor_ratio=16,learn_floor=off")
-    assert tuned.hybrid.tuning == HybridTuning(floor_ratio=16, learn_floor=False)
+    tuned = SimOptions(memory_bytes=1, policy="hybrid", tuning="floor_ratio=16,learn_returning=off")
+    assert tuned.hybrid.tuning == HybridTuning(floor_ratio=16, learn_returning=False)
     with pytest.raises(ValueError, match="unknown tuning floor_rate"):
         SimOptions(memory_bytes=1, policy="hybrid", tuning="floor_rate=16")
     with pytest.raises(ValueError, match="it changes nothing under"):
@@ -215,12 +215,12 @@ def test_simulate_takes_tuning_overrides_for_hybrid_runs(
     run = ["--trace", trace, "--memory", "1MB", "--json", str(out_json)]
     rc, out, err = simulate(
         capsys, str(one_full), *run, "--policy", "lru,hybrid",
-        "--tuning", "learn_floor=off", "--tuning", "floor_ratio=16",
+        "--tuning", "learn_returning=off", "--tuning", "floor_ratio=16",
     )  # fmt: skip
     assert rc == 0, err
-    assert "hybrid (tuning learn_floor=off,floor_ratio=16)" in out
+    assert "hybrid (tuning learn_returning=off,floor_ratio=16)" in out
     data = json.loads(out_json.read_text())
-    assert [r.get("tuning") for r in data] == [None, "learn_floor=off,floor_ratio=16"]
+    assert [r.get("tuning") for r in data] == [None, "learn_returning=off,floor_ratio=16"]
     rc, _, err = simulate(capsys, str(one_full), *run, "--policy", "hybrid", "--tuning", "x=1")
     assert rc == 2 and "unknown tuning x; known: tail_tokens" in err
     rc, _, err = simulate(capsys, str(one_full), *run, "--tuning", "floor_ratio=16")

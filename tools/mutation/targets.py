@@ -42,7 +42,6 @@ _MANAGER_TESTS = (
     "tests/test_cost_aware.py",
     "tests/test_retention.py",
     "tests/test_snapshots.py",
-    "tests/test_floor_tuner.py",
     "tests/test_tail_alignment.py",
     "tests/test_fine_alignment.py",
     "tests/test_free_queue.py",
