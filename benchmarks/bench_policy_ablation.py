@@ -29,7 +29,7 @@ partial run leaves a partial table; a re-run with the same ``--json`` skips the
 cells already there if the sizes match (delete it to start over). ``--runs``
 picks some of the runs (``lru``, ``hybrid``, ``-x`` for learner ``learn_x`` off).
 
-    python benchmarks/bench_policy_ablation.py            # the recorded table (~50 min, loaded 2-core box)
+    python benchmarks/bench_policy_ablation.py   # the recorded table (~50 min, loaded 2 cores)
     python benchmarks/bench_policy_ablation.py --conversation-requests 12031 \\
         --out /tmp/ablation-full.md --json /tmp/ablation-full.json
 """
