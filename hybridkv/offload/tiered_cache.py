@@ -101,6 +101,7 @@ class TieredCache:
         self.disk = disk
         self.stats = OffloadStats()
         self._staged: dict[str, _Staged] = {}
+        self._spills: list[tuple[UnitKey, list[Any], float | None]] = []
         self.pool.on_take = self._demote
         manager.coordinator.other_holders.append(self._held)
         if disk is not None:
@@ -123,21 +124,30 @@ class TieredCache:
             items.append((UnitKey(h, gid), self.block_bytes.parts(gid, b.block_id), value))
         if items:
             transfers = self.host.store_many(items)
+            self._flush_spills()
             for t in transfers:  # the blocks are rewritten once this returns
                 t.wait()
             self.stats.demoted += len(items)
 
     def _spill(self, key: UnitKey, parts: Any, value: float | None) -> None:
-        """``HostTier.spill``: an entry the host evicts goes to the disk tier."""
-        assert self.disk is not None
+        """``HostTier.spill``: an entry the host evicts is queued for the disk tier
+        (``parts`` are copies; written by ``_flush_spills``, one batch per store)."""
+        self._spills.append(
+            (key, [p.numpy() if isinstance(p, torch.Tensor) else p for p in parts], value)
+        )
+
+    def _flush_spills(self) -> None:
+        """Write the queued spills to the disk tier as one batch (one folder fsync)."""
+        if not self._spills or self.disk is None:
+            return
+        spills, self._spills = self._spills, []
         try:
-            arrays = [p.numpy() if isinstance(p, torch.Tensor) else p for p in parts]
-            self.disk.store_many([(key, arrays, value)])
-            self.stats.spilled += 1
-        except Exception as e:  # the host must go on evicting: count, warn once
-            self.stats.spill_failures += 1
-            if self.stats.spill_failures == 1:
-                logger.warning("a unit evicted from the host tier was not written to disk: %s", e)
+            self.disk.store_many(spills)
+            self.stats.spilled += len(spills)
+        except Exception as e:  # serving goes on without them: count, warn once
+            self.stats.spill_failures += len(spills)
+            if self.stats.spill_failures == len(spills):
+                logger.warning("units evicted from the host tier were not written to disk: %s", e)
 
     # -- loads ---------------------------------------------------------------
     def _present(self, group_id: int, block_hash: bytes) -> bool:
@@ -310,12 +320,13 @@ class TieredCache:
         if items:
             for t in self.host.store_many(items):
                 t.wait()
-        for key in list(self.host.keys()):
+        held = self.host.keys()
+        for key in held:
             if not self.disk.contains(key):
                 out = self.host.load(key)
                 if out is not None and out.wait():
                     self._spill(key, out.result, None)
-        self.disk.poll()
+        self._flush_spills()
 
     def close(self) -> None:
         """Persist (with a disk tier), then close the tiers. Idempotent."""
