@@ -22,10 +22,9 @@ whose hit includes a block being computed in this step waits one step, and
 then adopts the finished checkpoint.
 
 With ``tiers`` (a ``TieredCache``), a waiting request's hit in the host or
-disk tier is first loaded onto the device (``tiers.prepare``): the request
-is looked up only once its loads have landed (waited for when nothing else
-runs this step, else it waits at the head of the queue), and the blocks held
-for it are let go once its allocation has taken them (``tiers.release``).
+disk tier is first loaded onto the device (``tiers.prepare``): the request is
+looked up only once its loads have landed (waited for when nothing else runs
+this step; else it waits at the head of the queue while the others run).
 
 A request resumed after preemption recomputes its prompt and outputs so far
 (the prefix cache usually gives most of it back) and continues exactly where
@@ -95,7 +94,6 @@ class Scheduler:
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.num_preemptions = 0
-        self._pending: set[tuple[int, int]] | None = None  # blocks this step fills
 
     def add_request(self, request: EngineRequest) -> None:
         self.waiting.append(request)
@@ -128,54 +126,38 @@ class Scheduler:
         return SchedulerOutput(tuple(scheduled), tuple(preempted))
 
     def _admit(self, scheduled: list[ScheduledRequest], budget: int) -> int:
-        self._pending = None  # built on first need, then extended
-        tiers = self.tiers
+        pending: set[tuple[int, int]] | None = None  # built on first need, then extended
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            if tiers is None:
-                left = self._admit_head(req, scheduled, budget)
-            elif not tiers.prepare(req.core, wait=not scheduled):
+            if self.tiers is not None and not self.tiers.prepare(req.core, wait=not scheduled):
                 break  # its tier hit is loading: it runs once that has landed
-            else:
-                try:
-                    left = self._admit_head(req, scheduled, budget)
-                finally:
-                    tiers.release(req.core)
-            if left is None:
+            if self.manager.cannot_admit(req.core, budget):
+                break  # provably no room yet: skip the hit scan (same outcome)
+            blocks, hit = self.manager.get_computed_blocks(req.core)
+            if hit and self.defer_pending_hits:
+                if pending is None:
+                    pending = set()
+                    for s in scheduled:
+                        self._add_pending(pending, s)
+                if any(
+                    (g, b.block_id) in pending for g, grp in enumerate(blocks.blocks) for b in grp
+                ):
+                    break
+            n = min(req.num_tokens - hit, budget)
+            if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
                 break
-            budget = left
+            self.waiting.popleft()
+            if req.num_cached_tokens is None:
+                req.num_cached_tokens = hit
+                req.num_full_match_tokens = max(blocks.full_hit_tokens, hit)
+            req.core.num_computed_tokens = hit
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            scheduled.append(ScheduledRequest(req, hit, n))
+            if pending is not None:
+                self._add_pending(pending, scheduled[-1])
+            budget -= n
         return budget
-
-    def _admit_head(
-        self, req: EngineRequest, scheduled: list[ScheduledRequest], budget: int
-    ) -> int | None:
-        """Admit the head of the waiting queue: the budget left, or None (it waits)."""
-        if self.manager.cannot_admit(req.core, budget):
-            return None  # provably no room yet: skip the hit scan (same outcome)
-        blocks, hit = self.manager.get_computed_blocks(req.core)
-        if hit and self.defer_pending_hits:
-            if self._pending is None:
-                self._pending = set()
-                for s in scheduled:
-                    self._add_pending(self._pending, s)
-            if any(
-                (g, b.block_id) in self._pending for g, grp in enumerate(blocks.blocks) for b in grp
-            ):
-                return None
-        n = min(req.num_tokens - hit, budget)
-        if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
-            return None
-        self.waiting.popleft()
-        if req.num_cached_tokens is None:
-            req.num_cached_tokens = hit
-            req.num_full_match_tokens = max(blocks.full_hit_tokens, hit)
-        req.core.num_computed_tokens = hit
-        req.status = RequestStatus.RUNNING
-        self.running.append(req)
-        scheduled.append(ScheduledRequest(req, hit, n))
-        if self._pending is not None:
-            self._add_pending(self._pending, scheduled[-1])
-        return budget - n
 
     def _add_pending(self, pending: set[tuple[int, int]], s: ScheduledRequest) -> None:
         """Add the ``(group, block)`` pairs that step ``s`` fills (block 0 is null)."""
@@ -219,7 +201,7 @@ class Scheduler:
                 if req.request_id == request_id:
                     queue.remove(req)
                     if self.tiers is not None:
-                        self.tiers.release(req.core)
+                        self.tiers.release(req.core)  # loads in flight: wait, let go
                     self.manager.free(req.core)
                     req.status = RequestStatus.FINISHED_ABORTED
                     return True

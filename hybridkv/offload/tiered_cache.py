@@ -18,15 +18,16 @@ blocks present on the device or in a tier, so no partial unit is ever a hit).
 If it passes the device's, the blocks the hit needs are taken from the pool
 and held (count first: if they do not fit, the tiers are not used): the
 device blocks it reads, and a new block for each unit to load, whose copy
-from the host (or disk) tier starts at once. Once every copy has landed each
-loaded block enters the device prefix index under its key, and the request's
-own ``get_computed_blocks`` finds the whole hit on the device; a failed load's
-block stays out of the index, so those tokens are recomputed, never read
-stale. The held blocks (ref count + 1, out of the free set: never evicted or
-reused meanwhile) are let go by ``release`` once the request's allocation has
-taken them (or failed). A request whose loads are in flight is not run: on
-the CPU the scheduler waits on the copy thread, or defers the request while
-other work runs.
+from the host (or disk) tier starts at once. While loads are in flight the
+held blocks (ref count + 1, out of the free set) are never evicted or
+reused, and the request is not run: the scheduler waits on the copies (the
+copy thread on the CPU, the copy stream's event on CUDA) when nothing else
+runs, else defers it. Once every copy has landed each loaded block enters the
+device prefix index under its key and the held blocks are let go, cached
+and free, right before the request's own ``get_computed_blocks`` finds the
+whole hit on the device and its ``allocate_slots`` adopts it (nothing takes
+a block from the pool in between). A failed load's block stays out of the
+index, so those tokens are recomputed, never read stale.
 
 ``close`` writes the device's cached blocks and the host tier's entries to the
 disk tier (when there is one), so a restarted engine hits them.
@@ -72,7 +73,6 @@ class _Staged:
     loads: list[_Load]
     gained: int  # tokens past the device hit, if every load lands
     started: float = field(default_factory=time.perf_counter)
-    landed: bool = False
 
 
 class TieredCache:
@@ -162,7 +162,10 @@ class TieredCache:
     def prepare(self, request: Request, wait: bool) -> bool:
         """Before ``request``'s prefix lookup: restore its tier hit onto the device.
         False while its loads are in flight and ``wait`` is False (then do not run
-        it this step); True once the lookup may go ahead."""
+        it this step); True once the lookup may go ahead: the loaded blocks are
+        then cached and free on the device, and nothing may take a block from the
+        pool before the request's ``get_computed_blocks`` + ``allocate_slots``
+        (which adopt them at once, as any device hit)."""
         rid = request.request_id
         staged = self._staged.get(rid)
         if staged is None:
@@ -170,19 +173,18 @@ class TieredCache:
             if staged is None:
                 return True
             self._staged[rid] = staged
-        if not staged.landed:
-            done = all(ld.transfer is None or ld.transfer.done() for ld in staged.loads)
-            if not (wait or done):
-                return False
-            self._land(request, staged)
+        done = all(ld.transfer is None or ld.transfer.done() for ld in staged.loads)
+        if not (wait or done):
+            return False
+        self.release(request)
         return True
 
     def release(self, request: Request) -> None:
-        """The request's allocation took its hit (or failed): let go of the held blocks."""
+        """Land the request's loads (waiting for those in flight) and let go of the
+        blocks held for them (an aborted request; ``prepare`` does it itself)."""
         staged = self._staged.pop(request.request_id, None)
         if staged is not None:
-            if not staged.landed:
-                self._land(request, staged)
+            self._land(request, staged)
             self.pool.free_blocks(staged.held)
 
     def _stage(self, request: Request) -> _Staged | None:
@@ -260,7 +262,6 @@ class TieredCache:
 
     def _land(self, request: Request, staged: _Staged) -> None:
         """Wait for the loads; enter each landed block into the device prefix index."""
-        staged.landed = True
         tokens = request.live_token_ids
         failed = 0
         pool = self.pool
@@ -348,3 +349,4 @@ class TieredCache:
                 assert not b.is_null and b.ref_cnt >= 1, f"{rid}: held block {b} is free"
             for ld in staged.loads:
                 assert ld.block in staged.held, f"{rid}: a load's block is not held"
+                assert ld.block.block_hash is None, f"{rid}: {ld.block} cached before it landed"
