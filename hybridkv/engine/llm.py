@@ -223,6 +223,7 @@ class LLM:
         )
         if self.tiers is not None:
             self._close_tiers = weakref.finalize(self, self.tiers.close)
+            self._close_tiers.atexit = False  # copy threads are gone by then: close()
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(
             self.manager,

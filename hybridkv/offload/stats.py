@@ -22,11 +22,14 @@ class OffloadStats:
     hit_tokens: int = 0  # tokens past the device hit those requests did not recompute
     loads_cpu: int = 0  # units loaded from the host tier
     loads_disk: int = 0  # units loaded from the disk tier
+    bytes_loaded: int = 0  # unit bytes of the loads that landed
     load_failures: int = 0  # units whose load failed (their tokens recomputed)
     skipped_no_room: int = 0  # tier hits not restored: the device pool had no room
-    load_seconds: list[float] = field(default_factory=list)  # per restored hit
+    #: Per restored hit: from its first copy asked for to its last one landed.
+    load_seconds: list[float] = field(default_factory=list)
 
-    def count_load(self, disk: bool) -> None:
+    def count_load(self, disk: bool, nbytes: int) -> None:
+        self.bytes_loaded += nbytes
         if disk:
             self.loads_disk += 1
         else:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -72,7 +72,7 @@ class _Staged:
     held: list[KVCacheBlock]
     loads: list[_Load]
     gained: int  # tokens past the device hit, if every load lands
-    started: float = field(default_factory=time.perf_counter)
+    started: float  # when the first copy was asked for
 
 
 class TieredCache:
@@ -217,11 +217,12 @@ class TieredCache:
         try:
             self.pool.touch(keep)
             blocks = self.pool.get_new_blocks(len(wanted))  # may demote: the pins hold ours
+            started = time.perf_counter()
             loads = self._start_loads(wanted, blocks)
         finally:
             for tier, key in pins:
                 tier.unpin(key)
-        return _Staged(keep + blocks, loads, total - device)
+        return _Staged(keep + blocks, loads, total - device, started)
 
     def _pin(self, keys: list[UnitKey]) -> list[tuple[HostTier | DiskTier, UnitKey]]:
         pinned: list[tuple[HostTier | DiskTier, UnitKey]] = []
@@ -287,7 +288,7 @@ class TieredCache:
                     request.lora_name,
                     ld.group_id,
                 )
-            self.stats.count_load(ld.disk)
+            self.stats.count_load(ld.disk, self.block_bytes.unit_bytes[ld.group_id])
         self.stats.load_seconds.append(time.perf_counter() - staged.started)
         if failed:
             self.stats.load_failures += failed
@@ -333,11 +334,13 @@ class TieredCache:
         """Persist (with a disk tier), then close the tiers. Idempotent."""
         if self.pool.on_take is None:
             return
-        self.persist()
-        self.pool.on_take = None
-        self.host.close()
-        if self.disk is not None:
-            self.disk.close()
+        try:
+            self.persist()
+        finally:  # the tiers close (the disk folder's lock freed) whatever happened
+            self.pool.on_take = None
+            self.host.close()
+            if self.disk is not None:
+                self.disk.close()
 
     def check_integrity(self) -> None:
         """Each tier's invariants; every held block is in use and not free."""
