@@ -20,6 +20,8 @@ class OffloadStats:
     spill_failures: int = 0  # units the host evicted that could not be handed over
     hits: int = 0  # requests whose tier hit was restored whole
     hit_tokens: int = 0  # tokens past the device hit those requests did not recompute
+    disk_hits: int = 0  # of ``hits``, those that loaded a unit from the disk tier
+    disk_hit_tokens: int = 0  # their ``hit_tokens``
     loads_cpu: int = 0  # units loaded from the host tier
     loads_disk: int = 0  # units loaded from the disk tier
     bytes_loaded: int = 0  # unit bytes of the loads that landed

@@ -295,6 +295,9 @@ class TieredCache:
         else:
             self.stats.hit_tokens += staged.gained
             self.stats.hits += 1
+            if any(ld.disk for ld in staged.loads):
+                self.stats.disk_hits += 1
+                self.stats.disk_hit_tokens += staged.gained
 
     def _copy_in(self, ld: _Load) -> None:
         """A disk load read into host memory (a non-CPU device): copy it to the block."""

@@ -78,7 +78,35 @@ def test_the_pool_evicts_into_the_host_tier(ckpt: Path, cold: LLM, policy: str) 
     # The tier gave what the device lost (under hybrid the pool may keep a block or two).
     assert 0 < llm.tiers.stats.hit_tokens <= hit
     assert llm.tiers.stats.hit_tokens == hit or policy == "hybrid"
+    _check_metrics(llm)
     llm.close()
+
+
+def _check_metrics(llm: LLM) -> None:
+    """``/metrics``' tier series read the engine's counts (added once per refresh)."""
+    pytest.importorskip("prometheus_client")
+    from hybridkv.serving.metrics import ServerMetrics
+
+    assert llm.tiers is not None
+    stats = llm.tiers.stats
+    metrics = ServerMetrics("m")
+    for _ in range(2):  # a second refresh adds nothing
+        metrics.refresh(llm)
+    text = metrics.render().decode()
+
+    def value(series: str, medium: str) -> float:
+        key = f'hybridkv:{series}{{medium="{medium}",model_name="m"}} '
+        line = next(ln for ln in text.splitlines() if ln.startswith(key))
+        return float(line.split()[-1])
+
+    assert value("kv_tier_loads_total", "CPU") == stats.loads_cpu > 0
+    assert value("kv_tier_hit_tokens_total", "CPU") == stats.hit_tokens
+    assert value("kv_tier_stores_total", "CPU") == llm.tiers.host.stats.stores > 0
+    assert value("kv_tier_used_bytes", "CPU") == llm.tiers.host.used_bytes
+    assert value("kv_tier_loads_total", "DISK") == 0
+    assert (
+        f'hybridkv:kv_tier_load_seconds_count{{model_name="m"}} {len(stats.load_seconds)}' in text
+    )
 
 
 def test_a_flipped_byte_on_disk_is_a_miss(ckpt: Path, cold: LLM, tmp_path: Path) -> None:
