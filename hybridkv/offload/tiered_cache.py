@@ -8,7 +8,8 @@ under ``lru`` every block) is stored in the host tier as the unit
 ``UnitKey(block hash, group)``. The copies out of the runner's KV buffers are
 waited for before ``get_new_blocks`` returns, so nothing writes the block
 before its bytes are out. What the host tier evicts to make room is written
-to the disk tier (``LedgerTier.spill``). Each tier ranks by value per byte
+to the disk tier (``LedgerTier.spill``), and so does a unit the host tier has no
+room for (a batch larger than what it can evict). Each tier ranks by value per byte
 under ``hybrid`` (``CachePolicy.ranks_tiers``), by plain LRU under ``lru``.
 
 **Loads** (``prepare``, called by the scheduler before a waiting request's
@@ -49,7 +50,7 @@ from hybridkv.kv_cache_manager import KVCacheManager
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.request import Request
-from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
+from hybridkv.tiers import DiskTier, HostTier, TierFullError, Transfer, UnitKey
 
 logger = logging.getLogger("hybridkv.offload")
 
@@ -124,9 +125,13 @@ class TieredCache:
             items.append((UnitKey(h, gid), self.block_bytes.parts(gid, b.block_id), value))
         if items:
             transfers = self.host.store_many(items)
+            for item, t in zip(items, transfers, strict=True):  # the blocks are rewritten
+                if not t.wait() and isinstance(t.error, TierFullError) and self.disk is not None:
+                    # No room in the host (a batch cannot evict its own entries in
+                    # flight): the unit goes to the disk tier instead, as a copy.
+                    parts = [p.cpu().numpy().copy() for p in item[1]]
+                    self._spills.append((item[0], parts, item[2]))
             self._flush_spills()
-            for t in transfers:  # the blocks are rewritten once this returns
-                t.wait()
             self.stats.demoted += len(items)
 
     def _spill(self, key: UnitKey, parts: Any, value: float | None) -> None:

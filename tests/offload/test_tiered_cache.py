@@ -12,7 +12,9 @@ shorter hit (recomputed), and an abort waits for its loads before letting go.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from hybridkv import KVCacheManager, Request
 from hybridkv.layouts import shipped_layout
 from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import HostTier, ModelFingerprint
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
 from hybridkv.tiers.copier import ThreadCopier
 from hybridkv.tiers.torch_memory import TorchHostMemory
 from hybridkv.tiers.transfer import Completion
@@ -56,7 +58,9 @@ class GatedCopier:
         self._inner.close()
 
 
-def _setup(name: str) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
+def _setup(
+    name: str, host_bytes: int = 1 << 24, disk: Path | None = None
+) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
     config = plan_kv_cache(
         shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
     ).kv_cache_config
@@ -64,8 +68,9 @@ def _setup(name: str) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, Gate
     buffers = allocate_kv_cache(config)
     copier = GatedCopier()
     fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
-    host = HostTier(fingerprint, 1 << 24, TorchHostMemory("cpu"), copier=copier)
-    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host), copier
+    host = HostTier(fingerprint, host_bytes, TorchHostMemory("cpu"), copier=copier)
+    lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
+    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host, lower), copier
 
 
 def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
@@ -152,5 +157,34 @@ def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
     tiers.release(later)  # an abort: waits for the copies, then lets go
     opener.join()
     assert kv.block_pool.num_free_blocks == free_before
+    _check(kv, tiers)
+    tiers.close()
+
+
+def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(tmp_path: Path) -> None:
+    _, _, probe, _ = _setup("tiny-gemma3")
+    unit = max(probe.block_bytes.unit_bytes)
+    probe.close()
+    # Room for 3 units: the demotion batch overflows to disk, and later ones evict to it.
+    kv, buffers, tiers, _ = _setup("tiny-gemma3", host_bytes=3 * unit, disk=tmp_path)
+    prompt = toks(MAX_LEN - 8)
+    want = _compute(kv, tiers, Request("a", prompt))
+    later = Request("b", [*prompt, 1, 2])
+    expected = hit_len(kv, later)
+    _evict_and_wipe(kv, buffers)
+    assert tiers.disk is not None
+    assert tiers.stats.spilled == len(want) - len(tiers.host.keys()) > 0
+    deadline = time.monotonic() + 30  # disk writes land on the I/O thread
+    while len(tiers.disk.keys()) < tiers.stats.spilled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(tiers.disk.keys()) == tiers.stats.spilled
+    assert tiers.prepare(later, wait=True)
+    blocks, hit = kv.get_computed_blocks(later)
+    assert hit == expected and tiers.stats.loads_disk > 0
+    for gid, table in enumerate(blocks.blocks):
+        for b in table:
+            if not b.is_null:
+                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
+                assert got == want[(gid, b.block_hash)]
     _check(kv, tiers)
     tiers.close()
