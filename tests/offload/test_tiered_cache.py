@@ -98,6 +98,15 @@ def _evict_and_wipe(kv: KVCacheManager, buffers: KVCacheBuffers) -> None:
         buf.zero_()
 
 
+def _assert_restored(tiers: TieredCache, tables: Any, want: dict[Any, bytes]) -> None:
+    """Every block of the hit holds the bytes computed for its key before."""
+    for gid, table in enumerate(tables):
+        for b in table:
+            if not b.is_null:
+                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
+                assert got == want[(gid, b.block_hash)]
+
+
 def _check(kv: KVCacheManager, tiers: TieredCache) -> None:
     kv.check_integrity()
     tiers.check_integrity()
@@ -126,11 +135,7 @@ def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> N
     assert kv.block_pool.num_free_blocks == free_before  # let go, cached
     blocks, hit = kv.get_computed_blocks(later)
     assert hit == expected and tiers.stats.hit_tokens == expected
-    for gid, table in enumerate(blocks.blocks):
-        for b in table:
-            if not b.is_null:
-                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
-                assert got == want[(gid, b.block_hash)]
+    _assert_restored(tiers, blocks.blocks, want)
     _check(kv, tiers)
     tiers.close()
 
@@ -181,10 +186,6 @@ def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(tmp_path: Path) 
     assert tiers.prepare(later, wait=True)
     blocks, hit = kv.get_computed_blocks(later)
     assert hit == expected and tiers.stats.loads_disk > 0
-    for gid, table in enumerate(blocks.blocks):
-        for b in table:
-            if not b.is_null:
-                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
-                assert got == want[(gid, b.block_hash)]
+    _assert_restored(tiers, blocks.blocks, want)
     _check(kv, tiers)
     tiers.close()
