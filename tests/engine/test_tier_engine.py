@@ -29,7 +29,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cold(ckpt: Path) -> LLM:
-    return LLM(ckpt, block_size=4, max_model_len=MAX_LEN)
+    return LLM(ckpt, block_size=4, max_model_len=MAX_LEN, device="cpu", kernel_backend="native")
 
 
 def _gen(llm: LLM, prompt: list[int], salt: str | None = None) -> tuple[list[int], int]:
@@ -49,6 +49,7 @@ def _tiered(ckpt: Path, cold: LLM, disk: Path | None = None, **kw: object) -> LL
     if disk is not None:
         extra = {"disk_cache_dir": str(disk), "disk_cache_size": GIB}
     memory = cold.plan.min_memory_bytes + 2 * cold.plan.page_bytes
+    kw = {"device": "cpu", "kernel_backend": "native", **kw}  # the cold engine's, by default
     return LLM(
         ckpt,
         block_size=4,
@@ -66,15 +67,22 @@ def _want(cold: LLM, prompt: list[int]) -> list[int]:
     return list(out.outputs[0].token_ids)
 
 
-@pytest.mark.parametrize("policy", ["lru", "hybrid"])
-def test_the_pool_evicts_into_the_host_tier(ckpt: Path, cold: LLM, policy: str) -> None:
-    llm = _tiered(ckpt, cold, cache_policy=policy)
+@pytest.mark.parametrize(
+    ("policy", "backend"), [("lru", "native"), ("hybrid", "native"), ("lru", "torch")]
+)
+def test_the_pool_evicts_into_the_host_tier(
+    ckpt: Path, cold: LLM, policy: str, backend: str
+) -> None:
+    llm = _tiered(ckpt, cold, cache_policy=policy, kernel_backend=backend)
     assert llm.tiers is not None
     _gen(llm, DOC)
     _gen(llm, OTHER)  # its allocation reuses (and demotes) the first document's blocks
     assert llm.tiers.stats.demoted > 0
     tokens, hit = _gen(llm, [*DOC, 7, 8])
-    assert tokens == _want(cold, [*DOC, 7, 8])
+    ref = cold
+    if backend != "native":
+        ref = LLM(ckpt, block_size=4, max_model_len=MAX_LEN, device="cpu", kernel_backend=backend)
+    assert tokens == _want(ref, [*DOC, 7, 8])
     # The tier gave what the device lost (under hybrid the pool may keep a block or two).
     assert 0 < llm.tiers.stats.hit_tokens <= hit
     assert llm.tiers.stats.hit_tokens == hit or policy == "hybrid"
