@@ -195,13 +195,16 @@ class Scheduler:
         return finished
 
     def abort(self, request_id: str) -> bool:
-        """Drop a waiting or running request and free its blocks; False if unknown."""
+        """Drop a waiting or running request and free its blocks, first taking those
+        past its computed tokens out of the prefix cache; False if unknown."""
         for queue in (self.running, self.waiting):
             for req in queue:
                 if req.request_id == request_id:
                     queue.remove(req)
                     if self.tiers is not None:
                         self.tiers.release(req.core)  # loads in flight: wait, let go
+                    # Blocks of a step that never ran (a failed one) leave the cache.
+                    self.manager.uncache_uncomputed(req.core)
                     self.manager.free(req.core)
                     req.status = RequestStatus.FINISHED_ABORTED
                     return True

@@ -187,3 +187,23 @@ def test_serve_refuses_an_unwritable_disk_dir(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "disk_cache_dir" in err[0], err
+
+
+def test_a_failed_step_leaves_nothing_for_the_tiers(
+    ckpt: Path, cold: LLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks are cached when allocated, before their step computes them: an aborted
+    call must take them out of the cache, or the disk tier would keep them."""
+    llm = _tiered(ckpt, cold, tmp_path)
+
+    def boom(work: object) -> None:
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(llm.runner, "execute", boom)
+    with pytest.raises(RuntimeError, match="exploded"):
+        llm.generate([{"prompt_token_ids": DOC}], SP, use_tqdm=False)
+    assert llm.manager.block_pool.num_cached_blocks() == 0
+    assert llm.tiers is not None and llm.tiers.disk is not None
+    folder = llm.tiers.disk.folder
+    llm.close()
+    assert not list(folder.glob("*.unit"))
