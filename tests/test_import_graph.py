@@ -151,8 +151,9 @@ def test_models_never_import_the_engine() -> None:
 
 #: The layers of the KV cache manager, lowest first: a module imports only
 #: from its own layer or below (``docs/architecture.md``). ``hybridkv.common`` holds
-#: the leaf helpers every layer may use; the engine, the simulator and the server
-#: sit on the manager API, and nothing below imports them.
+#: the leaf helpers every layer may use; the tiers under an engine's pool (offload)
+#: sit on the manager API, the engine, the simulator and the server on both, and
+#: nothing below imports them.
 LAYERS = (
     ("hybridkv.common",),
     ("hybridkv.specs",),
@@ -161,6 +162,7 @@ LAYERS = (
     ("hybridkv.policy",),
     ("hybridkv.coordinators",),
     ("hybridkv.cache_manager",),
+    ("hybridkv.offload",),
     ("hybridkv.engine", "hybridkv.sim", "hybridkv.serving"),
 )
 #: The online learners and the rules they steer: only ``hybridkv.policy`` imports them.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
@@ -71,6 +72,9 @@ class KVCacheCoordinator(ABC):
         #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
+        #: Holders of pool blocks outside the tables (a tier's loads in flight):
+        #: each gives the blocks it holds once per reference, for ``check_integrity``.
+        self.other_holders: list[Callable[[], Iterable[KVCacheBlock]]] = []
 
     # -- allocation (atomic across groups) -----------------------------------
     def allocate(
@@ -253,6 +257,9 @@ class KVCacheCoordinator(ABC):
                 for b in st.blocks + [b for _, b in st.retained]:
                     if not b.is_null:
                         holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for held in self.other_holders:
+            for b in held():
+                holders[b.block_id] = holders.get(b.block_id, 0) + 1
         for b in self.pool.blocks[1:]:
             assert b.ref_cnt == holders.get(b.block_id, 0), (
                 f"{b}: ref count {b.ref_cnt} != {holders.get(b.block_id, 0)} holders"

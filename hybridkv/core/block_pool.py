@@ -24,7 +24,7 @@ to a set and discards removed ones holds exactly the index's keys
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from hybridkv.core.block import KVCacheBlock, num_leading_nulls
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
@@ -71,6 +71,9 @@ class BlockPool:
         #: duplicate) was in the index. An ``uncache`` or a reset is not an eviction.
         #: A statistic (benchmarks read it); nothing decides on it.
         self.num_evicted_blocks = 0
+        #: Called with the blocks ``get_new_blocks`` takes, before any cached one
+        #: leaves the index (a lower tier demotes them, ``hybridkv.offload``); None: nothing.
+        self.on_take: Callable[[list[KVCacheBlock]], None] | None = None
 
     # -- queries -------------------------------------------------------------
     @property
@@ -107,6 +110,8 @@ class BlockPool:
         The caller checked ``n <= num_free_blocks``.
         """
         blocks = self.policy.take(n)
+        if self.on_take is not None:
+            self.on_take(blocks)
         cached, duplicates = self.cached, self.duplicates
         if self.enable_kv_cache_events:
             for b in blocks:

@@ -1,7 +1,8 @@
 """``LLM``'s settings as three frozen, validated objects (vLLM's names).
 
 - ``CacheConfig``: the KV cache: block size, prefix caching, memory, hashing,
-  the cache policy and its ``HybridOptions``;
+  the cache policy and its ``HybridOptions``, the host and disk tiers below
+  the device pool (vLLM's ``kv_offloading_size`` etc.; ``hybridkv.offload``);
 - ``SchedulerConfig``: how much runs at once and how long a request may be;
 - ``ExecutionConfig``: where and how steps run: dtype, device, kernel backend,
   CUDA graphs.
@@ -16,6 +17,7 @@ naming the field. (KV events keep their own ``KVEventsConfig``.)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -30,7 +32,10 @@ from hybridkv.policy import HybridOptions, check_cache_policy
 class CacheConfig:
     """The KV cache (module docstring). ``hybrid``: the ``hybrid`` policy's
     settings (None: its defaults); set under ``lru`` it is an error, since it
-    would change nothing."""
+    would change nothing. ``kv_offloading_size``: GiB of host RAM for a tier
+    under the device pool (None: none); ``kv_offloading_backend``: ``"native"``
+    (the only one); ``disk_cache_dir`` / ``disk_cache_size`` (GiB): a disk
+    tier under the host tier, kept across restarts (``docs/tiers.md``)."""
 
     block_size: int = 16
     enable_prefix_caching: bool = True
@@ -38,9 +43,16 @@ class CacheConfig:
     hash_algo: str = "sha256"
     cache_policy: str = "lru"
     hybrid: HybridOptions | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str = "native"
+    disk_cache_dir: str | os.PathLike[str] | None = None
+    disk_cache_size: float | None = None
 
     def __post_init__(self) -> None:
         check_cache_policy(self.cache_policy)
+        if isinstance(self.disk_cache_dir, os.PathLike):
+            object.__setattr__(self, "disk_cache_dir", os.fspath(self.disk_cache_dir))
+        check_tier_settings(self)
         if self.hybrid is not None:
             if not isinstance(self.hybrid, HybridOptions):
                 raise ValueError(f"hybrid must be a HybridOptions, got {self.hybrid!r}")
@@ -55,6 +67,40 @@ class CacheConfig:
         if self.kv_cache_memory_bytes is not None:
             positive(self.kv_cache_memory_bytes, "kv_cache_memory_bytes")
         check_flag(self.enable_prefix_caching, "enable_prefix_caching")
+
+
+def _gib(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a size in GiB > 0 (e.g. 4 or 0.5), got {value!r}")
+
+
+def check_tier_settings(cache: CacheConfig) -> None:
+    """The tier fields of ``cache`` (``ValueError`` naming the field and the fix)."""
+    if cache.kv_offloading_backend != "native":
+        raise ValueError(
+            f"kv_offloading_backend must be 'native', got {cache.kv_offloading_backend!r}"
+        )
+    if cache.kv_offloading_size is None:
+        if cache.disk_cache_dir is not None or cache.disk_cache_size is not None:
+            raise ValueError(
+                "disk_cache_dir needs kv_offloading_size: the disk tier is fed by the "
+                "host tier; give both"
+            )
+        return
+    _gib(cache.kv_offloading_size, "kv_offloading_size")
+    if not cache.enable_prefix_caching:
+        raise ValueError("kv_offloading_size needs enable_prefix_caching=True")
+    if cache.hash_algo != "sha256":
+        raise ValueError(
+            "kv_offloading_size needs hash_algo='sha256': a tier hit is not checked "
+            f"token by token, so {cache.hash_algo!r} (not collision-resistant) is refused"
+        )
+    if (cache.disk_cache_dir is None) != (cache.disk_cache_size is None):
+        raise ValueError("disk_cache_dir and disk_cache_size (GiB) go together: give both")
+    if cache.disk_cache_size is not None:
+        _gib(cache.disk_cache_size, "disk_cache_size")
+    if cache.disk_cache_dir is not None and not isinstance(cache.disk_cache_dir, str):
+        raise ValueError(f"disk_cache_dir must be a path string, got {cache.disk_cache_dir!r}")
 
 
 @dataclass(frozen=True)

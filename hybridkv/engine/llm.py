@@ -15,6 +15,8 @@ kernel runs each op) that every step's batch and the sampler use.
 decode steps and small steps (up to 511 new tokens) of every family on CUDA with the
 ``triton`` backend; anything else is refused with the reason; ``runner.graphs.stats``
 counts replays).
+``kv_offloading_size`` (GiB of host RAM), ``disk_cache_dir`` and ``disk_cache_size`` (GiB)
+put tiers under the device pool (``hybridkv.offload``, docs/tiers.md).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
@@ -72,20 +74,14 @@ from hybridkv.engine.engine_setup import (
     resolve_kernel_backend,
 )
 from hybridkv.engine.graphs import StepGraphs, unsupported_reason
-from hybridkv.engine.inputs import (
-    Prompt,
-    PromptType,
-    engine_requests,
-    prompt_ids,
-    sampling_list,
-)
+from hybridkv.engine.inputs import Prompt, PromptType, engine_requests, prompt_ids, sampling_list
 from hybridkv.engine.model_source import resolve_model_dir
 from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
-from hybridkv.engine.tokenizer import encode_chat, load_tokenizer
+from hybridkv.engine.tokenizer import encode_conversations, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
 from hybridkv.layouts import layout_from_hf_config
@@ -93,6 +89,7 @@ from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_ty
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
+from hybridkv.offload import build_tiered_cache, check_disk_cache_dir
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.specs import MambaSpec
@@ -124,6 +121,10 @@ class LLM:
         hybrid_floor_tokens: int | None = None,
         hybrid_tuning: HybridTuning | dict[str, Any] | None = None,
         hybrid: HybridOptions | None = None,
+        kv_offloading_size: float | None = None,
+        kv_offloading_backend: str = "native",
+        disk_cache_dir: str | Path | None = None,
+        disk_cache_size: float | None = None,
         kernel_backend: str | None = None,
         cuda_graphs: bool = False,
         allow_long_max_model_len: bool = False,
@@ -146,6 +147,7 @@ class LLM:
             cache_config, scheduler_config, execution_config, keywords
         )
         self.cache_config, self.scheduler_config, self.execution_config = cache, sched, run
+        check_disk_cache_dir(cache.disk_cache_dir)  # a one-line TierError before any load
         self.device = resolve_device(run.device)
         self.kernel_backend = resolve_kernel_backend(run.kernel_backend, self.device)
 
@@ -216,12 +218,19 @@ class LLM:
             hybrid=cache.hybrid,
             enable_kv_cache_events=events_config is not None,
         )
+        self.tiers = build_tiered_cache(  # the host / disk tiers under the pool, or None
+            cache, self.manager, self.kv_buffers, self.model_dir, self.kernel_backend.name
+        )
+        if self.tiers is not None:
+            self._close_tiers = weakref.finalize(self, self.tiers.close)
+            self._close_tiers.atexit = False  # copy threads are gone by then: close()
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(
             self.manager,
             max_num_seqs=sched.max_num_seqs,
             max_num_batched_tokens=sched.max_num_batched_tokens,
             defer_pending_hits=has_mamba,
+            tiers=self.tiers,
         )
         self.runner = ModelRunner(
             self.model, config, self.kv_buffers, self.manager, self.device, self.kernel_backend
@@ -251,7 +260,10 @@ class LLM:
         return ok
 
     def close(self) -> None:
-        """Publish pending KV events and close the events sockets. Idempotent."""
+        """Publish pending KV events and close the events sockets; write the cache to
+        the disk tier (if any) and close the tiers. Idempotent."""
+        if self.tiers is not None and self._close_tiers.alive:
+            self._close_tiers()
         if self.kv_events is not None and self._close_events.alive:
             self.publish_kv_events()
             self._close_events()
@@ -308,19 +320,11 @@ class LLM:
         ``chat_template`` (Jinja) replaces the tokenizer's, e.g. for a base model;
         without it, ``self.chat_template`` renders (``hybridkv.engine.chat_template``).
         """
-        if not isinstance(messages, Sequence) or len(messages) == 0:
-            raise ValueError("messages must be a non-empty list of messages or of conversations")
-        single = isinstance(messages[0], Mapping)
-        conversations = [messages] if single else list(messages)
-        encoded = []
-        for k, conv in enumerate(conversations):
-            if not isinstance(conv, Sequence) or len(conv) == 0:
-                raise ValueError(f"conversation {k} must be a non-empty list of messages")
-            template = chat_template
-            if template is None and self.chat_template is not None:
-                template = self.chat_template.text
-            ids = encode_chat(self.tokenizer, conv, template)  # type: ignore[arg-type]
-            encoded.append(self._prompt_ids({"prompt_token_ids": ids}, k))
+        template = chat_template
+        if template is None and self.chat_template is not None:
+            template = self.chat_template.text
+        ids = encode_conversations(self.tokenizer, messages, template)
+        encoded = [self._prompt_ids({"prompt_token_ids": x}, k) for k, x in enumerate(ids)]
         return self._run(self._make_requests(encoded, sampling_params), use_tqdm)
 
     def make_requests(

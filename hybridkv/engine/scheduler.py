@@ -21,6 +21,11 @@ not: with ``defer_pending_hits`` (set for models with Mamba groups) a request
 whose hit includes a block being computed in this step waits one step, and
 then adopts the finished checkpoint.
 
+With ``tiers`` (a ``TieredCache``), a waiting request's hit in the host or
+disk tier is first loaded onto the device (``tiers.prepare``): the request is
+looked up only once its loads have landed (waited for when nothing else runs
+this step; else it waits at the head of the queue while the others run).
+
 A request resumed after preemption recomputes its prompt and outputs so far
 (the prefix cache usually gives most of it back) and continues exactly where
 it stopped. ``update`` applies a step's results: computed counts advance and
@@ -31,9 +36,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
+
+if TYPE_CHECKING:
+    from hybridkv.offload import TieredCache
 
 
 @dataclass(frozen=True)
@@ -72,8 +81,10 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         defer_pending_hits: bool = False,
+        tiers: TieredCache | None = None,
     ) -> None:
         self.manager = manager
+        self.tiers = tiers
         self.defer_pending_hits = defer_pending_hits
         self._block_sizes = [
             g.kv_cache_spec.block_size for g in manager.kv_cache_config.kv_cache_groups
@@ -118,6 +129,8 @@ class Scheduler:
         pending: set[tuple[int, int]] | None = None  # built on first need, then extended
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
+            if self.tiers is not None and not self.tiers.prepare(req.core, wait=not scheduled):
+                break  # its tier hit is loading: it runs once that has landed
             if self.manager.cannot_admit(req.core, budget):
                 break  # provably no room yet: skip the hit scan (same outcome)
             blocks, hit = self.manager.get_computed_blocks(req.core)
@@ -182,11 +195,16 @@ class Scheduler:
         return finished
 
     def abort(self, request_id: str) -> bool:
-        """Drop a waiting or running request and free its blocks; False if unknown."""
+        """Drop a waiting or running request and free its blocks, first taking those
+        past its computed tokens out of the prefix cache; False if unknown."""
         for queue in (self.running, self.waiting):
             for req in queue:
                 if req.request_id == request_id:
                     queue.remove(req)
+                    if self.tiers is not None:
+                        self.tiers.release(req.core)  # loads in flight: wait, let go
+                    # Blocks of a step that never ran (a failed one) leave the cache.
+                    self.manager.uncache_uncomputed(req.core)
                     self.manager.free(req.core)
                     req.status = RequestStatus.FINISHED_ABORTED
                     return True

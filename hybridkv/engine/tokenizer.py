@@ -124,3 +124,19 @@ def encode_chat(
     if isinstance(ids, Mapping) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return [int(t) for t in ids]
+
+
+def encode_conversations(
+    tokenizer: Any, messages: Sequence[Any], chat_template: str | None = None
+) -> list[list[int]]:
+    """``encode_chat`` of one conversation (a list of message dicts) or of a list of
+    them; ``ValueError`` naming an empty or malformed one."""
+    if not isinstance(messages, Sequence) or len(messages) == 0:
+        raise ValueError("messages must be a non-empty list of messages or of conversations")
+    conversations = [messages] if isinstance(messages[0], Mapping) else list(messages)
+    out = []
+    for k, conv in enumerate(conversations):
+        if not isinstance(conv, Sequence) or len(conv) == 0:
+            raise ValueError(f"conversation {k} must be a non-empty list of messages")
+        out.append(encode_chat(tokenizer, conv, chat_template))
+    return out

@@ -134,6 +134,15 @@ class CachePolicy(ABC):
         (None: nobody; the step fails). Read-only."""
         return None
 
+    #: Lower tiers rank this policy's units by value per byte (else plain LRU).
+    ranks_tiers: bool = False
+
+    def demotion_value(self, block: KVCacheBlock) -> float | None:
+        """The free, cached ``block`` is about to be reused: what a lower tier's
+        copy of its unit is worth (its ``ReleaseRun`` value); None: not worth
+        demoting (released ``evict_first``). Read-only."""
+        return 1.0
+
     def demotion_order(self, pool: BlockPool) -> Iterator[KVCacheBlock]:
         """The pool's free blocks, the first to be reused (or demoted to a
         lower tier) first: the ranking this policy's ``eviction_factory`` gave

@@ -48,6 +48,13 @@ def value_class(value: float) -> int:
     return math.floor(2 * math.log2(value))
 
 
+def released_value(block: KVCacheBlock) -> float | None:
+    """The value a free block was released with, to its half-octave class
+    (the class's lower bound); None for an evict-first or hashless block."""
+    cls = block.free_class
+    return None if cls is _NO_CLASS else 2.0 ** (cls / 2)
+
+
 class CostAwareEvictionPolicy(EvictionPolicy):
     """Free blocks ordered by recency plus value (module docstring)."""
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.managers.points import Hold
 from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed, Tables
+from hybridkv.policy.cost_aware import released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
@@ -36,6 +38,7 @@ class HybridPolicy(CachePolicy):
 
     name = "hybrid"
     keeps_points = True
+    ranks_tiers = True
 
     def __init__(
         self,
@@ -241,6 +244,9 @@ class HybridPolicy(CachePolicy):
         return release_hybrid(
             managers, states, points, self.point_local, factor, self._ranks_by_value
         )
+
+    def demotion_value(self, block: KVCacheBlock) -> float | None:
+        return released_value(block)  # the free set's class of the run's value
 
     def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
         return make_room(managers, short)

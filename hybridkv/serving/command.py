@@ -135,6 +135,20 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="leave usage.prompt_tokens_details.cached_tokens out of replies (a cache hit "
         "tells a caller that someone sent the same prefix)",
     )
+    p.add_argument(
+        "--kv-offloading-size",
+        type=float,
+        default=None,
+        help="GiB of host RAM for a KV tier under the device pool (vLLM's flag; default: none)",
+    )
+    p.add_argument("--kv-offloading-backend", default="native", help="native (the only one)")
+    p.add_argument(
+        "--disk-cache-dir",
+        default=None,
+        help="a disk tier under the host tier, kept across restarts (needs --kv-offloading-size "
+        "and --disk-cache-size)",
+    )
+    p.add_argument("--disk-cache-size", type=float, default=None, help="GiB for --disk-cache-dir")
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
 
 
@@ -172,6 +186,10 @@ def check_options(args: argparse.Namespace) -> ChatTemplate | None:
         raise ValueError(f"--max-waiting must be >= 1, got {args.max_waiting}")
     if not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    if args.disk_cache_dir is not None:
+        from hybridkv.tiers.disk_dir import check_writable
+
+        check_writable(Path(args.disk_cache_dir))  # a TierError: one line, exit 2
     if args.chat_template is None:
         return None
     from hybridkv.engine.chat_template import ChatTemplate
@@ -217,6 +235,10 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         kernel_backend=args.kernel_backend,
         cuda_graphs=args.cuda_graphs,
         kv_events_config=events_config(args),
+        kv_offloading_size=args.kv_offloading_size,
+        kv_offloading_backend=args.kv_offloading_backend,
+        disk_cache_dir=args.disk_cache_dir,
+        disk_cache_size=args.disk_cache_size,
         progress=True,
     )
     name = args.served_model_name or str(args.model)

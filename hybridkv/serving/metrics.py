@@ -12,7 +12,8 @@ each scrape (``refresh``): ``num_requests_running``, ``num_requests_waiting``,
 ``group`` and ``kind``: the pages of that group's tables over the pool),
 ``prefix_cache_blocks`` (blocks in the prefix index) and ``orphan_blocks``:
 blocks still held by a request the engine no longer runs (finished or
-aborted). It must read 0: anything else is a leak.
+aborted). It must read 0: anything else is a leak. With KV tiers
+(``--kv-offloading-size``), their series too (``tier_metrics.py``).
 
 Every series is exported from the start, at 0 (``kv_cache_group_usage_perc``
 from the first scrape). Counters and histograms are written by the engine thread; prometheus-client
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hybridkv.core.stats import PrefixCacheStats
+from hybridkv.serving.tier_metrics import TierMetrics
 
 if TYPE_CHECKING:
     from hybridkv.engine.engine_request import EngineRequest
@@ -147,6 +149,7 @@ class ServerMetrics:
             metric.labels(model_name)
         for reason in FINISHED_REASONS:
             self.success.labels(model_name, reason)
+        self.tiers: TierMetrics | None = None  # made at the first refresh with tiers
 
     # -- written by the engine thread ------------------------------------------------
     def prefix_cache(self, stats: PrefixCacheStats | None) -> None:
@@ -191,6 +194,10 @@ class ServerMetrics:
             self.group_usage.labels(name, str(gid), m.spec.kind).set(len(held[gid]) / usable)
         self.cached.labels(name).set(pool.num_cached_blocks())
         self.orphans.labels(name).set(len(orphans))
+        if llm.tiers is not None:
+            if self.tiers is None:
+                self.tiers = TierMetrics(self.registry, name)
+            self.tiers.refresh(llm.tiers)
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest

@@ -26,10 +26,11 @@ offered, LRU in the host): ``docs/tiers.md`` says what the next slice wires.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.coordinators.tiered_hit import tiered_hit_length
 from hybridkv.core.events import BlockRemoved, KVCacheEvent
 from hybridkv.core.request import Request
 from hybridkv.managers.base import SingleTypeKVCacheManager
@@ -47,34 +48,6 @@ def unit_bytes(config: KVCacheConfig) -> list[int]:
         page = spec.state_size_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
         out.append(page * len(group.layer_names))
     return out
-
-
-def tiered_hit_length(
-    managers: Sequence[SingleTypeKVCacheManager],
-    block_hashes: list[bytes],
-    max_length: int,
-    present: Callable[[int, bytes], bool],
-) -> int:
-    """The longest hit of at most ``max_length`` tokens whose needed blocks are all
-    ``present(group, hash)`` in every group (the coordinator's fixed point)."""
-    length = max_length
-    changed = True
-    while changed:
-        changed = False
-        for m in managers:
-            hashes = m.group_hashes(block_hashes)
-            bs, gid = m.block_size, m.group_id
-            end = min(length // bs, len(hashes))
-            while end > 0:
-                first = m.first_needed_block(end * bs)
-                miss = next((i for i in range(first, end) if not present(gid, hashes[i])), None)
-                if miss is None:
-                    break
-                end = miss
-            if end * bs < length:
-                length = end * bs
-                changed = True
-    return length
 
 
 class ShadowTieredManager(KVCacheManager):

@@ -55,14 +55,26 @@ def _unusable(root: Path, e: OSError) -> TierError:
     )
 
 
-def open_folder(root: Path, fingerprint_hex: str) -> tuple[Path, int]:
-    """Create (0700) and lock the fingerprint's folder under ``root``: ``(folder,
-    lock fd)``. ``TierError`` if it cannot be written or another process holds it."""
-    folder = root / fingerprint_hex[:32]
+def check_writable(root: Path) -> None:
+    """Create ``root`` (0700) if missing and check that files can be made in it:
+    ``TierError`` naming ``disk_cache_dir`` if not (checked at start, before any load)."""
     try:
         if not root.exists():
             root.mkdir(mode=0o700, parents=True)
             os.chmod(root, 0o700)
+        if not root.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(root))
+        _probe_write(root)
+    except OSError as e:
+        raise _unusable(root, e) from e
+
+
+def open_folder(root: Path, fingerprint_hex: str) -> tuple[Path, int]:
+    """Create (0700) and lock the fingerprint's folder under ``root``: ``(folder,
+    lock fd)``. ``TierError`` if it cannot be written or another process holds it."""
+    folder = root / fingerprint_hex[:32]
+    check_writable(root)
+    try:
         if not folder.exists():
             folder.mkdir(mode=0o700)
             os.chmod(folder, 0o700)  # exact, whatever the umask

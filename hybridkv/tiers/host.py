@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hybridkv.tiers.base import Parts, UnitKey
-from hybridkv.tiers.copier import Copier
+from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.ledger import Ranking
 from hybridkv.tiers.ledger_tier import LedgerTier
@@ -64,6 +64,13 @@ class HostTier(LedgerTier):
     def _begin_load(self, key: UnitKey, into: Sequence[Any] | None) -> Completion:
         buf, sizes = self._entries[key]
         return self._memory.begin_load(buf, sizes, into, self._copier)
+
+    def _read_now(self, key: UnitKey) -> Sequence[Any]:
+        buf, sizes = self._entries[key]
+        parts, error = self._memory.begin_load(buf, sizes, None, InlineCopier()).outcome()
+        if error is not None:
+            raise error
+        return parts
 
     def _drop(self, key: UnitKey) -> None:
         buf, sizes = self._entries.pop(key)

@@ -52,6 +52,8 @@ class EntryLedger:
         self.used_bytes = 0
         self._entries: OrderedDict[Hashable, EntryInfo] = OrderedDict()  # least recent first
         self._tick = 0
+        #: The entries the last ``reserve`` evicted (for a tier that spills them).
+        self.evicted: list[EntryInfo] = []
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
@@ -105,8 +107,7 @@ class EntryLedger:
         victims = self._victims(nbytes)
         if victims is None:
             return None
-        for victim in victims:
-            self.remove(victim)
+        self.evicted = [self.remove(victim) for victim in victims]
         self._tick += 1
         self._entries[key] = EntryInfo(key, nbytes, value, self._tick)
         self.used_bytes += nbytes

@@ -18,7 +18,7 @@ import logging
 import threading
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from hybridkv.tiers.base import (
@@ -37,8 +37,19 @@ from hybridkv.tiers.transfer import Completed, Completion, Transfer
 logger = logging.getLogger("hybridkv.tiers")
 
 
+#: ``LedgerTier.spill``: an evicted entry's key, parts (copies the callee owns), value.
+Spill = Callable[[UnitKey, Sequence[Any], "float | None"], None]
+
+
 class LedgerTier(TierStore):
-    """A ``TierStore`` over an ``EntryLedger`` (module docstring)."""
+    """A ``TierStore`` over an ``EntryLedger`` (module docstring).
+
+    ``spill``: when set, each entry evicted to make room for a store is first
+    handed to it (under the tier's lock; a tier that cannot read its entries
+    synchronously, ``_read_now``, refuses it): what the host evicts goes to disk.
+    """
+
+    spill: Spill | None = None
 
     def __init__(
         self,
@@ -75,6 +86,10 @@ class LedgerTier(TierStore):
     def _end_store_batch(self) -> None:
         """After a batch's stores started (inside it): submit a job that runs after
         them and before any of them settles (``DiskTier``: fsync the folder once)."""
+
+    def _read_now(self, key: UnitKey) -> Sequence[Any]:
+        """A committed entry's parts, copied now (for ``spill``)."""
+        raise NotImplementedError(f"the {self.medium} tier cannot spill its entries")
 
     @abstractmethod
     def _drop(self, key: UnitKey) -> None:
@@ -170,8 +185,10 @@ class LedgerTier(TierStore):
             error = TierFullError(f"{self.medium} tier: no room for {nbytes} bytes ({why})")
             self._warn_once("full", f"{error}; store skipped (further skips are counted)")
             return Transfer(key, "store", Completed(None, error))
-        for victim in victims:
-            self._drop(victim)  # type: ignore[arg-type]
+        for info in self._ledger.evicted:
+            if self.spill is not None:
+                self.spill(info.key, self._read_now(info.key), info.value)  # type: ignore[arg-type]
+            self._drop(info.key)  # type: ignore[arg-type]
         self.stats.evictions += len(victims)
         try:
             completion = self._begin_store(key, parts, sizes)

@@ -65,6 +65,8 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def _flat_bytes(t: torch.Tensor, name: str) -> torch.Tensor:
+    if type(t) is torch.Tensor and t.dtype is torch.uint8 and t.dim() == 1 and t.is_contiguous():
+        return t  # already flat bytes (the engine's unit parts)
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if not t.is_contiguous():

@@ -91,4 +91,6 @@ def check_against_hf(path: Path, llm: LLM, prompts: list[list[int]], n: int) -> 
         assert out.outputs[0].token_ids == tokens, (len(prompt), out.outputs[0].token_ids, tokens)
         torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
     llm.manager.check_integrity()
+    if llm.tiers is not None:
+        llm.tiers.check_integrity()
     return outs

@@ -1,0 +1,59 @@
+"""``BlockBytes``: the bytes of one device block's hit unit, as tensor views.
+
+A group's unit for block ``b`` is, for each layer of the group in order, the
+bytes that layer owns in block ``b``: an attention layer's K page then its V
+page (adjacent in the raw buffer: one part), a Mamba layer's conv state then
+its SSM state (one part up to the end of the SSM state: a padded page's tail
+is not copied). Each part is a flat ``uint8`` view of the runner's KV buffer,
+so a tier copies straight out of (and back into) the device buffers::
+
+    raw buffer   | blk 0: L0 K V | L1 K V | ... | blk 1: L0 K V | L1 K V | ...
+    parts(g, 1)                                   [ L0 K V ]  [ L1 K V ]  ...
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
+from hybridkv.specs import KVCacheConfig
+
+
+def _extent(first: torch.Tensor, last: torch.Tensor) -> tuple[int, int, int]:
+    """``(start pointer of block 0, bytes from first's start to last's end, block stride
+    in bytes)`` of a layer whose block-0 data runs from view ``first`` to view ``last``."""
+    start = first[0].data_ptr()
+    end = last[0].data_ptr() + last[0].numel() * last.element_size()
+    return start, end - start, first.stride(0) * first.element_size()
+
+
+class BlockBytes:
+    """Per group, where each layer's bytes of a block lie in the raw KV buffers."""
+
+    def __init__(self, config: KVCacheConfig, buffers: KVCacheBuffers) -> None:
+        raw = [(b.data_ptr(), b.numel(), b) for b in buffers.buffers]
+        self._layout: list[list[tuple[torch.Tensor, int, int, int]]] = []
+        for group in config.kv_cache_groups:
+            rows = []
+            for name in group.layer_names:
+                cache = buffers.layers[name]
+                if isinstance(cache, AttentionCache):
+                    start, nbytes, stride = _extent(cache.key, cache.value)
+                elif isinstance(cache, MambaCache):
+                    start, nbytes, stride = _extent(cache.conv, cache.ssm)
+                else:  # pragma: no cover - the planner builds only these
+                    raise ValueError(f"layer {name!r}: no unit layout for {type(cache).__name__}")
+                base, size, buf = next((p, n, b) for p, n, b in raw if p <= start < p + n)
+                assert nbytes <= stride and start - base + nbytes <= size, name
+                rows.append((buf, start - base, stride, nbytes))
+            self._layout.append(rows)
+        #: Bytes of one unit per group.
+        self.unit_bytes = [sum(r[3] for r in rows) for rows in self._layout]
+
+    def parts(self, group_id: int, block_id: int) -> list[torch.Tensor]:
+        """Group ``group_id``'s unit of block ``block_id``: one flat uint8 view per layer."""
+        out = []
+        for buf, offset, stride, nbytes in self._layout[group_id]:
+            lo = offset + block_id * stride
+            out.append(buf[lo : lo + nbytes])
+        return out

@@ -1,0 +1,100 @@
+"""Build an engine's ``TieredCache`` from its ``CacheConfig`` (the tier fields).
+
+The tiers' ``ModelFingerprint`` names the weights by ``weights_identity``:
+sha256 over each weight file's name, size, safetensors header and 16 chunks
+of 64 KiB spread over its bytes (reading every byte of a large checkpoint at
+each start would cost seconds; two checkpoints that differ only outside the
+sampled chunks would share an identity: a fine-tune changes every tensor).
+Its layout names the unit byte layout (``BlockBytes``: one part per layer)
+and the kernel backend (whose numerics wrote the bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.offload.block_bytes import BlockBytes
+from hybridkv.offload.tiered_cache import TieredCache
+from hybridkv.planning import KVCacheBuffers
+from hybridkv.specs import KVCacheConfig
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, value_per_byte
+from hybridkv.tiers.disk_dir import check_writable
+from hybridkv.tiers.fingerprint import UNIT_LAYOUT
+from hybridkv.tiers.torch_memory import TorchHostMemory
+
+GIB = 1 << 30
+#: ``BlockBytes``' unit layout; change it when that layout changes.
+ENGINE_UNIT_LAYOUT = f"{UNIT_LAYOUT}+layer-pages/v1"
+_CHUNKS, _CHUNK = 16, 64 << 10
+
+
+def weights_identity(model_dir: Path) -> str:
+    """A stable identity of the checkpoint's weights (module docstring)."""
+    h = hashlib.sha256()
+    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+    for path in files:
+        size = path.stat().st_size
+        h.update(f"{path.name}\0{size}\0".encode())
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else 0
+            h.update(head + f.read(min(n, 1 << 24)))
+            for k in range(_CHUNKS):
+                f.seek(size * k // _CHUNKS)
+                h.update(f.read(_CHUNK))
+    return h.hexdigest()
+
+
+def check_disk_cache_dir(disk_cache_dir: str | os.PathLike[str] | None) -> None:
+    """``TierError`` (a ``ValueError``) naming ``disk_cache_dir`` if it cannot be written."""
+    if disk_cache_dir is not None:
+        check_writable(Path(disk_cache_dir))
+
+
+class TierSettings(Protocol):
+    """The tier fields of the engine's ``CacheConfig`` (checked there), in GiB."""
+
+    @property
+    def kv_offloading_size(self) -> float | None: ...
+    @property
+    def disk_cache_dir(self) -> str | os.PathLike[str] | None: ...
+    @property
+    def disk_cache_size(self) -> float | None: ...
+
+
+def build_tiered_cache(
+    settings: TierSettings,
+    manager: KVCacheManager,
+    buffers: KVCacheBuffers,
+    model_dir: Path,
+    backend: str,
+) -> TieredCache | None:
+    """The tiers under ``manager``'s pool (None without ``kv_offloading_size``)."""
+    kv_offloading_size = settings.kv_offloading_size
+    disk_cache_dir, disk_cache_size = settings.disk_cache_dir, settings.disk_cache_size
+    if kv_offloading_size is None:
+        return None
+    config: KVCacheConfig = manager.kv_cache_config
+    fingerprint = ModelFingerprint.from_kv_cache_config(
+        config, weights_identity(model_dir), f"{ENGINE_UNIT_LAYOUT}+{backend}"
+    )
+    ranking = value_per_byte if manager.policy.ranks_tiers else None
+    device = buffers.buffers[0].device if buffers.buffers else torch.device("cpu")
+    host = HostTier(fingerprint, int(kv_offloading_size * GIB), TorchHostMemory(device), ranking)
+    disk = None
+    if disk_cache_dir is not None:
+        assert disk_cache_size is not None
+        try:
+            disk = DiskTier(
+                fingerprint, disk_cache_dir, int(disk_cache_size * GIB), ranking=ranking
+            )
+        except BaseException:
+            host.close()
+            raise
+    return TieredCache(manager, BlockBytes(config, buffers), host, disk)

@@ -1,0 +1,38 @@
+"""``OffloadStats``: what the tiers under one engine did (monotonic counters).
+
+Per-tier counters (stores, evictions, corrupt entries removed, ...) are each
+tier's own ``TierStats``; these count the engine's side: units demoted and
+spilled, hits restored and the tokens they saved, loads by medium, and each
+restored hit's load latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class OffloadStats:
+    """Counters of a ``TieredCache`` (module docstring)."""
+
+    demoted: int = 0  # units offered to the host tier by the pool's evictions
+    spilled: int = 0  # units the host evicted, handed to the disk tier
+    spill_failures: int = 0  # units the host evicted that could not be handed over
+    hits: int = 0  # requests whose tier hit was restored whole
+    hit_tokens: int = 0  # tokens past the device hit those requests did not recompute
+    disk_hits: int = 0  # of ``hits``, those that loaded a unit from the disk tier
+    disk_hit_tokens: int = 0  # their ``hit_tokens``
+    loads_cpu: int = 0  # units loaded from the host tier
+    loads_disk: int = 0  # units loaded from the disk tier
+    bytes_loaded: int = 0  # unit bytes of the loads that landed
+    load_failures: int = 0  # units whose load failed (their tokens recomputed)
+    skipped_no_room: int = 0  # tier hits not restored: the device pool had no room
+    #: Per restored hit: from its first copy asked for to its last one landed.
+    load_seconds: list[float] = field(default_factory=list)
+
+    def count_load(self, disk: bool, nbytes: int) -> None:
+        self.bytes_loaded += nbytes
+        if disk:
+            self.loads_disk += 1
+        else:
+            self.loads_cpu += 1
