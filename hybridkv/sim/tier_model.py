@@ -1,0 +1,231 @@
+"""``TieredCache``: the host-RAM and disk tiers of ``hybridkv simulate``.
+
+Below the device pool sit a host tier and, optionally, a disk tier
+(``TierIndex`` each), holding hit units keyed ``(block hash, group)`` in real
+unit bytes (a group's block over its layers, a Mamba state unpadded). How
+units get there is the policy's:
+
+- ``write_through`` (``lru``, vLLM's ``OffloadingConnector``): each block is
+  written to every tier as the device caches it (``BlockStored``), plain LRU
+  in every tier; a hit touches the tier that serves it.
+- demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
+  stored in the host with its value class, scaled from per page to per unit
+  byte, and ranked as on the device (``TierIndex``: recency plus value); a
+  block released ``evict_first`` is never demoted. What the host evicts goes
+  to disk with its class. KV blocks and Mamba states share the host's bytes by
+  that ranking alone, with no fixed split.
+
+``admit`` finds a request's hit across device and tiers at its first
+admission by the coordinator's rule (``tiered_hit_length``): a fixed point
+over the groups, each group's hit being the longest end whose needed blocks
+(``first_needed_block``: all blocks for full attention, the window's for
+sliding, the chunk's for chunked, the state at the end for Mamba) are each on
+the device or in a tier. So a tier hit is always whole: no hit point is
+reported whose units are not all somewhere. Tokens up to the device-and-host
+fixed point are *host* hit tokens, beyond it up to the fixed point with disk
+too *disk* hit tokens. The units to load are the needed blocks of that hit not
+on the device; their load time is ``(host + disk bytes) / host_to_device +
+disk bytes / disk_to_host`` (the device profile's links, one copy at a time).
+A loaded unit stays where it was (a copy): under ``hybrid`` it comes back to
+the host when the device evicts it again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from hybridkv.core.events import BlockStored, KVCacheEvent
+from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.sim.devices import DeviceProfile
+from hybridkv.sim.tier_eviction import Taken
+from hybridkv.sim.tier_index import TierIndex
+from hybridkv.specs import MambaSpec
+from hybridkv.specs.config import KVCacheConfig
+
+
+def unit_bytes(config: KVCacheConfig) -> list[int]:
+    """Bytes of one block's unit per group: its real page (a Mamba state unpadded)
+    over every layer of the group."""
+    out = []
+    for group in config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        page = spec.state_size_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
+        out.append(page * len(group.layer_names))
+    return out
+
+
+def tiered_hit_length(
+    managers: Sequence[SingleTypeKVCacheManager],
+    block_hashes: list[bytes],
+    max_length: int,
+    present: Callable[[int, bytes], bool],
+) -> int:
+    """The longest hit of at most ``max_length`` tokens whose needed blocks are all
+    ``present(group, hash)`` in every group (the coordinator's fixed point)."""
+    length = max_length
+    changed = True
+    while changed:
+        changed = False
+        for m in managers:
+            hashes = m.group_hashes(block_hashes)
+            bs, gid = m.block_size, m.group_id
+            end = min(length // bs, len(hashes))
+            while end > 0:
+                first = m.first_needed_block(end * bs)
+                miss = next((i for i in range(first, end) if not present(gid, hashes[i])), None)
+                if miss is None:
+                    break
+                end = miss
+            if end * bs < length:
+                length = end * bs
+                changed = True
+    return length
+
+
+class TierLoad(NamedTuple):
+    """A tier hit: tokens ``[device_hit, total)`` are loaded, not computed."""
+
+    device_hit: int
+    total: int
+    host_tokens: int
+    disk_tokens: int
+    host_bytes: int
+    disk_bytes: int
+    seconds: float
+
+
+class TieredCache:
+    """The tiers under one replay's device pool (module docstring).
+
+    ``managers`` / ``device_cached``: the device's groups and prefix index
+    (read only); ``page_bytes``: one device block id's bytes; ``weight``: the
+    device free set's value weight (0: LRU in every tier)."""
+
+    def __init__(
+        self,
+        config: KVCacheConfig,
+        managers: Sequence[SingleTypeKVCacheManager],
+        device_cached: Sequence[Mapping[bytes, object]],
+        page_bytes: int,
+        device: DeviceProfile,
+        host_bytes: int,
+        disk_bytes: int | None,
+        write_through: bool,
+        weight: float,
+    ) -> None:
+        self.managers = managers
+        self.device_cached = device_cached
+        self.device = device
+        self.write_through = write_through
+        self.unit_bytes = unit_bytes(config)
+        #: Half-octave classes a unit gains per byte against a device page.
+        self.class_shift = [math.floor(2 * math.log2(page_bytes / u)) for u in self.unit_bytes]
+        self.kind_of = {
+            i: "mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "kv"
+            for i, g in enumerate(config.kv_cache_groups)
+        }
+        self.host = TierIndex("host", host_bytes, weight)
+        self.disk = TierIndex("disk", disk_bytes, weight) if disk_bytes is not None else None
+        self.tiers = [t for t in (self.host, self.disk) if t is not None]
+        self.demoted = 0  # units the device evicted that went to the host
+
+    # -- what reaches the tiers -------------------------------------------------
+
+    def sync(self, events: Iterable[KVCacheEvent], taken: list[Taken]) -> None:
+        """Write through the blocks the device cached (``write_through``) or demote
+        the blocks it evicted (else); ``taken`` is emptied."""
+        if self.write_through:
+            for event in events:
+                if isinstance(event, BlockStored):
+                    nbytes = self.unit_bytes[event.group_id]
+                    for h in event.block_hashes:
+                        for tier in self.tiers:
+                            tier.store((h, event.group_id), nbytes, 0)
+        else:
+            cached = self.device_cached
+            for gid, h, cls in taken:
+                if cls is None or h in cached[gid]:  # evict-first, or a copy stays
+                    continue
+                self.demoted += 1
+                self._demote(self.host, (h, gid), gid, cls + self.class_shift[gid])
+        taken.clear()
+
+    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int) -> None:
+        victims = tier.store(key, self.unit_bytes[gid], cls)
+        if victims and tier is self.host and self.disk is not None:
+            for victim, unit in victims:
+                self.disk.store(victim, unit.nbytes, unit.cls)
+
+    # -- hits -------------------------------------------------------------------
+
+    def on_device(self, gid: int, h: bytes) -> bool:
+        return h in self.device_cached[gid]
+
+    def in_host(self, gid: int, h: bytes) -> bool:
+        return h in self.device_cached[gid] or (h, gid) in self.host
+
+    def anywhere(self, gid: int, h: bytes) -> bool:
+        return self.in_host(gid, h) or (self.disk is not None and (h, gid) in self.disk)
+
+    def admit(self, block_hashes: list[bytes], max_length: int, device_hit: int) -> TierLoad | None:
+        """A request's first admission with ``device_hit`` tokens from the device:
+        its tier hit (None: none), the units it loads touched."""
+        managers = self.managers
+        host_total = tiered_hit_length(managers, block_hashes, max_length, self.in_host)
+        total = host_total
+        if self.disk is not None:
+            total = tiered_hit_length(managers, block_hashes, max_length, self.anywhere)
+        if total <= device_hit:
+            return None
+        host_total = max(host_total, device_hit)
+        host_b = disk_b = 0
+        for m in managers:
+            bs, gid = m.block_size, m.group_id
+            hashes = m.group_hashes(block_hashes)
+            nbytes = self.unit_bytes[gid]
+            for i in range(m.first_needed_block(total), total // bs):
+                key = (hashes[i], gid)
+                if hashes[i] in self.device_cached[gid]:
+                    continue
+                if key in self.host:
+                    self.host.touch(key)
+                    host_b += nbytes
+                else:
+                    assert self.disk is not None, "a hit unit must be somewhere"
+                    self.disk.touch(key)
+                    disk_b += nbytes
+        dev = self.device
+        seconds = (host_b + disk_b) / dev.host_to_device_bandwidth
+        seconds += disk_b / dev.disk_to_host_bandwidth
+        return TierLoad(
+            device_hit,
+            total,
+            host_total - device_hit,
+            total - host_total,
+            host_b,
+            disk_b,
+            seconds,
+        )
+
+    def missing_units(self, block_hashes: list[bytes], length: int) -> list[tuple[int, int]]:
+        """``(group, block index)`` of every unit a hit of ``length`` tokens needs
+        that neither the device nor a tier holds (a whole hit: none)."""
+        out = []
+        for m in self.managers:
+            bs, gid = m.block_size, m.group_id
+            hashes = m.group_hashes(block_hashes)
+            if length // bs > len(hashes):
+                out.append((gid, len(hashes)))
+                continue
+            out += [
+                (gid, i)
+                for i in range(m.first_needed_block(length), length // bs)
+                if not self.anywhere(gid, hashes[i])
+            ]
+        return out
+
+    def check_integrity(self) -> None:
+        for tier in self.tiers:
+            tier.check_integrity()

@@ -1,0 +1,110 @@
+"""``TierReplay``: the tiers' part of one replay's step loop (``--host-memory``).
+
+Each step, after the scheduler decides (``after_schedule``): the tiers take
+what the device wrote (``lru``) or evicted (``hybrid``) since the last step,
+and each request admitted for the first time gets its tier hit
+(``TieredCache.admit``). A request with a tier hit has tokens ``[device hit,
+total)`` *loaded*, not computed: the scheduler still walks them through its
+token budget like a prefill, but ``step_seconds`` drops them from the cost
+model's chunks and charges their share of the load instead::
+
+    step = max(compute of the other tokens, loads of this step) (+ overhead
+           when nothing is computed)
+    wait = step - compute, where the loads take longer
+
+Loads run on the copy engine beside the compute (one link, the loads of a
+step one after the other). ``load_wait_s`` sums the waits: the time the
+device waited for loads. Stores to the tiers (write-through, demotion) are
+device-to-host copies off the critical path, and cost nothing here. A
+request preempted before its loaded tokens were all passed recomputes them:
+its load is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hybridkv.engine.scheduler import SchedulerOutput
+from hybridkv.sim.tier_eviction import Taken
+from hybridkv.sim.tier_model import TieredCache, TierLoad
+
+
+class TierReplay:
+    """Tier hits and load time over one replay (module docstring)."""
+
+    def __init__(self, cache: TieredCache, taken: list[Taken], step_overhead_s: float) -> None:
+        self.cache = cache
+        self.taken = taken
+        self.step_overhead_s = step_overhead_s
+        self.unseen: set[str] = set()  # added requests not admitted yet
+        self.loading: dict[str, TierLoad] = {}  # tier hits with tokens not yet passed
+        self.host_hit_tokens = self.disk_hit_tokens = 0
+        self.host_load_bytes = self.disk_load_bytes = 0
+        self.loaded_tokens = 0  # tokens passed by loads, not computed
+        self.tier_hits = 0
+        self.load_wait_s = 0.0
+        self.load_s = 0.0
+
+    def add(self, request_id: str) -> None:
+        self.unseen.add(request_id)
+
+    def after_schedule(self, out: SchedulerOutput, events: Sequence[object]) -> None:
+        """Sync the tiers, then give each first admission in ``out`` its tier hit."""
+        cache = self.cache
+        cache.sync(events, self.taken)  # type: ignore[arg-type]
+        for rid in out.preempted:
+            self.loading.pop(rid, None)
+        for s in out.scheduled:
+            req = s.request
+            rid = req.request_id
+            if rid not in self.unseen or req.num_cached_tokens is None:
+                continue
+            self.unseen.discard(rid)
+            load = cache.admit(
+                req.core.live_block_hashes, req.num_tokens - 1, req.num_cached_tokens
+            )
+            if load is None:
+                continue
+            self.tier_hits += 1
+            self.host_hit_tokens += load.host_tokens
+            self.disk_hit_tokens += load.disk_tokens
+            self.host_load_bytes += load.host_bytes
+            self.disk_load_bytes += load.disk_bytes
+            self.loading[rid] = load
+
+    def clip(
+        self, scheduled: Sequence[tuple[str, int, int]]
+    ) -> tuple[list[tuple[int, int]], float]:
+        """``(request, start, end)`` chunks -> the chunks to compute and the seconds
+        of loads this step (the loaded share of each chunk)."""
+        chunks: list[tuple[int, int]] = []
+        load_s = 0.0
+        loading = self.loading
+        for rid, start, end in scheduled:
+            load = loading.get(rid)
+            if load is None or start >= load.total:
+                chunks.append((start, end))
+                continue
+            upto = min(end, load.total)
+            passed = upto - max(start, load.device_hit)
+            self.loaded_tokens += passed
+            load_s += load.seconds * passed / (load.total - load.device_hit)
+            if upto >= load.total:
+                del loading[rid]
+            if end > upto:
+                chunks.append((upto, end))
+        return chunks, load_s
+
+    def step_seconds(self, compute_s: float, load_s: float) -> float:
+        """One step's time with its loads (module docstring); the wait is summed."""
+        if load_s <= 0:
+            return compute_s
+        self.load_s += load_s
+        if compute_s <= 0:
+            compute_s = self.step_overhead_s
+            self.load_wait_s += load_s
+            return compute_s + load_s
+        if load_s > compute_s:
+            self.load_wait_s += load_s - compute_s
+            return load_s
+        return compute_s
