@@ -147,7 +147,9 @@ def replay_trace(
             write_through,
             getattr(manager.block_pool.policy, "weight", 0.0),
         )
-        tiers = TierReplay(cache, taken, cost.device.step_overhead_s)
+        tiers = TierReplay(
+            cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks
+        )
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
     scheduler = Scheduler(
         manager,

@@ -36,8 +36,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.policy.cost_aware import NEUTRAL_VALUE, value_class
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_index import TierIndex
@@ -60,10 +62,11 @@ def tiered_hit_length(
     managers: Sequence[SingleTypeKVCacheManager],
     block_hashes: list[bytes],
     max_length: int,
-    present: Callable[[int, bytes], bool],
+    present: Present,
 ) -> int:
     """The longest hit of at most ``max_length`` tokens whose needed blocks are all
-    ``present(group, hash)`` in every group (the coordinator's fixed point)."""
+    ``present(group, block index, hash)`` in every group (the coordinator's fixed
+    point)."""
     length = max_length
     changed = True
     while changed:
@@ -74,7 +77,7 @@ def tiered_hit_length(
             end = min(length // bs, len(hashes))
             while end > 0:
                 first = m.first_needed_block(end * bs)
-                miss = next((i for i in range(first, end) if not present(gid, hashes[i])), None)
+                miss = next((i for i in range(first, end) if not present(gid, i, hashes[i])), None)
                 if miss is None:
                     break
                 end = miss
@@ -82,6 +85,15 @@ def tiered_hit_length(
                 length = end * bs
                 changed = True
     return length
+
+
+#: The value class a block released ``evict_first`` is demoted with: a unit
+#: saving one token per page (``cost_aware.NEUTRAL_VALUE``), the lowest class a
+#: valued unit reaches in practice.
+EVICT_FIRST_CLASS = value_class(NEUTRAL_VALUE)
+
+#: Whether group ``gid``'s block ``i`` with hash ``h`` is held: ``(gid, i, h) -> bool``.
+Present = Callable[[int, int, bytes], bool]
 
 
 class TierLoad(NamedTuple):
@@ -146,9 +158,10 @@ class TieredCache:
         else:
             cached = self.device_cached
             for gid, h, cls in taken:
-                if cls is None or h in cached[gid]:  # evict-first, or a copy stays
+                if h in cached[gid]:  # a copy stays on the device
                     continue
                 self.demoted += 1
+                cls = EVICT_FIRST_CLASS if cls is None else cls
                 self._demote(self.host, (h, gid), gid, cls + self.class_shift[gid])
         taken.clear()
 
@@ -160,23 +173,24 @@ class TieredCache:
 
     # -- hits -------------------------------------------------------------------
 
-    def on_device(self, gid: int, h: bytes) -> bool:
-        return h in self.device_cached[gid]
-
-    def in_host(self, gid: int, h: bytes) -> bool:
-        return h in self.device_cached[gid] or (h, gid) in self.host
-
-    def anywhere(self, gid: int, h: bytes) -> bool:
-        return self.in_host(gid, h) or (self.disk is not None and (h, gid) in self.disk)
-
-    def admit(self, block_hashes: list[bytes], max_length: int, device_hit: int) -> TierLoad | None:
+    def admit(
+        self,
+        block_hashes: list[bytes],
+        max_length: int,
+        device_hit: int,
+        own: Sequence[Sequence[KVCacheBlock]] = (),
+    ) -> TierLoad | None:
         """A request's first admission with ``device_hit`` tokens from the device:
-        its tier hit (None: none), the units it loads touched."""
+        its tier hit (None: none), the units it loads touched. ``own``: its block
+        tables per group, just allocated: the blocks it is about to compute are
+        cached on the device already, and are no hit."""
+        host, disk = self.host, self.disk
+        on_device, in_host, anywhere = self._presence(own, device_hit)
         managers = self.managers
-        host_total = tiered_hit_length(managers, block_hashes, max_length, self.in_host)
+        host_total = tiered_hit_length(managers, block_hashes, max_length, in_host)
         total = host_total
-        if self.disk is not None:
-            total = tiered_hit_length(managers, block_hashes, max_length, self.anywhere)
+        if disk is not None:
+            total = tiered_hit_length(managers, block_hashes, max_length, anywhere)
         if total <= device_hit:
             return None
         host_total = max(host_total, device_hit)
@@ -187,14 +201,14 @@ class TieredCache:
             nbytes = self.unit_bytes[gid]
             for i in range(m.first_needed_block(total), total // bs):
                 key = (hashes[i], gid)
-                if hashes[i] in self.device_cached[gid]:
+                if on_device(gid, i, hashes[i]):
                     continue
-                if key in self.host:
-                    self.host.touch(key)
+                if key in host:
+                    host.touch(key)
                     host_b += nbytes
                 else:
-                    assert self.disk is not None, "a hit unit must be somewhere"
-                    self.disk.touch(key)
+                    assert disk is not None, "a hit unit must be somewhere"
+                    disk.touch(key)
                     disk_b += nbytes
         dev = self.device
         seconds = (host_b + disk_b) / dev.host_to_device_bandwidth
@@ -209,9 +223,41 @@ class TieredCache:
             seconds,
         )
 
-    def missing_units(self, block_hashes: list[bytes], length: int) -> list[tuple[int, int]]:
+    def _presence(
+        self, own: Sequence[Sequence[KVCacheBlock]], device_hit: int
+    ) -> tuple[Present, Present, Present]:
+        """``(on the device, there or in the host, anywhere)`` for a request whose
+        block tables are ``own`` and whose device hit is ``device_hit`` tokens:
+        its own blocks past the hit, about to be computed, are no hit."""
+        cached, host, disk = self.device_cached, self.host, self.disk
+        sizes = [m.block_size for m in self.managers]
+
+        def on_device(gid: int, i: int, h: bytes) -> bool:
+            b = cached[gid].get(h)
+            if b is None:
+                return False
+            table = own[gid] if gid < len(own) else ()
+            return i >= len(table) or table[i] is not b or (i + 1) * sizes[gid] <= device_hit
+
+        def in_host(gid: int, i: int, h: bytes) -> bool:
+            return (h, gid) in host or on_device(gid, i, h)
+
+        def anywhere(gid: int, i: int, h: bytes) -> bool:
+            return in_host(gid, i, h) or (disk is not None and (h, gid) in disk)
+
+        return on_device, in_host, anywhere
+
+    def missing_units(
+        self,
+        block_hashes: list[bytes],
+        length: int,
+        own: Sequence[Sequence[KVCacheBlock]] = (),
+        device_hit: int = 0,
+    ) -> list[tuple[int, int]]:
         """``(group, block index)`` of every unit a hit of ``length`` tokens needs
-        that neither the device nor a tier holds (a whole hit: none)."""
+        that neither the device (``own`` blocks past ``device_hit`` aside) nor a
+        tier holds (a whole hit: none)."""
+        anywhere = self._presence(own, device_hit)[2]
         out = []
         for m in self.managers:
             bs, gid = m.block_size, m.group_id
@@ -222,7 +268,7 @@ class TieredCache:
             out += [
                 (gid, i)
                 for i in range(m.first_needed_block(length), length // bs)
-                if not self.anywhere(gid, hashes[i])
+                if not anywhere(gid, i, hashes[i])
             ]
         return out
 

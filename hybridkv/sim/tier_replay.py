@@ -22,8 +22,9 @@ its load is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.engine.scheduler import SchedulerOutput
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_model import TieredCache, TierLoad
@@ -32,8 +33,15 @@ from hybridkv.sim.tier_model import TieredCache, TierLoad
 class TierReplay:
     """Tier hits and load time over one replay (module docstring)."""
 
-    def __init__(self, cache: TieredCache, taken: list[Taken], step_overhead_s: float) -> None:
+    def __init__(
+        self,
+        cache: TieredCache,
+        taken: list[Taken],
+        step_overhead_s: float,
+        tables: Callable[[str], Sequence[Sequence[KVCacheBlock]]],
+    ) -> None:
         self.cache = cache
+        self.tables = tables
         self.taken = taken
         self.step_overhead_s = step_overhead_s
         self.unseen: set[str] = set()  # added requests not admitted yet
@@ -49,9 +57,19 @@ class TierReplay:
         self.unseen.add(request_id)
 
     def after_schedule(self, out: SchedulerOutput, events: Sequence[object]) -> None:
-        """Sync the tiers, then give each first admission in ``out`` its tier hit."""
+        """Give each first admission in ``out`` its tier hit, and sync the tiers:
+        demotions first (units the device evicted while allocating are in the
+        host when the lookup runs, as they were on the device before), writes
+        through after (what this step computes is no hit for itself)."""
         cache = self.cache
-        cache.sync(events, self.taken)  # type: ignore[arg-type]
+        if not cache.write_through:
+            cache.sync(events, self.taken)  # type: ignore[arg-type]
+        self._admit(out)
+        if cache.write_through:
+            cache.sync(events, self.taken)  # type: ignore[arg-type]
+
+    def _admit(self, out: SchedulerOutput) -> None:
+        cache = self.cache
         for rid in out.preempted:
             self.loading.pop(rid, None)
         for s in out.scheduled:
@@ -61,7 +79,10 @@ class TierReplay:
                 continue
             self.unseen.discard(rid)
             load = cache.admit(
-                req.core.live_block_hashes, req.num_tokens - 1, req.num_cached_tokens
+                req.core.live_block_hashes,
+                req.num_tokens - 1,
+                req.num_cached_tokens,
+                self.tables(rid),
             )
             if load is None:
                 continue
