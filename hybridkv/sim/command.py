@@ -193,8 +193,9 @@ def _tier_sizes(text: str | None, flag: str) -> list[int | None]:
     """A tier flag's comma list of sizes ([None]: not given)."""
     if text is None:
         return [None]
+    items = _items(text, flag)
     try:
-        return [parse_memory(t) for t in _items(text, flag)]
+        return [parse_memory(t) for t in items]
     except ValueError as e:
         raise ValueError(f"{flag}: {e}") from None
 

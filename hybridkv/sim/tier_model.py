@@ -39,7 +39,6 @@ from typing import NamedTuple
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.policy.cost_aware import NEUTRAL_VALUE, value_class
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_index import TierIndex
@@ -87,10 +86,11 @@ def tiered_hit_length(
     return length
 
 
-#: The value class a block released ``evict_first`` is demoted with: a unit
-#: saving one token per page (``cost_aware.NEUTRAL_VALUE``), the lowest class a
-#: valued unit reaches in practice.
-EVICT_FIRST_CLASS = value_class(NEUTRAL_VALUE)
+#: The value class a block released ``evict_first`` is demoted with: that of a
+#: block released with no value (``cost_aware.NEUTRAL_VALUE``, one token saved
+#: per page: ``value_class(NEUTRAL_VALUE)`` = floor(2 * log2(1)) = 0), below
+#: every unit a hit point keeps.
+EVICT_FIRST_CLASS = 0
 
 #: Whether group ``gid``'s block ``i`` with hash ``h`` is held: ``(gid, i, h) -> bool``.
 Present = Callable[[int, int, bytes], bool]
