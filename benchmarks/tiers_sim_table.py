@@ -9,15 +9,26 @@ disk hits, total, the same total bytes all on the device (``hybrid``), tier
 efficiency (their ratio), the share of the unlimited hit, ``hybrid`` over
 ``lru`` where both ran, the load wait share and the modeled TTFT p50/p99.
 
-    python benchmarks/tiers_sim_table.py out/mc-jamba-*.json
+    python benchmarks/tiers_sim_table.py out/mc-jamba-*.json [--plot hit.png]
+
+``--plot`` draws the runs with tiers as ``hybridkv simulate --plot`` does (hit
+rate against host memory, one curve per policy), from the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hybridkv.sim.result import SimResult, TierFigures  # noqa: E402
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
@@ -72,11 +83,28 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + f"\n\nWithout tiers: {device_only}.\n"
 
 
+def as_result(row: dict[str, Any]) -> SimResult:
+    """A ``SimResult`` back from its JSON (the derived figures dropped)."""
+    names = {f.name for f in dataclasses.fields(SimResult)}
+    fields = {k: v for k, v in row.items() if k in names}
+    if row.get("tiers") is not None:
+        fields["tiers"] = TierFigures(**row["tiers"])
+    return SimResult(**fields)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+", type=Path)
+    ap.add_argument("--plot", type=Path, help="hit rate against host memory, as a PNG")
+    ap.add_argument("--title", default="", help="the figure's title")
     args = ap.parse_args()
-    print(table(load(args.json)), end="")
+    rows = load(args.json)
+    print(table(rows), end="")
+    if args.plot:
+        from hybridkv.sim.plot import save_hit_rate_figure
+
+        tiered = [as_result(r) for r in rows if r.get("tiers") is not None]
+        save_hit_rate_figure(tiered, args.plot, args.title)
 
 
 if __name__ == "__main__":
