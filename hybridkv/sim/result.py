@@ -53,8 +53,8 @@ class TierFigures:
 
     ``*_hit_tokens``: tokens past the device hit served by a tier (disk: past
     the device-and-host hit); ``*_load_bytes``: bytes loaded from each tier;
-    ``loaded_tokens``: tokens passed by loads (< the hit tokens when a request
-    was preempted mid-load); ``load_s`` / ``load_wait_s``: modeled seconds of
+    ``loaded_tokens``: tokens passed by loads (hits, and reloads of resumed
+    requests: ``reloaded_tokens``); ``load_s`` / ``load_wait_s``: modeled seconds of
     loads, and of the device waiting for them; ``*_used_bytes`` /
     ``host_bytes_by_kind``: what the tiers held at the end; ``*_stores`` /
     ``*_evictions``: units stored in and evicted from each tier;
@@ -67,6 +67,7 @@ class TierFigures:
     host_load_bytes: int
     disk_load_bytes: int
     loaded_tokens: int
+    reloaded_tokens: int
     load_s: float
     load_wait_s: float
     host_used_bytes: int
@@ -91,6 +92,7 @@ class TierFigures:
             host_load_bytes=tiers.host_load_bytes,
             disk_load_bytes=tiers.disk_load_bytes,
             loaded_tokens=tiers.loaded_tokens,
+            reloaded_tokens=tiers.reloaded_tokens,
             load_s=tiers.load_s,
             load_wait_s=tiers.load_wait_s,
             host_used_bytes=cache.host.used_bytes,

@@ -16,8 +16,9 @@ Loads run on the copy engine beside the compute (one link, the loads of a
 step one after the other). ``load_wait_s`` sums the waits: the time the
 device waited for loads. Stores to the tiers (write-through, demotion) are
 device-to-host copies off the critical path, and cost nothing here. A
-request preempted before its loaded tokens were all passed recomputes them:
-its load is dropped.
+preempted request drops the rest of its load; when it resumes, what the tiers
+hold past its device hit is loaded back the same way (``reloaded_tokens``,
+no hit of its prompt: hits count at first admission).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class TierReplay:
         self.host_hit_tokens = self.disk_hit_tokens = 0
         self.host_load_bytes = self.disk_load_bytes = 0
         self.loaded_tokens = 0  # tokens passed by loads, not computed
+        self.reloaded_tokens = 0  # tokens a resumed request loads back
+        self.preempted: set[str] = set()  # preempted requests not resumed yet
         self.tier_hits = 0
         self.load_wait_s = 0.0
         self.load_s = 0.0
@@ -72,26 +75,33 @@ class TierReplay:
         cache = self.cache
         for rid in out.preempted:
             self.loading.pop(rid, None)
+            self.preempted.add(rid)
         for s in out.scheduled:
             req = s.request
             rid = req.request_id
-            if rid not in self.unseen or req.num_cached_tokens is None:
+            first = rid in self.unseen and req.num_cached_tokens is not None
+            resumed = rid in self.preempted
+            if not (first or resumed):
                 continue
             self.unseen.discard(rid)
+            self.preempted.discard(rid)
             load = cache.admit(
                 req.core.live_block_hashes,
                 req.num_tokens - 1,
-                req.num_cached_tokens,
+                req.num_cached_tokens if first else s.start,  # type: ignore[arg-type]
                 self.tables(rid),
             )
             if load is None:
                 continue
-            self.tier_hits += 1
-            self.host_hit_tokens += load.host_tokens
-            self.disk_hit_tokens += load.disk_tokens
             self.host_load_bytes += load.host_bytes
             self.disk_load_bytes += load.disk_bytes
             self.loading[rid] = load
+            if resumed:  # reloads what the preemption dropped; no hit of its prompt
+                self.reloaded_tokens += load.total - load.device_hit
+                continue
+            self.tier_hits += 1
+            self.host_hit_tokens += load.host_tokens
+            self.disk_hit_tokens += load.disk_tokens
 
     def clip(
         self, scheduled: Sequence[tuple[str, int, int]]
