@@ -207,3 +207,28 @@ def test_the_hit_is_the_longest_whose_every_needed_unit_is_held(layout, seed) ->
 
         want = next((n for n in range(max_length - max_length % step, 0, -step) if whole(n)), 0)
         assert tiered_hit_length(managers, hashes, max_length, held) == want
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_resumed_request_loads_back_what_its_preemption_dropped(write_trace, policy, checked):
+    """32 requests decoding at once in 2.3 MB preempt; a resumed one reloads from the
+    host, and reloads are no hits of its prompt."""
+    rng = random.Random(0)
+    trace = [
+        {"timestamp": 0, "input_length": 160, "output_length": 90, "hash_ids": [rng.randrange(30)]}
+        for _ in range(80)
+    ]
+    options = SimOptions(
+        memory_bytes=2_300_000,
+        policy=policy,
+        host_memory_bytes=1 << 40,
+        max_num_seqs=32,
+        arrivals="closed",
+    )
+    r = replay_trace(LAYOUT, load_trace(write_trace(trace)), options, COST)
+    t = r.tiers
+    assert t is not None and r.preemptions > 0 and t.reloaded_tokens > 0
+    assert t.loaded_tokens <= t.host_hit_tokens + t.reloaded_tokens
+    # Every load is a first admission's hit or a resumed request's reload, never both.
+    loaded = sum(load.total - load.device_hit for load in checked)
+    assert loaded == t.host_hit_tokens + t.disk_hit_tokens + t.reloaded_tokens
