@@ -11,7 +11,8 @@ units get there is the policy's:
 - demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
   stored in the host with its value class, scaled from per page to per unit
   byte, and ranked as on the device (``TierIndex``: recency plus value); a
-  block released ``evict_first`` is never demoted. What the host evicts goes
+  block released ``evict_first`` comes in at the lowest class
+  (``EVICT_FIRST_CLASS``), below every kept unit. What the host evicts goes
   to disk with its class. KV blocks and Mamba states share the host's bytes by
   that ranking alone, with no fixed split.
 
