@@ -155,13 +155,13 @@ class TieredCache:
                 logger.warning("units evicted from the host tier were not written to disk: %s", e)
 
     # -- loads ---------------------------------------------------------------
-    def _present(self, group_id: int, block_hash: bytes) -> bool:
+    def _present(self, group_id: int, _index: int, block_hash: bytes) -> bool:
         if block_hash in self.pool.cached[group_id]:
             return True
         key = UnitKey(block_hash, group_id)
         return self.host.contains(key) or (self.disk is not None and self.disk.contains(key))
 
-    def _on_device(self, group_id: int, block_hash: bytes) -> bool:
+    def _on_device(self, group_id: int, _index: int, block_hash: bytes) -> bool:
         return block_hash in self.pool.cached[group_id]
 
     def prepare(self, request: Request, wait: bool) -> bool:

@@ -3,8 +3,11 @@
     hybridkv simulate gemma-3-27b --trace conv.jsonl --memory 40GB,80GB \\
         --policy lru,hybrid --requests 1500 --json out.json --plot hit.png
 
-``--memory`` and ``--policy`` take comma lists: every (budget, policy) pair is
-replayed, in that order. ``--return-bonus``, ``--return-grade``, ``--value-weight``
+``--memory``, ``--host-memory`` and ``--policy`` take comma lists: every
+(budget, host, policy) triple is replayed, in that order. ``--host-memory``
+(and ``--disk`` below it) model tiers under the device pool
+(``hybridkv.sim.tier_model``); with them, ``--plot`` draws hit rate against
+host memory. ``--return-bonus``, ``--return-grade``, ``--value-weight``
 and ``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is
 repeated for every combination, to try them on one's own trace;
 ``--tuning key=value`` overrides ``HybridTuning`` for every ``hybrid`` run.
@@ -65,9 +68,17 @@ def add_simulate_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--host-memory",
-        help="model a host-RAM tier of this size under the device pool (what the pool evicts "
-        "is demoted to it; hits across device and host are counted, not replayed: loads "
-        "and their time are not modeled yet)",
+        help="model a host-RAM tier of this size under the device pool, or a comma list "
+        "(lru: every block written through to it, LRU; hybrid: what the pool evicts is "
+        "demoted to it, ranked by value per byte); tier hits are loaded, not computed, at "
+        f"the device's host->device bandwidth ({_links('host_to_device_bandwidth')})",
+    )
+    p.add_argument(
+        "--disk",
+        help="model a local-disk tier of this size below the host tier (lru: written through; "
+        "hybrid: what the host evicts); a disk hit is read at the disk->host bandwidth "
+        f"({_links('disk_to_host_bandwidth')}) then copied to the device. Sources: pinned "
+        "PCIe copy figures and NVMe datasheets, hybridkv/sim/devices.py",
     )
     p.add_argument("--requests", help="replay only the first N requests")
     p.add_argument(
@@ -126,6 +137,11 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _links(field: str) -> str:
+    """``h100 55 GB/s, ...``: one copy link's bandwidth in every device profile."""
+    return ", ".join(f"{name} {getattr(d, field) / 1e9:g} GB/s" for name, d in DEVICES.items())
+
+
 def _int(text: str | None, flag: str, minimum: int = 1) -> int | None:
     if text is None:
         return None
@@ -173,13 +189,15 @@ def _knobs(text: str | None, flag: str) -> list[float | None]:
     return values
 
 
-def _host_memory(text: str | None) -> int | None:
+def _tier_sizes(text: str | None, flag: str) -> list[int | None]:
+    """A tier flag's comma list of sizes ([None]: not given)."""
     if text is None:
-        return None
+        return [None]
+    items = _items(text, flag)
     try:
-        return parse_memory(text)
+        return [parse_memory(t) for t in items]
     except ValueError as e:
-        raise ValueError(f"--host-memory: {e}") from None
+        raise ValueError(f"{flag}: {e}") from None
 
 
 def _output_tokens(text: str) -> int | None:
@@ -197,7 +215,17 @@ def _prepare(
 
     budgets = [parse_memory(m) for m in _items(args.memory, "--memory")]
     policies = _items(args.policy, "--policy")
-    if args.plot and len(set(budgets)) < 2:
+    hosts = _tier_sizes(args.host_memory, "--host-memory")
+    if args.disk is not None and "," in args.disk:
+        raise ValueError(f"--disk takes one size, got {args.disk!r}")
+    (disk,) = _tier_sizes(args.disk, "--disk")
+    if args.disk is not None and args.host_memory is None:
+        raise ValueError("--disk is the tier below the host: give --host-memory too")
+    if args.plot and args.host_memory is not None and len(set(hosts)) < 2:
+        raise ValueError(
+            "--plot draws hit rate against host memory: give --host-memory at least 2 sizes"
+        )
+    if args.plot and args.host_memory is None and len(set(budgets)) < 2:
         raise ValueError("--plot draws hit rate against memory: give --memory at least 2 budgets")
     common = {
         "max_num_seqs": _int(args.max_num_seqs, "--max-num-seqs"),
@@ -206,7 +234,7 @@ def _prepare(
         "arrivals": args.arrivals,
         "max_model_len": _int(args.max_model_len, "--max-model-len"),
         "hash_algo": args.hash_algo,
-        "host_memory_bytes": _host_memory(args.host_memory),
+        "disk_bytes": disk,
     }
     bonuses = _knobs(args.return_bonus, "--return-bonus")
     grades: list[str | None] = [None]
@@ -247,9 +275,11 @@ def _prepare(
             value_weight=w,
             floor_tokens=f,
             tuning=tuning if p == "hybrid" else None,
+            host_memory_bytes=h,
             **common,
         )
         for b in budgets
+        for h in hosts
         for p in policies
         for r, g, w, f in (
             [(r, g, w, f) for r in bonuses for g in grades for w in weights for f in floors]
@@ -294,6 +324,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         results = []
         for options in runs:
             desc = f"{layout.name} {memory_label(options.memory_bytes)} {options.policy_label}"
+            if options.host_memory_bytes is not None:
+                desc += f" + host {memory_label(options.host_memory_bytes)}"
             results.append(
                 replay_trace(
                     layout, requests, options, cost, progress=not args.no_progress, desc=desc

@@ -15,6 +15,18 @@ LLM serving (typical model-FLOPs utilisation of prefill), streaming reads at
 about 80% of peak bandwidth. ``step_overhead_s`` (2 ms) stands for the
 per-step work that is neither (scheduling, launches, sampling): a round,
 assumed figure.
+
+Copy links of the tiers below the device pool (``hybridkv simulate
+--host-memory/--disk``), as achievable bytes/s (no efficiency applied):
+
+- host -> device: pinned host memory over PCIe. H100 and H200 SXM sit on PCIe
+  Gen5 x16 (64 GB/s per direction); a pinned ``cudaMemcpyAsync`` of large
+  buffers reaches about 55 GB/s there (typical published bandwidthTest /
+  nvbandwidth figures, 50-57 GB/s). A100 SXM4 sits on PCIe Gen4 x16 (32 GB/s):
+  about 25 GB/s pinned (typical published figures, 24-26 GB/s).
+- disk -> host: one local PCIe Gen4 NVMe data drive, 7 GB/s sequential read
+  (datasheets of Gen4 data-center drives: Samsung PM1733 7.0 GB/s, Kioxia CM6
+  6.9 GB/s), the same for every profile.
 """
 
 from __future__ import annotations
@@ -25,6 +37,11 @@ from dataclasses import dataclass
 COMPUTE_EFFICIENCY = 0.6
 BANDWIDTH_EFFICIENCY = 0.8
 STEP_OVERHEAD_S = 2e-3
+#: Pinned host -> device copy over PCIe Gen5 x16 / Gen4 x16 (module docstring).
+PCIE5_HOST_TO_DEVICE = 55e9
+PCIE4_HOST_TO_DEVICE = 25e9
+#: One local Gen4 NVMe drive's sequential read (module docstring).
+NVME_DISK_TO_HOST = 7e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +54,20 @@ class DeviceProfile:
     compute_efficiency: float = COMPUTE_EFFICIENCY
     bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY
     step_overhead_s: float = STEP_OVERHEAD_S
+    #: Achievable bytes/s of a load from host RAM into device memory.
+    host_to_device_bandwidth: float = PCIE5_HOST_TO_DEVICE
+    #: Achievable bytes/s of a read from the local disk into host RAM.
+    disk_to_host_bandwidth: float = NVME_DISK_TO_HOST
 
     def __post_init__(self) -> None:
-        for field in ("peak_flops", "peak_bandwidth", "compute_efficiency", "bandwidth_efficiency"):
+        for field in (
+            "peak_flops",
+            "peak_bandwidth",
+            "compute_efficiency",
+            "bandwidth_efficiency",
+            "host_to_device_bandwidth",
+            "disk_to_host_bandwidth",
+        ):
             if not getattr(self, field) > 0:
                 raise ValueError(f"{field} must be > 0, got {getattr(self, field)!r}")
         for field in ("compute_efficiency", "bandwidth_efficiency"):
@@ -62,7 +90,12 @@ class DeviceProfile:
 DEVICES: dict[str, DeviceProfile] = {
     "h100": DeviceProfile("h100", peak_flops=989e12, peak_bandwidth=3.35e12),
     "h200": DeviceProfile("h200", peak_flops=989e12, peak_bandwidth=4.8e12),
-    "a100": DeviceProfile("a100", peak_flops=312e12, peak_bandwidth=2.0e12),
+    "a100": DeviceProfile(
+        "a100",
+        peak_flops=312e12,
+        peak_bandwidth=2.0e12,
+        host_to_device_bandwidth=PCIE4_HOST_TO_DEVICE,
+    ),
 }
 
 

@@ -92,8 +92,10 @@ class SimOptions:
     return_grade: str | None = None
     #: ``HybridTuning`` overrides as ``key=value`` texts, comma-separated (None: none).
     tuning: str | None = None
-    #: A modeled host tier's bytes (None: none; ``sim/host_tier.py``).
+    #: The modeled host tier's bytes (None: no tiers; ``sim/tier_model.py``).
     host_memory_bytes: int | None = None
+    #: The modeled disk tier's bytes, below the host (None: none).
+    disk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -104,6 +106,10 @@ class SimOptions:
             _positive(self.max_model_len, "max_model_len")
         if self.host_memory_bytes is not None:
             _positive(self.host_memory_bytes, "host_memory")
+        if self.disk_bytes is not None:
+            _positive(self.disk_bytes, "disk")
+            if self.host_memory_bytes is None:
+                raise ValueError("disk is the tier below the host: set host_memory too")
         if self.policy not in CACHE_POLICIES:
             raise ValueError(
                 f"policy must be one of {', '.join(CACHE_POLICIES)}, got {self.policy!r}"

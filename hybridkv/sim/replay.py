@@ -32,17 +32,20 @@ from collections.abc import Callable, Sequence
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
-from hybridkv.engine.scheduler import Scheduler
+from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.layouts import ModelLayout
 from hybridkv.planning import KVCachePlan, plan_kv_cache
+from hybridkv.policy import eviction_factory
 from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind
 from hybridkv.sim.collector import collector_paused
 from hybridkv.sim.cost_model import CostModel
-from hybridkv.sim.host_tier import HostTierModel, ShadowTieredManager
 from hybridkv.sim.options import SimOptions
 from hybridkv.sim.percentile import percentiles
 from hybridkv.sim.progress import ProgressLine
-from hybridkv.sim.result import SimResult
+from hybridkv.sim.result import SimResult, TierFigures
+from hybridkv.sim.tier_eviction import Taken, recording
+from hybridkv.sim.tier_model import TieredCache
+from hybridkv.sim.tier_replay import TierReplay
 from hybridkv.sim.trace import OUTPUT_TOKEN_BASE, TraceRequest
 from hybridkv.specs import MambaSpec
 
@@ -115,26 +118,38 @@ def replay_trace(
     plan = plan_replay(layout, options, max_model_len)
     config = plan.kv_cache_config
     tiered = options.host_memory_bytes is not None
-    manager = (ShadowTieredManager if tiered else KVCacheManager)(
+    write_through = options.policy == "lru"
+    taken: list[Taken] = []
+    free_set = None
+    if tiered and not write_through:  # hybrid demotes what the free set hands out
+        specs = [g.kv_cache_spec for g in config.kv_cache_groups]
+        free_set = recording(eviction_factory(options.policy, options.hybrid, specs, True), taken)
+    manager = KVCacheManager(
         config,
         max_model_len,
         enable_caching=True,
         hash_algo=options.hash_algo,
         cache_policy=options.policy,
         hybrid=options.hybrid,
-        enable_kv_cache_events=tiered,
+        enable_kv_cache_events=tiered and write_through,
+        eviction_policy=free_set,
     )
-    host: HostTierModel | None = None
+    tiers: TierReplay | None = None
     if options.host_memory_bytes is not None:
-        host = HostTierModel(
+        cache = TieredCache(
             config,
             manager.coordinator.managers,
             manager.block_pool.cached,
+            plan.page_bytes,
+            cost.device,
             options.host_memory_bytes,
+            options.disk_bytes,
+            write_through,
+            getattr(manager.block_pool.policy, "weight", 0.0),
         )
-        assert isinstance(manager, ShadowTieredManager)
-        manager.host = host
-    unseen: set[str] = set()  # admitted requests the host model has not looked at yet
+        tiers = TierReplay(
+            cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks
+        )
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
     scheduler = Scheduler(
         manager,
@@ -176,8 +191,8 @@ def replay_trace(
                     ids = tr.prompt_token_ids()
                     req = EngineRequest(rid, ids, params, max_model_len=max_model_len)
                     scheduler.add_request(req)
-                    if host is not None:
-                        unseen.add(rid)
+                    if tiers is not None:
+                        tiers.add(rid)
                     live[rid] = _Live(arrival, next_out)
                     next_out += tr.output_length
                     k += 1
@@ -189,13 +204,8 @@ def replay_trace(
                         f"no request can be scheduled ({len(waiting)} waiting, none running) with "
                         f"{config.num_blocks} blocks: the plan should hold one request"
                     )
-                if host is not None:
-                    host.demote(manager.take_events())
-                    for s in out.scheduled:
-                        rid = s.request.request_id
-                        if rid in unseen and s.request.num_cached_tokens is not None:
-                            unseen.discard(rid)
-                            host.admit(rid)
+                if tiers is not None:
+                    tiers.after_schedule(out, manager.take_events())
                 in_use = usable - pool.num_free_blocks
                 in_use_steps.append(in_use)
                 if in_use > peak:
@@ -218,7 +228,10 @@ def replay_trace(
                             decode += 1
                             continue
                     prefill += s.num_tokens
-                now += cost.step(chunks).seconds
+                if tiers is None:
+                    now += cost.step(chunks).seconds
+                else:
+                    now += tiers.step_seconds(*_tier_step(tiers, out, chunks, cost))
                 steps += 1
                 finished = scheduler.update(out, sampled, now)
                 for req in finished:
@@ -251,9 +264,7 @@ def replay_trace(
         floor_tokens=options.floor_tokens,
         tuning=options.tuning,
         host_memory_bytes=options.host_memory_bytes,
-        host_hit_tokens=host.hit_tokens if host is not None else 0,
-        host_used_bytes=host.index.used_bytes if host is not None else 0,
-        host_demoted_units=host.demoted if host is not None else 0,
+        tiers=TierFigures.of(tiers) if tiers is not None else None,
         memory_bytes=options.memory_bytes,
         device=cost.device.name,
         arrivals=options.arrivals,
@@ -267,7 +278,7 @@ def replay_trace(
         output_tokens=sum(r.output_length for r in requests),
         hit_tokens=hit_tokens,
         full_match_tokens=full_match,
-        prefill_tokens=prefill,
+        prefill_tokens=prefill - (tiers.loaded_tokens if tiers is not None else 0),
         decode_tokens=decode,
         preemptions=scheduler.num_preemptions,
         steps=steps,
@@ -281,3 +292,13 @@ def replay_trace(
         makespan_s=last_finish - first_arrival,
         replay_seconds=time.perf_counter() - wall,
     )
+
+
+def _tier_step(
+    tiers: TierReplay, out: SchedulerOutput, chunks: list[tuple[int, int]], cost: CostModel
+) -> tuple[float, float]:
+    """A step's compute seconds without its loaded tokens, and its load seconds."""
+    ids = [s.request.request_id for s in out.scheduled]
+    scheduled = [(rid, a, b) for rid, (a, b) in zip(ids, chunks, strict=True)]
+    computed, load_s = tiers.clip(scheduled)
+    return cost.step(computed).seconds, load_s

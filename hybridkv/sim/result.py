@@ -12,9 +12,10 @@ Token counts:
 - ``prefill_tokens``: tokens computed in prefill chunks, including the
   recomputation of preempted requests; ``decode_tokens``: one-token steps past
   the prompt. Every computed token is one or the other;
-- ``host_hit_tokens`` (with ``--host-memory``): the tokens a modeled host tier
-  adds to each request's device hit at its first admission, summed
-  (``host_hit_rate``); a shadow count, not replayed (``hybridkv.sim.host_tier``);
+- ``tiers`` (with ``--host-memory``, ``TierFigures``): the tokens the host and
+  disk tiers add to each request's device hit at its first admission, loaded
+  rather than computed (``host_hit_rate``, ``disk_hit_rate``;
+  ``hybridkv.sim.tier_replay``); ``prefill_tokens`` then excludes them;
 - ``output_tokens``: tokens sampled (the last one of a request is sampled,
   never computed, so without preemption ``decode = output - requests``).
 
@@ -37,10 +38,72 @@ modeled seconds of the simulated device (``hybridkv.sim.cost_model``), except
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from hybridkv.sim.options import label_of
+
+if TYPE_CHECKING:
+    from hybridkv.sim.tier_replay import TierReplay
+
+
+@dataclass(frozen=True)
+class TierFigures:
+    """What the tiers under the device pool did in one replay.
+
+    ``*_hit_tokens``: tokens past the device hit served by a tier (disk: past
+    the device-and-host hit); ``*_load_bytes``: bytes loaded from each tier;
+    ``loaded_tokens``: tokens passed by loads (hits, and reloads of resumed
+    requests: ``reloaded_tokens``); ``load_s`` / ``load_wait_s``: modeled seconds of
+    loads, and of the device waiting for them; ``*_used_bytes`` /
+    ``host_bytes_by_kind``: what the tiers held at the end; ``*_stores`` /
+    ``*_evictions``: units stored in and evicted from each tier;
+    ``demoted_units``: device evictions demoted to the host (``hybrid``)."""
+
+    disk_memory_bytes: int | None
+    tier_hits: int
+    host_hit_tokens: int
+    disk_hit_tokens: int
+    host_load_bytes: int
+    disk_load_bytes: int
+    loaded_tokens: int
+    reloaded_tokens: int
+    load_s: float
+    load_wait_s: float
+    host_used_bytes: int
+    disk_used_bytes: int
+    host_bytes_by_kind: dict[str, int]
+    host_stores: int
+    host_evictions: int
+    disk_stores: int
+    disk_evictions: int
+    demoted_units: int
+
+    @classmethod
+    def of(cls, tiers: TierReplay) -> TierFigures:
+        """The figures of a finished replay's tiers."""
+        cache = tiers.cache
+        disk = cache.disk
+        return cls(
+            disk_memory_bytes=disk.budget_bytes if disk is not None else None,
+            tier_hits=tiers.tier_hits,
+            host_hit_tokens=tiers.host_hit_tokens,
+            disk_hit_tokens=tiers.disk_hit_tokens,
+            host_load_bytes=tiers.host_load_bytes,
+            disk_load_bytes=tiers.disk_load_bytes,
+            loaded_tokens=tiers.loaded_tokens,
+            reloaded_tokens=tiers.reloaded_tokens,
+            load_s=tiers.load_s,
+            load_wait_s=tiers.load_wait_s,
+            host_used_bytes=cache.host.used_bytes,
+            disk_used_bytes=disk.used_bytes if disk is not None else 0,
+            host_bytes_by_kind=cache.host.bytes_by(cache.kind_of),
+            host_stores=cache.host.stores,
+            host_evictions=cache.host.evictions,
+            disk_stores=disk.stores if disk is not None else 0,
+            disk_evictions=disk.evictions if disk is not None else 0,
+            demoted_units=cache.demoted,
+        )
 
 
 @dataclass(frozen=True)
@@ -81,10 +144,7 @@ class SimResult:
     return_grade: str | None = None
     tuning: str | None = None
     host_memory_bytes: int | None = None
-    host_hit_tokens: int = 0
-    #: Bytes the modeled host tier held at the end, and the units demoted into it.
-    host_used_bytes: int = 0
-    host_demoted_units: int = 0
+    tiers: TierFigures | None = None
 
     @property
     def policy_label(self) -> str:
@@ -98,9 +158,34 @@ class SimResult:
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     @property
+    def host_hit_tokens(self) -> int:
+        return self.tiers.host_hit_tokens if self.tiers is not None else 0
+
+    @property
+    def disk_hit_tokens(self) -> int:
+        return self.tiers.disk_hit_tokens if self.tiers is not None else 0
+
+    @property
     def host_hit_rate(self) -> float:
-        """Prompt tokens a modeled host tier adds to the device hit, per prompt token."""
+        """Prompt tokens the host tier adds to the device hit, per prompt token."""
         return self.host_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def disk_hit_rate(self) -> float:
+        """Prompt tokens the disk tier adds past device and host, per prompt token."""
+        return self.disk_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def total_hit_rate(self) -> float:
+        """Device, host and disk hits together, per prompt token."""
+        return self.token_hit_rate + self.host_hit_rate + self.disk_hit_rate
+
+    @property
+    def load_wait_share(self) -> float:
+        """The share of the makespan the device spent waiting for loads."""
+        if self.tiers is None or self.makespan_s <= 0:
+            return 0.0
+        return self.tiers.load_wait_s / self.makespan_s
 
     @property
     def full_match_rate(self) -> float:
@@ -147,8 +232,8 @@ class SimResult:
             "host_memory_bytes": self.host_memory_bytes,
             "host_hit_tokens": self.host_hit_tokens,
             "host_hit_rate": self.host_hit_rate,
-            "host_used_bytes": self.host_used_bytes,
-            "host_demoted_units": self.host_demoted_units,
+            "host_used_bytes": self.tiers.host_used_bytes if self.tiers is not None else 0,
+            "host_demoted_units": self.tiers.demoted_units if self.tiers is not None else 0,
             "full_match_tokens": self.full_match_tokens,
             "full_match_rate": self.full_match_rate,
             "prefill_tokens": self.prefill_tokens,
@@ -170,4 +255,9 @@ class SimResult:
         }
         if self.tuning is not None:
             out["tuning"] = self.tuning
+        if self.tiers is not None:
+            out["tiers"] = asdict(self.tiers)
+            out["disk_hit_rate"] = self.disk_hit_rate
+            out["total_hit_rate"] = self.total_hit_rate
+            out["load_wait_share"] = self.load_wait_share
         return out

@@ -33,6 +33,18 @@ def blocks_label(by_kind: dict[str, int]) -> str:
     return ", ".join(f"{KIND_SHORT.get(k, k)} {n:,}" for k, n in by_kind.items())
 
 
+def _tier_cells(r: SimResult, with_disk: bool) -> list[str]:
+    """The tier columns of one row (``-`` where the replay had no tiers)."""
+    t = r.tiers
+    if t is None:
+        return ["-"] * (6 if with_disk else 4)
+    cells = [memory_label(r.host_memory_bytes or 0), f"{100 * r.host_hit_rate:.2f}%"]
+    if with_disk:
+        disk = t.disk_memory_bytes
+        cells += [memory_label(disk) if disk else "-", f"{100 * r.disk_hit_rate:.2f}%"]
+    return [*cells, f"{100 * r.total_hit_rate:.2f}%", f"{100 * r.load_wait_share:.1f}%"]
+
+
 def render_results(results: Sequence[SimResult], trace: str) -> str:
     """The report: a heading line, the table, and a note on the modeled figures."""
     if not results:
@@ -77,16 +89,17 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "cached blocks",
         "replay s",
     ]
-    if any(r.host_memory_bytes is not None for r in results):
+    tiered = [r for r in results if r.tiers is not None]
+    if tiered:
+        with_disk = any(r.tiers.disk_memory_bytes is not None for r in tiered)  # type: ignore[union-attr]
         at = headers.index("hit rate") + 1
-        headers[at:at] = ["host", "+ host hits", "total hits"]
+        tier_headers = ["host", "+ host hits"]
+        if with_disk:
+            tier_headers += ["disk", "+ disk hits"]
+        tier_headers += ["total hits", "load wait"]
+        headers[at:at] = tier_headers
         for r, row in zip(results, rows, strict=True):
-            host = r.host_memory_bytes
-            row[at:at] = [
-                memory_label(host) if host is not None else "-",
-                f"{100 * r.host_hit_rate:.2f}%",
-                f"{100 * (r.token_hit_rate + r.host_hit_rate):.2f}%",
-            ]
+            row[at:at] = _tier_cells(r, with_disk)
     lines = [head, *format_table(headers, rows, left=("cached blocks",))]
     lines += [
         "  (full match: what full attention alone matched; the hit falls short of it where",
@@ -94,10 +107,11 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         "   the median step, pinned for any policy; TTFT and throughput are modeled on the",
         "   device; replay s is wall time here)",
     ]
-    if any(r.host_memory_bytes is not None for r in results):
+    if tiered:
         lines += [
-            "  (host: a modeled host tier; + host hits: prompt tokens it adds to the device hit",
-            "   at first admission, counted but not replayed: TTFT and throughput include no",
-            "   host tier)",
+            "  (host, disk: modeled tiers under the device pool; + host / + disk hits: prompt",
+            "   tokens they add to the device hit at first admission, loaded, not computed;",
+            "   load wait: the share of the makespan the device waited for loads, included in",
+            "   TTFT and throughput)",
         ]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,150 @@
+"""``TierIndex``: one modeled tier of ``hybridkv simulate`` (host RAM or disk).
+
+A byte budget of hit units keyed ``(block hash, group)``, each with its size
+and a *value class* (``policy.cost_aware.value_class`` of what a hit on it
+saves per byte it holds here). Its eviction order is the device free set's
+rule (``CostAwareEvictionPolicy``) in bytes::
+
+    key = bytes stored in this tier so far / budget + weight * class / 2
+
+and the unit with the smallest key leaves first. ``weight`` 0 is plain LRU
+(one class). Keys only grow within a class, so each class is an LRU queue and
+an eviction looks at the class heads only: O(classes) per evicted unit.
+
+Count first, then act: ``store`` picks every victim before it removes any,
+and refuses (changes nothing) a unit larger than the whole budget. The budget
+is never exceeded (``check_integrity``). The simulator's stores and loads are
+instantaneous in its bookkeeping, so nothing is ever pinned here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import NamedTuple
+
+
+class Unit(NamedTuple):
+    """One unit held by a tier: its bytes, value class and eviction key."""
+
+    nbytes: int
+    cls: int
+    key: float
+
+
+class TierIndex:
+    """One tier's units, budget and eviction order (module docstring)."""
+
+    def __init__(self, name: str, budget_bytes: int, weight: float) -> None:
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
+            raise ValueError(f"{name} budget must be an integer >= 1 byte, got {budget_bytes!r}")
+        if not weight >= 0:
+            raise ValueError(f"weight must be >= 0, got {weight!r}")
+        self.name = name
+        self.budget_bytes = budget_bytes
+        self.weight = weight
+        self.used_bytes = 0
+        self.stored_bytes = 0  # bytes ever stored: the clock of the keys
+        self.stores = self.evictions = self.refused = 0
+        self.units: dict[Hashable, Unit] = {}
+        self.classes: dict[int, OrderedDict[Hashable, None]] = {}
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.units
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def _key(self, cls: int) -> float:
+        return self.stored_bytes / self.budget_bytes + self.weight * cls / 2
+
+    def touch(self, key: Hashable, cls: int | None = None) -> None:
+        """A hit on ``key`` (or a new copy of it, of class ``cls``): it is
+        re-queued as if stored now, without using bytes."""
+        unit = self.units[key]
+        new_cls = unit.cls if cls is None else cls
+        self._unqueue(key, unit.cls)
+        self.units[key] = Unit(unit.nbytes, new_cls, self._key(new_cls))
+        self.classes.setdefault(new_cls, OrderedDict())[key] = None
+
+    def _unqueue(self, key: Hashable, cls: int) -> None:
+        queue = self.classes[cls]
+        del queue[key]
+        if not queue:
+            del self.classes[cls]
+
+    def store(self, key: Hashable, nbytes: int, cls: int) -> list[tuple[Hashable, Unit]] | None:
+        """Hold ``key`` (``nbytes``, value class ``cls``); a key already held is
+        touched instead. The units evicted to make room, in eviction order, or
+        None when the unit is larger than the budget (nothing changed)."""
+        if key in self.units:
+            self.touch(key, cls)
+            return []
+        if nbytes > self.budget_bytes:
+            self.refused += 1
+            return None
+        victims = self._victims(nbytes)
+        for victim, unit in victims:
+            self._unqueue(victim, unit.cls)
+            del self.units[victim]
+            self.used_bytes -= unit.nbytes
+        self.evictions += len(victims)
+        self.stored_bytes += nbytes
+        self.units[key] = Unit(nbytes, cls, self._key(cls))
+        self.classes.setdefault(cls, OrderedDict())[key] = None
+        self.used_bytes += nbytes
+        self.stores += 1
+        return victims
+
+    def _victims(self, needed: int) -> list[tuple[Hashable, Unit]]:
+        """The units to drop, smallest key first, so that ``needed`` bytes are free
+        (picked without removing any)."""
+        free = self.budget_bytes - self.used_bytes
+        if free >= needed:
+            return []
+        heads = {cls: iter(q) for cls, q in self.classes.items()}
+        nxt = {cls: next(it) for cls, it in heads.items()}
+        out = []
+        while free < needed:
+            best_cls, best = None, math.inf
+            for cls, key in nxt.items():
+                k = self.units[key].key
+                if k < best or (k == best and best_cls is not None and cls < best_cls):
+                    best_cls, best = cls, k
+            assert best_cls is not None, "the budget holds the unit, so victims exist"
+            key = nxt[best_cls]
+            unit = self.units[key]
+            out.append((key, unit))
+            free += unit.nbytes
+            following = next(heads[best_cls], None)
+            if following is None:
+                del nxt[best_cls]
+            else:
+                nxt[best_cls] = following
+        return out
+
+    def bytes_by(self, kind_of: dict[int, str]) -> dict[str, int]:
+        """Bytes held per kind, given each group's kind (``kind_of[group]``)."""
+        out: dict[str, int] = {}
+        for key, unit in self.units.items():
+            kind = kind_of[key[1]]  # type: ignore[index]
+            out[kind] = out.get(kind, 0) + unit.nbytes
+        return out
+
+    def check_integrity(self) -> None:
+        """The bytes add up, the budget holds, every unit is queued once in its
+        class and each class's keys do not decrease."""
+        assert 0 <= self.used_bytes <= self.budget_bytes, (self.used_bytes, self.budget_bytes)
+        assert self.used_bytes == sum(u.nbytes for u in self.units.values())
+        queued = 0
+        for cls, queue in self.classes.items():
+            assert queue, f"{self.name}: empty class {cls} kept"
+            last = -math.inf
+            for key in queue:
+                unit = self.units[key]
+                assert unit.cls == cls, f"{self.name}: {key!r} queued in {cls}, says {unit.cls}"
+                assert unit.key >= last, f"{self.name}: class {cls} keys out of order"
+                last = unit.key
+            queued += len(queue)
+        assert queued == len(self.units), f"{self.name}: {queued} queued, {len(self.units)} held"

@@ -1,0 +1,247 @@
+"""``TieredCache``: the host-RAM and disk tiers of ``hybridkv simulate``.
+
+Below the device pool sit a host tier and, optionally, a disk tier
+(``TierIndex`` each), holding hit units keyed ``(block hash, group)`` in real
+unit bytes (a group's block over its layers, a Mamba state unpadded). How
+units get there is the policy's:
+
+- ``write_through`` (``lru``, vLLM's ``OffloadingConnector``): each block is
+  written to every tier as the device caches it (``BlockStored``), plain LRU
+  in every tier; a hit touches the tier that serves it.
+- demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
+  stored in the host with its value class, scaled from per page to per unit
+  byte, and ranked as on the device (``TierIndex``: recency plus value); a
+  block released ``evict_first`` comes in at the lowest class
+  (``EVICT_FIRST_CLASS``), below every kept unit. What the host evicts goes
+  to disk with its class. KV blocks and Mamba states share the host's bytes by
+  that ranking alone, with no fixed split.
+
+``admit`` finds a request's hit across device and tiers at its first
+admission by the coordinator's rule (``tiered_hit_length``): a fixed point
+over the groups, each group's hit being the longest end whose needed blocks
+(``first_needed_block``: all blocks for full attention, the window's for
+sliding, the chunk's for chunked, the state at the end for Mamba) are each on
+the device or in a tier. So a tier hit is always whole: no hit point is
+reported whose units are not all somewhere. Tokens up to the device-and-host
+fixed point are *host* hit tokens, beyond it up to the fixed point with disk
+too *disk* hit tokens. The units to load are the needed blocks of that hit not
+on the device; their load time is ``(host + disk bytes) / host_to_device +
+disk bytes / disk_to_host`` (the device profile's links, one copy at a time).
+A loaded unit stays where it was (a copy): under ``hybrid`` it comes back to
+the host when the device evicts it again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.events import BlockStored, KVCacheEvent
+from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.sim.devices import DeviceProfile
+from hybridkv.sim.tier_eviction import Taken
+from hybridkv.sim.tier_index import TierIndex
+from hybridkv.specs import MambaSpec
+from hybridkv.specs.config import KVCacheConfig
+
+
+def unit_bytes(config: KVCacheConfig) -> list[int]:
+    """Bytes of one block's unit per group: its real page (a Mamba state unpadded)
+    over every layer of the group."""
+    out = []
+    for group in config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        page = spec.state_size_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
+        out.append(page * len(group.layer_names))
+    return out
+
+
+#: The value class a block released ``evict_first`` is demoted with: that of a
+#: block released with no value (``cost_aware.NEUTRAL_VALUE``, one token saved
+#: per page: ``value_class(NEUTRAL_VALUE)`` = floor(2 * log2(1)) = 0), below
+#: every unit a hit point keeps.
+EVICT_FIRST_CLASS = 0
+
+
+class TierLoad(NamedTuple):
+    """A tier hit: tokens ``[device_hit, total)`` are loaded, not computed."""
+
+    device_hit: int
+    total: int
+    host_tokens: int
+    disk_tokens: int
+    host_bytes: int
+    disk_bytes: int
+    seconds: float
+
+
+class TieredCache:
+    """The tiers under one replay's device pool (module docstring).
+
+    ``managers`` / ``device_cached``: the device's groups and prefix index
+    (read only); ``page_bytes``: one device block id's bytes; ``weight``: the
+    device free set's value weight (0: LRU in every tier)."""
+
+    def __init__(
+        self,
+        config: KVCacheConfig,
+        managers: Sequence[SingleTypeKVCacheManager],
+        device_cached: Sequence[Mapping[bytes, object]],
+        page_bytes: int,
+        device: DeviceProfile,
+        host_bytes: int,
+        disk_bytes: int | None,
+        write_through: bool,
+        weight: float,
+    ) -> None:
+        self.managers = managers
+        self.device_cached = device_cached
+        self.device = device
+        self.write_through = write_through
+        self.unit_bytes = unit_bytes(config)
+        #: Half-octave classes a unit gains per byte against a device page.
+        self.class_shift = [math.floor(2 * math.log2(page_bytes / u)) for u in self.unit_bytes]
+        self.kind_of = {
+            i: "mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "kv"
+            for i, g in enumerate(config.kv_cache_groups)
+        }
+        self.host = TierIndex("host", host_bytes, weight)
+        self.disk = TierIndex("disk", disk_bytes, weight) if disk_bytes is not None else None
+        self.tiers = [t for t in (self.host, self.disk) if t is not None]
+        self.demoted = 0  # units the device evicted that went to the host
+
+    # -- what reaches the tiers -------------------------------------------------
+
+    def sync(self, events: Iterable[KVCacheEvent], taken: list[Taken]) -> None:
+        """Write through the blocks the device cached (``write_through``) or demote
+        the blocks it evicted (else); ``taken`` is emptied."""
+        if self.write_through:
+            for event in events:
+                if isinstance(event, BlockStored):
+                    nbytes = self.unit_bytes[event.group_id]
+                    for h in event.block_hashes:
+                        for tier in self.tiers:
+                            tier.store((h, event.group_id), nbytes, 0)
+        else:
+            cached = self.device_cached
+            for gid, h, cls in taken:
+                if h in cached[gid]:  # a copy stays on the device
+                    continue
+                self.demoted += 1
+                cls = EVICT_FIRST_CLASS if cls is None else cls
+                self._demote(self.host, (h, gid), gid, cls + self.class_shift[gid])
+        taken.clear()
+
+    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int) -> None:
+        victims = tier.store(key, self.unit_bytes[gid], cls)
+        if victims and tier is self.host and self.disk is not None:
+            for victim, unit in victims:
+                self.disk.store(victim, unit.nbytes, unit.cls)
+
+    # -- hits -------------------------------------------------------------------
+
+    def admit(
+        self,
+        block_hashes: list[bytes],
+        max_length: int,
+        device_hit: int,
+        own: Sequence[Sequence[KVCacheBlock]] = (),
+    ) -> TierLoad | None:
+        """A request's first admission with ``device_hit`` tokens from the device:
+        its tier hit (None: none), the units it loads touched. ``own``: its block
+        tables per group, just allocated: the blocks it is about to compute are
+        cached on the device already, and are no hit."""
+        host, disk = self.host, self.disk
+        on_device, in_host, anywhere = self._presence(own, device_hit)
+        managers = self.managers
+        host_total = tiered_hit_length(managers, block_hashes, max_length, in_host)
+        total = host_total
+        if disk is not None:
+            total = tiered_hit_length(managers, block_hashes, max_length, anywhere)
+        if total <= device_hit:
+            return None
+        host_total = max(host_total, device_hit)
+        host_b = disk_b = 0
+        for m in managers:
+            bs, gid = m.block_size, m.group_id
+            hashes = m.group_hashes(block_hashes)
+            nbytes = self.unit_bytes[gid]
+            for i in range(m.first_needed_block(total), total // bs):
+                key = (hashes[i], gid)
+                if on_device(gid, i, hashes[i]):
+                    continue
+                if key in host:
+                    host.touch(key)
+                    host_b += nbytes
+                else:
+                    assert disk is not None, "a hit unit must be somewhere"
+                    disk.touch(key)
+                    disk_b += nbytes
+        dev = self.device
+        seconds = (host_b + disk_b) / dev.host_to_device_bandwidth
+        seconds += disk_b / dev.disk_to_host_bandwidth
+        return TierLoad(
+            device_hit,
+            total,
+            host_total - device_hit,
+            total - host_total,
+            host_b,
+            disk_b,
+            seconds,
+        )
+
+    def _presence(
+        self, own: Sequence[Sequence[KVCacheBlock]], device_hit: int
+    ) -> tuple[Present, Present, Present]:
+        """``(on the device, there or in the host, anywhere)`` for a request whose
+        block tables are ``own`` and whose device hit is ``device_hit`` tokens:
+        its own blocks past the hit, about to be computed, are no hit."""
+        cached, host, disk = self.device_cached, self.host, self.disk
+        sizes = [m.block_size for m in self.managers]
+
+        def on_device(gid: int, i: int, h: bytes) -> bool:
+            b = cached[gid].get(h)
+            if b is None:
+                return False
+            table = own[gid] if gid < len(own) else ()
+            return i >= len(table) or table[i] is not b or (i + 1) * sizes[gid] <= device_hit
+
+        def in_host(gid: int, i: int, h: bytes) -> bool:
+            return (h, gid) in host or on_device(gid, i, h)
+
+        def anywhere(gid: int, i: int, h: bytes) -> bool:
+            return in_host(gid, i, h) or (disk is not None and (h, gid) in disk)
+
+        return on_device, in_host, anywhere
+
+    def missing_units(
+        self,
+        block_hashes: list[bytes],
+        length: int,
+        own: Sequence[Sequence[KVCacheBlock]] = (),
+        device_hit: int = 0,
+    ) -> list[tuple[int, int]]:
+        """``(group, block index)`` of every unit a hit of ``length`` tokens needs
+        that neither the device (``own`` blocks past ``device_hit`` aside) nor a
+        tier holds (a whole hit: none)."""
+        anywhere = self._presence(own, device_hit)[2]
+        out = []
+        for m in self.managers:
+            bs, gid = m.block_size, m.group_id
+            hashes = m.group_hashes(block_hashes)
+            if length // bs > len(hashes):
+                out.append((gid, len(hashes)))
+                continue
+            out += [
+                (gid, i)
+                for i in range(m.first_needed_block(length), length // bs)
+                if not anywhere(gid, i, hashes[i])
+            ]
+        return out
+
+    def check_integrity(self) -> None:
+        for tier in self.tiers:
+            tier.check_integrity()

@@ -1,0 +1,151 @@
+"""``TierIndex`` and the demotion order of ``TieredCache``.
+
+- Against a naive reference (every unit's key, smallest evicted first), on
+  seeded random stores and touches: the same victims, the budget never
+  exceeded, the integrity check after every operation.
+- Weight 0 is plain LRU; with a weight, a unit of a lower value class leaves
+  before an older one of a higher class, within the weight's reach.
+- ``TieredCache.sync``: demotion ranks by the device's value class scaled per
+  byte, what the host evicts lands on the disk with its class, a unit still on
+  the device is not demoted; write-through stores every cached block in every
+  tier.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hybridkv.core.events import BlockStored
+from hybridkv.layouts import shipped_layout
+from hybridkv.planning import plan_kv_cache
+from hybridkv.policy.cost_aware import NEUTRAL_VALUE, value_class
+from hybridkv.sim import device_profile
+from hybridkv.sim.tier_index import TierIndex
+from hybridkv.sim.tier_model import EVICT_FIRST_CLASS, TieredCache, unit_bytes
+
+
+class Reference:
+    """Every unit with its key; evict the smallest (key, class) first."""
+
+    def __init__(self, budget: int, weight: float) -> None:
+        self.budget, self.weight = budget, weight
+        self.units: dict[int, tuple[int, int, float]] = {}
+        self.clock = 0
+
+    def key(self, cls: int) -> float:
+        return self.clock / self.budget + self.weight * cls / 2
+
+    def touch(self, key: int, cls: int | None = None) -> None:
+        """Re-key ``key`` now; it moves last among equal keys (stable sort)."""
+        nbytes, old_cls, _ = self.units.pop(key)
+        cls = old_cls if cls is None else cls
+        self.units[key] = (nbytes, cls, self.key(cls))
+
+    def store(self, key: int, nbytes: int, cls: int) -> list[int] | None:
+        if key in self.units:
+            self.touch(key, cls)
+            return []
+        if nbytes > self.budget:
+            return None
+        used = sum(u[0] for u in self.units.values())
+        order = sorted(self.units, key=lambda k: (self.units[k][2], self.units[k][1]))
+        victims = []
+        while used + nbytes > self.budget:
+            victim = order.pop(0)
+            used -= self.units.pop(victim)[0]
+            victims.append(victim)
+        self.clock += nbytes
+        self.units[key] = (nbytes, cls, self.key(cls))
+        return victims
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0, 8.0])
+@pytest.mark.parametrize("seed", range(4))
+def test_victims_match_the_reference_and_the_budget_holds(weight: float, seed: int) -> None:
+    rng = random.Random(seed)
+    tier, ref = TierIndex("host", 1000, weight), Reference(1000, weight)
+    for _ in range(400):
+        key, cls = rng.randrange(60), rng.randrange(-2, 6) if weight else 0
+        if key in ref.units and rng.random() < 0.5:
+            tier.touch(key)
+            ref.touch(key)
+        else:
+            nbytes = rng.choice([50, 120, 300, 1200])
+            got = tier.store(key, nbytes, cls)
+            want = ref.store(key, nbytes, cls)
+            assert (None if got is None else [k for k, _ in got]) == want
+        tier.check_integrity()
+        assert tier.used_bytes <= tier.budget_bytes
+        assert set(tier.units) == set(ref.units)
+    assert tier.evictions > 0 and tier.refused > 0
+
+
+def test_weight_zero_is_lru_and_a_weight_keeps_the_valuable() -> None:
+    lru = TierIndex("host", 300, 0.0)
+    for key in "abc":
+        lru.store(key, 100, 0)
+    lru.touch("a")
+    assert [k for k, _ in lru.store("d", 100, 0)] == ["b"]
+
+    ranked = TierIndex("host", 300, 2.0)
+    ranked.store("old-valuable", 100, 4)
+    ranked.store("cheap", 100, 0)
+    ranked.store("valuable", 100, 4)
+    # "cheap" is newer than "old-valuable" but four half-octaves cheaper.
+    assert [k for k, _ in ranked.store("new", 100, 4)] == ["cheap"]
+    assert [k for k, _ in ranked.store("newer", 100, 4)] == ["old-valuable"]
+    ranked.check_integrity()
+
+
+def _cache(host: int, disk: int | None, write_through: bool) -> TieredCache:
+    layout = shipped_layout("tiny-jamba")
+    config = plan_kv_cache(layout, 3 << 20, block_size=16).kv_cache_config
+    return TieredCache(
+        config, [], [{} for _ in config.kv_cache_groups], 1 << 16,
+        device_profile("h100"), host, disk, write_through, 2.0,
+    )  # fmt: skip
+
+
+def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
+    probe = _cache(1 << 30, None, False)
+    ub = unit_bytes_of(probe)
+    gid = max(range(len(ub)), key=lambda g: ub[g])  # the largest unit
+    cache = _cache(2 * ub[gid], 10 * ub[gid], False)
+    taken = [(gid, b"old-valuable", 6), (gid, b"cheap", 0), (gid, b"first", None)]
+    cache.sync([], taken)
+    assert taken == []  # consumed
+    # Room for two: the evict-first unit came in at the cheap unit's class, and the
+    # older of the two went down to the disk; the valuable one stayed.
+    assert (b"old-valuable", gid) in cache.host and (b"first", gid) in cache.host
+    assert (b"cheap", gid) in cache.disk  # type: ignore[operator]
+    cache.sync([], [(gid, b"new", 6)])  # older than "first", but valuable: stays
+    assert (b"first", gid) in cache.disk  # type: ignore[operator]
+    assert (b"old-valuable", gid) in cache.host and (b"new", gid) in cache.host
+    unit = cache.disk.units[(b"first", gid)]  # type: ignore[union-attr]
+    assert unit.cls == EVICT_FIRST_CLASS + cache.class_shift[gid]
+    assert value_class(NEUTRAL_VALUE) == EVICT_FIRST_CLASS
+    cache.device_cached[gid][b"kept"] = object()  # type: ignore[index]
+    cache.sync([], [(gid, b"kept", 8)])  # a copy stays on the device: no demotion
+    assert (b"kept", gid) not in cache.host
+    cache.check_integrity()
+
+
+def test_write_through_stores_every_cached_block_in_every_tier() -> None:
+    cache = _cache(1 << 20, 1 << 22, True)
+    event = BlockStored([b"a", b"b"], None, list(range(32)), 16, None, 0)
+    cache.sync([event], [(0, b"evicted", 5)])  # evictions are ignored
+    for tier in cache.tiers:
+        assert (b"a", 0) in tier and (b"b", 0) in tier and (b"evicted", 0) not in tier
+    cache.check_integrity()
+
+
+def unit_bytes_of(cache: TieredCache) -> list[int]:
+    return cache.unit_bytes
+
+
+def test_unit_bytes_are_real_pages_over_the_groups_layers() -> None:
+    config = plan_kv_cache(shipped_layout("tiny-jamba"), 3 << 20, block_size=16).kv_cache_config
+    sizes = unit_bytes(config)
+    assert len(sizes) == len(config.kv_cache_groups) and all(s > 0 for s in sizes)
