@@ -30,6 +30,10 @@ from hybridkv.core.block import KVCacheBlock, num_leading_nulls
 from hybridkv.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy, PolicyFactory
 
+#: ``BlockPool.on_stored``: ``record_stored``'s arguments (hashes, parent, tokens,
+#: block size, LoRA name, group).
+StoredHook = Callable[[list[bytes], bytes | None, list[int], int, "str | None", int], None]
+
 
 class BlockPool:
     """Blocks ``0 .. num_blocks-1``; block 0 is the reserved null block."""
@@ -74,6 +78,11 @@ class BlockPool:
         #: Called with the blocks ``get_new_blocks`` takes, before any cached one
         #: leaves the index (a lower tier demotes them, ``hybridkv.offload``); None: nothing.
         self.on_take: Callable[[list[KVCacheBlock]], None] | None = None
+        #: Called with ``record_stored``'s arguments after its event (events on): a
+        #: lower tier keeps what its own events will need; None: nothing.
+        self.on_stored: (
+            Callable[[list[bytes], bytes | None, list[int], int, str | None, int], None] | None
+        ) = None
 
     # -- queries -------------------------------------------------------------
     @property
@@ -287,6 +296,8 @@ class BlockPool:
                 group_id=group_id,
             )
         )
+        if self.on_stored is not None:
+            self.on_stored(hashes, parent, token_ids, block_size, lora_name, group_id)
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached hash; only when no block is in use. Returns success."""

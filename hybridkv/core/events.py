@@ -20,6 +20,9 @@ class BlockStored:
 
     ``parent_block_hash`` is the hash of the block before the first (None for
     a request's block 0); ``token_ids`` are exactly these blocks' tokens.
+    ``medium``: where the keys now live; None is the device pool (the
+    publisher's medium), else a lower tier's (``hybridkv.offload``: "CPU" for
+    the host tier, "STORAGE" for the disk tier, vLLM's names).
     """
 
     block_hashes: list[bytes]
@@ -28,14 +31,17 @@ class BlockStored:
     block_size: int
     lora_name: str | None
     group_id: int
+    medium: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
-    """Keys left the prefix cache (their last block was evicted)."""
+    """Keys left the prefix cache (their last block was evicted); ``medium`` as
+    ``BlockStored``'s (None: the device pool)."""
 
     block_hashes: list[bytes]
     group_id: int
+    medium: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,7 @@ def wire_events(
                     token_ids=list(ev.token_ids),
                     block_size=ev.block_size,
                     lora_id=None,
-                    medium=medium,
+                    medium=ev.medium or medium,
                     lora_name=ev.lora_name,
                     group_idx=ev.group_id,
                     kv_cache_spec_kind=info.kind,
@@ -108,7 +108,7 @@ def wire_events(
             out.append(
                 WireBlockRemoved(
                     block_hashes=[external_hash(h, int_hashes) for h in ev.block_hashes],
-                    medium=medium,
+                    medium=ev.medium or medium,
                     group_idx=ev.group_id,
                 )
             )

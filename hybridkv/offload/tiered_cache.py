@@ -50,6 +50,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.tier_events import TierEvents
 from hybridkv.tiers import DiskTier, HostTier, TierFullError, Transfer, UnitKey
 
 logger = logging.getLogger("hybridkv.offload")
@@ -107,30 +108,48 @@ class TieredCache:
         manager.coordinator.other_holders.append(self._held)
         if disk is not None:
             host.spill = self._spill
+        #: The tiers' KV events (each tier a ``medium``), when the pool's are on.
+        self.events = TierEvents(self.pool) if self.pool.enable_kv_cache_events else None
+        if self.events is not None:
+            events = self.events
+            host.on_removed = lambda key: events.removed(key, "CPU")
+            if disk is not None:
+                disk.on_removed = lambda key: events.removed(key, "DISK")
 
     # -- demotion ------------------------------------------------------------
     def _demote(self, blocks: list[KVCacheBlock]) -> None:
         """``BlockPool.on_take``: store the cached blocks about to be reused."""
         items = []
         value_of = self.policy.demotion_value
+        events = self.events
+        if events is not None:
+            events.flush()
         for b in blocks:
             h = b.block_hash
             if h is None:
                 continue
             value = value_of(b)
-            if value is None:
-                continue
             gid = b.group_id
             assert gid is not None
+            if value is None:
+                if events is not None:
+                    events.forget_leaving(UnitKey(h, gid))
+                continue
             items.append((UnitKey(h, gid), self.block_bytes.parts(gid, b.block_id), value))
         if items:
             transfers = self.host.store_many(items)
             for item, t in zip(items, transfers, strict=True):  # the blocks are rewritten
+                if events is not None:
+                    events.storing(item[0], t, "CPU")  # waits for it
                 if not t.wait() and isinstance(t.error, TierFullError) and self.disk is not None:
                     # No room in the host (a batch cannot evict its own entries in
                     # flight): the unit goes to the disk tier instead, as a copy.
                     parts = [p.cpu().numpy().copy() for p in item[1]]
                     self._spills.append((item[0], parts, item[2]))
+                    if events is not None:
+                        events.queued(item[0])
+                elif not t.wait() and events is not None:  # in no tier: forget its fields
+                    events.forget_leaving(item[0])
             self._flush_spills()
             self.stats.demoted += len(items)
 
@@ -140,6 +159,8 @@ class TieredCache:
         self._spills.append(
             (key, [p.numpy() if isinstance(p, torch.Tensor) else p for p in parts], value)
         )
+        if self.events is not None:
+            self.events.queued(key)
 
     def _flush_spills(self) -> None:
         """Write the queued spills to the disk tier as one batch (one folder fsync)."""
@@ -147,10 +168,15 @@ class TieredCache:
             return
         spills, self._spills = self._spills, []
         try:
-            self.disk.store_many(spills)
+            transfers = self.disk.store_many(spills)
             self.stats.spilled += len(spills)
+            if self.events is not None:
+                for (key, _, _), t in zip(spills, transfers, strict=True):
+                    self.events.storing(key, t, "DISK")
         except Exception as e:  # serving goes on without them: count, warn once
             self.stats.spill_failures += len(spills)
+            if self.events is not None:
+                self.events.unqueued([key for key, _, _ in spills])
             if self.stats.spill_failures == len(spills):
                 logger.warning("units evicted from the host tier were not written to disk: %s", e)
 
@@ -172,6 +198,8 @@ class TieredCache:
         pool before the request's ``get_computed_blocks`` + ``allocate_slots``
         (which adopt them at once, as any device hit)."""
         rid = request.request_id
+        if self.events is not None:
+            self.events.flush()
         staged = self._staged.get(rid)
         if staged is None:
             staged = self._stage(request)
@@ -337,6 +365,8 @@ class TieredCache:
                 if out is not None and out.wait():
                     self._spill(key, out.result, None)
         self._flush_spills()
+        if self.events is not None:
+            self.events.flush(wait=True)
 
     def close(self) -> None:
         """Persist (with a disk tier), then close the tiers. Idempotent."""
@@ -355,6 +385,8 @@ class TieredCache:
         self.host.check_integrity()
         if self.disk is not None:
             self.disk.check_integrity()
+        if self.events is not None:
+            self.events.check_integrity()
         for rid, staged in self._staged.items():
             for b in staged.held:
                 assert not b.is_null and b.ref_cnt >= 1, f"{rid}: held block {b} is free"

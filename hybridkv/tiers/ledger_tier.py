@@ -50,6 +50,9 @@ class LedgerTier(TierStore):
     """
 
     spill: Spill | None = None
+    #: Called (under the tier's lock) with each committed entry's key as it leaves
+    #: the tier: evicted for room, ``evict``-ed, or removed as corrupt; None: nothing.
+    on_removed: Callable[[UnitKey], None] | None = None
 
     def __init__(
         self,
@@ -189,6 +192,8 @@ class LedgerTier(TierStore):
             if self.spill is not None:
                 self.spill(info.key, self._read_now(info.key), info.value)  # type: ignore[arg-type]
             self._drop(info.key)  # type: ignore[arg-type]
+            if self.on_removed is not None:
+                self.on_removed(info.key)  # type: ignore[arg-type]
         self.stats.evictions += len(victims)
         try:
             completion = self._begin_store(key, parts, sizes)
@@ -236,6 +241,8 @@ class LedgerTier(TierStore):
             self._ledger.remove(key)
             self._drop(key)
             self.stats.evictions += 1
+            if self.on_removed is not None:
+                self.on_removed(key)
             return True
 
     def poll(self) -> None:
@@ -306,6 +313,8 @@ class LedgerTier(TierStore):
                 if self._ledger.removable(key):
                     self._ledger.remove(key)
                     self._drop(key)
+                    if self.on_removed is not None:
+                        self.on_removed(key)
                 self._warn_once("corrupt", f"{self.medium} tier: {transfer.error}")
 
     def _started(self, transfer: Transfer) -> Transfer:

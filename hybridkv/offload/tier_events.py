@@ -1,0 +1,170 @@
+"""KV cache events for the tiers under the device pool: each tier is a ``medium``.
+
+With KV cache events on, a router mirrors which keys each replica holds and
+where. The device pool's own events say what enters and leaves its index
+(``medium`` None: the publisher's, "GPU" on CUDA). ``TierEvents`` adds, for
+every group kind alike, a ``BlockStored`` when a unit enters a tier and a
+``BlockRemoved`` when it leaves, with the tier's medium on the wire: "CPU" for
+the host tier and "STORAGE" for the disk tier (vLLM's names: its
+``Medium.CPU`` / ``Medium.STORAGE``).
+
+A tier's ``BlockStored`` is a full event, not a placeholder: the block's parent
+hash, its tokens, block size and LoRA name, remembered from the device event
+that cached the key (``BlockPool.on_stored``) until the key is in neither the
+device index nor a tier. Rules:
+
+- a unit is announced in a tier once its store has landed (host: right away,
+  the demotion waits for it; disk: at the next ``flush``, or just before its
+  removal, so a removal never precedes its store);
+- a store that refreshes a unit the tier already holds says nothing;
+- a unit whose key has no remembered event (one stored before events were
+  turned on, or found on disk after a restart) is not announced, so that no
+  event is a placeholder.
+"""
+
+from __future__ import annotations
+
+from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.events import BlockRemoved, BlockStored
+from hybridkv.tiers import Transfer, UnitKey
+
+#: The wire medium of each tier (``TierStore.medium``), as vLLM names them.
+WIRE_MEDIUM = {"CPU": "CPU", "DISK": "STORAGE"}
+
+
+class _Meta:
+    """What a key's ``BlockStored`` carries besides its hash."""
+
+    __slots__ = ("block_size", "lora_name", "parent", "token_ids")
+
+    def __init__(
+        self, parent: bytes | None, token_ids: list[int], block_size: int, lora_name: str | None
+    ) -> None:
+        self.parent = parent
+        self.token_ids = token_ids
+        self.block_size = block_size
+        self.lora_name = lora_name
+
+
+class TierEvents:
+    """The tiers' events, appended to the pool's queue (module docstring)."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self.pool = pool
+        self._meta: dict[tuple[int, bytes], _Meta] = {}
+        #: Units announced per tier medium ("CPU", "DISK").
+        self._held: dict[str, set[UnitKey]] = {"CPU": set(), "DISK": set()}
+        #: Disk stores not announced yet: key -> its transfer.
+        self._pending: dict[UnitKey, Transfer] = {}
+        #: Units queued for the disk tier whose store has not begun (a host eviction's spill).
+        self._queued: set[UnitKey] = set()
+        pool.on_stored = self.remember
+
+    def remember(
+        self,
+        hashes: list[bytes],
+        parent: bytes | None,
+        token_ids: list[int],
+        block_size: int,
+        lora_name: str | None,
+        group_id: int,
+    ) -> None:
+        """``BlockPool.on_stored``: keep each new device key's event fields."""
+        for i, h in enumerate(hashes):
+            tokens = list(token_ids[i * block_size : (i + 1) * block_size])
+            self._meta[(group_id, h)] = _Meta(parent, tokens, block_size, lora_name)
+            parent = h
+
+    def stored(self, key: UnitKey, medium: str) -> None:
+        """``key`` landed in the ``medium`` tier (a new entry there)."""
+        meta = self._meta.get((key.group_id, key.block_hash))
+        held = self._held[medium]
+        if meta is None or key in held:
+            return
+        held.add(key)
+        self.pool.events.append(
+            BlockStored(
+                block_hashes=[key.block_hash],
+                parent_block_hash=meta.parent,
+                token_ids=meta.token_ids,
+                block_size=meta.block_size,
+                lora_name=meta.lora_name,
+                group_id=key.group_id,
+                medium=WIRE_MEDIUM[medium],
+            )
+        )
+
+    def queued(self, key: UnitKey) -> None:
+        """``key`` is queued for the disk tier (its fields are kept meanwhile)."""
+        self._queued.add(key)
+
+    def unqueued(self, keys: list[UnitKey]) -> None:
+        """Queued disk stores that will not happen (the write failed)."""
+        for key in keys:
+            self._queued.discard(key)
+            self.forget_if_gone(key)
+
+    def storing(self, key: UnitKey, transfer: Transfer, medium: str) -> None:
+        """A store into the ``medium`` tier began (announced once it lands)."""
+        self._queued.discard(key)
+        if medium == "CPU":
+            if transfer.wait():
+                self.stored(key, medium)
+        else:
+            self._pending[key] = transfer
+
+    def flush(self, wait: bool = False) -> None:
+        """Announce the disk stores that have landed (``wait``: all of them, once
+        they settle); drop the failed ones."""
+        for key, transfer in list(self._pending.items()):
+            if wait:
+                transfer.wait()
+            if transfer.done():
+                del self._pending[key]
+                if transfer.error is None:
+                    self.stored(key, "DISK")
+
+    def removed(self, key: UnitKey, medium: str) -> None:
+        """``LedgerTier.on_removed``: ``key`` left the ``medium`` tier."""
+        if medium == "DISK" and self._pending.pop(key, None) is not None:
+            self.stored(key, medium)  # an entry that left was committed: announce it first
+        held = self._held[medium]
+        if key in held:
+            held.discard(key)
+            self.pool.events.append(
+                BlockRemoved(
+                    block_hashes=[key.block_hash],
+                    group_id=key.group_id,
+                    medium=WIRE_MEDIUM[medium],
+                )
+            )
+        self.forget_if_gone(key)
+
+    def forget_leaving(self, key: UnitKey) -> None:
+        """A cached device block of ``key`` about to be reused, in no tier: drop the
+        key's fields unless a tier or another device block still holds the key."""
+        if self.pool.duplicates.get((key.group_id, key.block_hash)) or self._holds(key):
+            return
+        self._meta.pop((key.group_id, key.block_hash), None)
+
+    def forget_if_gone(self, key: UnitKey) -> None:
+        """Drop ``key``'s remembered fields once no tier and not the device holds it."""
+        if key.block_hash in self.pool.cached[key.group_id]:
+            return
+        if self._holds(key):
+            return
+        self._meta.pop((key.group_id, key.block_hash), None)
+
+    def _holds(self, key: UnitKey) -> bool:
+        """A tier holds ``key`` or will (announced, being stored or queued)."""
+        return (
+            key in self._pending
+            or key in self._queued
+            or any(key in held for held in self._held.values())
+        )
+
+    def check_integrity(self) -> None:
+        """Every announced unit has its remembered fields."""
+        for medium, held in self._held.items():
+            for key in held:
+                assert (key.group_id, key.block_hash) in self._meta, f"{medium}: {key} lost"
