@@ -222,6 +222,8 @@ class TieredCache:
 
     def _stage(self, request: Request) -> _Staged | None:
         """Hold the blocks of the request's tier hit and start its loads (None: no tier hit)."""
+        if not self.host.used_bytes and (self.disk is None or not self.disk.used_bytes):
+            return None  # the tiers hold nothing (nor anything in flight): no lookup
         request.bind_hasher(self.manager.hasher)
         hashes = request.live_block_hashes
         limit = request.num_tokens - 1

@@ -1,0 +1,156 @@
+"""What an attached but idle tier costs the scheduler and the manager (issue 45's
+"no regression" target: at most 1.1x).
+
+The engine's real ``Scheduler`` and ``KVCacheManager`` are driven with a null model
+(each step's sampled token made up) over a multi-round workload: ``--users`` users
+sharing a system prompt, each coming back ``--turns`` times with its conversation
+grown. The device pool holds everything, so nothing is ever demoted or loaded: the
+tier is attached and idle. Without a tier and with one (``TieredCache`` over a host
+tier), alternating in one process, ``--rounds`` times: the median time of each and
+their ratio. The tier's cost is its ``prepare`` before each admission (a lookup of
+the prompt's blocks in the tiers) and the pool's ``on_take`` hook.
+
+    python benchmarks/bench_tier_idle.py [--layout tiny-jamba] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from machine_info import cpu_features, machine
+
+from hybridkv import KVCacheManager
+from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.sampling_params import SamplingParams
+from hybridkv.engine.scheduler import Scheduler
+from hybridkv.layouts import shipped_layout
+from hybridkv.offload import BlockBytes, TieredCache
+from hybridkv.planning import allocate_kv_cache, plan_kv_cache
+from hybridkv.tiers import HostTier, ModelFingerprint, UnitKey
+from hybridkv.tiers.torch_memory import TorchHostMemory
+
+OUT = Path(__file__).resolve().parent / "results" / "tier-idle.md"
+MAX_LEN = 4096
+
+
+def workload(users: int, turns: int, system: int, turn_tokens: int) -> list[list[int]]:
+    """Prompts in arrival order: round by round, each user's conversation so far."""
+    shared = list(range(1, system + 1))
+    convs = [list(shared) for _ in range(users)]
+    prompts = []
+    for t in range(turns):
+        for u in range(users):
+            base = 10_000 + (u * turns + t) * turn_tokens
+            convs[u] += range(base, base + turn_tokens)
+            prompts.append(list(convs[u]))
+    return prompts
+
+
+def replay(
+    layout: str, prompts: list[list[int]], tier: bool, policy: str, warm: int = 0
+) -> tuple[float, int]:
+    """Seconds to run every prompt to 4 output tokens, and the tier hits (must be 0).
+    ``warm``: units of other prompts put in the host tier first (a tier that holds
+    entries, none of them a hit)."""
+    plan = plan_kv_cache(
+        shipped_layout(layout), 1 << 30, max_model_len=MAX_LEN, max_num_batched_tokens=2048
+    )
+    config = plan.kv_cache_config
+    kv = KVCacheManager(config, MAX_LEN, cache_policy=policy)
+    tiers = None
+    if tier:
+        fp = ModelFingerprint.from_kv_cache_config(config, "bench")
+        host = HostTier(fp, 1 << 30, TorchHostMemory("cpu"))
+        block_bytes = BlockBytes(config, allocate_kv_cache(config))
+        tiers = TieredCache(kv, block_bytes, host)
+        groups = len(config.kv_cache_groups)
+        items = [
+            (UnitKey(i.to_bytes(32, "big"), i % groups), block_bytes.parts(i % groups, 1), 1.0)
+            for i in range(warm)
+        ]
+        for t in host.store_many(items):
+            assert t.wait()
+    sched = Scheduler(kv, max_num_seqs=32, max_num_batched_tokens=2048, tiers=tiers)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    start = time.perf_counter()
+    for i, p in enumerate(prompts):
+        sched.add_request(EngineRequest(str(i), p, params, max_model_len=MAX_LEN))
+    token = 1 << 20
+    while sched.has_unfinished():
+        out = sched.schedule()
+        sampled = {}
+        for s in out.scheduled:
+            if s.start + s.num_tokens == s.request.num_tokens:
+                token += 1
+                sampled[s.request.request_id] = token
+        sched.update(out, sampled, 0.0)
+    seconds = time.perf_counter() - start
+    hits = 0
+    if tiers is not None:
+        hits = tiers.stats.hits
+        assert tiers.stats.demoted == 0, "the pool demoted: the tier was not idle"
+        tiers.close()
+    return seconds, hits
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layouts", default="tiny-gemma3,tiny-jamba,tiny-llama4")
+    ap.add_argument("--policy", default="hybrid")
+    ap.add_argument("--users", type=int, default=32)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--system", type=int, default=512)
+    ap.add_argument("--turn-tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warm", type=int, default=4096, help="units in the warm tier")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    prompts = workload(args.users, args.turns, args.system, args.turn_tokens)
+    rows = []
+    for layout in args.layouts.split(","):
+        replay(layout, prompts[:8], True, args.policy)  # warm-up (imports, allocations)
+        base, empty, warm = [], [], []
+        for _ in range(args.rounds):
+            base.append(replay(layout, prompts, False, args.policy)[0])
+            for out, units in ((empty, 0), (warm, args.warm)):
+                seconds, hits = replay(layout, prompts, True, args.policy, units)
+                assert hits == 0
+                out.append(seconds)
+        b = statistics.median(base)
+        cells = [f"{b * 1e3:.0f}"]
+        for runs in (empty, warm):
+            ratios = [y / x for x, y in zip(base, runs, strict=True)]
+            t = statistics.median(runs)
+            cells.append(f"{t * 1e3:.0f} | {t / b:.3f}x ({min(ratios):.3f}-{max(ratios):.3f})")
+        rows.append(f"| {layout} | " + " | ".join(cells) + " |")
+        print(rows[-1], flush=True)
+    text = "\n".join(
+        [
+            "# An attached, idle tier: scheduler + manager time (`benchmarks/bench_tier_idle.py`)",
+            "",
+            f"{machine()}; {cpu_features()}; policy `{args.policy}`; {len(prompts)} prompts "
+            f"({args.users} users x "
+            f"{args.turns} turns, a {args.system}-token system prompt, {args.turn_tokens} "
+            "tokens a turn), 4 output tokens each, null model; the device pool holds "
+            "everything (no demotion, no load). Medians of "
+            f"{args.rounds} alternating rounds in one process; the range of the per-round "
+            "ratios in brackets. Target (issue 45): at most 1.1x.",
+            "",
+            "| layout | no tier (ms) | empty host tier (ms) | ratio | host tier holding "
+            f"{args.warm} other units (ms) | ratio |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+            *rows,
+            "",
+        ]
+    )
+    if args.write:
+        OUT.write_text(text)
+        print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
