@@ -2,10 +2,10 @@
 "no regression" target: at most 1.1x).
 
 The engine's real ``Scheduler`` and ``KVCacheManager`` are driven with a null model
-(each step's sampled token made up) over a multi-round workload: ``--users`` users
-sharing a system prompt, each coming back ``--turns`` times with its conversation
-grown. The device pool holds everything, so nothing is ever demoted or loaded: the
-tier is attached and idle. Without a tier and with one (``TieredCache`` over a host
+(each step's sampled token made up) over ``multi_round_qa.py``'s workload, with
+short documents so that every prompt fits the tiny layouts' context. The device
+pool holds everything, so nothing is ever demoted or loaded: the tier is attached
+and idle. Without a tier and with one (``TieredCache`` over a host
 tier), alternating in one process, ``--rounds`` times: the median time of each and
 their ratio. The tier's cost is its ``prepare`` before each admission (a lookup of
 the prompt's blocks in the tiers) and the pool's ``on_take`` hook.
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from machine_info import cpu_features, machine
+from multi_round_qa import multi_round_qa
 
 from hybridkv import KVCacheManager
 from hybridkv.engine.engine_request import EngineRequest
@@ -34,20 +35,7 @@ from hybridkv.tiers import HostTier, ModelFingerprint, UnitKey
 from hybridkv.tiers.torch_memory import TorchHostMemory
 
 OUT = Path(__file__).resolve().parent / "results" / "tier-idle.md"
-MAX_LEN = 4096
-
-
-def workload(users: int, turns: int, system: int, turn_tokens: int) -> list[list[int]]:
-    """Prompts in arrival order: round by round, each user's conversation so far."""
-    shared = list(range(1, system + 1))
-    convs = [list(shared) for _ in range(users)]
-    prompts = []
-    for t in range(turns):
-        for u in range(users):
-            base = 10_000 + (u * turns + t) * turn_tokens
-            convs[u] += range(base, base + turn_tokens)
-            prompts.append(list(convs[u]))
-    return prompts
+MAX_LEN = 16384
 
 
 def replay(
@@ -102,14 +90,17 @@ def main() -> None:
     ap.add_argument("--layouts", default="tiny-gemma3,tiny-jamba,tiny-llama4")
     ap.add_argument("--policy", default="hybrid")
     ap.add_argument("--users", type=int, default=32)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--system", type=int, default=512)
-    ap.add_argument("--turn-tokens", type=int, default=256)
+    ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warm", type=int, default=4096, help="units in the warm tier")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    prompts = workload(args.users, args.turns, args.system, args.turn_tokens)
+    prompts = [
+        r.prompt_token_ids()
+        for r in multi_round_qa(
+            args.users, args.requests, system_tokens=512, doc_tokens=(512, 1024)
+        )
+    ]
     rows = []
     for layout in args.layouts.split(","):
         replay(layout, prompts[:8], True, args.policy)  # warm-up (imports, allocations)
@@ -133,9 +124,9 @@ def main() -> None:
             "# An attached, idle tier: scheduler + manager time (`benchmarks/bench_tier_idle.py`)",
             "",
             f"{machine()}; {cpu_features()}; policy `{args.policy}`; {len(prompts)} prompts "
-            f"({args.users} users x "
-            f"{args.turns} turns, a {args.system}-token system prompt, {args.turn_tokens} "
-            "tokens a turn), 4 output tokens each, null model; the device pool holds "
+            f"(`multi_round_qa.py`: {args.users} users, a 512-token system prompt, "
+            "documents of 512-1,024 tokens), 4 output tokens each, null model; the device "
+            "pool holds "
             "everything (no demotion, no load). Medians of "
             f"{args.rounds} alternating rounds in one process; the range of the per-round "
             "ratios in brackets. Target (issue 45): at most 1.1x.",

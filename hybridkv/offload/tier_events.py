@@ -102,16 +102,12 @@ class TierEvents:
         """Queued disk stores that will not happen (the write failed)."""
         for key in keys:
             self._queued.discard(key)
-            self.forget_if_gone(key)
+            self.forget(key)
 
-    def storing(self, key: UnitKey, transfer: Transfer, medium: str) -> None:
-        """A store into the ``medium`` tier began (announced once it lands)."""
+    def storing_on_disk(self, key: UnitKey, transfer: Transfer) -> None:
+        """A store into the disk tier began (announced once it lands: ``flush``)."""
         self._queued.discard(key)
-        if medium == "CPU":
-            if transfer.wait():
-                self.stored(key, medium)
-        else:
-            self._pending[key] = transfer
+        self._pending[key] = transfer
 
     def flush(self, wait: bool = False) -> None:
         """Announce the disk stores that have landed (``wait``: all of them, once
@@ -138,22 +134,18 @@ class TierEvents:
                     medium=WIRE_MEDIUM[medium],
                 )
             )
-        self.forget_if_gone(key)
+        self.forget(key)
 
-    def forget_leaving(self, key: UnitKey) -> None:
-        """A cached device block of ``key`` about to be reused, in no tier: drop the
-        key's fields unless a tier or another device block still holds the key."""
-        if self.pool.duplicates.get((key.group_id, key.block_hash)) or self._holds(key):
+    def forget(self, key: UnitKey, leaving: bool = False) -> None:
+        """Drop ``key``'s remembered fields once nothing holds it: no tier (nor a store
+        on its way to one) and no device block. ``leaving``: the key's device block is
+        about to be reused (still in the index), so only another block of the same
+        key (a duplicate) keeps it on the device."""
+        gid, h = key.group_id, key.block_hash
+        on_device = self.pool.duplicates.get((gid, h)) if leaving else h in self.pool.cached[gid]
+        if on_device or self._holds(key):
             return
-        self._meta.pop((key.group_id, key.block_hash), None)
-
-    def forget_if_gone(self, key: UnitKey) -> None:
-        """Drop ``key``'s remembered fields once no tier and not the device holds it."""
-        if key.block_hash in self.pool.cached[key.group_id]:
-            return
-        if self._holds(key):
-            return
-        self._meta.pop((key.group_id, key.block_hash), None)
+        self._meta.pop((gid, h), None)
 
     def _holds(self, key: UnitKey) -> bool:
         """A tier holds ``key`` or will (announced, being stored or queued)."""

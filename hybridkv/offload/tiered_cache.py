@@ -133,23 +133,24 @@ class TieredCache:
             assert gid is not None
             if value is None:
                 if events is not None:
-                    events.forget_leaving(UnitKey(h, gid))
+                    events.forget(UnitKey(h, gid), leaving=True)
                 continue
             items.append((UnitKey(h, gid), self.block_bytes.parts(gid, b.block_id), value))
         if items:
             transfers = self.host.store_many(items)
             for item, t in zip(items, transfers, strict=True):  # the blocks are rewritten
-                if events is not None:
-                    events.storing(item[0], t, "CPU")  # waits for it
-                if not t.wait() and isinstance(t.error, TierFullError) and self.disk is not None:
+                if t.wait():
+                    if events is not None:
+                        events.stored(item[0], "CPU")
+                elif isinstance(t.error, TierFullError) and self.disk is not None:
                     # No room in the host (a batch cannot evict its own entries in
                     # flight): the unit goes to the disk tier instead, as a copy.
                     parts = [p.cpu().numpy().copy() for p in item[1]]
                     self._spills.append((item[0], parts, item[2]))
                     if events is not None:
                         events.queued(item[0])
-                elif not t.wait() and events is not None:  # in no tier: forget its fields
-                    events.forget_leaving(item[0])
+                elif events is not None:  # in no tier: forget its fields
+                    events.forget(item[0], leaving=True)
             self._flush_spills()
             self.stats.demoted += len(items)
 
@@ -172,7 +173,7 @@ class TieredCache:
             self.stats.spilled += len(spills)
             if self.events is not None:
                 for (key, _, _), t in zip(spills, transfers, strict=True):
-                    self.events.storing(key, t, "DISK")
+                    self.events.storing_on_disk(key, t)
         except Exception as e:  # serving goes on without them: count, warn once
             self.stats.spill_failures += len(spills)
             if self.events is not None:
