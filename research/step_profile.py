@@ -37,7 +37,6 @@ installs the CPU tests' stand-in (``EagerReplay``): a check of the code path, no
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -213,25 +212,14 @@ def gpu_profile(llm: Any, steps: int) -> tuple[float, float, float, float]:
 
 
 def main() -> int:
-    from bench_engine import corpus, model_title, resolve_model
+    from bench_engine import arguments, corpus, model_title, resolve_model
 
     from hybridkv.engine import LLM
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", type=Path, default=None, help="checkpoint dir (default: demo)")
-    ap.add_argument(
-        "--random-weights",
-        default=None,
-        metavar="SHAPE",
-        help="a model's shape with random weights instead of --model (random_checkpoint.py)",
-    )
-    ap.add_argument("--dtype", default="bfloat16")
+    ap = arguments(__doc__, "bfloat16", "step-profile-<device>-<dtype>[-random][-graphs].md")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--steps", type=int, default=32)
-    ap.add_argument("--kernel-backend", default=None)
-    ap.add_argument("--cuda-graphs", action="store_true", help="LLM(cuda_graphs=True)")
-    ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     resolve_model(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
