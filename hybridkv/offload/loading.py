@@ -1,0 +1,257 @@
+"""``Loads``: a waiting request's tier hit restored onto the device.
+
+``prepare`` is called by the scheduler before a waiting request's prefix
+lookup. The request's longest hit across the device and the tiers is found
+by the coordinator's rule (``tiered_hit_length``: every group's needed
+blocks present on the device or in a tier, so no partial unit is ever a
+hit). If it passes the device's, the blocks the hit needs are taken from the
+pool and held (count first: if they do not fit, the tiers are not used): the
+device blocks it reads, and a new block for each unit to load, whose copy
+from the host (or disk) tier starts at once. While loads are in flight the
+held blocks (ref count + 1, out of the free set) are never evicted or
+reused, and the request is not run: the scheduler waits on the copies (the
+copy thread on the CPU, the copy stream's event on CUDA) when nothing else
+runs, else defers it. Once every copy has landed each loaded block enters
+the device prefix index under its key and the held blocks are let go,
+cached and free, right before the request's own ``get_computed_blocks``
+finds the whole hit on the device and its ``allocate_slots`` adopts it
+(nothing takes a block from the pool in between). A failed load's block
+stays out of the index, so those tokens are recomputed, never read stale.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.coordinators.tiered_hit import tiered_hit_length
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.request import Request
+from hybridkv.offload.block_bytes import BlockBytes
+from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.tier_events import TierEvents
+from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
+
+
+class _Load(NamedTuple):
+    """One unit being copied into ``block`` (``disk``: read from the disk tier)."""
+
+    group_id: int
+    position: int  # the block's index in the group's table
+    block_hash: bytes
+    block: KVCacheBlock
+    transfer: Transfer | None  # None: the unit left its tier before the load began
+    disk: bool
+
+
+@dataclass
+class _Staged:
+    """A request's hit being restored: the blocks held for it and the loads."""
+
+    held: list[KVCacheBlock]
+    loads: list[_Load]
+    gained: int  # tokens past the device hit, if every load lands
+    started: float  # when the first copy was asked for
+
+
+class Loads:
+    """The load side of a ``TieredCache`` (module docstring)."""
+
+    def __init__(
+        self,
+        manager: KVCacheManager,
+        block_bytes: BlockBytes,
+        host: HostTier,
+        disk: DiskTier | None,
+        events: TierEvents | None,
+        stats: OffloadStats,
+    ) -> None:
+        self.manager = manager
+        self.pool = manager.block_pool
+        self.managers = manager.coordinator.managers
+        self.block_bytes = block_bytes
+        self.host = host
+        self.disk = disk
+        self.events = events
+        self.stats = stats
+        self._staged: dict[str, _Staged] = {}
+
+    def present(self, group_id: int, _index: int, block_hash: bytes) -> bool:
+        if block_hash in self.pool.cached[group_id]:
+            return True
+        key = UnitKey(block_hash, group_id)
+        return self.host.contains(key) or (self.disk is not None and self.disk.contains(key))
+
+    def on_device(self, group_id: int, _index: int, block_hash: bytes) -> bool:
+        return block_hash in self.pool.cached[group_id]
+
+    def prepare(self, request: Request, wait: bool) -> bool:
+        """Before ``request``'s prefix lookup: restore its tier hit onto the device.
+        False while its loads are in flight and ``wait`` is False (then do not run
+        it this step); True once the lookup may go ahead: the loaded blocks are
+        then cached and free on the device, and nothing may take a block from the
+        pool before the request's ``get_computed_blocks`` + ``allocate_slots``
+        (which adopt them at once, as any device hit)."""
+        rid = request.request_id
+        if self.events is not None:
+            self.events.flush()
+        staged = self._staged.get(rid)
+        if staged is None:
+            staged = self._stage(request)
+            if staged is None:
+                return True
+            self._staged[rid] = staged
+        done = all(ld.transfer is None or ld.transfer.done() for ld in staged.loads)
+        if not (wait or done):
+            return False
+        self.release(request)
+        return True
+
+    def release(self, request: Request) -> None:
+        """Land the request's loads (waiting for those in flight) and let go of the
+        blocks held for them (an aborted request; ``prepare`` does it itself)."""
+        staged = self._staged.pop(request.request_id, None)
+        if staged is not None:
+            self._land(request, staged)
+            self.pool.free_blocks(staged.held)
+
+    def _stage(self, request: Request) -> _Staged | None:
+        """Hold the blocks of the request's tier hit and start its loads (None: no tier hit)."""
+        if not self.host.used_bytes and (self.disk is None or not self.disk.used_bytes):
+            return None  # the tiers hold nothing (nor anything in flight): no lookup
+        request.bind_hasher(self.manager.hasher)
+        hashes = request.live_block_hashes
+        limit = request.num_tokens - 1
+        total = tiered_hit_length(self.managers, hashes, limit, self.present)
+        if total == 0:
+            return None
+        device = tiered_hit_length(self.managers, hashes, total, self.on_device)
+        if device == total:
+            return None
+        cached = self.pool.cached
+        keep: list[KVCacheBlock] = []
+        wanted: list[tuple[int, int, bytes]] = []
+        for m in self.managers:
+            gid, view = m.group_id, m.group_hashes(hashes)
+            for i in range(m.first_needed_block(total), total // m.block_size):
+                b = cached[gid].get(view[i])
+                if b is not None:
+                    keep.append(b)
+                else:
+                    wanted.append((gid, i, view[i]))
+        need = len(wanted) + sum(1 for b in keep if b.ref_cnt == 0)
+        if need > self.pool.num_free_blocks:
+            self.stats.skipped_no_room += 1
+            return None
+        pins = self._pin([UnitKey(h, g) for g, _, h in wanted])
+        try:
+            self.pool.touch(keep)
+            blocks = self.pool.get_new_blocks(len(wanted))  # may demote: the pins hold ours
+            started = time.perf_counter()
+            loads = self._start_loads(wanted, blocks)
+        finally:
+            for tier, key in pins:
+                tier.unpin(key)
+        return _Staged(keep + blocks, loads, total - device, started)
+
+    def _pin(self, keys: list[UnitKey]) -> list[tuple[HostTier | DiskTier, UnitKey]]:
+        pinned: list[tuple[HostTier | DiskTier, UnitKey]] = []
+        for key in keys:
+            for tier in (self.host, self.disk):
+                if tier is not None and tier.contains(key):
+                    tier.pin(key)
+                    pinned.append((tier, key))
+                    break
+        return pinned
+
+    def _start_loads(
+        self, wanted: list[tuple[int, int, bytes]], blocks: list[KVCacheBlock]
+    ) -> list[_Load]:
+        host_items: list[tuple[UnitKey, list[Any] | None]] = []
+        disk_items: list[tuple[UnitKey, list[Any] | None]] = []
+        where: list[tuple[bool, int]] = []
+        on_cpu = True
+        for (gid, _, h), b in zip(wanted, blocks, strict=True):
+            key = UnitKey(h, gid)
+            parts = self.block_bytes.parts(gid, b.block_id)
+            on_cpu = parts[0].device.type == "cpu"
+            if self.host.contains(key):
+                where.append((False, len(host_items)))
+                host_items.append((key, parts))
+            elif self.disk is not None and self.disk.contains(key):
+                where.append((True, len(disk_items)))
+                disk_items.append((key, [p.numpy() for p in parts] if on_cpu else None))
+            else:
+                where.append((False, -1))
+        host_t = self.host.load_many(host_items) if host_items else []
+        disk_t = self.disk.load_many(disk_items) if disk_items and self.disk is not None else []
+        loads = []
+        for (gid, i, h), b, (disk, k) in zip(wanted, blocks, where, strict=True):
+            t = None if k < 0 else (disk_t if disk else host_t)[k]
+            loads.append(_Load(gid, i, h, b, t, disk))
+        return loads
+
+    def _land(self, request: Request, staged: _Staged) -> None:
+        """Wait for the loads; enter each landed block into the device prefix index."""
+        tokens = request.live_token_ids
+        failed = 0
+        pool = self.pool
+        for ld in staged.loads:
+            ok = ld.transfer is not None and ld.transfer.wait()
+            if ok and ld.disk and ld.transfer is not None and ld.transfer.result is not None:
+                self._copy_in(ld)
+            if not ok:
+                failed += 1
+                continue
+            bs = self.managers[ld.group_id].block_size
+            i = ld.position
+            new = pool.cache_run(
+                [ld.block], [ld.block_hash], ld.group_id, tokens[i * bs : (i + 1) * bs], bs, 0, 1
+            )
+            if new and pool.enable_kv_cache_events:
+                parent = self.managers[ld.group_id].group_hashes(request.live_block_hashes)
+                pool.record_stored(
+                    [ld.block_hash],
+                    parent[i - 1] if i else None,
+                    tokens[i * bs : (i + 1) * bs],
+                    bs,
+                    request.lora_name,
+                    ld.group_id,
+                )
+            self.stats.count_load(ld.disk, self.block_bytes.unit_bytes[ld.group_id])
+        self.stats.load_seconds.append(time.perf_counter() - staged.started)
+        if failed:
+            self.stats.load_failures += failed
+        else:
+            self.stats.hit_tokens += staged.gained
+            self.stats.hits += 1
+            if any(ld.disk for ld in staged.loads):
+                self.stats.disk_hits += 1
+                self.stats.disk_hit_tokens += staged.gained
+
+    def _copy_in(self, ld: _Load) -> None:
+        """A disk load read into host memory (a non-CPU device): copy it to the block."""
+        assert ld.transfer is not None
+        parts = self.block_bytes.parts(ld.group_id, ld.block.block_id)
+        for dst, src in zip(parts, ld.transfer.result, strict=True):
+            if isinstance(src, memoryview | bytes):
+                dst.copy_(torch.tensor(bytearray(src), dtype=torch.uint8))
+
+    def held(self) -> Iterator[KVCacheBlock]:
+        """Every block held for a hit being restored."""
+        for staged in self._staged.values():
+            yield from staged.held
+
+    def check_integrity(self) -> None:
+        """Every held block is in use and not free; every load's block is held."""
+        for rid, staged in self._staged.items():
+            for b in staged.held:
+                assert not b.is_null and b.ref_cnt >= 1, f"{rid}: held block {b} is free"
+            for ld in staged.loads:
+                assert ld.block in staged.held, f"{rid}: a load's block is not held"
+                assert ld.block.block_hash is None, f"{rid}: {ld.block} cached before it landed"
