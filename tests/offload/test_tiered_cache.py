@@ -1,7 +1,8 @@
 """``TieredCache`` on a real planned layout, byte for byte, with copies held back.
 
-A request's blocks are filled with known bytes, the pool reuses every block
-(demoting them to the host tier) and the buffers are zeroed. A copier whose
+A request's blocks are filled with known bytes and written through to the host
+tier (``lru``: the step that computed them ran), the pool reuses every block and
+the buffers are zeroed. A copier whose
 jobs wait for a gate makes the loads stay in flight: the request is then not
 ready, its blocks are held (out of the free set, counted by the manager's
 check), and once the gate opens the device holds exactly the bytes computed
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 from factories import admit, hit_len, toks
+from tier_helpers import computed
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.layouts import shipped_layout
@@ -87,6 +89,7 @@ def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, by
                 p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
             if b.block_hash is not None:
                 out[(gid, b.block_hash)] = b"".join(bytes(p.numpy()) for p in parts)
+    computed(tiers, r)
     kv.free(r)
     return out
 
@@ -121,7 +124,7 @@ def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> N
     expected = hit_len(kv, later)
     assert expected > 0
     _evict_and_wipe(kv, buffers)
-    assert tiers.stats.demoted == len(want)
+    assert tiers.stats.written_through == len(want) and tiers.stats.demoted == 0
     assert hit_len(kv, later) == 0
 
     copier.gate.clear()
