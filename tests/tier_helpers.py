@@ -1,9 +1,94 @@
-"""Helpers for tests that drive a ``TieredCache`` without the scheduler."""
+"""Helpers for tests that drive a ``TieredCache`` without the engine: a planned
+tiny layout with real KV buffers, a copier whose jobs can be held back, and the
+scheduler's "a step computed these tokens" call."""
 
 from __future__ import annotations
 
-from hybridkv import Request
-from hybridkv.offload import TieredCache
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridkv import KVCacheManager, Request
+from hybridkv.layouts import shipped_layout
+from hybridkv.offload import BlockBytes, TieredCache
+from hybridkv.offload.stream_order import StreamOrder
+from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
+from hybridkv.tiers.copier import ThreadCopier
+from hybridkv.tiers.memory import HostMemory
+from hybridkv.tiers.torch_memory import TorchHostMemory
+from hybridkv.tiers.transfer import Completion
+
+
+class GatedCopier:
+    """A copy thread whose jobs wait for ``gate``; with ``fail`` set they raise."""
+
+    threaded = True
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
+        self._inner = ThreadCopier("test-gated-copy")
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Completion:
+        def job() -> Any:
+            assert self.gate.wait(30), "the test never opened the gate"
+            if self.fail:
+                raise OSError("injected copy failure")
+            return fn(*args)
+
+        return self._inner.submit(job)
+
+    def close(self) -> None:
+        self.gate.set()
+        self._inner.close()
+
+
+def tiered_manager(
+    name: str,
+    *,
+    policy: str = "lru",
+    host_bytes: int = 1 << 24,
+    disk: Path | None = None,
+    max_len: int = 64,
+    memory: HostMemory | None = None,
+    order: StreamOrder | None = None,
+    device: str = "cpu",
+) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
+    """A manager over shipped layout ``name`` with a host tier (copies held back by
+    the returned ``GatedCopier``) and, with ``disk``, a disk tier under it."""
+    config = plan_kv_cache(
+        shipped_layout(name), 400_000, max_model_len=max_len, max_num_batched_tokens=max_len
+    ).kv_cache_config
+    kv = KVCacheManager(config, max_len, cache_policy=policy)
+    buffers = allocate_kv_cache(config, torch.device(device))
+    copier = GatedCopier()
+    fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
+    mem = memory if memory is not None else TorchHostMemory("cpu")
+    host = HostTier(fingerprint, host_bytes, mem, copier=copier)
+    lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
+    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host, lower, order), copier
+
+
+def fill(kv: KVCacheManager, tiers: TieredCache, r: Request, seed: int = 0) -> dict[Any, bytes]:
+    """Fill ``r``'s blocks with random bytes (as its steps would); the bytes of each
+    cached block by ``(group, hash)``."""
+    out = {}
+    gen = torch.Generator().manual_seed(seed)
+    for gid, table in enumerate(kv.get_blocks(r.request_id).blocks):
+        for b in table:
+            if b.is_null:
+                continue
+            parts = tiers.block_bytes.parts(gid, b.block_id)
+            for p in parts:
+                p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
+            if b.block_hash is not None:
+                out[(gid, b.block_hash)] = b"".join(bytes(p.cpu().numpy()) for p in parts)
+    return out
 
 
 def computed(tiers: TieredCache, r: Request) -> None:

@@ -14,81 +14,30 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from factories import admit, hit_len, toks
-from tier_helpers import computed
+from tier_helpers import GatedCopier, computed, fill, tiered_manager
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.layouts import shipped_layout
-from hybridkv.offload import BlockBytes, TieredCache
-from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
-from hybridkv.tiers.copier import ThreadCopier
-from hybridkv.tiers.torch_memory import TorchHostMemory
-from hybridkv.tiers.transfer import Completion
+from hybridkv.offload import TieredCache
+from hybridkv.planning import KVCacheBuffers
 
 MAX_LEN = 64
-
-
-class GatedCopier:
-    """A copy thread whose jobs wait for ``gate``; with ``fail`` set they raise."""
-
-    threaded = True
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.fail = False
-        self._inner = ThreadCopier("test-gated-copy")
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Completion:
-        def job() -> Any:
-            assert self.gate.wait(30), "the test never opened the gate"
-            if self.fail:
-                raise OSError("injected copy failure")
-            return fn(*args)
-
-        return self._inner.submit(job)
-
-    def close(self) -> None:
-        self.gate.set()
-        self._inner.close()
 
 
 def _setup(
     name: str, host_bytes: int = 1 << 24, disk: Path | None = None
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
-    config = plan_kv_cache(
-        shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
-    ).kv_cache_config
-    kv = KVCacheManager(config, MAX_LEN)
-    buffers = allocate_kv_cache(config)
-    copier = GatedCopier()
-    fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
-    host = HostTier(fingerprint, host_bytes, TorchHostMemory("cpu"), copier=copier)
-    lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
-    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host, lower), copier
+    return tiered_manager(name, host_bytes=host_bytes, disk=disk, max_len=MAX_LEN)
 
 
 def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
     """Admit ``r``, fill its blocks with random bytes; its cached blocks' bytes by key."""
     admit(kv, r)
-    out = {}
-    gen = torch.Generator().manual_seed(0)
-    for gid, table in enumerate(kv.get_blocks(r.request_id).blocks):
-        for b in table:
-            if b.is_null:
-                continue
-            parts = tiers.block_bytes.parts(gid, b.block_id)
-            for p in parts:
-                p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
-            if b.block_hash is not None:
-                out[(gid, b.block_hash)] = b"".join(bytes(p.numpy()) for p in parts)
+    out = fill(kv, tiers, r)
     computed(tiers, r)
     kv.free(r)
     return out
