@@ -43,6 +43,11 @@ class GatedCopier:
 
         return self._inner.submit(job)
 
+    def drain(self) -> None:
+        """Wait until every job submitted so far has run and settled (one thread,
+        jobs in order; a transfer settles in its job's thread)."""
+        self._inner.submit(lambda: None).wait(30)
+
     def close(self) -> None:
         self.gate.set()
         self._inner.close()

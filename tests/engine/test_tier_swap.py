@@ -12,8 +12,6 @@ policies: every output equals transformers' greedy tokens (logits within
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from oracle import check_against_hf, random_prompt
 from tiny_checkpoints import gemma3_config, jamba_config, save_checkpoint
