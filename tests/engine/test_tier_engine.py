@@ -119,6 +119,11 @@ def _check_metrics(llm: LLM) -> None:
     assert (
         f'hybridkv:kv_tier_load_seconds_count{{model_name="m"}} {len(stats.load_seconds)}' in text
     )
+    assert f'hybridkv:kv_tier_swaps_total{{model_name="m"}} {float(stats.swaps)}' in text
+    wait = next(
+        ln for ln in text.splitlines() if ln.startswith("hybridkv:kv_tier_load_wait_seconds_total")
+    )
+    assert float(wait.split()[-1]) == pytest.approx(stats.load_wait_seconds)
 
 
 def test_a_flipped_byte_on_disk_is_a_miss(ckpt: Path, cold: LLM, tmp_path: Path) -> None:
