@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from factories import admit
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.layouts import shipped_layout
@@ -93,6 +94,16 @@ def fill(kv: KVCacheManager, tiers: TieredCache, r: Request, seed: int = 0) -> d
                 p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
             if b.block_hash is not None:
                 out[(gid, b.block_hash)] = b"".join(bytes(p.cpu().numpy()) for p in parts)
+    return out
+
+
+def compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
+    """Admit ``r``, fill its blocks with random bytes, run its step (``computed``)
+    and free it: its cached blocks' bytes by ``(group, hash)``."""
+    admit(kv, r)
+    out = fill(kv, tiers, r)
+    computed(tiers, r)
+    kv.free(r)
     return out
 
 

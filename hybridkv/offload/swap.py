@@ -41,19 +41,14 @@ then the resume recomputes what is missing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
-from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.load_cost import LoadCost
-from hybridkv.offload.pending_stores import PendingStores
 from hybridkv.offload.stats import OffloadStats
-from hybridkv.offload.tier_events import TierEvents
-from hybridkv.offload.write_through import Overflow, store_blocks
-from hybridkv.tiers import DiskTier, HostTier, UnitKey
+from hybridkv.offload.write_through import HostStores
+from hybridkv.tiers import DiskTier, UnitKey
 
 #: ``SchedulerConfig.preemption_mode`` values (None: the cost model decides).
 PREEMPTION_MODES = ("swap", "recompute")
@@ -65,27 +60,22 @@ class Swap:
     def __init__(
         self,
         manager: KVCacheManager,
-        block_bytes: BlockBytes,
-        host: HostTier,
+        stores: HostStores,
         disk: DiskTier | None,
         present: Present,
         cost: LoadCost,
-        pending: PendingStores,
-        events: TierEvents | None,
         stats: OffloadStats,
-        overflow: Overflow | None = None,
     ) -> None:
-        self.overflow = overflow
+        """``present``: a unit is on the device or in a tier (``Loads.present``)."""
         self.manager = manager
         self.managers = manager.coordinator.managers
         self.cached = manager.block_pool.cached
-        self.block_bytes = block_bytes
-        self.host = host
+        self.stores = stores
+        self.unit_bytes = stores.block_bytes.unit_bytes
+        self.host = stores.host
         self.disk = disk
         self.present = present
         self.cost = cost
-        self.pending = pending
-        self.events = events
         self.stats = stats
         #: Requests swapped out and not yet reloaded (their reload is not re-decided).
         self.swapped: set[str] = set()
@@ -118,7 +108,7 @@ class Swap:
         if point == 0:
             return False
         units = self.units(request, point)
-        nbytes = sum(self.block_bytes.unit_bytes[gid] for gid, _, _ in units)
+        nbytes = sum(self.unit_bytes[gid] for gid, _, _ in units)
         if mode is None and not self.cost.load_cheaper(nbytes, point, copies=2):
             self.stats.swaps_declined += 1
             return False
@@ -131,9 +121,7 @@ class Swap:
             assert b is not None, "a swap unit is on the device or in a tier"
             blocks.append((gid, b))
         value = point / max(1, len(units))
-        started = store_blocks(
-            self.host, self.block_bytes, blocks, value, self.pending, self.events, self.overflow
-        )
+        started = self.stores.store(blocks, value)
         self.swapped.add(request.request_id)
         self.stats.swaps += 1
         self.stats.swapped_units += started
@@ -151,7 +139,6 @@ class Swap:
             return True
         return False
 
-    def forget(self, request_ids: Sequence[str]) -> None:
-        """Requests that ended: nothing to reload."""
-        for rid in request_ids:
-            self.swapped.discard(rid)
+    def forget(self, request_id: str) -> None:
+        """The request's lookup went ahead (or it ended): nothing left to reload."""
+        self.swapped.discard(request_id)

@@ -39,7 +39,7 @@ from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.swap import Swap
 from hybridkv.offload.tier_events import TierEvents
-from hybridkv.offload.write_through import WriteThrough
+from hybridkv.offload.write_through import HostStores, WriteThrough
 from hybridkv.tiers import DiskTier, HostTier, UnitKey
 
 
@@ -81,23 +81,11 @@ class TieredCache:
             manager, block_bytes, host, disk, self.events, self.stats, self.order, self._worth
         )
         overflow = self._overflow if disk is not None else None
+        stores = HostStores(host, block_bytes, self.pending, self.events, overflow)
         self.write_through = None
         if self.policy.writes_through:
-            self.write_through = WriteThrough(
-                manager, block_bytes, host, self.pending, self.events, self.stats, overflow
-            )
-        self.swap = Swap(
-            manager,
-            block_bytes,
-            host,
-            disk,
-            self.loads.present,
-            self.cost,
-            self.pending,
-            self.events,
-            self.stats,
-            overflow,
-        )
+            self.write_through = WriteThrough(manager, stores, self.stats)
+        self.swap = Swap(manager, stores, disk, self.loads.present, self.cost, self.stats)
         self.pool.on_take = self._on_take
         self._steps = 0  # ``poll`` calls: one per scheduled step
         self._staged_in: dict[str, int] = {}  # request -> the step its loads were staged in
@@ -143,7 +131,7 @@ class TieredCache:
         if not ready:
             self._staged_in.setdefault(rid, self._steps)
             return False
-        self.swap.swapped.discard(rid)
+        self.swap.forget(rid)
         # Staged and landed within one step, not ordered on a stream: a copy's time.
         fresh = self._staged_in.pop(rid, self._steps) == self._steps or not staged
         if self.stats.hits > hits and fresh and self.order.stream_waits == waits:
@@ -157,7 +145,7 @@ class TieredCache:
     def release(self, request: Request) -> None:
         """``Loads.release``: land an aborted request's loads, let go of its blocks."""
         self.loads.release(request)
-        self.swap.swapped.discard(request.request_id)
+        self.swap.forget(request.request_id)
         self._staged_in.pop(request.request_id, None)
 
     def swap_out(self, request: Request, mode: str | None) -> bool:

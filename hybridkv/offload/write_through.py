@@ -25,6 +25,7 @@ partial last block (no hash) are not stored.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
@@ -40,64 +41,54 @@ from hybridkv.tiers import HostTier, TierFullError, UnitKey
 Overflow = Callable[[UnitKey, list[Any], "float | None"], None]
 
 
-def store_blocks(
-    host: HostTier,
-    block_bytes: BlockBytes,
-    blocks: list[tuple[int, KVCacheBlock]],
-    value: float | None,
-    pending: PendingStores,
-    events: TierEvents | None,
-    overflow: Overflow | None = None,
-) -> int:
-    """Store ``(group, block)`` units in ``host`` asynchronously (one batch), each
-    registered in ``pending``; a key the host holds is only touched. A unit the
-    host has no room for (a batch never evicts its own entries in flight) goes
-    to ``overflow`` (the disk tier), else nowhere. Returns the number of new
-    stores started."""
-    items: list[tuple[UnitKey, list[Any], float | None]] = []
-    fresh: list[bool] = []
-    for gid, b in blocks:
-        assert b.block_hash is not None
-        key = UnitKey(b.block_hash, gid)
-        fresh.append(not host.contains(key))
-        items.append((key, block_bytes.parts(gid, b.block_id), value))
-    if not items:
-        return 0
-    started = 0
-    for (_, b), item, new, t in zip(blocks, items, fresh, host.store_many(items), strict=True):
-        if not new:
-            continue  # touched (an LRU use), nothing copied
-        if t.done() and isinstance(t.error, TierFullError):
-            if overflow is not None:
-                overflow(*item)
-            continue
-        pending.add(b, t)
-        started += 1
-        if events is not None:
-            events.storing(item[0], t, "CPU")
-    return started
+@dataclass(frozen=True, slots=True)
+class HostStores:
+    """Asynchronous stores of device blocks into the host tier: each registered in
+    ``pending`` (the block's reuse waits for it) and announced by ``events`` once
+    landed; a unit the host has no room for (a batch never evicts its own entries
+    in flight) goes to ``overflow`` (the disk tier), else nowhere."""
+
+    host: HostTier
+    block_bytes: BlockBytes
+    pending: PendingStores
+    events: TierEvents | None
+    overflow: Overflow | None = None
+
+    def store(self, blocks: list[tuple[int, KVCacheBlock]], value: float | None) -> int:
+        """Store the ``(group, block)`` units (one batch); a key the host holds is only
+        touched. Returns the number of new stores started."""
+        host = self.host
+        items: list[tuple[UnitKey, list[Any], float | None]] = []
+        fresh: list[bool] = []
+        for gid, b in blocks:
+            assert b.block_hash is not None
+            key = UnitKey(b.block_hash, gid)
+            fresh.append(not host.contains(key))
+            items.append((key, self.block_bytes.parts(gid, b.block_id), value))
+        if not items:
+            return 0
+        started = 0
+        for (_, b), item, new, t in zip(blocks, items, fresh, host.store_many(items), strict=True):
+            if not new:
+                continue  # touched (an LRU use), nothing copied
+            if t.done() and isinstance(t.error, TierFullError):
+                if self.overflow is not None:
+                    self.overflow(*item)
+                continue
+            self.pending.add(b, t)
+            started += 1
+            if self.events is not None:
+                self.events.storing(item[0], t, "CPU")
+        return started
 
 
 class WriteThrough:
     """Stores computed blocks in the host tier after each step (module docstring)."""
 
-    def __init__(
-        self,
-        manager: KVCacheManager,
-        block_bytes: BlockBytes,
-        host: HostTier,
-        pending: PendingStores,
-        events: TierEvents | None,
-        stats: OffloadStats,
-        overflow: Overflow | None = None,
-    ) -> None:
+    def __init__(self, manager: KVCacheManager, stores: HostStores, stats: OffloadStats) -> None:
         self.coordinator = manager.coordinator
-        self.overflow = overflow
         self.block_sizes = [m.block_size for m in manager.coordinator.managers]
-        self.block_bytes = block_bytes
-        self.host = host
-        self.pending = pending
-        self.events = events
+        self.stores = stores
         self.stats = stats
 
     def computed(self, request: Request, first: int, end: int) -> None:
@@ -111,7 +102,4 @@ class WriteThrough:
                 if b.block_hash is not None and not b.is_null:
                     blocks.append((gid, b))
         if blocks:
-            n = store_blocks(
-                self.host, self.block_bytes, blocks, None, self.pending, self.events, self.overflow
-            )
-            self.stats.written_through += n
+            self.stats.written_through += self.stores.store(blocks, None)

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import torch
-from factories import admit, hit_len, toks
-from tier_helpers import computed, fill, tiered_manager
+from factories import hit_len, toks
+from tier_helpers import compute, tiered_manager
 
 from hybridkv import Request
 from hybridkv.offload.stream_order import StreamOrder
@@ -83,11 +83,7 @@ def test_a_step_is_ordered_after_stream_copies_without_a_host_wait() -> None:
         "tiny-gemma3", max_len=MAX_LEN, memory=memory, order=order
     )
     prompt = toks(MAX_LEN - 8)
-    r = Request("a", prompt)
-    admit(kv, r)
-    want = fill(kv, tiers, r)
-    computed(tiers, r)  # write-through stores "on the stream", not landed
-    kv.free(r)
+    want = compute(kv, tiers, Request("a", prompt))  # stores "on the stream", not landed
     pool = kv.block_pool
     pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))  # reuse: ordered, not waited
     assert len(stream.waited) == len(want) and tiers.pending.waited == len(want)
@@ -132,11 +128,7 @@ def test_on_cuda_the_current_stream_waits_for_the_copies() -> None:
         device="cuda",
     )
     prompt = toks(MAX_LEN - 8)
-    r = Request("a", prompt)
-    admit(kv, r)
-    want = fill(kv, tiers, r)
-    computed(tiers, r)
-    kv.free(r)
+    want = compute(kv, tiers, Request("a", prompt))
     pool = kv.block_pool
     pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))
     for buf in buffers.buffers:

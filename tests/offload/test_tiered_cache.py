@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import admit, hit_len, toks
-from tier_helpers import GatedCopier, computed, fill, tiered_manager
+from factories import hit_len, toks
+from tier_helpers import GatedCopier, compute, tiered_manager
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.offload import TieredCache
@@ -32,15 +32,6 @@ def _setup(
     name: str, host_bytes: int = 1 << 24, disk: Path | None = None
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
     return tiered_manager(name, host_bytes=host_bytes, disk=disk, max_len=MAX_LEN)
-
-
-def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
-    """Admit ``r``, fill its blocks with random bytes; its cached blocks' bytes by key."""
-    admit(kv, r)
-    out = fill(kv, tiers, r)
-    computed(tiers, r)
-    kv.free(r)
-    return out
 
 
 def _evict_and_wipe(kv: KVCacheManager, buffers: KVCacheBuffers) -> None:
@@ -68,7 +59,7 @@ def _check(kv: KVCacheManager, tiers: TieredCache) -> None:
 def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> None:
     kv, buffers, tiers, copier = _setup(name)
     prompt = toks(MAX_LEN - 8)
-    want = _compute(kv, tiers, Request("a", prompt))
+    want = compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
     expected = hit_len(kv, later)
     assert expected > 0
@@ -95,7 +86,7 @@ def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> N
 def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
     kv, buffers, tiers, copier = _setup("tiny-gemma3")
     prompt = toks(MAX_LEN - 8)
-    _compute(kv, tiers, Request("a", prompt))
+    compute(kv, tiers, Request("a", prompt))
     _evict_and_wipe(kv, buffers)
     later = Request("b", [*prompt, 1, 2])
 
@@ -125,7 +116,7 @@ def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(tmp_path: Path) 
     # Room for 3 units: the demotion batch overflows to disk, and later ones evict to it.
     kv, buffers, tiers, _ = _setup("tiny-gemma3", host_bytes=3 * unit, disk=tmp_path)
     prompt = toks(MAX_LEN - 8)
-    want = _compute(kv, tiers, Request("a", prompt))
+    want = compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
     expected = hit_len(kv, later)
     _evict_and_wipe(kv, buffers)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 
 from factories import admit, toks
-from tier_helpers import computed, fill, tiered_manager
+from tier_helpers import compute, computed, fill, tiered_manager
 
 from hybridkv import Request
 from hybridkv.tiers import UnitKey
@@ -61,11 +61,7 @@ def test_lru_writes_computed_blocks_through_and_reuse_waits_for_the_copies() -> 
 def test_a_hit_block_the_host_dropped_is_stored_again() -> None:
     kv, _, tiers, _ = tiered_manager("tiny-gemma3", max_len=MAX_LEN)
     prompt = toks(MAX_LEN - 8)
-    a = Request("a", prompt)
-    admit(kv, a)
-    want = fill(kv, tiers, a)
-    computed(tiers, a)
-    kv.free(a)
+    want = compute(kv, tiers, Request("a", prompt))
     tiers.pending.wait_all()
     b = Request("b", [*prompt, 1, 2, 3, 4])
     hit, _ = admit(kv, b)  # a device hit on a's blocks
