@@ -147,8 +147,8 @@ class Scheduler:
             budget = self._admit(scheduled, budget)
             if self.tiers is not None and not scheduled and self._loading():
                 # Only requests whose loads are in flight: wait for the first one.
-                if not self.tiers.prepare(self.waiting[0].core, wait=True):
-                    raise AssertionError("prepare(wait=True) returned before its loads landed")
+                landed = self.tiers.prepare(self.waiting[0].core, wait=True)
+                assert landed, "prepare(wait=True) returns once the loads have landed"
                 self._admit(scheduled, budget)
         if self.tiers is not None:
             waited = self.tiers.stats.load_wait_seconds - waited
