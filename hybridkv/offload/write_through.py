@@ -56,21 +56,22 @@ class HostStores:
 
     def store(self, blocks: list[tuple[int, KVCacheBlock]], value: float | None) -> int:
         """Store the ``(group, block)`` units (one batch); a key the host holds is only
-        touched. Returns the number of new stores started."""
-        host = self.host
-        items: list[tuple[UnitKey, list[Any], float | None]] = []
-        fresh: list[bool] = []
+        touched (an LRU use), one it is storing left alone. Returns the number of new
+        stores started."""
+        keys = []
         for gid, b in blocks:
             assert b.block_hash is not None
-            key = UnitKey(b.block_hash, gid)
-            fresh.append(not host.contains(key))
-            items.append((key, self.block_bytes.parts(gid, b.block_id), value))
-        if not items:
+            keys.append(UnitKey(b.block_hash, gid))
+        todo = [
+            (k, b)
+            for k, b, held in zip(keys, blocks, self.host.touch(keys), strict=True)
+            if not held
+        ]
+        if not todo:
             return 0
+        items = [(k, self.block_bytes.parts(gid, b.block_id), value) for k, (gid, b) in todo]
         started = 0
-        for (_, b), item, new, t in zip(blocks, items, fresh, host.store_many(items), strict=True):
-            if not new:
-                continue  # touched (an LRU use), nothing copied
+        for (_, (_, b)), item, t in zip(todo, items, self.host.store_many(items), strict=True):
             if t.done() and isinstance(t.error, TierFullError):
                 if self.overflow is not None:
                     self.overflow(*item)
