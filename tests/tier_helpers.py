@@ -54,6 +54,21 @@ class GatedCopier:
         self._inner.close()
 
 
+def blocked_until_opened(copier: GatedCopier, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a thread while ``copier``'s gate is closed: it must still be
+    blocked after 0.3 s (waiting for the held copies); then open the gate and
+    return its result."""
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(fn()))
+    worker.start()
+    worker.join(0.3)
+    assert worker.is_alive(), "it did not wait for the copies"
+    copier.gate.set()
+    worker.join(30)
+    assert out, "it did not finish once the copies ran"
+    return out[0]
+
+
 def tiered_manager(
     name: str,
     *,

@@ -12,10 +12,8 @@ manager over a planned tiny layout, tokens made up).
 
 from __future__ import annotations
 
-import threading
-
 from factories import admit, toks
-from tier_helpers import computed, tiered_manager
+from tier_helpers import blocked_until_opened, computed, tiered_manager
 
 from hybridkv import Request
 from hybridkv.engine.engine_request import EngineRequest
@@ -72,10 +70,9 @@ def test_when_only_loads_wait_the_step_waits_and_says_how_long() -> None:
     loading = _req("a", [*doc, 1, 2])
     sched.add_request(loading)
     copier.gate.clear()
-    threading.Timer(0.2, copier.gate.set).start()
-    out = sched.schedule()
+    out = blocked_until_opened(copier, sched.schedule)
     assert [s.request for s in out.scheduled] == [loading] and out.scheduled[0].start > 0
-    assert out.load_wait >= 0.15 and tiers.stats.load_wait_seconds == out.load_wait
+    assert out.load_wait >= 0.25 and tiers.stats.load_wait_seconds == out.load_wait
     tiers.close()
 
 

@@ -12,10 +12,8 @@ pool's reuse demotes.
 
 from __future__ import annotations
 
-import threading
-
 from factories import admit, toks
-from tier_helpers import compute, computed, fill, tiered_manager
+from tier_helpers import blocked_until_opened, compute, computed, fill, tiered_manager
 
 from hybridkv import Request
 from hybridkv.tiers import UnitKey
@@ -41,8 +39,7 @@ def test_lru_writes_computed_blocks_through_and_reuse_waits_for_the_copies() -> 
     tiers.check_integrity()
     kv.free(r)
     pool = kv.block_pool
-    threading.Timer(0.2, copier.gate.set).start()
-    blocks = pool.get_new_blocks(pool.num_free_blocks)  # waits for the stores
+    blocks = blocked_until_opened(copier, lambda: pool.get_new_blocks(pool.num_free_blocks))
     assert tiers.pending.waited > 0 and len(tiers.pending) == 0
     for b in blocks:  # the next owner writes them
         for gid in range(len(kv.kv_cache_config.kv_cache_groups)):
