@@ -6,8 +6,9 @@ and its resume loads its hit back through the normal load path. A Mamba group
 needs the state at the hit point, and the running state at 48 is not a kept
 snapshot: the swap restores exactly up to the last kept state (32 under
 ``lru``, which keeps every boundary; at most that under ``hybrid``), never past
-it, with the bytes computed before. The load-or-recompute model decides
-(``preemption_mode`` None) and ``"recompute"`` never swaps.
+it, with the bytes computed before; a reload whose copies fail is recomputed,
+never read stale. The load-or-recompute model decides (``preemption_mode``
+None) and ``"recompute"`` never swaps.
 """
 
 from __future__ import annotations
@@ -96,3 +97,21 @@ def test_the_cost_model() -> None:
     assert cost.load_cheaper(int(bw * 0.05), 10)  # 50 ms of copy vs 100 ms of recompute
     assert not cost.load_cheaper(int(bw * 0.05), 10, copies=2)  # out and back: 100 ms
     assert not cost.load_cheaper(int(bw * 0.2), 10)
+
+
+def test_a_failed_reload_recomputes() -> None:
+    kv, buffers, tiers, copier = tiered_manager("tiny-jamba", max_len=MAX_LEN)
+    r = Request("a", toks(48 + 8))
+    admit(kv, r)
+    r.num_computed_tokens = 48
+    assert tiers.swap_out(r, "swap")
+    kv.free(r)
+    _evict_and_wipe(kv, buffers)
+    copier.fail = True  # every load's copy fails
+    r.num_computed_tokens = 0
+    assert tiers.prepare(r, wait=True)
+    assert kv.get_computed_blocks(r)[1] == 0  # nothing stale: recomputed from the start
+    assert tiers.stats.load_failures > 0 and tiers.stats.hits == 0
+    tiers.check_integrity()
+    kv.check_integrity()
+    tiers.close()
