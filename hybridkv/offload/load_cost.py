@@ -7,9 +7,11 @@ The model, in seconds::
 
 - ``load_bandwidth`` (bytes/s) starts at ``LoadCostPrior``'s figure for the
   device (stated there) and then follows what this engine measures: each
-  restored hit whose loads were waited for at once gives ``bytes loaded /
-  (first copy asked -> last copy landed)``, Python work per unit included,
-  folded in as an exponential moving average (``ALPHA``). Hits the step
+  restored hit staged and landed within one step (``TieredCache.prepare``)
+  gives ``bytes loaded / (first copy asked -> last copy landed)``, Python work
+  per unit included, folded in as an exponential moving average (``ALPHA``).
+  (A hit that lands a step or more later is not measured: its time would
+  include the steps in between.) Hits the step
   waited for on the copy stream (CUDA) are not measured: the host did not see
   the copy end.
 - ``seconds_per_prefill_token`` is measured only: each step whose tokens are
