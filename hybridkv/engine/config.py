@@ -25,6 +25,7 @@ import torch
 
 from hybridkv.core.hashing import HASH_ALGOS
 from hybridkv.engine.engine_setup import check_dtype, check_flag, positive
+from hybridkv.offload.swap import PREEMPTION_MODES
 from hybridkv.policy import HybridOptions, check_cache_policy
 
 
@@ -107,12 +108,16 @@ def check_tier_settings(cache: CacheConfig) -> None:
 class SchedulerConfig:
     """Requests per step and their length: ``max_model_len`` None is the
     model's; beyond the model's positions it needs ``allow_long_max_model_len``
-    (``hybridkv.layouts.context_length``)."""
+    (``hybridkv.layouts.context_length``). ``preemption_mode`` (vLLM's name):
+    with a host tier (``kv_offloading_size``), ``"swap"`` stores a preempted
+    request's blocks there for its resume, ``"recompute"`` never does, and None
+    lets the load-or-recompute cost model decide (``hybridkv/offload/swap.py``)."""
 
     max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     allow_long_max_model_len: bool = False
+    preemption_mode: str | None = None
 
     def __post_init__(self) -> None:
         positive(self.max_num_seqs, "max_num_seqs")
@@ -120,6 +125,11 @@ class SchedulerConfig:
         if self.max_model_len is not None:
             positive(self.max_model_len, "max_model_len")
         check_flag(self.allow_long_max_model_len, "allow_long_max_model_len")
+        if self.preemption_mode not in (None, *PREEMPTION_MODES):
+            raise ValueError(
+                f"preemption_mode must be None or one of {PREEMPTION_MODES}, "
+                f"got {self.preemption_mode!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -200,4 +210,8 @@ def build_configs(
     cache = _from_keywords(CacheConfig, cache_config, keywords, "cache_config")
     scheduler = _from_keywords(SchedulerConfig, scheduler_config, keywords, "scheduler_config")
     execution = _from_keywords(ExecutionConfig, execution_config, keywords, "execution_config")
+    if scheduler.preemption_mode == "swap" and cache.kv_offloading_size is None:
+        raise ValueError(
+            "preemption_mode='swap' needs a host tier to swap to: set kv_offloading_size"
+        )
     return cache, scheduler, execution

@@ -11,10 +11,9 @@ room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
 see ``engine_setup.resolve_kernel_backend``) is resolved once into a
 ``KernelBackend`` object (``self.kernel_backend``; ``describe()`` lists which
 kernel runs each op) that every step's batch and the sampler use.
-``cuda_graphs=True`` replays steps from CUDA graphs (``hybridkv.engine.graphs``:
-decode steps and small steps (up to 511 new tokens) of every family on CUDA with the
-``triton`` backend; anything else is refused with the reason; ``runner.graphs.stats``
-counts replays).
+``cuda_graphs=True`` replays steps from CUDA graphs (``hybridkv.engine.graphs``: decode steps and
+small steps (up to 511 new tokens) of every family on CUDA with the ``triton`` backend; anything
+else is refused with the reason; ``runner.graphs.stats`` counts replays).
 ``kv_offloading_size`` (GiB of host RAM), ``disk_cache_dir`` and ``disk_cache_size`` (GiB)
 put tiers under the device pool (``hybridkv.offload``, docs/tiers.md).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
@@ -28,10 +27,9 @@ etc. hold what is in force. ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVC
 ``hybrid`` (a ``HybridOptions``) or the keywords ``hybrid_return_bonus``,
 ``hybrid_return_grade``, ``hybrid_value_weight``, ``hybrid_floor_tokens`` and
 ``hybrid_tuning`` (a ``HybridTuning`` or a dict of its fields) tune ``hybrid``
-(None: the defaults; set under ``lru``, where they would change nothing, they
-are an error). ``hybridkv simulate
---return-bonus/--return-grade/--value-weight/--floor-tokens`` compares settings on
-one's own trace first.
+(None: the defaults; set under ``lru``, where they would change nothing, they are an error).
+``hybridkv simulate --return-bonus/--return-grade/--value-weight/--floor-tokens`` compares
+settings on one's own trace first.
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -111,6 +109,7 @@ class LLM:
         max_model_len: int | None = None,
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 2048,
+        preemption_mode: str | None = None,
         enable_prefix_caching: bool = True,
         kv_cache_memory_bytes: int | None = None,
         hash_algo: str = "sha256",
@@ -231,6 +230,7 @@ class LLM:
             max_num_batched_tokens=sched.max_num_batched_tokens,
             defer_pending_hits=has_mamba,
             tiers=self.tiers,
+            preemption_mode=sched.preemption_mode,
         )
         self.runner = ModelRunner(
             self.model, config, self.kv_buffers, self.manager, self.device, self.kernel_backend

@@ -22,9 +22,19 @@ whose hit includes a block being computed in this step waits one step, and
 then adopts the finished checkpoint.
 
 With ``tiers`` (a ``TieredCache``), a waiting request's hit in the host or
-disk tier is first loaded onto the device (``tiers.prepare``): the request is
-looked up only once its loads have landed (waited for when nothing else runs
-this step; else it waits at the head of the queue while the others run).
+disk tier is first loaded onto the device (``tiers.prepare``), if loading is
+estimated cheaper than recomputing it (``offload/load_cost.py``). The request
+is looked up only once its loads have landed (on CUDA: once they are queued on
+the copy stream, which the step's stream waits on). Until then it holds no
+token budget and no seat: it keeps its place in the queue and the requests
+behind it are admitted past it (as vLLM does for requests waiting on remote
+KV); only when nothing else can run does the step wait for its loads, and
+that wait is the step's ``load_wait`` (and ``OffloadStats.load_wait_seconds``).
+A preempted request may be swapped out first (``tiers.swap_out``:
+``preemption_mode``, or the cost model): its units go to the host tier and its
+resume loads them back like any tier hit. After each step the tiers see what
+was computed (``tiers.after_step``: a write-through policy stores it, and the
+step's time per token feeds the cost model).
 
 A request resumed after preemption recomputes its prompt and outputs so far
 (the prefix cache usually gives most of it back) and continues exactly where
@@ -34,6 +44,7 @@ sampled tokens are appended; finished requests release their blocks.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -52,6 +63,8 @@ class ScheduledRequest:
     request: EngineRequest
     start: int
     num_tokens: int
+    #: Admitted in this step: tokens before ``start`` are its prefix hit.
+    admitted: bool = False
 
     @property
     def samples(self) -> bool:
@@ -61,10 +74,12 @@ class ScheduledRequest:
 
 @dataclass(frozen=True)
 class SchedulerOutput:
-    """A step: the scheduled requests in batch order, and who was preempted."""
+    """A step: the scheduled requests in batch order, who was preempted, and the
+    seconds scheduling blocked on tier loads (``load_wait``)."""
 
     scheduled: tuple[ScheduledRequest, ...]
     preempted: tuple[str, ...]
+    load_wait: float = 0.0
 
     @property
     def num_tokens(self) -> int:
@@ -82,9 +97,11 @@ class Scheduler:
         max_num_batched_tokens: int,
         defer_pending_hits: bool = False,
         tiers: TieredCache | None = None,
+        preemption_mode: str | None = None,
     ) -> None:
         self.manager = manager
         self.tiers = tiers
+        self.preemption_mode = preemption_mode  # ``SchedulerConfig``'s: for ``tiers.swap_out``
         self.defer_pending_hits = defer_pending_hits
         self._block_sizes = [
             g.kv_cache_spec.block_size for g in manager.kv_cache_config.kv_cache_groups
@@ -94,6 +111,7 @@ class Scheduler:
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.num_preemptions = 0
+        self._scheduled_at = 0.0  # perf_counter at the end of the last schedule()
 
     def add_request(self, request: EngineRequest) -> None:
         self.waiting.append(request)
@@ -102,6 +120,10 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
+        waited = 0.0
+        if self.tiers is not None:
+            self.tiers.poll()
+            waited = self.tiers.stats.load_wait_seconds
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
@@ -123,14 +145,26 @@ class Scheduler:
             break  # the request preempted itself
         if not preempted:
             budget = self._admit(scheduled, budget)
-        return SchedulerOutput(tuple(scheduled), tuple(preempted))
+            if self.tiers is not None and not scheduled and self._loading():
+                # Only requests whose loads are in flight: wait for the first one.
+                landed = self.tiers.prepare(self.waiting[0].core, wait=True)
+                assert landed, "prepare(wait=True) returns once the loads have landed"
+                self._admit(scheduled, budget)
+        if self.tiers is not None:
+            waited = self.tiers.stats.load_wait_seconds - waited
+        self._scheduled_at = time.perf_counter()
+        return SchedulerOutput(tuple(scheduled), tuple(preempted), waited)
 
     def _admit(self, scheduled: list[ScheduledRequest], budget: int) -> int:
+        """Admit waiting requests in order while budget and seats remain; one whose
+        tier loads are in flight is passed over (it keeps its place)."""
         pending: set[tuple[int, int]] | None = None  # built on first need, then extended
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
-            if self.tiers is not None and not self.tiers.prepare(req.core, wait=not scheduled):
-                break  # its tier hit is loading: it runs once that has landed
+        k = 0  # waiting[:k]: passed over, their loads in flight
+        while k < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[k]
+            if self.tiers is not None and not self.tiers.prepare(req.core, wait=False):
+                k += 1  # its tier hit is loading: it runs once that has landed
+                continue
             if self.manager.cannot_admit(req.core, budget):
                 break  # provably no room yet: skip the hit scan (same outcome)
             blocks, hit = self.manager.get_computed_blocks(req.core)
@@ -146,18 +180,26 @@ class Scheduler:
             n = min(req.num_tokens - hit, budget)
             if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
                 break
-            self.waiting.popleft()
+            del self.waiting[k]
             if req.num_cached_tokens is None:
                 req.num_cached_tokens = hit
                 req.num_full_match_tokens = max(blocks.full_hit_tokens, hit)
             req.core.num_computed_tokens = hit
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            scheduled.append(ScheduledRequest(req, hit, n))
+            scheduled.append(ScheduledRequest(req, hit, n, admitted=True))
             if pending is not None:
                 self._add_pending(pending, scheduled[-1])
             budget -= n
         return budget
+
+    def _loading(self) -> bool:
+        """True when the first waiting request's tier loads are in flight."""
+        return (
+            bool(self.waiting)
+            and self.tiers is not None
+            and self.tiers.loading(self.waiting[0].core)
+        )
 
     def _add_pending(self, pending: set[tuple[int, int]], s: ScheduledRequest) -> None:
         """Add the ``(group, block)`` pairs that step ``s`` fills (block 0 is null)."""
@@ -167,6 +209,8 @@ class Scheduler:
             pending.update((g, b) for b in ids[g][s.start // bs : last] if b)
 
     def _preempt(self, req: EngineRequest) -> None:
+        if self.tiers is not None:
+            self.tiers.swap_out(req.core, self.preemption_mode)  # to the host tier, if worth it
         self.manager.free(req.core)
         req.core.num_computed_tokens = 0
         req.core.num_preemptions += 1
@@ -179,6 +223,17 @@ class Scheduler:
     ) -> list[EngineRequest]:
         """Advance computed counts, append ``sampled`` tokens; return newly finished."""
         finished = []
+        if self.tiers is not None:
+            prefill = sum(s.num_tokens for s in out.scheduled if not s.samples or s.num_tokens > 1)
+            self.tiers.after_step(
+                [
+                    (s.request.core, 0 if s.admitted else s.start, s.start + s.num_tokens)
+                    for s in out.scheduled
+                ],
+                out.num_tokens,
+                prefill,
+                time.perf_counter() - self._scheduled_at,
+            )
         for s in out.scheduled:
             req = s.request
             req.core.num_computed_tokens = s.start + s.num_tokens

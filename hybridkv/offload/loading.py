@@ -10,8 +10,11 @@ device blocks it reads, and a new block for each unit to load, whose copy
 from the host (or disk) tier starts at once. While loads are in flight the
 held blocks (ref count + 1, out of the free set) are never evicted or
 reused, and the request is not run: the scheduler waits on the copies (the
-copy thread on the CPU, the copy stream's event on CUDA) when nothing else
-runs, else defers it. Once every copy has landed each loaded block enters
+copy thread) when nothing else can run, else runs others meanwhile. On CUDA
+a load on the copy stream is ready at once: the step's stream waits on its
+event (``StreamOrder``), the host does not. A hit that ``worth_loading``
+refuses (recomputing estimated cheaper, ``LoadCost``) is not loaded. Once
+every copy has landed each loaded block enters
 the device prefix index under its key and the held blocks are let go,
 cached and free, right before the request's own ``get_computed_blocks``
 finds the whole hit on the device and its ``allocate_slots`` adopts it
@@ -22,7 +25,7 @@ stays out of the index, so those tokens are recomputed, never read stale.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -34,8 +37,12 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tier_events import TierEvents
 from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
+
+#: ``(request, units to load as (group, block index, hash), tokens gained) -> bool``.
+WorthLoading = Callable[[Request, list[tuple[int, int, bytes]], int], bool]
 
 
 class _Load(NamedTuple):
@@ -70,7 +77,11 @@ class Loads:
         disk: DiskTier | None,
         events: TierEvents | None,
         stats: OffloadStats,
+        order: StreamOrder | None = None,
+        worth_loading: WorthLoading | None = None,
     ) -> None:
+        self.order = order if order is not None else StreamOrder()
+        self.worth_loading = worth_loading
         self.manager = manager
         self.pool = manager.block_pool
         self.managers = manager.coordinator.managers
@@ -106,7 +117,7 @@ class Loads:
             if staged is None:
                 return True
             self._staged[rid] = staged
-        done = all(ld.transfer is None or ld.transfer.done() for ld in staged.loads)
+        done = all(ld.transfer is None or self.order.ready(ld.transfer) for ld in staged.loads)
         if not (wait or done):
             return False
         self.release(request)
@@ -147,6 +158,11 @@ class Loads:
         need = len(wanted) + sum(1 for b in keep if b.ref_cnt == 0)
         if need > self.pool.num_free_blocks:
             self.stats.skipped_no_room += 1
+            return None
+        if self.worth_loading is not None and not self.worth_loading(
+            request, wanted, total - device
+        ):
+            self.stats.skipped_slower += 1
             return None
         pins = self._pin([UnitKey(h, g) for g, _, h in wanted])
         try:
@@ -202,7 +218,7 @@ class Loads:
         failed = 0
         pool = self.pool
         for ld in staged.loads:
-            ok = ld.transfer is not None and ld.transfer.wait()
+            ok = ld.transfer is not None and self.order.after(ld.transfer)
             if ok and ld.disk and ld.transfer is not None and ld.transfer.result is not None:
                 self._copy_in(ld)
             if not ok:
@@ -241,6 +257,10 @@ class Loads:
         for dst, src in zip(parts, ld.transfer.result, strict=True):
             if isinstance(src, memoryview | bytes):
                 dst.copy_(torch.tensor(bytearray(src), dtype=torch.uint8))
+
+    def is_staged(self, request_id: str) -> bool:
+        """True while the request's hit is staged (its loads not landed yet)."""
+        return request_id in self._staged
 
     def held(self) -> Iterator[KVCacheBlock]:
         """Every block held for a hit being restored."""

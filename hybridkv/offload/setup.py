@@ -20,6 +20,7 @@ import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.offload.block_bytes import BlockBytes
+from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tiered_cache import TieredCache
 from hybridkv.planning import KVCacheBuffers
 from hybridkv.specs import KVCacheConfig
@@ -75,7 +76,8 @@ def build_tiered_cache(
     model_dir: Path,
     backend: str,
 ) -> TieredCache | None:
-    """The tiers under ``manager``'s pool (None without ``kv_offloading_size``)."""
+    """The tiers under ``manager``'s pool (None without ``kv_offloading_size``).
+    On CUDA a step waits for loads on the current stream (``StreamOrder``)."""
     kv_offloading_size = settings.kv_offloading_size
     disk_cache_dir, disk_cache_size = settings.disk_cache_dir, settings.disk_cache_size
     if kv_offloading_size is None:
@@ -97,4 +99,7 @@ def build_tiered_cache(
         except BaseException:
             host.close()
             raise
-    return TieredCache(manager, BlockBytes(config, buffers), host, disk)
+    order = StreamOrder()
+    if device.type == "cuda":
+        order = StreamOrder(lambda: torch.cuda.current_stream(device))
+    return TieredCache(manager, BlockBytes(config, buffers), host, disk, order)

@@ -1,9 +1,10 @@
 """``OffloadStats``: what the tiers under one engine did (monotonic counters).
 
 Per-tier counters (stores, evictions, corrupt entries removed, ...) are each
-tier's own ``TierStats``; these count the engine's side: units demoted and
-spilled, hits restored and the tokens they saved, loads by medium, and each
-restored hit's load latency.
+tier's own ``TierStats``; these count the engine's side: units demoted,
+written through, swapped and spilled, hits restored (or skipped) and the
+tokens they saved, loads by medium, each restored hit's load latency and the
+time the scheduler blocked on loads.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class OffloadStats:
     bytes_loaded: int = 0  # unit bytes of the loads that landed
     load_failures: int = 0  # units whose load failed (their tokens recomputed)
     skipped_no_room: int = 0  # tier hits not restored: the device pool had no room
+    skipped_slower: int = 0  # tier hits not restored: recomputing was estimated cheaper
+    written_through: int = 0  # units stored as computed (a write-through policy)
+    swaps: int = 0  # preempted requests whose units went to the host tier
+    swapped_units: int = 0  # units those swaps stored (the others were in a tier)
+    swapped_tokens: int = 0  # tokens their swap points restore, if every unit stays
+    swaps_declined: int = 0  # preemptions the cost model left to recompute
+    load_wait_seconds: float = 0.0  # time the scheduler blocked on tier loads
     #: Per restored hit: from its first copy asked for to its last one landed.
     load_seconds: list[float] = field(default_factory=list)
 

@@ -13,9 +13,10 @@ hash, its tokens, block size and LoRA name, remembered from the device event
 that cached the key (``BlockPool.on_stored``) until the key is in neither the
 device index nor a tier. Rules:
 
-- a unit is announced in a tier once its store has landed (host: right away,
-  the demotion waits for it; disk: at the next ``flush``, or just before its
-  removal, so a removal never precedes its store);
+- a unit is announced in a tier once its store has landed (a demotion: right
+  away, it waits for it; a write-through or swap store into the host, and a
+  disk store: at the next ``flush``, or just before its removal, so a removal
+  never precedes its store);
 - a store that refreshes a unit the tier already holds says nothing;
 - a unit whose key has no remembered event (one stored before events were
   turned on, or found on disk after a restart) is not announced, so that no
@@ -54,8 +55,8 @@ class TierEvents:
         self._meta: dict[tuple[int, bytes], _Meta] = {}
         #: Units announced per tier medium ("CPU", "DISK").
         self._held: dict[str, set[UnitKey]] = {"CPU": set(), "DISK": set()}
-        #: Disk stores not announced yet: key -> its transfer.
-        self._pending: dict[UnitKey, Transfer] = {}
+        #: Stores not announced yet: (medium, key) -> its transfer.
+        self._pending: dict[tuple[str, UnitKey], Transfer] = {}
         #: Units queued for the disk tier whose store has not begun (a host eviction's spill).
         self._queued: set[UnitKey] = set()
         pool.on_stored = self.remember
@@ -107,22 +108,28 @@ class TierEvents:
     def storing_on_disk(self, key: UnitKey, transfer: Transfer) -> None:
         """A store into the disk tier began (announced once it lands: ``flush``)."""
         self._queued.discard(key)
-        self._pending[key] = transfer
+        self.storing(key, transfer, "DISK")
+
+    def storing(self, key: UnitKey, transfer: Transfer, medium: str) -> None:
+        """A store into the ``medium`` tier began (announced once it lands: ``flush``)."""
+        self._pending[medium, key] = transfer
 
     def flush(self, wait: bool = False) -> None:
-        """Announce the disk stores that have landed (``wait``: all of them, once
-        they settle); drop the failed ones."""
-        for key, transfer in list(self._pending.items()):
+        """Announce the stores that have landed (``wait``: all of them, once they
+        settle); drop the failed ones (their fields too, unless something holds them)."""
+        for (medium, key), transfer in list(self._pending.items()):
             if wait:
                 transfer.wait()
             if transfer.done():
-                del self._pending[key]
+                del self._pending[medium, key]
                 if transfer.error is None:
-                    self.stored(key, "DISK")
+                    self.stored(key, medium)
+                else:
+                    self.forget(key)
 
     def removed(self, key: UnitKey, medium: str) -> None:
         """``LedgerTier.on_removed``: ``key`` left the ``medium`` tier."""
-        if medium == "DISK" and self._pending.pop(key, None) is not None:
+        if self._pending.pop((medium, key), None) is not None:
             self.stored(key, medium)  # an entry that left was committed: announce it first
         held = self._held[medium]
         if key in held:
@@ -150,7 +157,7 @@ class TierEvents:
     def _holds(self, key: UnitKey) -> bool:
         """A tier holds ``key`` or will (announced, being stored or queued)."""
         return (
-            key in self._pending
+            any((medium, key) in self._pending for medium in self._held)
             or key in self._queued
             or any(key in held for held in self._held.values())
         )

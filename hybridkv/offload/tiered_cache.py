@@ -1,24 +1,46 @@
 """``TieredCache``: a host-RAM tier (and a disk tier under it) below the device pool.
 
-Two sides, one file each: ``Demotion`` (``demotion.py``) stores what the
-pool is about to reuse in the host tier (what the host evicts goes to the
-disk tier), and ``Loads`` (``loading.py``) restores a waiting request's tier
-hit onto the device before its prefix lookup. Each tier ranks by value per
-byte under ``hybrid`` (``CachePolicy.ranks_tiers``), by plain LRU under
-``lru``. ``close`` writes the device's cached blocks and the host tier's
-entries to the disk tier (when there is one), so a restarted engine hits them.
+One concern per file, composed here:
+
+- what reaches the host tier is the policy's (``CachePolicy.writes_through``):
+  ``WriteThrough`` (``write_through.py``, ``lru``: each block as it is
+  computed, as vLLM's ``OffloadingConnector``) or ``Demotion``
+  (``demotion.py``, ``hybrid``: what the pool is about to reuse); what the host
+  evicts goes to the disk tier;
+- ``Swap`` (``swap.py``): a preempted request's units stored for its resume;
+- ``Loads`` (``loading.py``) restores a waiting request's tier hit onto the
+  device before its prefix lookup, if ``LoadCost`` (``load_cost.py``) finds
+  loading cheaper than recomputing;
+- ``PendingStores`` orders a block's reuse after the asynchronous stores still
+  reading it, and ``StreamOrder`` orders the step after a copy (on CUDA the
+  current stream waits on the copy's event; elsewhere the host waits).
+
+Each tier ranks by value per byte under ``hybrid`` (``CachePolicy.ranks_tiers``),
+by plain LRU under ``lru``. ``close`` writes the device's cached blocks and the
+host tier's entries to the disk tier (when there is one), so a restarted
+engine hits them.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from typing import Any
+
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.demotion import Demotion
+from hybridkv.offload.load_cost import LoadCost
 from hybridkv.offload.loading import Loads
+from hybridkv.offload.pending_stores import PendingStores
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.stream_order import StreamOrder
+from hybridkv.offload.swap import Swap
 from hybridkv.offload.tier_events import TierEvents
-from hybridkv.tiers import DiskTier, HostTier
+from hybridkv.offload.write_through import HostStores, WriteThrough
+from hybridkv.tiers import DiskTier, HostTier, UnitKey
 
 
 class TieredCache:
@@ -30,7 +52,9 @@ class TieredCache:
         block_bytes: BlockBytes,
         host: HostTier,
         disk: DiskTier | None = None,
+        order: StreamOrder | None = None,
     ) -> None:
+        """``order``: how a step waits for copies (default: the host waits)."""
         if not manager.enable_caching:
             raise ValueError("kv_offloading_size needs enable_prefix_caching=True")
         if not manager.hasher.is_cryptographic:
@@ -50,8 +74,21 @@ class TieredCache:
         self.demotion = Demotion(
             self.pool, self.policy, block_bytes, host, disk, self.events, self.stats
         )
-        self.loads = Loads(manager, block_bytes, host, disk, self.events, self.stats)
-        self.pool.on_take = self.demotion.demote
+        self.order = order if order is not None else StreamOrder()
+        self.cost = LoadCost(cuda=self.order.current_stream is not None)
+        self.pending = PendingStores(self.order)
+        self.loads = Loads(
+            manager, block_bytes, host, disk, self.events, self.stats, self.order, self._worth
+        )
+        overflow = self._overflow if disk is not None else None
+        stores = HostStores(host, block_bytes, self.pending, self.events, overflow)
+        self.write_through = None
+        if self.policy.writes_through:
+            self.write_through = WriteThrough(manager, stores, self.stats)
+        self.swap = Swap(manager, stores, disk, self.loads.present, self.cost, self.stats)
+        self.pool.on_take = self._on_take
+        self._steps = 0  # ``poll`` calls: one per scheduled step
+        self._staged_in: dict[str, int] = {}  # request -> the step its loads were staged in
         manager.coordinator.other_holders.append(self.loads.held)
         if disk is not None:
             host.spill = self.demotion.spill
@@ -61,14 +98,87 @@ class TieredCache:
             if disk is not None:
                 disk.on_removed = lambda key: events.removed(key, "DISK")
 
+    def _overflow(self, key: UnitKey, parts: list[Any], value: float | None) -> None:
+        """A unit the host tier had no room for goes to the disk tier (as a copy:
+        its block may be reused before the disk write)."""
+        self.demotion.spill(key, [p.cpu().numpy().copy() for p in parts], value)
+
+    def _on_take(self, blocks: list[KVCacheBlock]) -> None:
+        """``BlockPool.on_take``: the stores still reading ``blocks`` first, then demotion."""
+        self.pending.before_reuse(blocks)
+        self.demotion.demote(blocks)
+
+    def _worth(self, request: Request, wanted: list[tuple[int, int, bytes]], tokens: int) -> bool:
+        """``Loads.worth_loading``: a swapped request's reload was decided at the
+        swap; any other hit loads if ``LoadCost`` finds it cheaper than recomputing."""
+        if self.swap.reloading(request):
+            return True
+        unit = self.block_bytes.unit_bytes
+        return self.cost.load_cheaper(sum(unit[gid] for gid, _, _ in wanted), tokens)
+
     def prepare(self, request: Request, wait: bool) -> bool:
         """``Loads.prepare``: False while ``request``'s tier loads are in flight
-        and ``wait`` is False; True once its prefix lookup may go ahead."""
-        return self.loads.prepare(request, wait)
+        and ``wait`` is False; True once its prefix lookup may go ahead. The time
+        it blocks (``wait``) is ``stats.load_wait_seconds``; a hit staged and
+        landed in one call measures the load bandwidth (``LoadCost``)."""
+        rid = request.request_id
+        staged = self.loads.is_staged(rid)
+        hits, nbytes, waits = self.stats.hits, self.stats.bytes_loaded, self.order.stream_waits
+        start = time.perf_counter()
+        ready = self.loads.prepare(request, wait)
+        if wait:
+            self.stats.load_wait_seconds += time.perf_counter() - start
+        if not ready:
+            self._staged_in.setdefault(rid, self._steps)
+            return False
+        self.swap.forget(rid)
+        # Staged and landed within one step, not ordered on a stream: a copy's time.
+        fresh = self._staged_in.pop(rid, self._steps) == self._steps or not staged
+        if self.stats.hits > hits and fresh and self.order.stream_waits == waits:
+            self.cost.observe_load(self.stats.bytes_loaded - nbytes, self.stats.load_seconds[-1])
+        return True
+
+    def loading(self, request: Request) -> bool:
+        """True while ``request``'s tier loads are staged and not landed."""
+        return self.loads.is_staged(request.request_id)
 
     def release(self, request: Request) -> None:
         """``Loads.release``: land an aborted request's loads, let go of its blocks."""
         self.loads.release(request)
+        self.swap.forget(request.request_id)
+        self._staged_in.pop(request.request_id, None)
+
+    def swap_out(self, request: Request, mode: str | None) -> bool:
+        """``Swap.swap_out``: ``request`` is being preempted (blocks not yet freed);
+        ``mode``: ``SchedulerConfig.preemption_mode``."""
+        swapped = self.swap.swap_out(request, mode)
+        self.demotion.flush_spills()  # what the host evicted for them goes to disk
+        return swapped
+
+    def after_step(
+        self,
+        computed: Sequence[tuple[Request, int, int]],
+        tokens: int,
+        prefill_tokens: int,
+        seconds: float,
+    ) -> None:
+        """A step of ``tokens`` (``prefill_tokens`` of them prefill) ran in
+        ``seconds`` (fed to ``LoadCost``): each ``(request, first, end)`` has
+        tokens ``[first, end)`` computed (``first`` 0 at its first step: its hit
+        too), which a write-through policy stores."""
+        self.cost.observe_step(tokens, prefill_tokens, seconds)
+        if self.write_through is not None:
+            for request, first, end in computed:
+                self.write_through.computed(request, first, end)
+            self.demotion.flush_spills()  # what the host evicted for them goes to disk
+
+    def poll(self) -> None:
+        """Settle the copies that have landed (each step, before scheduling)."""
+        self._steps += 1
+        self.pending.poll()
+        self.host.poll()
+        if self.events is not None:
+            self.events.flush()
 
     def persist(self) -> None:
         """Write the device's cached blocks and the host's entries to the disk tier."""
@@ -79,6 +189,7 @@ class TieredCache:
         if self.pool.on_take is None:
             return
         try:
+            self.pending.wait_all()
             self.persist()
         finally:  # the tiers close (the disk folder's lock freed) whatever happened
             self.pool.on_take = None
@@ -94,3 +205,4 @@ class TieredCache:
         if self.events is not None:
             self.events.check_integrity()
         self.loads.check_integrity()
+        self.pending.check_integrity(self.pool.blocks)

@@ -24,7 +24,9 @@ block is reused first) is the policy's too: ``eviction_factory`` builds it
 for the block pool.
 
 **Tiers.** A later tier (host RAM, disk, a remote store) asks the same
-object: ``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
+object: ``writes_through`` says whether a block is stored as it is computed
+(``lru``) or demoted when the pool reuses it (``hybrid``);
+``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
 a ``ReleaseRun`` is what a hit on its blocks saves per page, so a tier
 demotes the lowest-ranked first, and a run released
 ``evict_first`` (no kept point needs it) is never worth demoting; ``kept_points``
@@ -136,6 +138,10 @@ class CachePolicy(ABC):
 
     #: Lower tiers rank this policy's units by value per byte (else plain LRU).
     ranks_tiers: bool = False
+    #: Each block goes to the host tier as soon as it is computed (vLLM's
+    #: ``OffloadingConnector``: write-through), not when the pool reuses it;
+    #: then ``demotion_value`` is None for every block (nothing is demoted).
+    writes_through: bool = False
 
     def demotion_value(self, block: KVCacheBlock) -> float | None:
         """The free, cached ``block`` is about to be reused: what a lower tier's

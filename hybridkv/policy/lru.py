@@ -6,10 +6,15 @@ a freed request's tables return one group at a time, in group order, each tail
 first (one ``free_blocks`` call per group: the pool puts each call's hashless
 blocks at the head of the free queue, so a later group's go before an earlier
 one's). ``tests/test_lru_is_vllm.py`` holds worked examples.
+
+With tiers under the pool it writes through, as vLLM's ``OffloadingConnector``
+does: each block is stored in the host tier once computed (``writes_through``),
+so nothing is demoted when the pool reuses a block (``demotion_value`` None).
 """
 
 from __future__ import annotations
 
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.policy.base import CachePolicy, ReleaseRun, Tables
 
 
@@ -18,6 +23,7 @@ class LruPolicy(CachePolicy):
 
     name = "lru"
     keeps_points = False
+    writes_through = True
 
     def release(
         self,
@@ -29,6 +35,10 @@ class LruPolicy(CachePolicy):
         """One run per group, in group order, each its table's tail first
         (skipped blocks, already released, excluded)."""
         return [ReleaseRun(st.blocks[st.num_skipped :][::-1]) for _, st in tables]
+
+    def demotion_value(self, block: KVCacheBlock) -> float | None:
+        """None: a block was written through when computed, nothing is demoted."""
+        return None
 
     def check_integrity(self, live: set[str]) -> None:
         """Nothing to check: the policy keeps no state."""

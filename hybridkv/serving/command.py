@@ -149,6 +149,13 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "and --disk-cache-size)",
     )
     p.add_argument("--disk-cache-size", type=float, default=None, help="GiB for --disk-cache-dir")
+    p.add_argument(
+        "--preemption-mode",
+        choices=["swap", "recompute"],
+        default=None,
+        help="a preempted request's KV: swap it to the host tier and back, or recompute it "
+        "(vLLM's name; default: the load-or-recompute cost model decides)",
+    )
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
 
 
@@ -239,6 +246,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         kv_offloading_backend=args.kv_offloading_backend,
         disk_cache_dir=args.disk_cache_dir,
         disk_cache_size=args.disk_cache_size,
+        preemption_mode=args.preemption_mode,
         progress=True,
     )
     name = args.served_model_name or str(args.model)

@@ -10,7 +10,10 @@ tier, "DISK": the disk tier; vLLM's ``BlockStored.medium`` names):
   check);
 - gauge ``kv_tier_used_bytes``;
 - histogram ``kv_tier_load_seconds`` (per restored hit: first copy asked for to
-  last one landed; label ``model_name`` only).
+  last one landed; label ``model_name`` only);
+- counters ``kv_tier_load_wait_seconds`` (time the scheduler blocked on tier
+  loads, its steps' ``load_wait``) and ``kv_tier_swaps`` (preempted requests
+  swapped out to the host tier); label ``model_name`` only.
 
 The engine's ``OffloadStats`` and each tier's ``TierStats`` only grow; each
 ``refresh`` (the engine thread, at a scrape) adds what they gained since the last.
@@ -82,6 +85,21 @@ class TierMetrics:
                 counter.labels(model_name, medium)
             self._used.labels(model_name, medium)
         self._load.labels(model_name)
+        self._wait = Counter(
+            P + "kv_tier_load_wait_seconds",
+            "Seconds the scheduler blocked on tier loads.",
+            ["model_name"],
+            registry=registry,
+        )
+        self._swaps = Counter(
+            P + "kv_tier_swaps",
+            "Preempted requests whose units were swapped out to the host tier.",
+            ["model_name"],
+            registry=registry,
+        )
+        self._wait.labels(model_name)
+        self._swaps.labels(model_name)
+        self._last_wait, self._last_swaps = 0.0, 0
         self._last: dict[tuple[str, str], int] = {}
         self._seen_loads = 0
 
@@ -100,3 +118,10 @@ class TierMetrics:
         for s in seconds[self._seen_loads :]:
             self._load.labels(name).observe(s)
         self._seen_loads = len(seconds)
+        stats = tiers.stats
+        if stats.load_wait_seconds > self._last_wait:
+            self._wait.labels(name).inc(stats.load_wait_seconds - self._last_wait)
+            self._last_wait = stats.load_wait_seconds
+        if stats.swaps > self._last_swaps:
+            self._swaps.labels(name).inc(stats.swaps - self._last_swaps)
+            self._last_swaps = stats.swaps

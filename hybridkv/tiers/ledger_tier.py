@@ -216,6 +216,18 @@ class LedgerTier(TierStore):
         self._ledger.touch(key)
         return Transfer(key, "load", completion, self._settle_load)
 
+    def touch(self, keys: Sequence[UnitKey]) -> list[bool]:
+        """Mark each committed entry used (the ledger's LRU order), as a store of a
+        held key does; per key, True if the tier holds it or is storing it."""
+        with self._lock:
+            out = []
+            for key in keys:
+                known = key in self._ledger
+                if known and self._ledger.is_committed(key):
+                    self._ledger.touch(key)
+                out.append(known)
+            return out
+
     def pin(self, key: UnitKey) -> None:
         with self._lock:
             if not self._ledger.is_committed(key):

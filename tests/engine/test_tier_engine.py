@@ -76,8 +76,12 @@ def test_the_pool_evicts_into_the_host_tier(
     llm = _tiered(ckpt, cold, cache_policy=policy, kernel_backend=backend)
     assert llm.tiers is not None
     _gen(llm, DOC)
-    _gen(llm, OTHER)  # its allocation reuses (and demotes) the first document's blocks
-    assert llm.tiers.stats.demoted > 0
+    _gen(llm, OTHER)  # its allocation reuses the first document's blocks
+    stats = llm.tiers.stats
+    if policy == "lru":  # written through as computed (vLLM's way), nothing demoted
+        assert stats.written_through > 0 and stats.demoted == 0
+    else:  # demoted as the pool reused them, nothing written through
+        assert stats.demoted > 0 and stats.written_through == 0
     tokens, hit = _gen(llm, [*DOC, 7, 8])
     ref = cold
     if backend != "native":
@@ -115,6 +119,11 @@ def _check_metrics(llm: LLM) -> None:
     assert (
         f'hybridkv:kv_tier_load_seconds_count{{model_name="m"}} {len(stats.load_seconds)}' in text
     )
+    assert f'hybridkv:kv_tier_swaps_total{{model_name="m"}} {float(stats.swaps)}' in text
+    wait = next(
+        ln for ln in text.splitlines() if ln.startswith("hybridkv:kv_tier_load_wait_seconds_total")
+    )
+    assert float(wait.split()[-1]) == pytest.approx(stats.load_wait_seconds)
 
 
 def test_a_flipped_byte_on_disk_is_a_miss(ckpt: Path, cold: LLM, tmp_path: Path) -> None:

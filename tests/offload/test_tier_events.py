@@ -1,7 +1,8 @@
 """KV events of the tiers: each tier is a ``medium``, with full events for every group kind.
 
-A request is computed with events on, the pool reuses every block (demoting them),
-and a host tier too small for them evicts to disk. A subscriber that mirrors the
+A request is computed with events on (under ``lru`` its blocks are written
+through to the host tier after the step, ``TieredCache.after_step``), the pool
+reuses every block, and a host tier too small for them evicts to disk. A subscriber that mirrors the
 events per medium must then see exactly what each tier holds, and every tier
 ``BlockStored`` must carry the same parent, tokens and block size as the device
 event that cached the key (no placeholders, for full, sliding, chunked and Mamba
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from factories import admit, toks
+from tier_helpers import computed
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.core.events import BlockRemoved, BlockStored, KVCacheEvent
@@ -42,11 +44,12 @@ def _setup(name: str, host_units: int, disk: Path | None, events: bool = True) -
 
 def _run(kv: KVCacheManager, tiers: TieredCache) -> list[KVCacheEvent]:
     """Compute two requests, each followed by the pool reusing every block (the
-    second round's demotions evict the first's from the host); the events."""
+    second round's stores evict the first's from the host); the events."""
     pool = kv.block_pool
     for rid, seed in (("a", 1), ("b", 2)):
         r = Request(rid, toks(MAX_LEN - 8, start=seed * 1000))
         admit(kv, r)
+        computed(tiers, r)
         kv.free(r)
         pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))
     if tiers.disk is not None:  # the disk writes land on the I/O thread
@@ -100,7 +103,7 @@ def test_a_tier_event_carries_the_device_event_fields(name: str) -> None:
         for i, h in enumerate(e.block_hashes)
     }
     tier = [e for e in events if isinstance(e, BlockStored) and e.medium == "CPU"]
-    assert len(tier) == len(device)  # every cached key was demoted, once
+    assert len(tier) == len(device)  # every cached key was written through, once
     for e in tier:
         [h] = e.block_hashes
         i, d = device[(e.group_id, h)]
@@ -129,10 +132,11 @@ def test_without_events_the_tiers_record_nothing() -> None:
     assert tiers.events is None and kv.block_pool.on_stored is None
     r = Request("a", toks(MAX_LEN - 8))
     admit(kv, r)
+    computed(tiers, r)
     kv.free(r)
     pool = kv.block_pool
     pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))
-    assert tiers.stats.demoted > 0 and kv.take_events() == []
+    assert tiers.stats.written_through > 0 and kv.take_events() == []
     tiers.close()
 
 

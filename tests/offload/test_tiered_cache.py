@@ -1,7 +1,8 @@
 """``TieredCache`` on a real planned layout, byte for byte, with copies held back.
 
-A request's blocks are filled with known bytes, the pool reuses every block
-(demoting them to the host tier) and the buffers are zeroed. A copier whose
+A request's blocks are filled with known bytes and written through to the host
+tier (``lru``: the step that computed them ran), the pool reuses every block and
+the buffers are zeroed. A copier whose
 jobs wait for a gate makes the loads stay in flight: the request is then not
 ready, its blocks are held (out of the free set, counted by the manager's
 check), and once the gate opens the device holds exactly the bytes computed
@@ -13,82 +14,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from factories import admit, hit_len, toks
+from factories import hit_len, toks
+from tier_helpers import GatedCopier, compute, tiered_manager
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.layouts import shipped_layout
-from hybridkv.offload import BlockBytes, TieredCache
-from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
-from hybridkv.tiers.copier import ThreadCopier
-from hybridkv.tiers.torch_memory import TorchHostMemory
-from hybridkv.tiers.transfer import Completion
+from hybridkv.offload import TieredCache
+from hybridkv.planning import KVCacheBuffers
 
 MAX_LEN = 64
-
-
-class GatedCopier:
-    """A copy thread whose jobs wait for ``gate``; with ``fail`` set they raise."""
-
-    threaded = True
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.fail = False
-        self._inner = ThreadCopier("test-gated-copy")
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Completion:
-        def job() -> Any:
-            assert self.gate.wait(30), "the test never opened the gate"
-            if self.fail:
-                raise OSError("injected copy failure")
-            return fn(*args)
-
-        return self._inner.submit(job)
-
-    def close(self) -> None:
-        self.gate.set()
-        self._inner.close()
 
 
 def _setup(
     name: str, host_bytes: int = 1 << 24, disk: Path | None = None
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
-    config = plan_kv_cache(
-        shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
-    ).kv_cache_config
-    kv = KVCacheManager(config, MAX_LEN)
-    buffers = allocate_kv_cache(config)
-    copier = GatedCopier()
-    fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
-    host = HostTier(fingerprint, host_bytes, TorchHostMemory("cpu"), copier=copier)
-    lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
-    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host, lower), copier
-
-
-def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
-    """Admit ``r``, fill its blocks with random bytes; its cached blocks' bytes by key."""
-    admit(kv, r)
-    out = {}
-    gen = torch.Generator().manual_seed(0)
-    for gid, table in enumerate(kv.get_blocks(r.request_id).blocks):
-        for b in table:
-            if b.is_null:
-                continue
-            parts = tiers.block_bytes.parts(gid, b.block_id)
-            for p in parts:
-                p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
-            if b.block_hash is not None:
-                out[(gid, b.block_hash)] = b"".join(bytes(p.numpy()) for p in parts)
-    kv.free(r)
-    return out
+    return tiered_manager(name, host_bytes=host_bytes, disk=disk, max_len=MAX_LEN)
 
 
 def _evict_and_wipe(kv: KVCacheManager, buffers: KVCacheBuffers) -> None:
@@ -116,12 +59,12 @@ def _check(kv: KVCacheManager, tiers: TieredCache) -> None:
 def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> None:
     kv, buffers, tiers, copier = _setup(name)
     prompt = toks(MAX_LEN - 8)
-    want = _compute(kv, tiers, Request("a", prompt))
+    want = compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
     expected = hit_len(kv, later)
     assert expected > 0
     _evict_and_wipe(kv, buffers)
-    assert tiers.stats.demoted == len(want)
+    assert tiers.stats.written_through == len(want) and tiers.stats.demoted == 0
     assert hit_len(kv, later) == 0
 
     copier.gate.clear()
@@ -143,7 +86,7 @@ def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> N
 def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
     kv, buffers, tiers, copier = _setup("tiny-gemma3")
     prompt = toks(MAX_LEN - 8)
-    _compute(kv, tiers, Request("a", prompt))
+    compute(kv, tiers, Request("a", prompt))
     _evict_and_wipe(kv, buffers)
     later = Request("b", [*prompt, 1, 2])
 
@@ -173,7 +116,7 @@ def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(tmp_path: Path) 
     # Room for 3 units: the demotion batch overflows to disk, and later ones evict to it.
     kv, buffers, tiers, _ = _setup("tiny-gemma3", host_bytes=3 * unit, disk=tmp_path)
     prompt = toks(MAX_LEN - 8)
-    want = _compute(kv, tiers, Request("a", prompt))
+    want = compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
     expected = hit_len(kv, later)
     _evict_and_wipe(kv, buffers)

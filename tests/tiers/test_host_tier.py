@@ -80,6 +80,17 @@ def test_lru_by_default_and_a_ranking_hook() -> None:
     ranked.check_integrity()
 
 
+def test_touch_is_a_use_without_a_copy() -> None:
+    tier = inline_tier(30)
+    for i in range(3):
+        assert tier.store(key(i), [bytes(10)]).wait()
+    assert tier.touch([key(0), key(9)]) == [True, False]  # held, unknown
+    assert tier.store(key(3), [bytes(10)]).wait()  # evicts the least recently used: key 1
+    assert sorted(tier.keys()) == sorted([key(0), key(2), key(3)])
+    assert tier.stats.stores == 4 and tier.stats.loads == 0
+    tier.check_integrity()
+
+
 def test_pinned_entries_are_never_evicted() -> None:
     tier = inline_tier(20)
     tier.store(key(0), [bytes(10)])

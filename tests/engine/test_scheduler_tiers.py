@@ -1,0 +1,98 @@
+"""The scheduler accounts for tier loads (no model: the real ``Scheduler`` and
+manager over a planned tiny layout, tokens made up).
+
+- A request whose loads are in flight holds no budget and no seat: the request
+  behind it is admitted with the whole budget, and it runs once they land.
+- When only such requests wait, the step waits for the first one's loads, and
+  that wait is the step's ``load_wait`` (and ``OffloadStats.load_wait_seconds``).
+- When recomputing is estimated cheaper than loading (``LoadCost``), the tier
+  hit is not used: the request recomputes, ``skipped_slower`` counts it.
+- Each step's time per token feeds the cost model.
+"""
+
+from __future__ import annotations
+
+from factories import admit, toks
+from tier_helpers import blocked_until_opened, computed, tiered_manager
+
+from hybridkv import Request
+from hybridkv.engine.engine_request import EngineRequest
+from hybridkv.engine.sampling_params import SamplingParams
+from hybridkv.engine.scheduler import Scheduler
+
+MAX_LEN = 64
+BUDGET = 32
+PARAMS = SamplingParams(max_tokens=2, ignore_eos=True)
+
+
+def _setup() -> tuple:
+    """Tiers whose host holds a document's units (the device reused its blocks)."""
+    kv, _, tiers, copier = tiered_manager("tiny-gemma3", max_len=MAX_LEN)
+    doc = toks(MAX_LEN - 16)
+    r = Request("doc", doc)
+    admit(kv, r)
+    computed(tiers, r)  # lru: written through
+    kv.free(r)
+    pool = kv.block_pool
+    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))
+    sched = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=BUDGET, tiers=tiers)
+    return kv, tiers, copier, sched, doc
+
+
+def _req(rid: str, prompt: list[int]) -> EngineRequest:
+    return EngineRequest(rid, prompt, PARAMS, max_model_len=MAX_LEN)
+
+
+def test_a_loading_request_holds_no_budget_and_runs_once_landed() -> None:
+    kv, tiers, copier, sched, doc = _setup()
+    loading, other = _req("a", [*doc, 1, 2]), _req("b", toks(20, start=5000))
+    sched.add_request(loading)
+    sched.add_request(other)
+    copier.gate.clear()
+    out = sched.schedule()
+    assert [(s.request.request_id, s.num_tokens) for s in out.scheduled] == [("b", 20)]
+    assert out.load_wait == 0 and sched.waiting[0] is loading
+    assert tiers.loading(loading.core)
+    kv.check_integrity()
+    tiers.check_integrity()
+    sched.update(out, {"b": 7}, 0.0)
+    copier.gate.set()
+    copier.drain()  # the loads have landed
+    out = sched.schedule()
+    first = next(s for s in out.scheduled if s.request is loading)
+    assert first.admitted and first.start > 0 and tiers.stats.hits == 1
+    assert first.start == tiers.stats.hit_tokens
+    tiers.close()
+
+
+def test_when_only_loads_wait_the_step_waits_and_says_how_long() -> None:
+    _, tiers, copier, sched, doc = _setup()
+    loading = _req("a", [*doc, 1, 2])
+    sched.add_request(loading)
+    copier.gate.clear()
+    out = blocked_until_opened(copier, sched.schedule)
+    assert [s.request for s in out.scheduled] == [loading] and out.scheduled[0].start > 0
+    assert out.load_wait >= 0.25 and tiers.stats.load_wait_seconds == out.load_wait
+    tiers.close()
+
+
+def test_a_hit_slower_to_load_than_to_recompute_is_recomputed() -> None:
+    _, tiers, _, sched, doc = _setup()
+    tiers.cost.observe_step(100, 100, 1e-9)  # recomputing measured nearly free
+    sched.add_request(_req("a", [*doc, 1, 2]))
+    out = sched.schedule()
+    assert out.scheduled[0].start == 0 and tiers.stats.skipped_slower == 1
+    assert tiers.stats.hits == 0 and tiers.stats.loads_cpu == 0
+    tiers.close()
+
+
+def test_each_step_feeds_the_cost_model() -> None:
+    _, tiers, _, sched, _ = _setup()
+    sched.add_request(_req("a", toks(30, start=7000)))
+    out = sched.schedule()  # a prefill of 30 tokens
+    sched.update(out, {"a": 3}, 0.0)
+    assert tiers.cost.step_samples == 1 and tiers.cost.seconds_per_token is not None
+    out = sched.schedule()  # a decode: not a recompute figure
+    sched.update(out, {"a": 4}, 0.0)
+    assert tiers.cost.step_samples == 1
+    tiers.close()
