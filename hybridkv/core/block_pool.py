@@ -192,6 +192,26 @@ class BlockPool:
             else:  # policies written before ``evict_first`` keep working under lru
                 self.policy.release(released)
 
+    def free_held_blocks(
+        self,
+        ordered_blocks: list[KVCacheBlock],
+        *,
+        evict_first: bool = False,
+        value: float | None = None,
+    ) -> None:
+        """``free_blocks`` of blocks only their freeing request holds (every
+        ref count 1, none null, each once: a cache policy's plan says so), in
+        one pass: each becomes free."""
+        for b in ordered_blocks:
+            b.ref_cnt = 0
+        if ordered_blocks:
+            if evict_first:
+                self.policy.release(ordered_blocks, evict_first=True)
+            elif value is not None:
+                self.policy.release(ordered_blocks, value=value)
+            else:
+                self.policy.release(ordered_blocks)
+
     # -- the prefix index ----------------------------------------------------
     def cache_run(
         self,
