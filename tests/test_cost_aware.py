@@ -15,6 +15,7 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
+from hybridkv.cache_manager.admissions import admission_of
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.layouts import shipped_layout
 from hybridkv.planning import plan_kv_cache
@@ -149,7 +150,7 @@ def test_floor_spacing_by_hand() -> None:
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv.policy.kept_points(kv._admission_of(req, hit, blocks)) == (
+    assert kv.policy.kept_points(admission_of(req, hit, blocks)) == (
         128,
         256,
         300,
@@ -182,7 +183,7 @@ def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, 
     kv = KVCacheManager(config(64, *specs), 1 << 20, cache_policy="hybrid")
     assert kv.policy.floor_tokens == spacing
     req = Request("a", list(range(2 * spacing + 1)))
-    assert kv.policy.kept_points(kv._admission_of(req, 0, None)) == (spacing, 2 * spacing)
+    assert kv.policy.kept_points(admission_of(req, 0, None)) == (spacing, 2 * spacing)
 
 
 @pytest.mark.parametrize(("weight", "a_hit", "b_hit"), [(3.0, 40, 0), (0.0, 0, 8)])
@@ -364,7 +365,7 @@ def test_a_floor_set_by_hand() -> None:
         kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid", **knobs)
         req = Request("a", list(range(300)))
         blocks, hit = kv.get_computed_blocks(req)
-        return kv.policy.floor_tokens, kv.policy.kept_points(kv._admission_of(req, hit, blocks))
+        return kv.policy.floor_tokens, kv.policy.kept_points(admission_of(req, hit, blocks))
 
     assert kept() == (128, (128, 256, 300))
     assert kept(hybrid_floor_tokens=90) == (92, (92, 184, 276, 300))
