@@ -106,8 +106,7 @@ def release_hybrid(
         chunks += _interleave(lanes)
         runs.append(ReleaseRun(list(chain.from_iterable(b for b, _ in chunks)), held=True))
         return runs
-    value = _values(points, groups, factor)
-    chunks += _interleave([(b, bs, _valued(p, value)) for b, bs, p, _ in groups])
+    chunks += _interleave(_valued(points, groups, factor))
     run: list[KVCacheBlock] = []
     run_value: float | None = None
     for blocks, v in chunks:
@@ -276,12 +275,13 @@ def _cut(
             j += 1
 
 
-def _values(
+def _valued(
     points: FinalPoints,
     groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]],
     factor: float,
-) -> dict[tuple[int, int], float]:
-    """Each ``(unit, kind)``'s value (``UnitValues``, times ``factor``)."""
+) -> list[Lane]:
+    """Each group's pieces of a point as spans with their unit's value
+    (``UnitValues``, times ``factor``), adjacent spans of one value joined."""
     full_units: dict[int, int] = {}
     extra_pages: dict[int, int] = {}
     for _, _, pieces, _ in groups:
@@ -289,75 +289,90 @@ def _values(
             pages = extra_pages if kind else full_units
             pages[unit] = pages.get(unit, 0) + hi - lo
     values = UnitValues(points, full_units, extra_pages)
-    out: dict[tuple[int, int], float] = {}
-    for _, _, pieces, _ in groups:
-        for _, _, unit, kind in pieces:
-            if (unit, kind) not in out:
+    known: dict[tuple[int, int], float] = {}
+    lanes: list[Lane] = []
+    for blocks, bs, pieces, _ in groups:
+        spans: list[Span] = []
+        for lo, hi, unit, kind in pieces:
+            v = known.get((unit, kind))
+            if v is None:
                 v = values.of_full(unit) if kind == 0 else values.of_other(unit, kind == 1)
                 assert v is not None, "a unit within the points has a value"
-                out[unit, kind] = v * factor if factor != 1.0 else v
-    return out
-
-
-def _valued(pieces: list[Piece], value: dict[tuple[int, int], float]) -> list[Span]:
-    """``(lo, hi, value)`` per piece, adjacent pieces of one value joined."""
-    out: list[Span] = []
-    for lo, hi, unit, kind in pieces:
-        v = value[unit, kind]
-        if out and out[-1][1] == lo and out[-1][2] == v:
-            out[-1] = (out[-1][0], hi, v)
-        else:
-            out.append((lo, hi, v))
-    return out
+                if factor != 1.0:
+                    v *= factor
+                known[unit, kind] = v
+            if spans and spans[-1][1] == lo and spans[-1][2] == v:
+                spans[-1] = (spans[-1][0], hi, v)
+            else:
+                spans.append((lo, hi, v))
+        lanes.append((blocks, bs, spans))
+    return lanes
 
 
 def _interleave(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:
     """The lanes' spans as ``(blocks, value)`` chunks in release order: end
     position descending, then group (lane) order.
 
-    With one block size, the indices are cut where any span starts or ends;
-    each elementary range is one reversed slice, or, where several groups
-    hold it, their reversed slices zipped (one chunk per run of groups of one
-    value at each index). Different block sizes merge by a sort.
+    With one block size, consecutive lanes with the same spans (groups of one
+    kind: their tables zip at every index) go as one, and the indices are cut
+    where any span starts or ends; each elementary range is one reversed
+    slice, or, where several groups hold it, their reversed slices zipped
+    (one chunk per run of groups of one value at each index). Different block
+    sizes merge by a sort.
     """
     live = [lane for lane in lanes if lane[2]]
     if not live:
         return []
-    out: list[tuple[list[KVCacheBlock], float | None]] = []
-    if len(live) == 1:
-        blocks, _, spans = live[0]
-        for lo, hi, v in reversed(spans):
-            out.append((blocks[lo:hi][::-1], v))
-        return out
     bs = live[0][1]
     if any(lane[1] != bs for lane in live):
         return _merge_sorted(live)
-    bounds = sorted({x for lane in live for lo, hi, _ in lane[2] for x in (lo, hi)}, reverse=True)
-    ptrs = [len(lane[2]) - 1 for lane in live]
-    for y, x in pairwise(bounds):  # the elementary range [x, y), from the top
+    bundles: list[tuple[list[list[KVCacheBlock]], list[Span]]] = []
+    for blocks, _, spans in live:
+        if bundles and bundles[-1][1] == spans:
+            bundles[-1][0].append(blocks)
+        else:
+            bundles.append(([blocks], spans))
+    out: list[tuple[list[KVCacheBlock], float | None]] = []
+    if len(bundles) == 1:
+        tables, spans = bundles[0]
+        for lo, hi, v in reversed(spans):
+            out.append((_zipped([t[lo:hi][::-1] for t in tables]), v))
+        return out
+    bounds = sorted({x for _, spans in bundles for lo, hi, _ in spans for x in (lo, hi)})
+    ptrs = [len(spans) - 1 for _, spans in bundles]
+    y = bounds.pop()
+    while bounds:  # the elementary range [x, y), from the top
+        x = bounds.pop()
         cover: list[list[KVCacheBlock]] = []
         vals: list[float | None] = []
-        for g, (blocks, _, spans) in enumerate(live):
+        for g, (tables, spans) in enumerate(bundles):
             k = ptrs[g]
             while k >= 0 and spans[k][0] >= y:
                 k -= 1
             ptrs[g] = k
             if k >= 0 and spans[k][1] >= y:  # starts at or below x: covers [x, y)
-                cover.append(blocks[x:y][::-1])
-                vals.append(spans[k][2])
-        if not cover:
-            continue
-        if len(cover) == 1:
-            out.append((cover[0], vals[0]))
-        elif vals.count(vals[0]) == len(vals):
-            out.append((list(chain.from_iterable(zip(*cover, strict=True))), vals[0]))
-        else:  # groups of different values at each index: one chunk per run of equal ones
-            cuts = [0, *(i for i in range(1, len(vals)) if vals[i] != vals[i - 1]), len(vals)]
-            parts = [(a, z, vals[a]) for a, z in pairwise(cuts)]
-            for row in zip(*cover, strict=True):
-                for a, z, v in parts:
-                    out.append((list(row[a:z]), v))
+                v = spans[k][2]
+                for t in tables:
+                    cover.append(t[x:y][::-1])
+                    vals.append(v)
+        if cover:
+            if vals.count(vals[0]) == len(vals):
+                out.append((_zipped(cover), vals[0]))
+            else:  # groups of different values at each index: one chunk per run of equal ones
+                cuts = [0, *(i for i in range(1, len(vals)) if vals[i] != vals[i - 1]), len(vals)]
+                parts = [(a, z, vals[a]) for a, z in pairwise(cuts)]
+                for row in zip(*cover, strict=True):
+                    for a, z, v in parts:
+                        out.append((list(row[a:z]), v))
+        y = x
     return out
+
+
+def _zipped(slices: list[list[KVCacheBlock]]) -> list[KVCacheBlock]:
+    """Equal-length slices interleaved: the first of each, then the second..."""
+    if len(slices) == 1:
+        return slices[0]
+    return list(chain.from_iterable(zip(*slices, strict=True)))
 
 
 def _merge_sorted(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:
