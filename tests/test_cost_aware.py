@@ -17,6 +17,7 @@ from hybridkv import (
 )
 from hybridkv.cache_manager.admissions import admission_of
 from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block_pool import BlockPool
 from hybridkv.layouts import shipped_layout
 from hybridkv.planning import plan_kv_cache
 from hybridkv.policy.cost_aware import value_class
@@ -375,3 +376,22 @@ def test_a_floor_set_by_hand() -> None:
     for bad in (-4, 1.5, True, "8"):
         with pytest.raises(ValueError, match=r"^hybrid_floor_tokens must be None \(by cost\)"):
             KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=bad)
+
+
+@pytest.mark.parametrize("evict_first", [False, True])
+@pytest.mark.parametrize("value", [None, 3.0])
+def test_free_held_blocks_is_free_blocks_of_blocks_held_once(
+    evict_first: bool, value: float | None
+) -> None:
+    """``BlockPool.free_held_blocks`` (a cache policy's runs of blocks only the
+    freed request holds) leaves the pool exactly as ``free_blocks`` does."""
+    pools = [BlockPool(9, 1, eviction_policy=CostAwareEvictionPolicy) for _ in range(2)]
+    for pool, free in zip(pools, ("free_blocks", "free_held_blocks"), strict=True):
+        blocks = pool.get_new_blocks(6)
+        pool.cache_run(blocks, [bytes([i]) for i in range(6)], 0, list(range(6)), 1, 0, 5)
+        pool.free_blocks(blocks[:2], value=2.0)  # an earlier release to rank against
+        getattr(pool, free)(blocks[2:][::-1], evict_first=evict_first, value=value)
+        assert all(b.ref_cnt == 0 for b in blocks)
+        pool.check_integrity()
+    a, b = ([(x.block_id, x.free_class, x.evict_key) for x in p.policy] for p in pools)
+    assert a == b and len(a) == 8
