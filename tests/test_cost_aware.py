@@ -15,7 +15,9 @@ from hybridkv import (
     KVCacheManager,
     Request,
 )
+from hybridkv.cache_manager.admissions import admission_of
 from hybridkv.core.block import KVCacheBlock
+from hybridkv.core.block_pool import BlockPool
 from hybridkv.layouts import shipped_layout
 from hybridkv.planning import plan_kv_cache
 from hybridkv.policy.cost_aware import value_class
@@ -149,7 +151,7 @@ def test_floor_spacing_by_hand() -> None:
     kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid")
     req = Request("a", list(range(300)))
     blocks, hit = kv.get_computed_blocks(req)
-    assert kv.policy.kept_points(kv._admission_of(req, hit, blocks)) == (
+    assert kv.policy.kept_points(admission_of(req, hit, blocks)) == (
         128,
         256,
         300,
@@ -182,7 +184,7 @@ def test_floor_spacing_of_chunked_layouts_is_the_exact_mean(num_chunked, chunk, 
     kv = KVCacheManager(config(64, *specs), 1 << 20, cache_policy="hybrid")
     assert kv.policy.floor_tokens == spacing
     req = Request("a", list(range(2 * spacing + 1)))
-    assert kv.policy.kept_points(kv._admission_of(req, 0, None)) == (spacing, 2 * spacing)
+    assert kv.policy.kept_points(admission_of(req, 0, None)) == (spacing, 2 * spacing)
 
 
 @pytest.mark.parametrize(("weight", "a_hit", "b_hit"), [(3.0, 40, 0), (0.0, 0, 8)])
@@ -364,7 +366,7 @@ def test_a_floor_set_by_hand() -> None:
         kv = KVCacheManager(config(64, FULL, MAMBA), 512, cache_policy="hybrid", **knobs)
         req = Request("a", list(range(300)))
         blocks, hit = kv.get_computed_blocks(req)
-        return kv.policy.floor_tokens, kv.policy.kept_points(kv._admission_of(req, hit, blocks))
+        return kv.policy.floor_tokens, kv.policy.kept_points(admission_of(req, hit, blocks))
 
     assert kept() == (128, (128, 256, 300))
     assert kept(hybrid_floor_tokens=90) == (92, (92, 184, 276, 300))
@@ -374,3 +376,22 @@ def test_a_floor_set_by_hand() -> None:
     for bad in (-4, 1.5, True, "8"):
         with pytest.raises(ValueError, match=r"^hybrid_floor_tokens must be None \(by cost\)"):
             KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=bad)
+
+
+@pytest.mark.parametrize("evict_first", [False, True])
+@pytest.mark.parametrize("value", [None, 3.0])
+def test_free_held_blocks_is_free_blocks_of_blocks_held_once(
+    evict_first: bool, value: float | None
+) -> None:
+    """``BlockPool.free_held_blocks`` (a cache policy's runs of blocks only the
+    freed request holds) leaves the pool exactly as ``free_blocks`` does."""
+    pools = [BlockPool(9, 1, eviction_policy=CostAwareEvictionPolicy) for _ in range(2)]
+    for pool, free in zip(pools, ("free_blocks", "free_held_blocks"), strict=True):
+        blocks = pool.get_new_blocks(6)
+        pool.cache_run(blocks, [bytes([i]) for i in range(6)], 0, list(range(6)), 1, 0, 5)
+        pool.free_blocks(blocks[:2], value=2.0)  # an earlier release to rank against
+        getattr(pool, free)(blocks[2:][::-1], evict_first=evict_first, value=value)
+        assert all(b.ref_cnt == 0 for b in blocks)
+        pool.check_integrity()
+    a, b = ([(x.block_id, x.free_class, x.evict_key) for x in p.policy] for p in pools)
+    assert a == b and len(a) == 8

@@ -21,7 +21,8 @@ from factories import chunked, full, mamba, manager, req, swa
 
 from hybridkv import KVCacheManager
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.policy.release import _Placer, release_hybrid
+from hybridkv.policy import release
+from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues, release_order
 
 LAYOUTS = {
@@ -114,6 +115,13 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
         ref: list[Call] = []
         reference(kv.coordinator, states, points, ref, factor)
         assert [c for c in mine if c[0]] == [c for c in ref if c[0]]
+        # A free set that ranks by recency alone: the same blocks in the same
+        # order, every entry in one run (no values).
+        plain = release_hybrid(managers, states, points, policy.point_local, factor, False)
+        ids = [tuple(b.block_id for b in r.blocks) for r in plain]
+        assert ids[:2] == [ref[0][0], ref[1][0]]
+        assert ids[2:] == [tuple(i for c in ref[2:] for i in c[0])]
+        assert all(r.value is None for r in plain)
         counter[0] += 1
         counter[1] += sum(len(c[0]) for c in mine)
         counter[2] += factor != 1.0
@@ -122,21 +130,34 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
     policy.release = release
 
 
-def _span_by_span(self: _Placer, blocks: list[Any], spans: list[tuple[int, int, int]]) -> None:
-    """``_Placer.spans`` routed through ``span`` for every span (the path taken
-    when a span holds shared or null blocks), to check that path everywhere."""
-    for lo, hi, unit in spans:
-        self.span(blocks, lo, hi, unit)
+def _walked(blocks: list[Any], start: int, stop: int, shared: list[Any]) -> Any:
+    """``_held_runs`` by its general walk for every table (the path taken when
+    shared or null blocks lie between held ones), to check that path everywhere."""
+    seg = blocks[start:stop]
+    return release._walk_runs(seg, [b.ref_cnt for b in seg], start, shared)
 
 
-@pytest.mark.parametrize("path", ["bulk", "span by span"])
+def _sorted(lanes: Any) -> Any:
+    """``_interleave`` by its sort (the path of different block sizes) always."""
+    live = [lane for lane in lanes if lane[2]]
+    return release._merge_sorted(live) if live else []
+
+
+PATHS = {
+    "bulk": {},
+    "walked": {"_held_runs": _walked},
+    "sorted": {"_interleave": _sorted},
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("tail", [0, 24])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_release_matches_the_block_by_block_rule(
     layout: str, tail: int, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if path != "bulk":
-        monkeypatch.setattr(_Placer, "spans", _span_by_span)
+    for name, fn in PATHS[path].items():
+        monkeypatch.setattr(release, name, fn)
     kv = manager(
         64, *LAYOUTS[layout], max_model_len=120, cache_policy="hybrid", hybrid_tail_tokens=tail
     )

@@ -32,7 +32,7 @@ def test_worked_example_sliding_window_lru() -> None:
     kv = manager(20, full(4), swa(4, 8))
     r = req("r", 10)
     prefill(kv, r)
-    assert kv._quiet["r"] == (12, 11, 12)
+    assert kv._quiet.horizons["r"] == (12, 11, 12)
     calls = []
     real = kv.coordinator.allocate
     kv.coordinator.allocate = lambda *a, **k: calls.append(a[1]) or real(*a, **k)  # type: ignore[method-assign]
@@ -40,9 +40,9 @@ def test_worked_example_sliding_window_lru() -> None:
     assert calls == [] and kv.get_block_ids("r")[1][0] != 0
     decode(kv, r, 2)  # 11 computed: sliding block 0 is released
     assert calls == [12] and kv.get_block_ids("r")[1][0] == 0
-    assert kv._quiet["r"] == (12, 15, 16)  # 12 tokens cached: block 2 is full
+    assert kv._quiet.horizons["r"] == (12, 15, 16)  # 12 tokens cached: block 2 is full
     kv.check_integrity()
-    assert kv.free(r) and "r" not in kv._quiet
+    assert kv.free(r) and "r" not in kv._quiet.horizons
 
 
 def _state(kv: KVCacheManager, rids: list[str]) -> tuple:
@@ -57,7 +57,7 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
     specs = LAYOUTS[layout]
     fast = manager(48, *specs, max_model_len=96, cache_policy=policy)
     slow = manager(48, *specs, max_model_len=96, cache_policy=policy)
-    slow._horizon = lambda rid: (-1, -1, -1)  # type: ignore[method-assign]
+    slow._quiet.horizon = lambda rid: (-1, -1, -1)  # type: ignore[method-assign]
     slow_calls = fast_calls = 0
     for kv in (fast, slow):
         real = kv.coordinator.allocate
@@ -164,7 +164,7 @@ def test_a_step_inside_the_horizon_still_refuses_bad_calls() -> None:
     kv = manager(20, full(4), swa(4, 8), max_model_len=16)
     r = req("r", 10)
     prefill(kv, r)
-    assert kv._quiet["r"][0] == 12  # 11 tokens would be inside the horizon
+    assert kv._quiet.horizons["r"][0] == 12  # 11 tokens would be inside the horizon
     hit, _ = kv.get_computed_blocks(req("other", 10))
     assert any(hit.blocks)
     with pytest.raises(ValueError, match=r"prefix hits .* apply only to a new or preempted"):

@@ -222,6 +222,22 @@ def test_tail_points() -> None:
     assert tail_points(0, 480, 80, 512) == []
 
 
+def test_tail_points_are_the_boundaries_on_the_grid() -> None:
+    """The direct form equals its definition: every boundary in the tail that
+    is ``on_grid``, and the end."""
+    for step in (16, 40, 80, 512, 528):
+        for align in (0, 16, 32, 512, 1024):
+            for tail in (0, 80, 480, 560, 2048):
+                for end in range(0, 4 * 1056, step):
+                    lo = max(step, (end - tail) // step * step) if align else None
+                    want = (
+                        [p for p in range(lo, end + 1, step) if p == end or on_grid(p, align, step)]
+                        if lo is not None
+                        else list(range(max(step, -(-(end - tail) // step) * step), end + 1, step))
+                    )
+                    assert tail_points(end, tail, step, align) == want, (end, tail, step, align)
+
+
 def test_final_points_top_is_the_aligned_end() -> None:
     p = FinalPoints([400], 1040, 560, 80, 512)
     assert p.tail == [480, 960, 1040] and p.points == [400, 480, 960, 1040]

@@ -24,30 +24,24 @@ import math
 from typing import Any
 
 from hybridkv.cache_manager.admission_bound import AdmissionBound
+from hybridkv.cache_manager.admissions import admitted, kept_points
+from hybridkv.cache_manager.assembly import build_cache
 from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
 from hybridkv.cache_manager.manager_checks import (
+    adopted_hit,
     as_int,
-    check_counts,
     check_fits,
-    check_new_computed,
     check_request,
     check_same_request,
+    request_id_of,
 )
-from hybridkv.coordinators import get_kv_cache_coordinator
-from hybridkv.core.block_pool import BlockPool
+from hybridkv.cache_manager.quiet import QuietHorizons
 from hybridkv.core.events import KVCacheEvent
 from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.hashing import BlockHasher
 from hybridkv.core.request import Request
 from hybridkv.core.stats import PrefixCacheStats
-from hybridkv.managers.base import NEVER
-from hybridkv.policy import (
-    CACHE_POLICIES,
-    Admission,
-    HybridOptions,
-    check_cache_policy,
-    eviction_factory,
-)
+from hybridkv.policy import CACHE_POLICIES, HybridOptions, check_cache_policy
 from hybridkv.specs import KVCacheConfig
 from hybridkv.specs.base import check_positive_int
 
@@ -58,14 +52,11 @@ class KVCacheManager:
     """Paged KV blocks with automatic prefix caching over any mix of groups.
 
     ``cache_policy``: ``"lru"`` (every computed block cached, least recently
-    used evicted first) or ``"hybrid"`` (only what a kept hit point needs is
-    cached, ranked by recency and recompute saved per page;
-    ``hybridkv.policy``). ``hybrid``: the latter's settings
-    (``HybridOptions``); the keywords ``hybrid_tail_tokens``,
-    ``hybrid_value_weight``, ``hybrid_tail_align``, ``hybrid_return_bonus``,
-    ``hybrid_return_grade``, ``hybrid_floor_tokens`` and ``hybrid_tuning`` set
-    its fields one by one (None: unchanged). They change nothing under
-    ``lru``. ``eviction_policy`` (a policy class or factory) overrides the
+    used evicted first) or ``"hybrid"`` (only what a kept hit point needs,
+    ranked by recency and recompute saved per page; ``hybridkv.policy``).
+    ``hybrid``: its settings (``HybridOptions``); ``hybrid_*`` keywords
+    (``HybridOptions.from_knobs``) set them one by one and change nothing under
+    ``lru``. ``eviction_policy`` (a free-set class or factory) overrides the
     free set's ordering under either policy.
     """
 
@@ -103,26 +94,15 @@ class KVCacheManager:
         # Validate the algorithm even when caching is off: a typo is a typo.
         self.hasher = BlockHasher(self.hash_block_size, hash_algo, hash_seed)
         self._verify_tokens = not self.hasher.is_cryptographic
-        # ``hybrid`` ranks free blocks by recency and value, unless every group
-        # is full attention (then it must decide exactly as ``lru``).
-        if eviction_policy is None:
-            specs = [g.kv_cache_spec for g in groups]
-            eviction_policy = eviction_factory(cache_policy, options, specs, enable_caching)
-        self.block_pool = BlockPool(
-            kv_cache_config.num_blocks,
-            len(groups),
+        self.block_pool, self.coordinator = build_cache(
+            kv_cache_config,
+            self.hash_block_size,
             enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
-            eviction_policy=eviction_policy,
             record_token_ids=self._verify_tokens,
-        )
-        self.coordinator = get_kv_cache_coordinator(
-            kv_cache_config,
-            self.block_pool,
-            self.hash_block_size,
-            enable_caching,
-            cache_policy,
-            options,
+            eviction_policy=eviction_policy,
+            cache_policy=cache_policy,
+            options=options,
         )
         #: The cache policy (``hybridkv.policy.CachePolicy``), the coordinator's.
         self.policy = self.coordinator.policy
@@ -130,9 +110,8 @@ class KVCacheManager:
         # The Request object behind each live request id: another object with
         # the same id (other tokens) must not take over its blocks.
         self._live: dict[str, Request] = {}
-        #: Each live request's quiet horizon (``_horizon``), set by every
-        #: ``allocate_slots`` that gets past the fast path; dropped on ``free``.
-        self._quiet: dict[str, tuple[int, int, int]] = {}
+        #: The decode steps answered without visiting any group.
+        self._quiet = QuietHorizons(self.coordinator, max_model_len, enable_caching)
         #: Waiting requests' last full-attention hits (``cannot_admit``).
         self._admission = AdmissionBound(
             self.coordinator.managers,
@@ -145,9 +124,6 @@ class KVCacheManager:
     # -- helpers -------------------------------------------------------------
     def _bind(self, request: Request) -> None:
         request.bind_hasher(self.hasher)
-
-    def _check_request(self, request: Request) -> None:
-        check_request(request, self.max_model_len)
 
     @property
     def usage(self) -> float:
@@ -166,7 +142,7 @@ class KVCacheManager:
         Does not change the cache: the blocks are only taken by a following
         ``allocate_slots(request, ..., num_new_computed_tokens, blocks)``.
         """
-        self._check_request(request)
+        check_request(request, self.max_model_len)
         if not self.enable_caching:
             return self.empty_kv_cache_blocks(), 0
         self._bind(request)
@@ -191,7 +167,7 @@ class KVCacheManager:
         ``min(num_tokens - hit, budget)`` tokens would return None. Answered
         without a hit scan from the request's last lookup
         (``hybridkv.cache_manager.admission_bound``); False when unsure. Read-only."""
-        self._check_request(request)
+        check_request(request, self.max_model_len)
         if self.coordinator.has_request(request.request_id):
             return False
         return self._admission.cannot_admit(request, budget)
@@ -222,61 +198,39 @@ class KVCacheManager:
             raise ValueError(f"num_new_tokens must be > 0, got {num_new_tokens}")
         rid = request.request_id
         live = self._live.get(rid)
-        quiet = self._quiet.get(rid)
         if (
-            quiet is not None
-            and live is request
+            live is request
             and new_computed_blocks is None
             and not num_new_computed_tokens
             and not num_lookahead_tokens
+            and self._quiet.quiet(request, num_new_tokens)
         ):
-            # The common decode step: inside the request's quiet horizon no
-            # group allocates, releases or caches (``quiet_horizon``).
-            total = request.num_computed_tokens
-            after = total + num_new_tokens
-            n = request.num_tokens
-            if (
-                after <= quiet[0]
-                and total < quiet[1]
-                and min(after, n) < quiet[2]
-                and n <= self.max_model_len
-            ):
-                return self._no_new
+            return self._no_new  # the common decode step: no group has anything to do
         if live is not request and live is not None:
             check_same_request(live, request)
             self._live[rid] = request
         coordinator = self.coordinator
         hit_blocks = None
         if num_new_computed_tokens or num_lookahead_tokens or new_computed_blocks is not None:
-            check_counts(num_new_computed_tokens, num_lookahead_tokens)
-            if num_new_computed_tokens or (
-                new_computed_blocks is not None and any(new_computed_blocks.blocks)
-            ):
-                hit_blocks = check_new_computed(
-                    request,
-                    num_new_computed_tokens,
-                    new_computed_blocks,
-                    enable_caching=self.enable_caching,
-                    is_live=coordinator.has_request(rid),
-                    pool=self.block_pool,
-                    managers=coordinator.managers,
-                    bind=self._bind,
-                )
+            hit_blocks = adopted_hit(
+                request,
+                num_new_computed_tokens,
+                new_computed_blocks,
+                num_lookahead_tokens,
+                enable_caching=self.enable_caching,
+                is_live=coordinator.has_request(rid),
+                pool=self.block_pool,
+                managers=coordinator.managers,
+                bind=self._bind,
+            )
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         num_computed_after = total_computed + num_new_tokens
         if num_computed_after > self.max_model_len or request.num_tokens > self.max_model_len:
             check_fits(request, total_computed, num_new_tokens, self.max_model_len)
         num_tokens_need_slot = min(num_computed_after + num_lookahead_tokens, self.max_model_len)
-        kept: tuple[int, ...] = ()
-        # Kept points come from a prefix hit: a call without one keeps none.
-        admission = None
-        if (
-            coordinator.hybrid
-            and new_computed_blocks is not None
-            and not coordinator.has_request(rid)
-        ):
-            admission = self._admission_of(request, num_new_computed_tokens, new_computed_blocks)
-            kept = self.policy.kept_points(admission)
+        admission, kept = kept_points(
+            coordinator, request, num_new_computed_tokens, new_computed_blocks
+        )
         new_blocks = coordinator.allocate(
             rid, num_tokens_need_slot, hit_blocks, total_computed, kept
         )
@@ -286,9 +240,7 @@ class KVCacheManager:
             self._live[rid] = request
             self._admission.forget(rid)
         if admission is not None:
-            turn = self.policy.admit(admission)
-            if turn is not None:
-                request.returning = turn
+            admitted(self.policy, admission, request)
         if self.enable_caching:
             self._bind(request)
             coordinator.cache_blocks(
@@ -298,49 +250,17 @@ class KVCacheManager:
                 min(num_computed_after, request.num_tokens),
                 request.lora_name,
             )
-        self._quiet[rid] = self._horizon(rid)
+        self._quiet.update(rid)
         return KVCacheBlocks(new_blocks) if any(new_blocks) else self._no_new
-
-    def _horizon(self, rid: str) -> tuple[int, int, int]:
-        """``coordinator.quiet_horizon``, capped at ``max_model_len`` (the fast
-        path then never passes it) and open-ended for caching when it is off."""
-        cover, release_at, cache_at = self.coordinator.quiet_horizon(rid)
-        if not self.enable_caching:
-            cache_at = NEVER
-        return min(cover, self.max_model_len), release_at, cache_at
-
-    def _admission_of(
-        self, request: Request, num_hit: int, blocks: KVCacheBlocks | None
-    ) -> Admission:
-        """What the policy learns from a request admitted with a prefix lookup
-        (``blocks``: what it found; None: nothing)."""
-        return Admission(
-            request.request_id,
-            num_hit,
-            0 if blocks is None else blocks.full_hit_tokens,  # whole blocks, all hashed
-            request.num_tokens,
-            request.num_prompt_tokens,
-            request.live_block_hashes,
-            request.packed_prompt,
-            request.num_preemptions > 0,
-            request.returning,
-        )
 
     def free(self, request: Request | str) -> bool:
         """Release a request's blocks (tail first). Unknown request: False.
 
         ``request``: a ``Request`` or its id; anything else is a ``ValueError``.
         """
-        if isinstance(request, str):
-            rid = request
-        elif isinstance(request, Request):
-            rid = request.request_id
-        else:
-            raise ValueError(
-                f"request must be a hybridkv.Request or a request id (str), got {request!r}"
-            )
+        rid = request_id_of(request)
         live = self._live.pop(rid, None)
-        self._quiet.pop(rid, None)
+        self._quiet.forget(rid)
         self._admission.forget(rid)
         if live is None:
             return self.coordinator.free(rid)
@@ -388,6 +308,4 @@ class KVCacheManager:
         live = set(self.coordinator.managers[0].states)
         self._admission.check_integrity(live)
         assert set(self._live) <= live, "a freed request is still registered as live"
-        for rid, quiet in self._quiet.items():
-            assert rid in live, f"request {rid!r} is freed but keeps a quiet horizon"
-            assert quiet == self._horizon(rid), f"request {rid!r}: stale quiet horizon"
+        self._quiet.check_integrity(live)

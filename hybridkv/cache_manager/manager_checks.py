@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from hybridkv.cache_manager.kv_cache_blocks import KVCacheBlocks
 from hybridkv.core.block import KVCacheBlock
@@ -37,6 +37,15 @@ def check_request(request: object, max_model_len: int) -> None:
             f"request {request.request_id!r} has {request.num_tokens} tokens, more than "
             f"max_model_len={max_model_len}"
         )
+
+
+def request_id_of(request: object) -> str:
+    """The id of ``request``, a ``Request`` or a request id (str)."""
+    if isinstance(request, str):
+        return request
+    if isinstance(request, Request):
+        return request.request_id
+    raise ValueError(f"request must be a hybridkv.Request or a request id (str), got {request!r}")
 
 
 def check_same_request(live: Request, request: Request) -> None:
@@ -70,6 +79,23 @@ def check_fits(
         f"request {request.request_id!r}: num_computed_tokens ({total_computed}) + "
         f"num_new_tokens ({num_new_tokens}) exceeds max_model_len={max_model_len}"
     )
+
+
+def adopted_hit(
+    request: Request,
+    num_new_computed_tokens: int,
+    new_computed_blocks: KVCacheBlocks | None,
+    num_lookahead_tokens: int,
+    **context: Any,
+) -> tuple[list, ...] | None:
+    """The counts are valid, and the prefix hit to adopt per group
+    (``check_new_computed``, with ``context``), or None when there is none."""
+    check_counts(num_new_computed_tokens, num_lookahead_tokens)
+    if num_new_computed_tokens or (
+        new_computed_blocks is not None and any(new_computed_blocks.blocks)
+    ):
+        return check_new_computed(request, num_new_computed_tokens, new_computed_blocks, **context)
+    return None
 
 
 def check_new_computed(

@@ -213,9 +213,10 @@ class KVCacheCoordinator(ABC):
         if states[0] is None:
             return False
         tables = list(zip(self.managers, states, strict=True))
-        free_blocks = self.pool.free_blocks
+        pool = self.pool
         for run in self.policy.release(request_id, tables, block_hashes, num_tokens):  # type: ignore[arg-type]
-            free_blocks(run.blocks, evict_first=run.evict_first, value=run.value)
+            free = pool.free_held_blocks if run.held else pool.free_blocks
+            free(run.blocks, evict_first=run.evict_first, value=run.value)  # type: ignore[arg-type]
         return True
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:

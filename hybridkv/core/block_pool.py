@@ -185,12 +185,31 @@ class BlockPool:
             elif not b.is_null:  # the null block is never counted; any other is a bug
                 raise AssertionError(f"{b} is freed more often than it was taken")
         if released:
-            if evict_first:
-                self.policy.release(released, evict_first=True)
-            elif value is not None:
-                self.policy.release(released, value=value)
-            else:  # policies written before ``evict_first`` keep working under lru
-                self.policy.release(released)
+            self._release(released, evict_first, value)
+
+    def free_held_blocks(
+        self,
+        ordered_blocks: list[KVCacheBlock],
+        *,
+        evict_first: bool = False,
+        value: float | None = None,
+    ) -> None:
+        """``free_blocks`` of blocks only their freeing request holds (every
+        ref count 1, none null, each once: a cache policy's plan says so), in
+        one pass: each becomes free."""
+        for b in ordered_blocks:
+            b.ref_cnt = 0
+        if ordered_blocks:
+            self._release(ordered_blocks, evict_first, value)
+
+    def _release(self, blocks: list[KVCacheBlock], evict_first: bool, value: float | None) -> None:
+        """Hand blocks that became free to the free set."""
+        if evict_first:
+            self.policy.release(blocks, evict_first=True)
+        elif value is not None:
+            self.policy.release(blocks, value=value)
+        else:  # policies written before ``evict_first`` keep working under lru
+            self.policy.release(blocks)
 
     # -- the prefix index ----------------------------------------------------
     def cache_run(

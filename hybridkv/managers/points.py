@@ -35,7 +35,16 @@ def tail_points(end: int, tail: int, step: int, align: int) -> list[int]:
     if not align:
         return list(range(max(step, -(-(end - tail) // step) * step), end + 1, step))
     lo = max(step, (end - tail) // step * step)  # a grid point may sit below ``end - tail``
-    return [p for p in range(lo, end + 1, step) if p == end or -p % align < step]  # on_grid
+    if lo > end:
+        return []
+    if align <= step:  # every boundary is within a step below a grid multiple (on_grid)
+        return list(range(lo, end + 1, step))
+    # On the grid: the last boundary at or below each multiple of ``align``
+    # (one per multiple, as ``align > step``), from ``lo`` up to ``end``.
+    out = [k * align // step * step for k in range(-(-lo // align), (end + step - 1) // align + 1)]
+    if not out or out[-1] != end:
+        out.append(end)
+    return out
 
 
 def kept_spans(

@@ -50,11 +50,13 @@ from hybridkv.managers.points import Hold
 class ReleaseRun(NamedTuple):
     """Blocks to release, in order: ``evict_first`` (no kept point needs
     them) or with the ``value`` of their hit unit (None: the free set's
-    default rank)."""
+    default rank). ``held``: every block has ref count 1 (only the freed
+    request holds it), so each becomes free (``BlockPool.free_held_blocks``)."""
 
     blocks: Sequence[KVCacheBlock]
     evict_first: bool = False
     value: float | None = None
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

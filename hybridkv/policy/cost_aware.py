@@ -113,10 +113,10 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                 keyed.append(b)
         else:  # the common case: every block keyed
             keyed = blocks
-            for b in blocks:
-                clock += 1
+            for tick, b in enumerate(blocks, clock + 1):
                 b.free_class = cls
-                b.evict_key = clock / span + bonus
+                b.evict_key = tick / span + bonus
+            clock += len(blocks)
         q.extend(keyed)
         self.clock = clock
         self._free += len(blocks)

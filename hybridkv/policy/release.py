@@ -10,27 +10,32 @@
   policy that ranks by value, each run of one unit and kind is released with
   what the unit saves per page (``UnitValues``).
 
-This is the hot path of a freed request (thousands of blocks), so the
-placement is per span, not per block: a span of blocks only this request
-holds is placed with C-level ``zip`` / ``extend``, and each entry carries one
-integer sort key (unit rank, then end position) so the release order is a
-single sort. The result is exactly the block-by-block rule above
-(``tests/test_hybrid_release.py`` checks it against that form).
+The unit of a block is the smallest point at or past its end, so a deeper
+block never has a smaller unit: "largest unit, then deepest" is the end
+position, descending, then the group (entries no point covers, *beyond*,
+first). A freed request is thousands of blocks, so nothing here is per
+block in Python: each group's table is cut into *pieces*, index ranges of one
+unit and kind held by this request alone (a few per kept point), and the
+groups' pieces are interleaved by end position with C-level slices and
+``zip``. The result is exactly the block-by-block rule above
+(``tests/test_hybrid_release.py`` checks it against that form)::
+
+    group 0 (full)    ........[ P1 ][   E   ]      pieces: index ranges
+    group 1 (window)  ..........[P1][   E   ]      of one unit and kind
+    release order:    E's blocks from the end, group 0 then 1 at each
+                      index (one zip of reversed slices), then P1's
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from itertools import chain, filterfalse, groupby, repeat
-from operator import attrgetter, itemgetter
+from collections.abc import Callable, Sequence
+from itertools import chain, filterfalse, groupby, pairwise, repeat
+from operator import attrgetter
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.policy.base import ReleaseRun
 from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues
-
-#: Bits of an entry's sort key below its unit's rank: the end position.
-_POS_BITS = 40
 
 _ref_cnt = attrgetter("ref_cnt")
 _hash = attrgetter("block_hash")
@@ -38,9 +43,14 @@ _is_null = attrgetter("is_null")
 _is_one = (1).__eq__
 #: ``bytes.translate`` table: byte 1 stays 1, every other byte becomes 0.
 _ONE_ONLY = bytes(i == 1 for i in range(256))
-_key = itemgetter(0)
-_block = itemgetter(2)
-_unit_kind = itemgetter(3)
+
+#: Table indices ``[lo, hi)`` of one unit and kind (0: full attention, 1: a
+#: block other points may need, 2: a tail point's own state).
+Piece = tuple[int, int, int, int]
+#: Index ranges ``[lo, hi)`` and the value they are released with.
+Span = tuple[int, int, "float | None"]
+#: One group's side of an interleave: blocks by table index, block size, spans.
+Lane = tuple[list[KVCacheBlock], int, list[Span]]
 
 
 def release_hybrid(
@@ -58,62 +68,105 @@ def release_hybrid(
     end's needed range (only lower tail points need them). ``factor``
     multiplies every unit's value (a returning request's, ``returning``).
     ``ranks_by_value``: the free set ranks by value (else no values are computed)."""
-    end, top = points.end, points.top
-    place = _Placer(points.points)
+    shared: list[KVCacheBlock] = []
+    dead: list[KVCacheBlock] = []
+    #: Per group: its blocks by table index, block size, pieces of a point,
+    #: pieces beyond every point (hashless blocks: kind 1, no value).
+    groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]] = []
     for gid, (m, st) in enumerate(zip(managers, states, strict=True)):
         bs = m.block_size
         full = not m.has_skips
         first = None if full else m.first_needed_block
         if point_local[gid]:
-            own_below = m.first_needed_block(end)
+            own_below = m.first_needed_block(points.end)
         else:
-            own_below = m.first_needed_block(top) if points.align else 0  # full: unused
-        place.group(gid, bs, full, own_below)
-        place.spans(st.blocks, points.spans(first, bs, st.num_skipped, len(st.blocks)))
-        if st.retained:  # skipped blocks a kept point holds: few
-            unit_of = points.unit_of(first, bs)
-            units = [unit_of(i) for i, _ in st.retained]
-            for unit, same in groupby(zip(units, st.retained, strict=True), itemgetter(0)):
-                place(map(itemgetter(1), same), unit)
-    runs = [ReleaseRun(place.shared), ReleaseRun(place.dead, True)]
-    entries = place.entries
-    # Entries came group by group, so a stable sort on the key alone (reverse
-    # keeps equal keys in order) leaves equal positions in group order.
-    entries.sort(key=_key, reverse=True)
-    if not ranks_by_value:  # recency only: one release, in unit order
-        runs.append(ReleaseRun(list(map(_block, entries))))
-        return runs
-    full_units: dict[int, int] = {}
-    extra_pages: dict[int, int] = {}
-    for (unit, kind), n in zip(place.unit_kinds, place.counts, strict=True):
-        if unit != BEYOND:
-            pages = extra_pages if kind else full_units
-            pages[unit] = pages.get(unit, 0) + n
-    values = UnitValues(points, full_units, extra_pages)
-    value_of = [
-        None
-        if unit == BEYOND
-        else values.of_full(unit)
-        if kind == 0
-        else values.of_other(unit, kind == 1)
-        for unit, kind in place.unit_kinds
+            own_below = m.first_needed_block(points.top) if points.align else 0  # full: unused
+        blocks = st.blocks
+        within: list[Piece] = []
+        beyond: list[Piece] = []
+        spans = points.spans(first, bs, st.num_skipped, len(blocks))
+        if spans:
+            held = _held_runs(blocks, spans[0][0], spans[-1][1], shared)
+            _cut(blocks, spans, held, full, own_below, within, beyond, dead)
+        if st.retained:  # skipped blocks a kept point holds: few, below the table
+            blocks = _with_retained(
+                st, points.unit_of(first, bs), full, own_below, within, beyond, shared, dead
+            )
+        groups.append((blocks, bs, within, beyond))
+    runs = [ReleaseRun(shared), ReleaseRun(dead, True, held=True)]
+    # Hashless blocks beyond every point go first, with no value.
+    beyond_lanes: list[Lane] = [
+        (b, bs, [(lo, hi, None) for lo, hi, _, _ in out]) for b, bs, _, out in groups if out
     ]
-    if factor != 1.0:
-        value_of = [None if v is None else v * factor for v in value_of]
-    # Consecutive entries of one (unit, kind) share a value; adjacent runs of
-    # equal value are released together.
+    chunks = _interleave(beyond_lanes) if beyond_lanes else []
+    if not ranks_by_value:  # recency only: one release, in unit order
+        lanes: list[Lane] = [
+            (b, bs, [(lo, hi, None) for lo, hi, _, _ in p]) for b, bs, p, _ in groups
+        ]
+        chunks += _interleave(lanes)
+        runs.append(ReleaseRun(list(chain.from_iterable(b for b, _ in chunks)), held=True))
+        return runs
+    chunks += _interleave(_valued(points, groups, factor))
     run: list[KVCacheBlock] = []
     run_value: float | None = None
-    for uk, group in groupby(entries, _unit_kind):
-        v = value_of[uk]
+    for blocks, v in chunks:
         if v != run_value and run:
-            runs.append(ReleaseRun(run, False, run_value))
+            runs.append(ReleaseRun(run, False, run_value, True))
             run = []
         run_value = v
-        run.extend(map(_block, group))
+        run += blocks
     if run:
-        runs.append(ReleaseRun(run, False, run_value))
+        runs.append(ReleaseRun(run, False, run_value, True))
     return runs
+
+
+def _with_retained(
+    st: RequestBlockState,
+    unit_of: Callable[[int], int],
+    full: bool,
+    own_below: int,
+    within: list[Piece],
+    beyond: list[Piece],
+    shared: list[KVCacheBlock],
+    dead: list[KVCacheBlock],
+) -> list[KVCacheBlock]:
+    """Place the blocks ``st`` retains (skipped blocks a kept point holds, in
+    any order, all below the table's held entries): shared, dead (in their
+    order) or pieces, put in front of ``within`` / ``beyond``. Returns the
+    table with each retained block at its index."""
+    blocks = list(st.blocks)
+    own: list[Piece] = []
+    for i, b in st.retained:
+        if b.is_null:
+            continue
+        if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
+            shared.append(b)
+            continue
+        unit = unit_of(i)
+        if unit == BEYOND and b.block_hash is not None:
+            dead.append(b)  # no kept point's hit needs it
+            continue
+        kind = 1 if unit == BEYOND else 0 if full else 2 if i < own_below else 1
+        own.append((i, i + 1, unit, kind))
+        blocks[i] = b
+    ret_within: list[Piece] = []
+    ret_beyond: list[Piece] = []
+    for lo, hi, unit, kind in sorted(own):
+        _add(ret_beyond if unit == BEYOND else ret_within, lo, hi, unit, kind)
+    within[:0] = ret_within
+    beyond[:0] = ret_beyond
+    return blocks
+
+
+def _add(pieces: list[Piece], lo: int, hi: int, unit: int, kind: int) -> None:
+    """Append ``[lo, hi)`` of ``(unit, kind)``, joined to the last piece where
+    it continues it."""
+    if pieces:
+        a, z, u, k = pieces[-1]
+        if z == lo and u == unit and k == kind:
+            pieces[-1] = (a, hi, unit, kind)
+            return
+    pieces.append((lo, hi, unit, kind))
 
 
 def _ones(refs: list[int]) -> bytes:
@@ -125,191 +178,215 @@ def _ones(refs: list[int]) -> bytes:
         return bytes(map(_is_one, refs))
 
 
-class _Placer:
-    """Sorts a freed request's blocks, group by group (``release_hybrid``).
+def _held_runs(
+    blocks: list[KVCacheBlock], start: int, stop: int, shared: list[KVCacheBlock]
+) -> list[tuple[int, int]]:
+    """The ascending index ranges of ``blocks[start:stop]`` that only this
+    request holds (ref count 1); the others, not null, go to ``shared``
+    (a ref count of 0 in a table is the null block's)."""
+    seg = blocks[start:stop]
+    refs = list(map(_ref_cnt, seg))
+    n = len(refs)
+    ones = refs.count(1)
+    if ones == n:  # the usual tail of a table
+        return [(start, stop)]
+    if not ones:
+        shared += filterfalse(_is_null, seg) if 0 in refs else seg
+        return []
+    k = refs.index(1)
+    if ones == n - k:  # others, then only ones
+        shared += filterfalse(_is_null, seg[:k]) if 0 in refs else seg[:k]
+        return [(start + k, stop)]
+    return _walk_runs(seg, refs, start, shared)
 
-    ``entries`` holds ``(key, group, block, unit kind id)``: ``key`` is the
-    unit's rank among the points (``BEYOND`` last) shifted above the block's
-    end position; the id indexes ``unit_kinds`` ``(unit, kind)``, whose
-    entries ``counts`` counts. Kind 0 is full attention, 1 a block other
-    points may need (or no point), 2 a tail point's own state (a block before
-    ``own_below``).
-    """
 
-    __slots__ = (
-        "bs",
-        "counts",
-        "dead",
-        "entries",
-        "full",
-        "gid",
-        "own_below",
-        "rank",
-        "shared",
-        "unit_kind_id",
-        "unit_kinds",
-    )
+def _walk_runs(
+    seg: list[KVCacheBlock], refs: list[int], start: int, shared: list[KVCacheBlock]
+) -> list[tuple[int, int]]:
+    """``_held_runs`` of ``seg`` (table entries from ``start``; ``refs``: their
+    ref counts) by a walk over its runs of ones and others."""
+    mask = _ones(refs)
+    n = len(refs)
+    runs = []
+    i = 0
+    while i < n:
+        j = mask.find(1, i)
+        if j < 0:
+            j = n
+        if j > i:
+            shared += filterfalse(_is_null, seg[i:j])
+        if j == n:
+            break
+        k = mask.find(0, j)
+        if k < 0:
+            k = n
+        runs.append((start + j, start + k))
+        i = k
+    return runs
 
-    def __init__(self, points: Sequence[int]) -> None:
-        self.rank = {p: r for r, p in enumerate(points)}
-        self.rank[BEYOND] = len(points)
-        self.shared: list[KVCacheBlock] = []
-        self.dead: list[KVCacheBlock] = []
-        self.entries: list[tuple[int, int, KVCacheBlock, int]] = []
-        self.unit_kinds: list[tuple[int, int]] = []
-        self.unit_kind_id: dict[tuple[int, int], int] = {}
-        self.counts: list[int] = []
-        self.group(0, 1, True, 0)
 
-    def group(self, gid: int, bs: int, full: bool, own_below: int) -> None:
-        """Place the next group's blocks (groups in ascending order)."""
-        self.gid, self.bs, self.full, self.own_below = gid, bs, full, own_below
+def _cut(
+    blocks: list[KVCacheBlock],
+    spans: list[tuple[int, int, int]],
+    held: list[tuple[int, int]],
+    full: bool,
+    own_below: int,
+    within: list[Piece],
+    beyond: list[Piece],
+    dead: list[KVCacheBlock],
+) -> None:
+    """The held ranges cut by the points' spans (``FinalPoints.spans``) into
+    pieces (``within``, ascending), or, beyond every point, into ``dead``
+    (cached: evict-first) and ``beyond`` (hashless)."""
+    k = 0
+    nspans = len(spans)
+    add = within.append  # spans of one held range have distinct units: nothing to join
+    for a, z in held:
+        while k < nspans and spans[k][1] <= a:
+            k += 1
+        j = k
+        while j < nspans:
+            lo, hi, unit = spans[j]
+            if lo >= z:
+                break
+            if lo < a:
+                lo = a
+            if hi > z:
+                hi = z
+            if unit == BEYOND:
+                seg = blocks[lo:hi]
+                if None not in map(_hash, seg):
+                    dead += seg  # no kept point's hit needs them
+                else:
+                    for i, b in enumerate(seg, lo):
+                        if b.block_hash is not None:
+                            dead.append(b)
+                        else:
+                            _add(beyond, i, i + 1, unit, 1)
+            elif full:
+                add((lo, hi, unit, 0))
+            elif own_below <= lo:
+                add((lo, hi, unit, 1))
+            elif own_below >= hi:
+                add((lo, hi, unit, 2))
+            else:  # kind 2 below ``own_below``, 1 from it
+                add((lo, own_below, unit, 2))
+                add((own_below, hi, unit, 1))
+            j += 1
 
-    def _id(self, unit: int, kind: int) -> int:
-        uk = (unit, kind)
-        i = self.unit_kind_id.get(uk)
-        if i is None:
-            i = self.unit_kind_id[uk] = len(self.unit_kinds)
-            self.unit_kinds.append(uk)
-            self.counts.append(0)
-        return i
 
-    def spans(self, blocks: list[KVCacheBlock], spans: list[tuple[int, int, int]]) -> None:
-        """Place the group's table entries by ascending ``(lo, hi, unit)`` spans.
-
-        Spans of a point whose blocks only this request holds are placed in
-        one ``extend`` for the whole group (a tail has a point per block, so
-        most spans are one block long); the others go through ``span``.
-        Within a group the entries' order does not matter (their keys differ).
-        The usual table is blocks others hold too (a shared prefix; null
-        blocks) and then blocks only this request holds: the first part goes
-        to ``shared`` in one pass, and only the spans of the second are placed.
-        """
-        if not spans:
-            return
-        start = spans[0][0]
-        seg = blocks[start : spans[-1][1]]
-        refs = list(map(_ref_cnt, seg))
-        ones = None if refs.count(1) == len(refs) else _ones(refs)
-        held = start  # table entries from here on: ref count 1, or ``ones`` says
-        if ones is not None:
-            k = ones.find(1)
-            if k < 0:
-                k = len(refs)
-            if ones.find(0, k) < 0:  # ref counts != 1, then only 1s
-                # A ref count of 0 in a table is the null block's.
-                self.shared += filterfalse(_is_null, seg[:k]) if 0 in refs else seg[:k]
-                held += k
-                ones = None
-        bs, full, own_below = self.bs, self.full, self.own_below
-        keys: list[range] = []
-        segs: list[list[KVCacheBlock]] = []
-        uks: list[repeat[int]] = []
-        ids, counts = self.unit_kind_id, self.counts
-        for lo, hi, unit in spans:
-            if hi <= held:
-                continue
-            lo = max(lo, held)
-            if ones is not None and ones.find(0, lo - start, hi - start) >= 0:
-                self.span(blocks, lo, hi, unit)
-                continue
-            if unit == BEYOND:  # every block held by this request alone
-                self._held(blocks[lo:hi], lo, unit)
-                continue
-            base = self.rank[unit] << _POS_BITS
-            cut = lo if full else min(max(own_below, lo), hi)  # kind 2 below, 1 from
-            for a, z, kind in ((lo, cut, 2), (cut, hi, 0 if full else 1)):
-                if z > a:
-                    uk = ids.get((unit, kind))
-                    if uk is None:
-                        uk = self._id(unit, kind)
-                    counts[uk] += z - a
-                    keys.append(range(base + (a + 1) * bs, base + (z + 1) * bs, bs))
-                    segs.append(blocks[a:z])
-                    uks.append(repeat(uk, z - a))
-        if keys:
-            self.entries.extend(
-                zip(
-                    chain.from_iterable(keys),
-                    repeat(self.gid),
-                    chain.from_iterable(segs),
-                    chain.from_iterable(uks),
-                )
-            )
-
-    def span(self, blocks: list[KVCacheBlock], lo: int, hi: int, unit: int) -> None:
-        """Place table entries ``[lo, hi)``, whose unit point is ``unit``:
-        runs that only this request holds (ref count 1: none null, none
-        shared) in bulk, and the runs between them (null blocks, skipped;
-        blocks others hold too, shared) in bulk as well."""
-        seg = blocks[lo:hi]
-        refs = list(map(_ref_cnt, seg))
-        if refs.count(1) == len(seg):
-            self._held(seg, lo, unit)
-            return
-        ones = _ones(refs)
-        i, n = 0, len(seg)
-        while i < n:
-            j = ones.find(0, i)
-            if j < 0:
-                j = n
-            if j > i:
-                self._held(seg[i:j], lo + i, unit)
-            if j == n:
-                return
-            k = ones.find(1, j)
-            if k < 0:
-                k = n
-            # Null (ref count 0) or held by others too: shared, whatever the unit.
-            self.shared += filterfalse(_is_null, seg[j:k])
-            i = k
-
-    def _held(self, seg: list[KVCacheBlock], lo: int, unit: int) -> None:
-        """Place ``seg`` (table entries from ``lo``), every block held by this
-        request alone, in bulk."""
-        hi = lo + len(seg)
-        pieces: tuple[tuple[int, int, int], ...]
-        if unit == BEYOND:
-            if None not in map(_hash, seg):
-                self.dead += seg  # no kept point's hit needs them
-                return
-            hashless = list(map(_hash, seg)).count(None)
-            if hashless != len(seg):
-                self(zip(range(lo, hi), seg, strict=True), unit)
-                return
-            pieces = ((lo, hi, 1),)
-        else:
-            cut = lo if self.full else min(max(self.own_below, lo), hi)
-            pieces = ((lo, cut, 2), (cut, hi, 0 if self.full else 1))
-        bs, gid = self.bs, self.gid
-        base = self.rank[unit] << _POS_BITS
-        for a, z, kind in pieces:
-            if z > a:
-                uk = self._id(unit, kind)
-                self.counts[uk] += z - a
-                self.entries.extend(
-                    zip(
-                        range(base + (a + 1) * bs, base + (z + 1) * bs, bs),
-                        repeat(gid),
-                        seg[a - lo : z - lo],
-                        repeat(uk),
-                    )
-                )
-
-    def __call__(self, pairs: Iterable[tuple[int, KVCacheBlock]], unit: int) -> None:
-        """Place ``(index, block)`` pairs whose unit point is ``unit``, one by one."""
-        beyond = unit == BEYOND
-        gid, bs, full, own_below = self.gid, self.bs, self.full, self.own_below
-        base = self.rank[unit] << _POS_BITS
-        for i, b in pairs:
-            if b.is_null:
-                continue
-            if b.ref_cnt > 1:  # others hold it: it stays in use, in no order
-                self.shared.append(b)
-            elif beyond and b.block_hash is not None:
-                self.dead.append(b)  # no kept point's hit needs it
+def _valued(
+    points: FinalPoints,
+    groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]],
+    factor: float,
+) -> list[Lane]:
+    """Each group's pieces of a point as spans with their unit's value
+    (``UnitValues``, times ``factor``), adjacent spans of one value joined."""
+    full_units: dict[int, int] = {}
+    extra_pages: dict[int, int] = {}
+    for _, _, pieces, _ in groups:
+        for lo, hi, unit, kind in pieces:
+            pages = extra_pages if kind else full_units
+            pages[unit] = pages.get(unit, 0) + hi - lo
+    values = UnitValues(points, full_units, extra_pages)
+    known: dict[tuple[int, int], float] = {}
+    lanes: list[Lane] = []
+    for blocks, bs, pieces, _ in groups:
+        spans: list[Span] = []
+        for lo, hi, unit, kind in pieces:
+            v = known.get((unit, kind))
+            if v is None:
+                v = values.of_full(unit) if kind == 0 else values.of_other(unit, kind == 1)
+                assert v is not None, "a unit within the points has a value"
+                if factor != 1.0:
+                    v *= factor
+                known[unit, kind] = v
+            if spans and spans[-1][1] == lo and spans[-1][2] == v:
+                spans[-1] = (spans[-1][0], hi, v)
             else:
-                kind = 1 if beyond else 0 if full else 2 if i < own_below else 1
-                uk = self._id(unit, kind)
-                self.counts[uk] += 1
-                self.entries.append((base + (i + 1) * bs, gid, b, uk))
+                spans.append((lo, hi, v))
+        lanes.append((blocks, bs, spans))
+    return lanes
+
+
+def _interleave(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:
+    """The lanes' spans as ``(blocks, value)`` chunks in release order: end
+    position descending, then group (lane) order.
+
+    With one block size, consecutive lanes with the same spans (groups of one
+    kind: their tables zip at every index) go as one, and the indices are cut
+    where any span starts or ends; each elementary range is one reversed
+    slice, or, where several groups hold it, their reversed slices zipped
+    (one chunk per run of groups of one value at each index). Different block
+    sizes merge by a sort.
+    """
+    live = [lane for lane in lanes if lane[2]]
+    if not live:
+        return []
+    bs = live[0][1]
+    if any(lane[1] != bs for lane in live):
+        return _merge_sorted(live)
+    bundles: list[tuple[list[list[KVCacheBlock]], list[Span]]] = []
+    for blocks, _, spans in live:
+        if bundles and bundles[-1][1] == spans:
+            bundles[-1][0].append(blocks)
+        else:
+            bundles.append(([blocks], spans))
+    out: list[tuple[list[KVCacheBlock], float | None]] = []
+    if len(bundles) == 1:
+        tables, spans = bundles[0]
+        for lo, hi, v in reversed(spans):
+            out.append((_zipped([t[lo:hi][::-1] for t in tables]), v))
+        return out
+    bounds = sorted({x for _, spans in bundles for lo, hi, _ in spans for x in (lo, hi)})
+    ptrs = [len(spans) - 1 for _, spans in bundles]
+    y = bounds.pop()
+    while bounds:  # the elementary range [x, y), from the top
+        x = bounds.pop()
+        cover: list[list[KVCacheBlock]] = []
+        vals: list[float | None] = []
+        for g, (tables, spans) in enumerate(bundles):
+            k = ptrs[g]
+            while k >= 0 and spans[k][0] >= y:
+                k -= 1
+            ptrs[g] = k
+            if k >= 0 and spans[k][1] >= y:  # starts at or below x: covers [x, y)
+                v = spans[k][2]
+                for t in tables:
+                    cover.append(t[x:y][::-1])
+                    vals.append(v)
+        if cover:
+            if vals.count(vals[0]) == len(vals):
+                out.append((_zipped(cover), vals[0]))
+            else:  # groups of different values at each index: one chunk per run of equal ones
+                cuts = [0, *(i for i in range(1, len(vals)) if vals[i] != vals[i - 1]), len(vals)]
+                parts = [(a, z, vals[a]) for a, z in pairwise(cuts)]
+                for row in zip(*cover, strict=True):
+                    for a, z, v in parts:
+                        out.append((list(row[a:z]), v))
+        y = x
+    return out
+
+
+def _zipped(slices: list[list[KVCacheBlock]]) -> list[KVCacheBlock]:
+    """Equal-length slices interleaved: the first of each, then the second..."""
+    if len(slices) == 1:
+        return slices[0]
+    return list(chain.from_iterable(zip(*slices, strict=True)))
+
+
+def _merge_sorted(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:
+    """``_interleave`` for lanes of different block sizes: every block's end
+    position keyed (then its lane), one sort."""
+    keys: list[int] = []
+    blocks: list[KVCacheBlock] = []
+    values: list[float | None] = []
+    n = len(lanes)
+    for g, (table, bs, spans) in enumerate(lanes):
+        for lo, hi, v in spans:
+            # key = end position x n + (n - 1 - lane): descending is deepest first, then lane order
+            keys += range((lo + 1) * bs * n + n - 1 - g, (hi + 1) * bs * n, bs * n)
+            blocks += table[lo:hi]
+            values += repeat(v, hi - lo)
+    order = sorted(range(len(keys)), key=keys.__getitem__, reverse=True)
+    return [([blocks[i] for i in same], v) for v, same in groupby(order, values.__getitem__)]

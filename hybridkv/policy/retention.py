@@ -248,14 +248,18 @@ class FinalPoints:
         out: list[tuple[int, int, int]] = []
         lo = start
         for p in self.points:
-            hi = min(p // bs, stop)
+            hi = p // bs
+            if hi > stop:
+                hi = stop
             if hi <= lo:
                 continue
             if first_needed_block is not None:
                 first = first_needed_block(p)
                 if first > lo:
-                    out.append((lo, min(first, hi), BEYOND))
-                    lo = min(first, hi)
+                    if first > hi:
+                        first = hi
+                    out.append((lo, first, BEYOND))
+                    lo = first
             if hi > lo:
                 out.append((lo, hi, p))
             lo = hi
