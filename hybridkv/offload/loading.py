@@ -35,6 +35,7 @@ from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.unit_batches import load_units
 from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
 
 
@@ -172,23 +173,22 @@ class Loads:
     def _start_loads(
         self, wanted: list[tuple[int, int, bytes]], blocks: list[KVCacheBlock]
     ) -> list[_Load]:
-        host_items: list[tuple[UnitKey, list[Any] | None]] = []
+        host_items: list[tuple[UnitKey, int]] = []
         disk_items: list[tuple[UnitKey, list[Any] | None]] = []
         where: list[tuple[bool, int]] = []
-        on_cpu = True
+        on_cpu = self.block_bytes.has_rows
         for (gid, _, h), b in zip(wanted, blocks, strict=True):
             key = UnitKey(h, gid)
-            parts = self.block_bytes.parts(gid, b.block_id)
-            on_cpu = parts[0].device.type == "cpu"
             if self.host.contains(key):
                 where.append((False, len(host_items)))
-                host_items.append((key, parts))
+                host_items.append((key, b.block_id))
             elif self.disk is not None and self.disk.contains(key):
+                parts = self.block_bytes.parts(gid, b.block_id)
                 where.append((True, len(disk_items)))
                 disk_items.append((key, [p.numpy() for p in parts] if on_cpu else None))
             else:
                 where.append((False, -1))
-        host_t = self.host.load_many(host_items) if host_items else []
+        host_t = load_units(self.host, self.block_bytes, host_items) if host_items else []
         disk_t = self.disk.load_many(disk_items) if disk_items and self.disk is not None else []
         loads = []
         for (gid, i, h), b, (disk, k) in zip(wanted, blocks, where, strict=True):

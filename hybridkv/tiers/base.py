@@ -70,6 +70,19 @@ class TierStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(slots=True)
+class CopyStats:
+    """Row-batch copies of one tier: bytes, and wall seconds from each batch's call
+    to its copies landing (thread hand-off and bookkeeping included)."""
+
+    load_batches: int = 0
+    load_bytes: int = 0
+    load_seconds: float = 0.0
+    store_batches: int = 0
+    store_bytes: int = 0
+    store_seconds: float = 0.0
+
+
 #: A unit's parts: bytes-like objects (``HostTier`` with ``TorchHostMemory``: tensors).
 Parts = Sequence[Any]
 

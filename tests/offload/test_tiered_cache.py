@@ -27,10 +27,12 @@ from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
 from hybridkv.tiers.copier import ThreadCopier
-from hybridkv.tiers.torch_memory import TorchHostMemory
+from hybridkv.tiers.memory import HostMemory
 from hybridkv.tiers.transfer import Completion
 
 MAX_LEN = 64
+#: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
+MakeMemory = Callable[[BlockBytes, int], HostMemory]
 
 
 class GatedCopier:
@@ -59,7 +61,7 @@ class GatedCopier:
 
 
 def _setup(
-    name: str, host_bytes: int = 1 << 24, disk: Path | None = None
+    name: str, make: MakeMemory, host_bytes: int = 1 << 24, disk: Path | None = None
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
     config = plan_kv_cache(
         shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
@@ -68,9 +70,10 @@ def _setup(
     buffers = allocate_kv_cache(config)
     copier = GatedCopier()
     fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
-    host = HostTier(fingerprint, host_bytes, TorchHostMemory("cpu"), copier=copier)
+    block_bytes = BlockBytes(config, buffers)
+    host = HostTier(fingerprint, host_bytes, make(block_bytes, host_bytes), copier=copier)
     lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
-    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host, lower), copier
+    return kv, buffers, TieredCache(kv, block_bytes, host, lower), copier
 
 
 def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
@@ -113,8 +116,10 @@ def _check(kv: KVCacheManager, tiers: TieredCache) -> None:
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-jamba", "tiny-llama4"])
-def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> None:
-    kv, buffers, tiers, copier = _setup(name)
+def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(
+    name: str, host_memory: MakeMemory
+) -> None:
+    kv, buffers, tiers, copier = _setup(name, host_memory)
     prompt = toks(MAX_LEN - 8)
     want = _compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
@@ -140,8 +145,10 @@ def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> N
     tiers.close()
 
 
-def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
-    kv, buffers, tiers, copier = _setup("tiny-gemma3")
+def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads(
+    host_memory: MakeMemory,
+) -> None:
+    kv, buffers, tiers, copier = _setup("tiny-gemma3", host_memory)
     prompt = toks(MAX_LEN - 8)
     _compute(kv, tiers, Request("a", prompt))
     _evict_and_wipe(kv, buffers)
@@ -166,12 +173,14 @@ def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
     tiers.close()
 
 
-def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(tmp_path: Path) -> None:
-    _, _, probe, _ = _setup("tiny-gemma3")
+def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(
+    tmp_path: Path, host_memory: MakeMemory
+) -> None:
+    _, _, probe, _ = _setup("tiny-gemma3", host_memory)
     unit = max(probe.block_bytes.unit_bytes)
     probe.close()
     # Room for 3 units: the demotion batch overflows to disk, and later ones evict to it.
-    kv, buffers, tiers, _ = _setup("tiny-gemma3", host_bytes=3 * unit, disk=tmp_path)
+    kv, buffers, tiers, _ = _setup("tiny-gemma3", host_memory, host_bytes=3 * unit, disk=tmp_path)
     prompt = toks(MAX_LEN - 8)
     want = _compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
