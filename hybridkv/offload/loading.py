@@ -60,6 +60,18 @@ class _Staged:
     started: float  # when the first copy was asked for
 
 
+def _runs(loads: list[_Load]) -> Iterator[list[_Load]]:
+    """``loads`` split into runs of consecutive blocks of one group, in order."""
+    run: list[_Load] = []
+    for ld in loads:
+        if run and (ld.group_id != run[-1].group_id or ld.position != run[-1].position + 1):
+            yield run
+            run = []
+        run.append(ld)
+    if run:
+        yield run
+
+
 class Loads:
     """The load side of a ``TieredCache`` (module docstring)."""
 
@@ -201,6 +213,7 @@ class Loads:
         tokens = request.live_token_ids
         failed = 0
         pool = self.pool
+        landed: list[_Load] = []
         for ld in staged.loads:
             ok = ld.transfer is not None and ld.transfer.wait()
             if ok and ld.disk and ld.transfer is not None and ld.transfer.result is not None:
@@ -208,22 +221,26 @@ class Loads:
             if not ok:
                 failed += 1
                 continue
-            bs = self.managers[ld.group_id].block_size
-            i = ld.position
-            new = pool.cache_run(
-                [ld.block], [ld.block_hash], ld.group_id, tokens[i * bs : (i + 1) * bs], bs, 0, 1
-            )
-            if new and pool.enable_kv_cache_events:
-                parent = self.managers[ld.group_id].group_hashes(request.live_block_hashes)
-                pool.record_stored(
-                    [ld.block_hash],
-                    parent[i - 1] if i else None,
-                    tokens[i * bs : (i + 1) * bs],
-                    bs,
-                    request.lora_name,
-                    ld.group_id,
-                )
+            landed.append(ld)
             self.stats.count_load(ld.disk, self.block_bytes.unit_bytes[ld.group_id])
+        for run in _runs(landed):  # consecutive blocks of one group: one cache_run each
+            gid, first, n = run[0].group_id, run[0].position, len(run)
+            bs = self.managers[gid].block_size
+            hashes = [ld.block_hash for ld in run]
+            run_tokens = tokens[first * bs : (first + n) * bs]
+            new = pool.cache_run([ld.block for ld in run], hashes, gid, run_tokens, bs, 0, n)
+            if new and pool.enable_kv_cache_events:
+                parent = self.managers[gid].group_hashes(request.live_block_hashes)
+                for k in new:
+                    i = first + k
+                    pool.record_stored(
+                        [hashes[k]],
+                        parent[i - 1] if i else None,
+                        tokens[i * bs : (i + 1) * bs],
+                        bs,
+                        request.lora_name,
+                        gid,
+                    )
         self.stats.load_seconds.append(time.perf_counter() - staged.started)
         if failed:
             self.stats.load_failures += failed

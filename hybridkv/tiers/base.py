@@ -72,14 +72,18 @@ class TierStats:
 
 @dataclass(slots=True)
 class CopyStats:
-    """Row-batch copies of one tier: bytes, and wall seconds from each batch's call
-    to its copies landing (thread hand-off and bookkeeping included)."""
+    """Row-batch copies of one tier (``HostTier.store_rows`` / ``load_rows``): batches
+    (one per group), bytes, calls, and the wall seconds from each call to the
+    landing of its last copy (ledger work and the thread hand-off included; a
+    call that failed is not timed)."""
 
     load_batches: int = 0
     load_bytes: int = 0
+    load_calls: int = 0
     load_seconds: float = 0.0
     store_batches: int = 0
     store_bytes: int = 0
+    store_calls: int = 0
     store_seconds: float = 0.0
 
 

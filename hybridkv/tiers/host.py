@@ -44,6 +44,16 @@ RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
 Skip = tuple[int, BaseException]
 
 
+class _Clock:
+    """When a ``store_rows`` / ``load_rows`` call began, and its transfers not settled."""
+
+    __slots__ = ("remaining", "started")
+
+    def __init__(self, transfers: int) -> None:
+        self.started = time.perf_counter()
+        self.remaining = transfers
+
+
 class HostTier(LedgerTier):
     """Hit units in host memory (module docstring)."""
 
@@ -138,7 +148,7 @@ class HostTier(LedgerTier):
         for _, rows, _ in batches:
             slab.check_sizes(rows.sizes)
         nbytes = slab.slot_bytes
-        started = time.perf_counter()
+        clock = _Clock(len(batches))
         out: list[tuple[Transfer, list[Skip]]] = []
         with self._lock:
             ledger, entries, pool = self._ledger, self._entries, self._pool
@@ -168,9 +178,10 @@ class HostTier(LedgerTier):
                             slots.append(slot)
                         if not fresh:
                             out.append((Transfer(None, "store", Completed(), keys=()), skipped))
+                            clock.remaining -= 1
                             continue
                         completion = slab.store_rows(slots, rows.subset(keep), self._copier)
-                        settle = self._row_settler(True, sum(sizes) * len(fresh), started)
+                        settle = self._row_settler(True, sum(sizes) * len(fresh), clock)
                         transfer = Transfer(fresh[0], "store", completion, settle, tuple(fresh))
                         out.append((transfer, skipped))
             except BaseException:  # nothing of the job ran: undo the reservations
@@ -187,7 +198,7 @@ class HostTier(LedgerTier):
         may evict them meanwhile."""
         self._check_open()
         slab = self._slab()
-        started = time.perf_counter()
+        clock = _Clock(len(batches))
         with self._lock:
             ledger, entries = self._ledger, self._entries
             for keys, rows in batches:
@@ -201,10 +212,11 @@ class HostTier(LedgerTier):
                 for keys, rows in batches:
                     if not keys:
                         out.append(Transfer(None, "load", Completed(), keys=()))
+                        clock.remaining -= 1
                         continue
                     slots = [entries[key][0] for key in keys]
                     completion = slab.load_rows(slots, rows, self._copier)
-                    settle = self._row_settler(False, sum(rows.sizes) * len(keys), started)
+                    settle = self._row_settler(False, sum(rows.sizes) * len(keys), clock)
                     out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
             for transfer in out:
                 for key in transfer.keys:
@@ -212,15 +224,16 @@ class HostTier(LedgerTier):
                     ledger.touch(key)
             return [self._started(t) for t in out]
 
-    def _row_settler(self, store: bool, nbytes: int, started: float) -> Callable[[Transfer], None]:
+    def _row_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:
         def settle(transfer: Transfer) -> None:
-            self._settle_rows(transfer, store, nbytes, started)
+            self._settle_rows(transfer, store, nbytes, clock)
 
         return settle
 
-    def _settle_rows(self, transfer: Transfer, store: bool, nbytes: int, started: float) -> None:
-        seconds = time.perf_counter() - started
+    def _settle_rows(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
         with self._lock:
+            clock.remaining -= 1
+            seconds = time.perf_counter() - clock.started if not clock.remaining else 0.0
             self._in_flight.discard(transfer)
             ledger, n, ok = self._ledger, len(transfer.keys), transfer.error is None
             for key in transfer.keys:
@@ -237,11 +250,13 @@ class HostTier(LedgerTier):
                 copies.store_batches += 1
                 copies.store_bytes += nbytes
                 copies.store_seconds += seconds
+                copies.store_calls += not clock.remaining
             elif ok:
                 self.stats.loads += n
                 copies.load_batches += 1
                 copies.load_bytes += nbytes
                 copies.load_seconds += seconds
+                copies.load_calls += not clock.remaining
             elif store:
                 self.stats.store_failures += n
             else:
