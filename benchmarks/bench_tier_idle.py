@@ -32,7 +32,7 @@ from hybridkv.layouts import shipped_layout
 from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 from hybridkv.tiers import HostTier, ModelFingerprint, UnitKey
-from hybridkv.tiers.torch_memory import TorchHostMemory
+from hybridkv.tiers.slab_memory import SlabMemory
 
 OUT = Path(__file__).resolve().parent / "results" / "tier-idle.md"
 MAX_LEN = 16384
@@ -52,8 +52,8 @@ def replay(
     tiers = None
     if tier:
         fp = ModelFingerprint.from_kv_cache_config(config, "bench")
-        host = HostTier(fp, 1 << 30, TorchHostMemory("cpu"))
         block_bytes = BlockBytes(config, allocate_kv_cache(config))
+        host = HostTier(fp, 1 << 30, SlabMemory(block_bytes.widths, 1 << 30))  # as the engine's
         tiers = TieredCache(kv, block_bytes, host)
         groups = len(config.kv_cache_groups)
         items = [

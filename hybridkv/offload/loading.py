@@ -35,6 +35,7 @@ from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.tier_lookup import tiers_may_hold
 from hybridkv.offload.unit_batches import load_units
 from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
 
@@ -140,6 +141,8 @@ class Loads:
         request.bind_hasher(self.manager.hasher)
         hashes = request.live_block_hashes
         limit = request.num_tokens - 1
+        if not tiers_may_hold(self.managers, (self.host, self.disk), hashes, limit):
+            return None  # no tier holds a block of it: its hit is the device's own
         total = tiered_hit_length(self.managers, hashes, limit, self.present)
         if total == 0:
             return None

@@ -31,6 +31,7 @@ from hybridkv.tiers.base import (
 )
 from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
+from hybridkv.tiers.key_index import KeyIndex
 from hybridkv.tiers.ledger import EntryLedger, Ranking
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
@@ -63,7 +64,7 @@ class LedgerTier(TierStore):
     ) -> None:
         self.fingerprint = fingerprint
         self.stats = TierStats()
-        self._ledger = EntryLedger(budget_bytes, ranking)
+        self._ledger = EntryLedger(budget_bytes, ranking, KeyIndex())
         self._copier = BatchCopier(copier)
         self._lock = threading.RLock()
         self._in_flight: set[Transfer] = set()
@@ -115,6 +116,15 @@ class LedgerTier(TierStore):
     def contains(self, key: UnitKey) -> bool:
         with self._lock:
             return self._ledger.is_committed(key)
+
+    def holds_any(self, group_id: int, hashes: Sequence[bytes]) -> bool:
+        """True when the tier has an entry (held or in flight) for some
+        ``UnitKey(h, group_id)`` of ``hashes``: one set operation, no per-key call.
+        False means ``contains`` is False for every one of them."""
+        index = self._ledger.index
+        assert index is not None
+        with self._lock:
+            return index.holds_any(group_id, hashes)
 
     def keys(self) -> list[UnitKey]:
         with self._lock:
