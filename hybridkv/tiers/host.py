@@ -202,11 +202,13 @@ class HostTier(LedgerTier):
         with self._lock:
             ledger, entries = self._ledger, self._entries
             for keys, rows in batches:
+                sizes = rows.sizes
                 for key in keys:
-                    if not ledger.is_committed(key):
+                    entry = entries.get(key)
+                    if entry is None or not ledger.is_committed(key):
                         raise KeyError(f"load_rows of {key!r}: the {self.medium} tier lacks it")
-                    if entries[key][1] != rows.sizes:
-                        raise ValueError(f"{key!r}: parts of {entries[key][1]}, rows {rows.sizes}")
+                    if entry[1] != sizes:
+                        raise ValueError(f"{key!r}: parts of {entry[1]}, rows {sizes}")
             out: list[Transfer] = []
             with self._copier.collect():
                 for keys, rows in batches:
@@ -218,10 +220,8 @@ class HostTier(LedgerTier):
                     completion = slab.load_rows(slots, rows, self._copier)
                     settle = self._row_settler(False, sum(rows.sizes) * len(keys), clock)
                     out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
-            for transfer in out:
-                for key in transfer.keys:
-                    ledger.pin(key)
-                    ledger.touch(key)
+            for transfer in out:  # (the copies may run meanwhile: the pins are ours)
+                ledger.pin_committed(transfer.keys)
             return [self._started(t) for t in out]
 
     def _row_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:
@@ -236,14 +236,15 @@ class HostTier(LedgerTier):
             seconds = time.perf_counter() - clock.started if not clock.remaining else 0.0
             self._in_flight.discard(transfer)
             ledger, n, ok = self._ledger, len(transfer.keys), transfer.error is None
-            for key in transfer.keys:
-                if not store:
-                    ledger.unpin(key)
-                elif ok:
-                    ledger.commit(key)
-                else:
-                    ledger.remove(key)
-                    self._drop(key)
+            if not store:
+                ledger.unpin_many(transfer.keys)
+            else:
+                for key in transfer.keys:
+                    if ok:
+                        ledger.commit(key)
+                    else:
+                        ledger.remove(key)
+                        self._drop(key)
             copies = self.copies
             if store and ok:
                 self.stats.stores += n

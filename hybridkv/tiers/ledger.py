@@ -16,7 +16,7 @@ store (``TierStore.store(..., value=...)``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hybridkv.tiers.key_index import KeyIndex
@@ -143,6 +143,33 @@ class EntryLedger:
         if entry.pins <= (0 if entry.committed else 1):
             raise ValueError(f"unpin of {key!r}, which no pin() holds")
         entry.pins -= 1
+
+    def pin_committed(self, keys: Sequence[Hashable]) -> None:
+        """``pin`` and ``touch`` each of ``keys``, all committed (``KeyError`` naming
+        the first that is not, before anything changes)."""
+        entries = self._entries
+        found = [entries.get(k) for k in keys]
+        for k, e in zip(keys, found, strict=True):
+            if e is None or not e.committed:
+                raise KeyError(k)
+        move = entries.move_to_end
+        tick = self._tick
+        for e in found:
+            assert e is not None
+            e.pins += 1
+            tick += 1
+            e.last_used = tick
+            move(e.key)
+        self._tick = tick
+
+    def unpin_many(self, keys: Iterable[Hashable]) -> None:
+        """``unpin`` each of ``keys`` (pinned by ``pin_committed``)."""
+        entries = self._entries
+        for k in keys:
+            entry = entries[k]
+            if entry.pins <= (0 if entry.committed else 1):
+                raise ValueError(f"unpin of {k!r}, which no pin() holds")
+            entry.pins -= 1
 
     def touch(self, key: Hashable) -> None:
         self._tick += 1
