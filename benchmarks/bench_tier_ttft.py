@@ -146,22 +146,22 @@ def run(args: Any) -> list[str]:
         host, loads, demoted = [], [], []
         for k in range(1, args.rounds + 1):
             for d in pair:
-                store_before = (copies.store_bytes, copies.store_seconds)
+                store_before = (copies.store.bytes, copies.store.seconds)
                 evict_device(llm)  # untimed: the pool reuses every block, as under pressure
                 demoted.append(
                     (
-                        copies.store_bytes - store_before[0],
-                        copies.store_seconds - store_before[1],
+                        copies.store.bytes - store_before[0],
+                        copies.store.seconds - store_before[1],
                     )
                 )
                 before = (stats.loads_cpu, stats.bytes_loaded, len(stats.load_seconds))
-                tier_before = (copies.load_bytes, copies.load_seconds)
+                tier_before = (copies.load.bytes, copies.load.seconds)
                 host.append(ttft(llm, d + q[k]))
                 loaded, nbytes = stats.loads_cpu - before[0], stats.bytes_loaded - before[1]
                 assert loaded > 0, "not a host-tier hit"
-                copied = copies.load_bytes - tier_before[0]
+                copied = copies.load.bytes - tier_before[0]
                 assert copied == nbytes, "a load that was not a row batch"
-                copy_s = copies.load_seconds - tier_before[1]
+                copy_s = copies.load.seconds - tier_before[1]
                 loads.append((loaded, nbytes, sum(stats.load_seconds[before[2] :]), copy_s))
         llm.close()  # writes the cache to disk
         again = make_llm(args, disk, memory)

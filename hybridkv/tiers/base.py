@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from hybridkv.tiers.fingerprint import ModelFingerprint
@@ -71,20 +71,32 @@ class TierStats:
 
 
 @dataclass(slots=True)
-class CopyStats:
-    """Row-batch copies of one tier (``HostTier.store_rows`` / ``load_rows``): batches
-    (one per group), bytes, calls, and the wall seconds from each call to the
-    landing of its last copy (ledger work and the thread hand-off included; a
-    call that failed is not timed)."""
+class CopyCounts:
+    """Row-batch copies one way: batches (one per group), bytes, calls, and the
+    wall seconds from each call to the landing of its last copy (ledger work
+    and the thread hand-off included; a call whose last batch failed is not
+    timed)."""
 
-    load_batches: int = 0
-    load_bytes: int = 0
-    load_calls: int = 0
-    load_seconds: float = 0.0
-    store_batches: int = 0
-    store_bytes: int = 0
-    store_calls: int = 0
-    store_seconds: float = 0.0
+    batches: int = 0
+    bytes: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+
+    def add(self, nbytes: int, seconds: float | None) -> None:
+        """One batch landed; ``seconds``: its call's time, when it was the last."""
+        self.batches += 1
+        self.bytes += nbytes
+        if seconds is not None:
+            self.calls += 1
+            self.seconds += seconds
+
+
+@dataclass(slots=True)
+class CopyStats:
+    """A host tier's row-batch copies (``HostTier.store_rows`` / ``load_rows``)."""
+
+    load: CopyCounts = field(default_factory=CopyCounts)
+    store: CopyCounts = field(default_factory=CopyCounts)
 
 
 #: A unit's parts: bytes-like objects (``HostTier`` with ``TorchHostMemory``: tensors).

@@ -233,7 +233,7 @@ class HostTier(LedgerTier):
     def _settle_rows(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
         with self._lock:
             clock.remaining -= 1
-            seconds = time.perf_counter() - clock.started if not clock.remaining else 0.0
+            seconds = None if clock.remaining else time.perf_counter() - clock.started
             self._in_flight.discard(transfer)
             ledger, n, ok = self._ledger, len(transfer.keys), transfer.error is None
             if not store:
@@ -245,23 +245,14 @@ class HostTier(LedgerTier):
                     else:
                         ledger.remove(key)
                         self._drop(key)
-            copies = self.copies
-            if store and ok:
-                self.stats.stores += n
-                copies.store_batches += 1
-                copies.store_bytes += nbytes
-                copies.store_seconds += seconds
-                copies.store_calls += not clock.remaining
-            elif ok:
-                self.stats.loads += n
-                copies.load_batches += 1
-                copies.load_bytes += nbytes
-                copies.load_seconds += seconds
-                copies.load_calls += not clock.remaining
-            elif store:
-                self.stats.store_failures += n
+            if ok:
+                (self.copies.store if store else self.copies.load).add(nbytes, seconds)
+            if store:
+                self.stats.stores += n if ok else 0
+                self.stats.store_failures += 0 if ok else n
             else:
-                self.stats.load_failures += n
+                self.stats.loads += n if ok else 0
+                self.stats.load_failures += 0 if ok else n
             if not ok:
                 self._warn_once(
                     f"rows:{type(transfer.error).__name__}",

@@ -50,8 +50,8 @@ def test_a_batch_round_trips_through_one_transfer() -> None:
     assert single is not None and single.wait()
     assert [bytes(p) for p in single.result] == [bytes(a[9]) for a in dev]
     assert t.stats.stores == 3 and t.stats.loads == 3
-    assert (t.copies.store_calls, t.copies.load_calls) == (1, 1)
-    assert t.copies.load_bytes == 2 * sum(WIDTHS)
+    assert (t.copies.store.calls, t.copies.load.calls) == (1, 1)
+    assert t.copies.load.bytes == 2 * sum(WIDTHS)
     t.check_integrity()
     t.close()
 
