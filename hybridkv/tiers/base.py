@@ -75,20 +75,25 @@ class CopyCounts:
     """Row-batch copies one way: batches (one per group), bytes, calls, and the
     wall seconds from each call to the landing of its last copy (ledger work
     and the thread hand-off included; a call whose last batch failed is not
-    timed)."""
+    timed), and the CPU seconds of the same spans."""
 
     batches: int = 0
     bytes: int = 0
     calls: int = 0
     seconds: float = 0.0
+    #: The process's CPU seconds over the same spans (every thread; without the
+    #: waits for a core on a busy machine).
+    cpu_seconds: float = 0.0
 
-    def add(self, nbytes: int, seconds: float | None) -> None:
-        """One batch landed; ``seconds``: its call's time, when it was the last."""
+    def add(self, nbytes: int, seconds: tuple[float, float] | None) -> None:
+        """One batch landed; ``seconds``: its call's (wall, CPU) time, when it
+        was the call's last."""
         self.batches += 1
         self.bytes += nbytes
         if seconds is not None:
             self.calls += 1
-            self.seconds += seconds
+            self.seconds += seconds[0]
+            self.cpu_seconds += seconds[1]
 
 
 @dataclass(slots=True)

@@ -47,11 +47,15 @@ Skip = tuple[int, BaseException]
 class _Clock:
     """When a ``store_rows`` / ``load_rows`` call began, and its transfers not settled."""
 
-    __slots__ = ("remaining", "started")
+    __slots__ = ("cpu", "remaining", "started")
 
     def __init__(self, transfers: int) -> None:
-        self.started = time.perf_counter()
+        self.started, self.cpu = time.perf_counter(), time.process_time()
         self.remaining = transfers
+
+    def elapsed(self) -> tuple[float, float]:
+        """Wall and process CPU seconds since the call."""
+        return time.perf_counter() - self.started, time.process_time() - self.cpu
 
 
 class HostTier(LedgerTier):
@@ -233,7 +237,7 @@ class HostTier(LedgerTier):
     def _settle_rows(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
         with self._lock:
             clock.remaining -= 1
-            seconds = None if clock.remaining else time.perf_counter() - clock.started
+            seconds = None if clock.remaining else clock.elapsed()
             self._in_flight.discard(transfer)
             ledger, n, ok = self._ledger, len(transfer.keys), transfer.error is None
             if not store:
