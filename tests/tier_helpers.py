@@ -77,11 +77,14 @@ def tiered_manager(
     disk: Path | None = None,
     max_len: int = 64,
     memory: HostMemory | None = None,
+    make_memory: Callable[[BlockBytes, int], HostMemory] | None = None,
     order: StreamOrder | None = None,
     device: str = "cpu",
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
     """A manager over shipped layout ``name`` with a host tier (copies held back by
-    the returned ``GatedCopier``) and, with ``disk``, a disk tier under it."""
+    the returned ``GatedCopier``) and, with ``disk``, a disk tier under it. The host
+    tier's memory: ``memory``, else ``make_memory(block_bytes, host_bytes)``, else a
+    ``TorchHostMemory``."""
     config = plan_kv_cache(
         shipped_layout(name), 400_000, max_model_len=max_len, max_num_batched_tokens=max_len
     ).kv_cache_config
@@ -89,10 +92,13 @@ def tiered_manager(
     buffers = allocate_kv_cache(config, torch.device(device))
     copier = GatedCopier()
     fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
-    mem = memory if memory is not None else TorchHostMemory("cpu")
+    block_bytes = BlockBytes(config, buffers)
+    mem = memory
+    if mem is None:
+        mem = make_memory(block_bytes, host_bytes) if make_memory else TorchHostMemory("cpu")
     host = HostTier(fingerprint, host_bytes, mem, copier=copier)
     lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
-    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), host, lower, order), copier
+    return kv, buffers, TieredCache(kv, block_bytes, host, lower, order), copier
 
 
 def fill(kv: KVCacheManager, tiers: TieredCache, r: Request, seed: int = 0) -> dict[Any, bytes]:

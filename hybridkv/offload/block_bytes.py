@@ -9,6 +9,13 @@ so a tier copies straight out of (and back into) the device buffers::
 
     raw buffer   | blk 0: L0 K V | L1 K V | ... | blk 1: L0 K V | L1 K V | ...
     parts(g, 1)                                   [ L0 K V ]  [ L1 K V ]  ...
+
+``rows(g)`` gives the same bytes for every block at once, on the CPU: per
+layer a ``[num_blocks, part bytes]`` numpy view whose row ``b`` is block
+``b``'s part, so a batch of units is ``Rows(rows(g), block_ids)`` and moves
+with one gather or scatter per layer (``HostTier.store_rows`` / ``load_rows``).
+``widths`` are the largest part sizes of any group: a host slot that holds
+any unit (``SlabMemory``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import torch
 
 from hybridkv.planning import AttentionCache, KVCacheBuffers, MambaCache
 from hybridkv.specs import KVCacheConfig
+from hybridkv.tiers.rows import Rows
 
 
 def _extent(first: torch.Tensor, last: torch.Tensor) -> tuple[int, int, int]:
@@ -49,6 +57,32 @@ class BlockBytes:
             self._layout.append(rows)
         #: Bytes of one unit per group.
         self.unit_bytes = [sum(r[3] for r in rows) for rows in self._layout]
+        #: Per part index, the largest part of any group (a slot that holds any unit).
+        self.widths = [
+            max(rows[j][3] for rows in self._layout if j < len(rows))
+            for j in range(max(len(rows) for rows in self._layout))
+        ]
+        n = config.num_blocks
+        #: Per group, per layer: ``[num_blocks, part bytes]`` numpy views (CPU buffers only).
+        self._rows: list[tuple[object, ...]] | None = None
+        if all(b.device.type == "cpu" for b in buffers.buffers):
+            self._rows = [
+                tuple(
+                    buf.as_strided((n, nbytes), (stride, 1), offset).numpy()
+                    for buf, offset, stride, nbytes in rows
+                )
+                for rows in self._layout
+            ]
+
+    @property
+    def has_rows(self) -> bool:
+        """True when ``rows`` is available (the buffers are in CPU memory)."""
+        return self._rows is not None
+
+    def rows(self, group_id: int, block_ids: list[int]) -> Rows:
+        """Group ``group_id``'s units of ``block_ids``, as rows of the KV buffers."""
+        assert self._rows is not None, "rows() needs the KV buffers in CPU memory"
+        return Rows(self._rows[group_id], block_ids)
 
     def parts(self, group_id: int, block_id: int) -> list[torch.Tensor]:
         """Group ``group_id``'s unit of block ``block_id``: one flat uint8 view per layer."""

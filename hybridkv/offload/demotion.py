@@ -25,6 +25,7 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.unit_batches import store_units
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import DiskTier, HostTier, TierFullError, UnitKey
 
@@ -71,17 +72,21 @@ class Demotion:
                 if events is not None:
                     events.forget(UnitKey(h, gid), leaving=True)
                 continue
-            items.append((UnitKey(h, gid), self.block_bytes.parts(gid, b.block_id), value))
+            items.append((UnitKey(h, gid), b.block_id, value))
         if items:
-            transfers = self.host.store_many(items)
-            for item, t in zip(items, transfers, strict=True):  # the blocks are rewritten
-                if t.wait():
+            units = [(key, block) for key, block, _ in items]
+            errors = store_units(self.host, self.block_bytes, units, [v for *_, v in items])
+            for item, error in zip(items, errors, strict=True):  # the blocks are rewritten
+                if error is None:
                     if events is not None:
                         events.stored(item[0], "CPU")
-                elif isinstance(t.error, TierFullError) and self.disk is not None:
+                elif isinstance(error, TierFullError) and self.disk is not None:
                     # No room in the host (a batch cannot evict its own entries in
                     # flight): the unit goes to the disk tier instead, as a copy.
-                    parts = [p.cpu().numpy().copy() for p in item[1]]
+                    parts = [
+                        p.cpu().numpy().copy()
+                        for p in self.block_bytes.parts(item[0].group_id, item[1])
+                    ]
                     self._spills.append((item[0], parts, item[2]))
                     if events is not None:
                         events.queued(item[0])

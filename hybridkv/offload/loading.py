@@ -39,6 +39,8 @@ from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.tier_lookup import tiers_may_hold
+from hybridkv.offload.unit_batches import load_units
 from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
 
 #: ``(request, units to load as (group, block index, hash), tokens gained) -> bool``.
@@ -64,6 +66,18 @@ class _Staged:
     loads: list[_Load]
     gained: int  # tokens past the device hit, if every load lands
     started: float  # when the first copy was asked for
+
+
+def _runs(loads: list[_Load]) -> Iterator[list[_Load]]:
+    """``loads`` split into runs of consecutive blocks of one group, in order."""
+    run: list[_Load] = []
+    for ld in loads:
+        if run and (ld.group_id != run[-1].group_id or ld.position != run[-1].position + 1):
+            yield run
+            run = []
+        run.append(ld)
+    if run:
+        yield run
 
 
 class Loads:
@@ -138,6 +152,8 @@ class Loads:
         request.bind_hasher(self.manager.hasher)
         hashes = request.live_block_hashes
         limit = request.num_tokens - 1
+        if not tiers_may_hold(self.managers, (self.host, self.disk), hashes, limit):
+            return None  # no tier holds a block of it: its hit is the device's own
         total = tiered_hit_length(self.managers, hashes, limit, self.present)
         if total == 0:
             return None
@@ -188,23 +204,22 @@ class Loads:
     def _start_loads(
         self, wanted: list[tuple[int, int, bytes]], blocks: list[KVCacheBlock]
     ) -> list[_Load]:
-        host_items: list[tuple[UnitKey, list[Any] | None]] = []
+        host_items: list[tuple[UnitKey, int]] = []
         disk_items: list[tuple[UnitKey, list[Any] | None]] = []
         where: list[tuple[bool, int]] = []
-        on_cpu = True
+        on_cpu = self.block_bytes.has_rows
         for (gid, _, h), b in zip(wanted, blocks, strict=True):
             key = UnitKey(h, gid)
-            parts = self.block_bytes.parts(gid, b.block_id)
-            on_cpu = parts[0].device.type == "cpu"
             if self.host.contains(key):
                 where.append((False, len(host_items)))
-                host_items.append((key, parts))
+                host_items.append((key, b.block_id))
             elif self.disk is not None and self.disk.contains(key):
+                parts = self.block_bytes.parts(gid, b.block_id)
                 where.append((True, len(disk_items)))
                 disk_items.append((key, [p.numpy() for p in parts] if on_cpu else None))
             else:
                 where.append((False, -1))
-        host_t = self.host.load_many(host_items) if host_items else []
+        host_t = load_units(self.host, self.block_bytes, host_items) if host_items else []
         disk_t = self.disk.load_many(disk_items) if disk_items and self.disk is not None else []
         loads = []
         for (gid, i, h), b, (disk, k) in zip(wanted, blocks, where, strict=True):
@@ -217,6 +232,7 @@ class Loads:
         tokens = request.live_token_ids
         failed = 0
         pool = self.pool
+        landed: list[_Load] = []
         for ld in staged.loads:
             ok = ld.transfer is not None and self.order.after(ld.transfer)
             if ok and ld.disk and ld.transfer is not None and ld.transfer.result is not None:
@@ -224,22 +240,26 @@ class Loads:
             if not ok:
                 failed += 1
                 continue
-            bs = self.managers[ld.group_id].block_size
-            i = ld.position
-            new = pool.cache_run(
-                [ld.block], [ld.block_hash], ld.group_id, tokens[i * bs : (i + 1) * bs], bs, 0, 1
-            )
-            if new and pool.enable_kv_cache_events:
-                parent = self.managers[ld.group_id].group_hashes(request.live_block_hashes)
-                pool.record_stored(
-                    [ld.block_hash],
-                    parent[i - 1] if i else None,
-                    tokens[i * bs : (i + 1) * bs],
-                    bs,
-                    request.lora_name,
-                    ld.group_id,
-                )
+            landed.append(ld)
             self.stats.count_load(ld.disk, self.block_bytes.unit_bytes[ld.group_id])
+        for run in _runs(landed):  # consecutive blocks of one group: one cache_run each
+            gid, first, n = run[0].group_id, run[0].position, len(run)
+            bs = self.managers[gid].block_size
+            hashes = [ld.block_hash for ld in run]
+            run_tokens = tokens[first * bs : (first + n) * bs]
+            new = pool.cache_run([ld.block for ld in run], hashes, gid, run_tokens, bs, 0, n)
+            if new and pool.enable_kv_cache_events:
+                parent = self.managers[gid].group_hashes(request.live_block_hashes)
+                for k in new:
+                    i = first + k
+                    pool.record_stored(
+                        [hashes[k]],
+                        parent[i - 1] if i else None,
+                        tokens[i * bs : (i + 1) * bs],
+                        bs,
+                        request.lora_name,
+                        gid,
+                    )
         self.stats.load_seconds.append(time.perf_counter() - staged.started)
         if failed:
             self.stats.load_failures += failed

@@ -27,6 +27,8 @@ from hybridkv.specs import KVCacheConfig
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, value_per_byte
 from hybridkv.tiers.disk_dir import check_writable
 from hybridkv.tiers.fingerprint import UNIT_LAYOUT
+from hybridkv.tiers.memory import HostMemory
+from hybridkv.tiers.slab_memory import SlabMemory
 from hybridkv.tiers.torch_memory import TorchHostMemory
 
 GIB = 1 << 30
@@ -88,7 +90,13 @@ def build_tiered_cache(
     )
     ranking = value_per_byte if manager.policy.ranks_tiers else None
     device = buffers.buffers[0].device if buffers.buffers else torch.device("cpu")
-    host = HostTier(fingerprint, int(kv_offloading_size * GIB), TorchHostMemory(device), ranking)
+    block_bytes = BlockBytes(config, buffers)
+    budget = int(kv_offloading_size * GIB)
+    # On the CPU a slab of slots, copied by rows in batches; on CUDA pinned buffers.
+    memory: HostMemory = (
+        SlabMemory(block_bytes.widths, budget) if block_bytes.has_rows else TorchHostMemory(device)
+    )
+    host = HostTier(fingerprint, budget, memory, ranking)
     disk = None
     if disk_cache_dir is not None:
         assert disk_cache_size is not None
@@ -102,4 +110,4 @@ def build_tiered_cache(
     order = StreamOrder()
     if device.type == "cuda":
         order = StreamOrder(lambda: torch.cuda.current_stream(device))
-    return TieredCache(manager, BlockBytes(config, buffers), host, disk, order)
+    return TieredCache(manager, block_bytes, host, disk, order)

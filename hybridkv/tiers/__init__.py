@@ -1,10 +1,11 @@
 """Tiers below the device pool: host RAM and local disk stores of hit units.
 
 ``TierStore`` (``base.py``) is the interface; ``HostTier`` and ``DiskTier``
-implement it over one ``EntryLedger`` each. Nothing here imports torch:
-``tiers/torch_memory.py`` (tensors, pinned memory, CUDA streams) is imported
-by whoever gives a ``HostTier`` tensors. The design and what is wired so far:
-``docs/tiers.md``.
+implement it over one ``EntryLedger`` each. Nothing here imports torch or
+numpy: ``tiers/torch_memory.py`` (tensors, pinned memory, CUDA streams) and
+``tiers/slab_memory.py`` with ``tiers/rows.py`` (slots of a slab, batches of
+units copied by rows) are imported by whoever gives a ``HostTier`` tensors.
+The design and what is wired so far: ``docs/tiers.md``.
 """
 
 from hybridkv.tiers.base import (

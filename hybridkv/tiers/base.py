@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from hybridkv.tiers.fingerprint import ModelFingerprint
@@ -68,6 +68,40 @@ class TierStats:
     def as_dict(self) -> dict[str, int]:
         """Field name -> count."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True)
+class CopyCounts:
+    """Row-batch copies one way: batches (one per group), bytes, calls, and the
+    wall seconds from each call to the landing of its last copy (ledger work
+    and the thread hand-off included; a call whose last batch failed is not
+    timed), and the CPU seconds of the same spans."""
+
+    batches: int = 0
+    bytes: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+    #: The process's CPU seconds over the same spans (every thread; without the
+    #: waits for a core on a busy machine).
+    cpu_seconds: float = 0.0
+
+    def add(self, nbytes: int, seconds: tuple[float, float] | None) -> None:
+        """One batch landed; ``seconds``: its call's (wall, CPU) time, when it
+        was the call's last."""
+        self.batches += 1
+        self.bytes += nbytes
+        if seconds is not None:
+            self.calls += 1
+            self.seconds += seconds[0]
+            self.cpu_seconds += seconds[1]
+
+
+@dataclass(slots=True)
+class CopyStats:
+    """A host tier's row-batch copies (``HostTier.store_rows`` / ``load_rows``)."""
+
+    load: CopyCounts = field(default_factory=CopyCounts)
+    store: CopyCounts = field(default_factory=CopyCounts)
 
 
 #: A unit's parts: bytes-like objects (``HostTier`` with ``TorchHostMemory``: tensors).

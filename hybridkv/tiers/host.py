@@ -12,20 +12,50 @@ least recently used, or the caller's ``ranking`` (``ledger.value_per_byte``).
     ...
     t = tier.load(key, into=[k_dst, v_dst])   # None: a miss
     if t is not None and t.wait(): ...        # False: failed, recompute
+
+With a ``SlabMemory`` (the engine on the CPU) every entry is one slot of a
+slab, and a batch of units given as rows (``Rows``: one row per device block)
+moves with one transfer and one gather or scatter per part: ``store_rows`` /
+``load_rows``. The ledger still keeps one entry per unit (eviction, pins and
+events per unit, as with ``store_many``); only the copies and the transfer
+are per batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
-from hybridkv.tiers.base import Parts, UnitKey
+from hybridkv.tiers.base import CopyStats, Parts, UnitKey
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.ledger import Ranking
 from hybridkv.tiers.ledger_tier import LedgerTier
-from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory
-from hybridkv.tiers.transfer import Completion
+from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory, RowMemory
+from hybridkv.tiers.transfer import Completed, Completion, Transfer
+
+if TYPE_CHECKING:
+    from hybridkv.tiers.rows import Rows
+
+#: ``HostTier.store_rows``' batch: its keys, their rows and their values.
+RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
+#: A unit ``store_rows`` skipped: its position in its batch, and why.
+Skip = tuple[int, BaseException]
+
+
+class _Clock:
+    """When a ``store_rows`` / ``load_rows`` call began, and its transfers not settled."""
+
+    __slots__ = ("cpu", "remaining", "started")
+
+    def __init__(self, transfers: int) -> None:
+        self.started, self.cpu = time.perf_counter(), time.process_time()
+        self.remaining = transfers
+
+    def elapsed(self) -> tuple[float, float]:
+        """Wall and process CPU seconds since the call."""
+        return time.perf_counter() - self.started, time.process_time() - self.cpu
 
 
 class HostTier(LedgerTier):
@@ -46,17 +76,20 @@ class HostTier(LedgerTier):
         super().__init__(fingerprint, budget_bytes, copier, ranking)
         self._pool = BufferPool(budget_bytes, self._memory.allocate)
         self._entries: dict[UnitKey, tuple[Any, tuple[int, ...]]] = {}  # key -> (buffer, sizes)
+        #: Row-batch copies (``store_rows`` / ``load_rows``): bytes and seconds.
+        self.copies = CopyStats()
 
     def _measure(self, key: UnitKey, parts: Parts) -> tuple[int, tuple[int, ...]]:
         sizes = self._memory.nbytes(parts)
-        return sum(sizes), sizes
+        return self._memory.footprint(sizes), sizes
 
     def _begin_store(self, key: UnitKey, parts: Parts, sizes: tuple[int, ...]) -> Completion:
-        buf = self._pool.get(sum(sizes))
+        nbytes = self._memory.footprint(sizes)
+        buf = self._pool.get(nbytes)
         try:
             completion = self._memory.begin_store(buf, parts, self._copier)
         except BaseException:
-            self._pool.put(buf, sum(sizes))
+            self._pool.put(buf, nbytes)
             raise
         self._entries[key] = (buf, sizes)
         return completion
@@ -74,12 +107,13 @@ class HostTier(LedgerTier):
 
     def _drop(self, key: UnitKey) -> None:
         buf, sizes = self._entries.pop(key)
-        self._pool.put(buf, sum(sizes))
+        self._pool.put(buf, self._memory.footprint(sizes))
 
     def _check_storage(self, keys: set[UnitKey]) -> None:
         held = set(self._entries)
         assert keys <= held, f"committed entries without a buffer: {keys - held}"
-        self._pool.check_integrity(sum(sum(s) for _, s in self._entries.values()))
+        footprint = self._memory.footprint
+        self._pool.check_integrity(sum(footprint(s) for _, s in self._entries.values()))
         assert self._pool.in_use_bytes == self.used_bytes, (
             self._pool.in_use_bytes,
             self.used_bytes,
@@ -89,3 +123,143 @@ class HostTier(LedgerTier):
     def held_bytes(self) -> int:
         """Host memory this tier holds: entries plus free buffers kept for reuse."""
         return self._pool.held_bytes
+
+    # -- row batches (SlabMemory) ----------------------------------------------
+
+    @property
+    def takes_rows(self) -> bool:
+        """True when ``store_rows`` / ``load_rows`` work (the memory is a ``RowMemory``)."""
+        return hasattr(self._memory, "store_rows")
+
+    def _slab(self) -> RowMemory:
+        if not self.takes_rows:
+            raise ValueError(
+                f"row batches need a HostTier over a SlabMemory, not {type(self._memory).__name__}"
+            )
+        return cast(RowMemory, self._memory)
+
+    def store_rows(self, batches: Sequence[RowBatch]) -> list[tuple[Transfer, list[Skip]]]:
+        """Store each batch's unit ``k`` (row ``k`` of its ``Rows``) as ``keys[k]``
+        with value ``values[k]``: one transfer per batch, one gather per part, all
+        the batches' copies in one job (so none of them is evicted for another:
+        their entries are in flight until the job ends). A key already held is
+        touched (or left in flight) and not copied; a unit the budget cannot hold
+        is skipped as by ``store`` (counted, one warning). Per batch: the transfer
+        of the units copied (its ``keys``; done at once when there are none) and
+        each skipped unit's position with its ``TierFullError``."""
+        self._check_open()
+        slab = self._slab()
+        for _, rows, _ in batches:
+            slab.check_sizes(rows.sizes)
+        nbytes = slab.slot_bytes
+        clock = _Clock(len(batches))
+        out: list[tuple[Transfer, list[Skip]]] = []
+        with self._lock:
+            ledger, entries, pool = self._ledger, self._entries, self._pool
+            reserved: list[UnitKey] = []
+            try:
+                with self._copier.collect():
+                    for keys, rows, values in batches:
+                        sizes = rows.sizes
+                        fresh: list[UnitKey] = []
+                        keep: list[int] = []
+                        slots: list[int] = []
+                        skipped: list[Skip] = []
+                        for k, key in enumerate(keys):
+                            if key in ledger:
+                                if ledger.is_committed(key):
+                                    ledger.touch(key)
+                                continue
+                            error = self._reserve(key, nbytes, values[k])
+                            if error is not None:
+                                skipped.append((k, error))
+                                continue
+                            slot = pool.get(nbytes)
+                            entries[key] = (slot, sizes)
+                            reserved.append(key)
+                            fresh.append(key)
+                            keep.append(k)
+                            slots.append(slot)
+                        if not fresh:
+                            out.append((Transfer(None, "store", Completed(), keys=()), skipped))
+                            clock.remaining -= 1
+                            continue
+                        completion = slab.store_rows(slots, rows.subset(keep), self._copier)
+                        settle = self._row_settler(True, sum(sizes) * len(fresh), clock)
+                        transfer = Transfer(fresh[0], "store", completion, settle, tuple(fresh))
+                        out.append((transfer, skipped))
+            except BaseException:  # nothing of the job ran: undo the reservations
+                for key in reserved:
+                    ledger.remove(key)
+                    self._drop(key)
+                raise
+            return [(self._started(t), skipped) for t, skipped in out]
+
+    def load_rows(self, batches: Sequence[tuple[Sequence[UnitKey], Rows]]) -> list[Transfer]:
+        """Copy each batch's ``keys[k]`` entry into row ``k`` of its ``Rows``: one
+        transfer per batch, one scatter per part, all in one job. Every key must be
+        held (``KeyError`` otherwise, nothing pinned): pin them first when anything
+        may evict them meanwhile."""
+        self._check_open()
+        slab = self._slab()
+        clock = _Clock(len(batches))
+        with self._lock:
+            ledger, entries = self._ledger, self._entries
+            for keys, rows in batches:
+                sizes = rows.sizes
+                for key in keys:
+                    entry = entries.get(key)
+                    if entry is None or not ledger.is_committed(key):
+                        raise KeyError(f"load_rows of {key!r}: the {self.medium} tier lacks it")
+                    if entry[1] != sizes:
+                        raise ValueError(f"{key!r}: parts of {entry[1]}, rows {sizes}")
+            out: list[Transfer] = []
+            with self._copier.collect():
+                for keys, rows in batches:
+                    if not keys:
+                        out.append(Transfer(None, "load", Completed(), keys=()))
+                        clock.remaining -= 1
+                        continue
+                    slots = [entries[key][0] for key in keys]
+                    completion = slab.load_rows(slots, rows, self._copier)
+                    settle = self._row_settler(False, sum(rows.sizes) * len(keys), clock)
+                    out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
+            for transfer in out:  # (the copies may run meanwhile: the pins are ours)
+                ledger.pin_committed(transfer.keys)
+            return [self._started(t) for t in out]
+
+    def _row_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:
+        def settle(transfer: Transfer) -> None:
+            self._settle_rows(transfer, store, nbytes, clock)
+
+        return settle
+
+    def _settle_rows(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
+        with self._lock:
+            clock.remaining -= 1
+            seconds = None if clock.remaining else clock.elapsed()
+            self._in_flight.discard(transfer)
+            ledger, n, ok = self._ledger, len(transfer.keys), transfer.error is None
+            if not store:
+                ledger.unpin_many(transfer.keys)
+            else:
+                for key in transfer.keys:
+                    if ok:
+                        ledger.commit(key)
+                    else:
+                        ledger.remove(key)
+                        self._drop(key)
+            if ok:
+                (self.copies.store if store else self.copies.load).add(nbytes, seconds)
+            if store:
+                self.stats.stores += n if ok else 0
+                self.stats.store_failures += 0 if ok else n
+            else:
+                self.stats.loads += n if ok else 0
+                self.stats.load_failures += 0 if ok else n
+            if not ok:
+                self._warn_once(
+                    f"rows:{type(transfer.error).__name__}",
+                    f"{self.medium} tier: a batch copy failed ({transfer.error}); "
+                    "its units were skipped (further failures are counted)",
+                )

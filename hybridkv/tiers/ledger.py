@@ -16,8 +16,10 @@ store (``TierStore.store(..., value=...)``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+
+from hybridkv.tiers.key_index import KeyIndex
 
 
 @dataclass(slots=True)
@@ -44,7 +46,9 @@ def value_per_byte(entry: EntryInfo) -> float:
 class EntryLedger:
     """Accounting of one tier (module docstring). Not thread-safe: the tier locks."""
 
-    def __init__(self, budget_bytes: int, ranking: Ranking | None = None) -> None:
+    def __init__(
+        self, budget_bytes: int, ranking: Ranking | None = None, index: KeyIndex | None = None
+    ) -> None:
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise ValueError(f"budget_bytes must be an int >= 0, got {budget_bytes!r}")
         self.budget_bytes = budget_bytes
@@ -54,6 +58,8 @@ class EntryLedger:
         self._tick = 0
         #: The entries the last ``reserve`` evicted (for a tier that spills them).
         self.evicted: list[EntryInfo] = []
+        #: Kept in step with the entries when given (``UnitKey`` keys only).
+        self.index = index
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
@@ -111,6 +117,8 @@ class EntryLedger:
         self._tick += 1
         self._entries[key] = EntryInfo(key, nbytes, value, self._tick)
         self.used_bytes += nbytes
+        if self.index is not None:
+            self.index.add(key)
         return victims
 
     def add_committed(self, key: Hashable, nbytes: int, last_used: int = 0) -> None:
@@ -118,6 +126,8 @@ class EntryLedger:
         self._tick = max(self._tick, last_used)
         self._entries[key] = EntryInfo(key, nbytes, None, last_used, pins=0, committed=True)
         self.used_bytes += nbytes
+        if self.index is not None:
+            self.index.add(key)
 
     def commit(self, key: Hashable) -> None:
         entry = self._entries[key]
@@ -134,6 +144,33 @@ class EntryLedger:
             raise ValueError(f"unpin of {key!r}, which no pin() holds")
         entry.pins -= 1
 
+    def pin_committed(self, keys: Sequence[Hashable]) -> None:
+        """``pin`` and ``touch`` each of ``keys``, all committed (``KeyError`` naming
+        the first that is not, before anything changes)."""
+        entries = self._entries
+        found = [entries.get(k) for k in keys]
+        for k, e in zip(keys, found, strict=True):
+            if e is None or not e.committed:
+                raise KeyError(k)
+        move = entries.move_to_end
+        tick = self._tick
+        for e in found:
+            assert e is not None
+            e.pins += 1
+            tick += 1
+            e.last_used = tick
+            move(e.key)
+        self._tick = tick
+
+    def unpin_many(self, keys: Iterable[Hashable]) -> None:
+        """``unpin`` each of ``keys`` (pinned by ``pin_committed``)."""
+        entries = self._entries
+        for k in keys:
+            entry = entries[k]
+            if entry.pins <= (0 if entry.committed else 1):
+                raise ValueError(f"unpin of {k!r}, which no pin() holds")
+            entry.pins -= 1
+
     def touch(self, key: Hashable) -> None:
         self._tick += 1
         self._entries[key].last_used = self._tick
@@ -143,6 +180,8 @@ class EntryLedger:
         """Drop ``key`` (a store's abort may drop its own pinned, uncommitted entry)."""
         entry = self._entries.pop(key)
         self.used_bytes -= entry.nbytes
+        if self.index is not None:
+            self.index.discard(key)
         return entry
 
     def removable(self, key: Hashable) -> bool:
@@ -157,6 +196,8 @@ class EntryLedger:
         total = sum(e.nbytes for e in self._entries.values())
         assert total == self.used_bytes, (total, self.used_bytes)
         assert 0 <= self.used_bytes <= self.budget_bytes, (self.used_bytes, self.budget_bytes)
+        if self.index is not None:
+            self.index.check_integrity(self._entries)
         ticks = [e.last_used for e in self._entries.values()]
         assert ticks == sorted(ticks), "use order out of step with last_used"
         for key, entry in self._entries.items():

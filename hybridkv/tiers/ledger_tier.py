@@ -31,6 +31,7 @@ from hybridkv.tiers.base import (
 )
 from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
+from hybridkv.tiers.key_index import KeyIndex
 from hybridkv.tiers.ledger import EntryLedger, Ranking
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
@@ -63,7 +64,7 @@ class LedgerTier(TierStore):
     ) -> None:
         self.fingerprint = fingerprint
         self.stats = TierStats()
-        self._ledger = EntryLedger(budget_bytes, ranking)
+        self._ledger = EntryLedger(budget_bytes, ranking, KeyIndex())
         self._copier = BatchCopier(copier)
         self._lock = threading.RLock()
         self._in_flight: set[Transfer] = set()
@@ -115,6 +116,15 @@ class LedgerTier(TierStore):
     def contains(self, key: UnitKey) -> bool:
         with self._lock:
             return self._ledger.is_committed(key)
+
+    def holds_any(self, group_id: int, hashes: Sequence[bytes]) -> bool:
+        """True when the tier has an entry (held or in flight) for some
+        ``UnitKey(h, group_id)`` of ``hashes``: one set operation, no per-key call.
+        False means ``contains`` is False for every one of them."""
+        index = self._ledger.index
+        assert index is not None
+        with self._lock:
+            return index.holds_any(group_id, hashes)
 
     def keys(self) -> list[UnitKey]:
         with self._lock:
@@ -177,6 +187,20 @@ class LedgerTier(TierStore):
             if self._ledger.is_committed(key):
                 self._ledger.touch(key)
             return Transfer(key, "store", Completed())
+        error = self._reserve(key, nbytes, value)
+        if error is not None:
+            return Transfer(key, "store", Completed(None, error))
+        try:
+            completion = self._begin_store(key, parts, sizes)
+        except BaseException:
+            self._ledger.remove(key)  # the hook left no storage behind
+            raise
+        reserved.append(key)
+        return Transfer(key, "store", completion, self._settle_store)
+
+    def _reserve(self, key: UnitKey, nbytes: int, value: float | None) -> TierFullError | None:
+        """Reserve ``key``'s bytes, evicting (and spilling) what it needs; the error
+        (counted, warned once) when there is no room. Under the lock."""
         victims = self._ledger.reserve(key, nbytes, value)
         if victims is None:
             self.stats.store_skips += 1
@@ -187,7 +211,7 @@ class LedgerTier(TierStore):
             )
             error = TierFullError(f"{self.medium} tier: no room for {nbytes} bytes ({why})")
             self._warn_once("full", f"{error}; store skipped (further skips are counted)")
-            return Transfer(key, "store", Completed(None, error))
+            return error
         for info in self._ledger.evicted:
             if self.spill is not None:
                 self.spill(info.key, self._read_now(info.key), info.value)  # type: ignore[arg-type]
@@ -195,13 +219,7 @@ class LedgerTier(TierStore):
             if self.on_removed is not None:
                 self.on_removed(info.key)  # type: ignore[arg-type]
         self.stats.evictions += len(victims)
-        try:
-            completion = self._begin_store(key, parts, sizes)
-        except BaseException:
-            self._ledger.remove(key)  # the hook left no storage behind
-            raise
-        reserved.append(key)
-        return Transfer(key, "store", completion, self._settle_store)
+        return None
 
     def _load_one(self, key: UnitKey, into: Sequence[Any] | None) -> Transfer | None:
         if not self._ledger.is_committed(key):
@@ -269,7 +287,7 @@ class LedgerTier(TierStore):
             # Each entry's pins: its pin() calls + its transfers not settled yet.
             expected: Counter[Hashable] = Counter(self._pins)
             # (A transfer leaves _in_flight and releases its pin in one step, under the lock.)
-            expected.update(t.key for t in self._in_flight)
+            expected.update(k for t in self._in_flight for k in t.keys)
             for k in self._ledger.pinned_keys() | set(expected):
                 entry = self._ledger.get(k)
                 assert entry is not None, f"pins on an entry the tier does not hold: {k!r}"

@@ -76,6 +76,9 @@ class HostMemory(Protocol):
     def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
         """Each part's size in bytes (``ValueError`` naming a part it cannot store)."""
 
+    def footprint(self, sizes: tuple[int, ...]) -> int:
+        """Bytes an entry of parts of ``sizes`` holds (its buffer's size)."""
+
     def allocate(self, nbytes: int) -> Any:
         """A new buffer of ``nbytes``."""
 
@@ -86,6 +89,22 @@ class HostMemory(Protocol):
         self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None, copier: Copier
     ) -> Completion:
         """Copy ``buf``'s parts out: into ``into`` (checked), or into new objects."""
+
+
+class RowMemory(HostMemory, Protocol):
+    """A ``HostMemory`` of fixed slots that also copies batches of units given as
+    rows (``SlabMemory``; ``HostTier.store_rows`` / ``load_rows``)."""
+
+    slot_bytes: int
+
+    def check_sizes(self, sizes: Sequence[int]) -> None:
+        """``ValueError`` unless parts of ``sizes`` fit a slot."""
+
+    def store_rows(self, slots: list[int], rows: Any, copier: Copier) -> Completion:
+        """Copy unit ``k`` of ``rows`` (a ``Rows``) into slot ``slots[k]``."""
+
+    def load_rows(self, slots: list[int], rows: Any, copier: Copier) -> Completion:
+        """Copy slot ``slots[k]`` into unit ``k`` of ``rows``."""
 
 
 def byte_view(part: Any, name: str) -> memoryview:
@@ -130,6 +149,9 @@ class BytesMemory:
 
     def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
         return tuple(byte_view(p, f"part {i}").nbytes for i, p in enumerate(parts))
+
+    def footprint(self, sizes: tuple[int, ...]) -> int:
+        return sum(sizes)
 
     def allocate(self, nbytes: int) -> bytearray:
         return bytearray(nbytes)

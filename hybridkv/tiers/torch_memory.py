@@ -90,6 +90,9 @@ class TorchHostMemory:
     def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
         return tuple(_flat_bytes(p, f"part {i}").numel() for i, p in enumerate(parts))
 
+    def footprint(self, sizes: tuple[int, ...]) -> int:
+        return sum(sizes)
+
     def allocate(self, nbytes: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
 

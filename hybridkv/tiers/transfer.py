@@ -6,7 +6,8 @@ CUDA event (``tiers/torch_memory.py``). When it is first seen done (by
 ``done()``, ``wait()``, the tier's ``poll()``, or the thread's own callback)
 it *settles* exactly once: the tier releases the entry's pin and commits or
 drops it. After settling, ``error`` is None on success and ``result`` holds
-a load's parts.
+a load's parts. A *batch* transfer (``HostTier.store_rows`` / ``load_rows``)
+covers several entries: ``keys`` names them all, and it settles them at once.
 """
 
 from __future__ import annotations
@@ -83,7 +84,17 @@ class FutureCompletion:
 class Transfer:
     """An asynchronous store or load of one key (module docstring)."""
 
-    __slots__ = ("_lock", "_on_settle", "_settled", "completion", "error", "key", "kind", "result")
+    __slots__ = (
+        "_lock",
+        "_on_settle",
+        "_settled",
+        "completion",
+        "error",
+        "key",
+        "keys",
+        "kind",
+        "result",
+    )
 
     def __init__(
         self,
@@ -91,8 +102,11 @@ class Transfer:
         kind: str,
         completion: Completion,
         on_settle: Callable[[Transfer], None] | None = None,
+        keys: tuple[Any, ...] | None = None,
     ) -> None:
         self.key = key
+        #: Every entry the transfer pins until it settles (a batch's; else ``(key,)``).
+        self.keys = (key,) if keys is None else keys
         self.kind = kind  # "store" | "load"
         self.completion = completion
         self.result: Any = None

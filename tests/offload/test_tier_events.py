@@ -12,6 +12,7 @@ groups alike). On the wire the tiers are "CPU" and "STORAGE" (vLLM's names).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +26,24 @@ from hybridkv.layouts import shipped_layout
 from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
-from hybridkv.tiers.torch_memory import TorchHostMemory
+from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 64
+#: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
+MakeMemory = Callable[[BlockBytes, int], HostMemory]
 
 
-def _setup(name: str, host_units: int, disk: Path | None, events: bool = True) -> Any:
+def _setup(
+    name: str, make: MakeMemory, host_units: int, disk: Path | None, events: bool = True
+) -> Any:
     config = plan_kv_cache(
         shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
     ).kv_cache_config
     kv = KVCacheManager(config, MAX_LEN, enable_kv_cache_events=events)
     block_bytes = BlockBytes(config, allocate_kv_cache(config))
     fingerprint = ModelFingerprint.from_kv_cache_config(config, "test weights")
-    host = HostTier(fingerprint, host_units * max(block_bytes.unit_bytes), TorchHostMemory("cpu"))
+    budget = host_units * max(block_bytes.unit_bytes)
+    host = HostTier(fingerprint, budget, make(block_bytes, budget))
     lower = None if disk is None else DiskTier(fingerprint, disk, 1 << 24)
     return kv, TieredCache(kv, block_bytes, host, lower)
 
@@ -73,8 +79,10 @@ def _mirror(events: list[KVCacheEvent]) -> dict[str | None, set[tuple[int, bytes
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-jamba", "tiny-llama4"])
-def test_a_mirror_of_the_events_holds_what_each_tier_holds(name: str, tmp_path: Path) -> None:
-    kv, tiers = _setup(name, host_units=3, disk=tmp_path)
+def test_a_mirror_of_the_events_holds_what_each_tier_holds(
+    name: str, tmp_path: Path, host_memory: MakeMemory
+) -> None:
+    kv, tiers = _setup(name, host_memory, host_units=3, disk=tmp_path)
     events = _run(kv, tiers)
     held = _mirror(events)
     assert tiers.disk is not None
@@ -93,8 +101,8 @@ def test_a_mirror_of_the_events_holds_what_each_tier_holds(name: str, tmp_path: 
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-jamba", "tiny-llama4"])
-def test_a_tier_event_carries_the_device_event_fields(name: str) -> None:
-    kv, tiers = _setup(name, host_units=1 << 10, disk=None)
+def test_a_tier_event_carries_the_device_event_fields(name: str, host_memory: MakeMemory) -> None:
+    kv, tiers = _setup(name, host_memory, host_units=1 << 10, disk=None)
     events = _run(kv, tiers)
     device = {
         (e.group_id, h): (i, e)
@@ -114,12 +122,12 @@ def test_a_tier_event_carries_the_device_event_fields(name: str) -> None:
     tiers.close()
 
 
-def test_the_wire_names_each_tier_and_keeps_the_device_medium() -> None:
+def test_the_wire_names_each_tier_and_keeps_the_device_medium(host_memory: MakeMemory) -> None:
     pytest.importorskip("msgspec")
     from hybridkv.events.groups import group_event_infos
     from hybridkv.events.wire import wire_events
 
-    kv, tiers = _setup("tiny-gemma3", host_units=1 << 10, disk=None)
+    kv, tiers = _setup("tiny-gemma3", host_memory, host_units=1 << 10, disk=None)
     events = _run(kv, tiers)
     infos = group_event_infos(kv.kv_cache_config)
     media = {w.medium for w in wire_events(events, infos, "GPU", int_hashes=False)}
@@ -127,8 +135,8 @@ def test_the_wire_names_each_tier_and_keeps_the_device_medium() -> None:
     tiers.close()
 
 
-def test_without_events_the_tiers_record_nothing() -> None:
-    kv, tiers = _setup("tiny-gemma3", host_units=1 << 10, disk=None, events=False)
+def test_without_events_the_tiers_record_nothing(host_memory: MakeMemory) -> None:
+    kv, tiers = _setup("tiny-gemma3", host_memory, host_units=1 << 10, disk=None, events=False)
     assert tiers.events is None and kv.block_pool.on_stored is None
     r = Request("a", toks(MAX_LEN - 8))
     admit(kv, r)
@@ -140,9 +148,9 @@ def test_without_events_the_tiers_record_nothing() -> None:
     tiers.close()
 
 
-def test_keys_no_tier_holds_are_forgotten() -> None:
+def test_keys_no_tier_holds_are_forgotten(host_memory: MakeMemory) -> None:
     """The remembered fields do not grow past what the device and the tiers hold."""
-    kv, tiers = _setup("tiny-gemma3", host_units=2, disk=None)
+    kv, tiers = _setup("tiny-gemma3", host_memory, host_units=2, disk=None)
     _run(kv, tiers)
     assert tiers.events is not None
     kept = {(k.group_id, k.block_hash) for k in tiers.host.keys()}  # noqa: SIM118 (a list)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +23,19 @@ from factories import hit_len, toks
 from tier_helpers import GatedCopier, compute, tiered_manager
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.offload import TieredCache
+from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.planning import KVCacheBuffers
+from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 64
+#: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
+MakeMemory = Callable[[BlockBytes, int], HostMemory]
 
 
 def _setup(
-    name: str, host_bytes: int = 1 << 24, disk: Path | None = None
+    name: str, make: MakeMemory, host_bytes: int = 1 << 24, disk: Path | None = None
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache, GatedCopier]:
-    return tiered_manager(name, host_bytes=host_bytes, disk=disk, max_len=MAX_LEN)
+    return tiered_manager(name, host_bytes=host_bytes, disk=disk, max_len=MAX_LEN, make_memory=make)
 
 
 def _evict_and_wipe(kv: KVCacheManager, buffers: KVCacheBuffers) -> None:
@@ -56,8 +60,10 @@ def _check(kv: KVCacheManager, tiers: TieredCache) -> None:
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-jamba", "tiny-llama4"])
-def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> None:
-    kv, buffers, tiers, copier = _setup(name)
+def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(
+    name: str, host_memory: MakeMemory
+) -> None:
+    kv, buffers, tiers, copier = _setup(name, host_memory)
     prompt = toks(MAX_LEN - 8)
     want = compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])
@@ -83,8 +89,10 @@ def test_loads_in_flight_hold_their_blocks_and_restore_the_bytes(name: str) -> N
     tiers.close()
 
 
-def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
-    kv, buffers, tiers, copier = _setup("tiny-gemma3")
+def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads(
+    host_memory: MakeMemory,
+) -> None:
+    kv, buffers, tiers, copier = _setup("tiny-gemma3", host_memory)
     prompt = toks(MAX_LEN - 8)
     compute(kv, tiers, Request("a", prompt))
     _evict_and_wipe(kv, buffers)
@@ -109,12 +117,14 @@ def test_a_failed_load_is_recomputed_and_an_abort_waits_for_its_loads() -> None:
     tiers.close()
 
 
-def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(tmp_path: Path) -> None:
-    _, _, probe, _ = _setup("tiny-gemma3")
+def test_what_the_host_evicts_is_spilled_to_disk_and_loads_back(
+    tmp_path: Path, host_memory: MakeMemory
+) -> None:
+    _, _, probe, _ = _setup("tiny-gemma3", host_memory)
     unit = max(probe.block_bytes.unit_bytes)
     probe.close()
     # Room for 3 units: the demotion batch overflows to disk, and later ones evict to it.
-    kv, buffers, tiers, _ = _setup("tiny-gemma3", host_bytes=3 * unit, disk=tmp_path)
+    kv, buffers, tiers, _ = _setup("tiny-gemma3", host_memory, host_bytes=3 * unit, disk=tmp_path)
     prompt = toks(MAX_LEN - 8)
     want = compute(kv, tiers, Request("a", prompt))
     later = Request("b", [*prompt, 1, 2])

@@ -29,6 +29,7 @@ from hybridkv.tiers import CorruptEntryError, HostTier, TierFullError, Transfer,
 from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.disk_dir import entry_name
 from hybridkv.tiers.ledger import value_per_byte
+from hybridkv.tiers.slab_memory import SlabMemory
 
 SALTS = (None, "tenant-a", "tenant-b")
 PROMPTS = 4  # per salt; each gives 2 block keys (a chain) in 2 groups
@@ -176,6 +177,17 @@ class HostTierMachine(TierMachine):
         return HostTier(fingerprint(), self.budget, copier=self.gate, ranking=ranking)
 
 
+class SlabTierMachine(TierMachine):
+    """The host tier over the engine's ``SlabMemory``: every entry one 128-byte slot."""
+
+    budget = 3 * 128
+
+    def _open(self) -> HostTier:
+        ranking = value_per_byte if id(self) % 2 else None
+        memory = SlabMemory((64, 64), self.budget)
+        return HostTier(fingerprint(), self.budget, memory, copier=self.gate, ranking=ranking)
+
+
 class DiskTierMachine(TierMachine):
     budget = 900
 
@@ -220,4 +232,5 @@ class DiskTierMachine(TierMachine):
 
 
 TestHostTier = HostTierMachine.TestCase
+TestSlabTier = SlabTierMachine.TestCase
 TestDiskTier = DiskTierMachine.TestCase

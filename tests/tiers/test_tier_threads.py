@@ -5,14 +5,17 @@ no transfer may hang (a deadlock between a transfer's lock and the tier's fails 
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 
 import pytest
 from tier_factories import fingerprint, key
 
 from hybridkv.tiers import HostTier, TierFullError, Transfer
+from hybridkv.tiers.copier import ThreadCopier
 from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.ledger_tier import LedgerTier
+from hybridkv.tiers.slab_memory import SlabMemory
 
 
 def content(i: int) -> bytes:
@@ -71,3 +74,57 @@ def test_disk_tier_with_its_io_thread(tmp_path: Path) -> None:
             import shutil
 
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_slab_host_tier_with_its_copy_thread() -> None:
+    tier = HostTier(fingerprint(), 3000, SlabMemory((400,), 3000))
+    drive(tier, 7)
+    tier.close()
+
+
+def test_the_copy_thread_and_its_waiters_run_jobs_once_each_in_order() -> None:
+    """A waiter runs the jobs queued up to its own in its thread (no wake-up of the
+    copy thread to wait for), never two at once, always in submission order."""
+    for trial in range(30):
+        _jobs_in_order(trial)
+
+
+def _jobs_in_order(trial: int) -> None:
+    copier = ThreadCopier("test-copy")
+    ran: list[int] = []
+    busy = threading.Lock()
+    release = threading.Event()
+
+    def job(i: int, gate: threading.Event | None = None) -> int:
+        assert busy.acquire(blocking=False), "two jobs at once"
+        try:
+            if gate is not None:
+                assert gate.wait(10)
+            ran.append(i)
+            return i
+        finally:
+            busy.release()
+
+    first = copier.submit(job, 0, release)  # holds the thread (or a waiter) a while
+    rest = [copier.submit(job, i) for i in range(1, 6)]
+    threading.Timer(0.001 * (trial % 4), release.set).start()
+    last = rest[trial % 5]
+    last.wait(None)
+    assert last.outcome() == (1 + trial % 5, None)
+    copier.close()  # runs the rest
+    assert ran == list(range(6)) and first.done()
+    with pytest.raises(RuntimeError, match="closed"):
+        copier.submit(job, 9)
+
+
+def test_a_wait_with_a_timeout_does_not_run_the_job() -> None:
+    copier = ThreadCopier("test-copy")
+    gate = threading.Event()
+    blocker = copier.submit(gate.wait, 10)
+    queued = copier.submit(lambda: threading.current_thread().name)
+    with pytest.raises(TimeoutError):
+        queued.wait(0.05)
+    gate.set()
+    queued.wait(None)
+    assert blocker.outcome() == (True, None)
+    copier.close()

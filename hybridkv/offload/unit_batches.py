@@ -1,0 +1,83 @@
+"""Batches of device blocks' units into and out of the host tier.
+
+``store_units`` and ``load_units`` take units as ``(key, block id)`` and move
+them between the device's KV buffers and the host tier. On the CPU (the host
+tier over a ``SlabMemory``, ``BlockBytes.has_rows``) each group's units of a
+batch move as one ``Rows`` transfer: one gather or scatter per layer and no
+tensor view per unit. Elsewhere (CUDA: ``TorchHostMemory``) each unit moves as
+its parts (one view per layer), in one ``store_many`` / ``load_many`` batch.
+Either way the caller sees one transfer per unit (a group's units share one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hybridkv.offload.block_bytes import BlockBytes
+from hybridkv.tiers import HostTier, Transfer, UnitKey
+
+
+def _by_group(units: Sequence[tuple[UnitKey, int]]) -> dict[int, list[int]]:
+    """Positions of ``units`` per group, in order."""
+    groups: dict[int, list[int]] = {}
+    for i, (key, _) in enumerate(units):
+        groups.setdefault(key.group_id, []).append(i)
+    return groups
+
+
+def _rows_ok(host: HostTier, block_bytes: BlockBytes) -> bool:
+    return block_bytes.has_rows and host.takes_rows
+
+
+def store_units(
+    host: HostTier,
+    block_bytes: BlockBytes,
+    units: Sequence[tuple[UnitKey, int]],
+    values: Sequence[float | None],
+) -> list[BaseException | None]:
+    """Store each unit's block into the host tier and wait for the copies: per
+    unit, None once it is held, else the error (``TierFullError``: no room)."""
+    if not _rows_ok(host, block_bytes):
+        items = [
+            (key, block_bytes.parts(key.group_id, b), v)
+            for (key, b), v in zip(units, values, strict=True)
+        ]
+        return [None if t.wait() else t.error for t in host.store_many(items)]
+    out: list[BaseException | None] = [None] * len(units)
+    groups = list(_by_group(units).items())
+    batches = [
+        (
+            [units[i][0] for i in at],
+            block_bytes.rows(gid, [units[i][1] for i in at]),
+            [values[i] for i in at],
+        )
+        for gid, at in groups
+    ]
+    for (_, at), (transfer, skipped) in zip(groups, host.store_rows(batches), strict=True):
+        for k, error in skipped:
+            out[at[k]] = error
+        if not transfer.wait():
+            copied = set(transfer.keys)
+            for i in at:
+                if units[i][0] in copied:
+                    out[i] = transfer.error
+    return out
+
+
+def load_units(
+    host: HostTier, block_bytes: BlockBytes, units: Sequence[tuple[UnitKey, int]]
+) -> list[Transfer | None]:
+    """Start copying each unit (held by the host tier: pin them first) into its
+    block; the transfer of each unit (None: not held)."""
+    if not _rows_ok(host, block_bytes):
+        return host.load_many([(key, block_bytes.parts(key.group_id, b)) for key, b in units])
+    groups = list(_by_group(units).items())
+    batches = [
+        ([units[i][0] for i in at], block_bytes.rows(gid, [units[i][1] for i in at]))
+        for gid, at in groups
+    ]
+    out: list[Transfer | None] = [None] * len(units)
+    for (_, at), transfer in zip(groups, host.load_rows(batches), strict=True):
+        for i in at:
+            out[i] = transfer
+    return out

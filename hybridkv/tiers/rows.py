@@ -1,0 +1,107 @@
+"""Units as rows: batches of hit units copied with one gather or scatter per part.
+
+A device pool keeps each layer's bytes of block ``b`` in row ``b`` of a 2-D
+byte array (``BlockBytes.rows``), and a ``SlabMemory`` keeps part ``j`` of
+slot ``s`` in row ``s`` of its ``j``-th array. A batch of units is then
+``Rows``: unit ``k``'s part ``j`` is ``arrays[j][index[k]]``, and copying
+the batch is one numpy fancy-index copy per part (a C loop over the rows),
+not one Python-level copy per unit and part::
+
+    device part j  [ b0 ][ b1 ][ b2 ][ b3 ] ...      Rows(arrays, index=[3, 0])
+    slab part j    [ s0 ][ s1 ][ s2 ] ...            slots [1, 2]
+    store_rows:    slab_j[[1, 2]] = device_j[[3, 0]]   (one gather per part)
+
+An index that runs through consecutive rows (up or down) becomes a slice, so
+that side is a plain view and the copy a single pass; a gather into
+consecutive destination rows writes them directly (``np.take(out=)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Units whose parts are rows: unit ``k``'s part ``j`` is ``arrays[j][index[k]]``.
+
+    ``arrays``: 2-D ``uint8`` numpy arrays, one per part (rows may be strided; a
+    row's bytes are contiguous). ``index``: one row per unit.
+    """
+
+    arrays: tuple[Any, ...]
+    index: Sequence[int]
+
+    def __post_init__(self) -> None:
+        for j, a in enumerate(self.arrays):
+            if not isinstance(a, np.ndarray) or a.ndim != 2 or a.dtype != np.uint8:
+                raise ValueError(f"Rows.arrays[{j}] must be a 2-D uint8 numpy array")
+            if a.strides[1] != 1:
+                raise ValueError(f"Rows.arrays[{j}]: each row's bytes must be contiguous")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Each part's bytes (the same for every unit of the batch)."""
+        return tuple(a.shape[1] for a in self.arrays)
+
+    def subset(self, keep: Sequence[int]) -> Rows:
+        """The units at positions ``keep`` of this batch."""
+        if len(keep) == len(self.index):
+            return self
+        return Rows(self.arrays, [self.index[k] for k in keep])
+
+
+def _index(a: np.ndarray) -> slice | np.ndarray:
+    """An ascending run of consecutive rows as a slice, a descending one as a
+    reversed slice (``step=-1``), anything else as the array itself."""
+    n = a.size
+    if n == 1 or (n > 1 and int(a[-1]) - int(a[0]) == n - 1 and bool((np.diff(a) == 1).all())):
+        return slice(int(a[0]), int(a[0]) + n)
+    if n > 1 and int(a[0]) - int(a[-1]) == n - 1 and bool((np.diff(a) == -1).all()):
+        return slice(int(a[0]), int(a[-1]) - 1 if int(a[-1]) > 0 else None, -1)
+    return a
+
+
+def _rows(rows: Sequence[int], limit: int, what: str) -> np.ndarray:
+    a = np.asarray(rows, dtype=np.int64)
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= limit):
+        raise IndexError(f"a {what} row outside [0, {limit})")
+    return a
+
+
+def copy_rows(
+    dst: Sequence[Any],
+    dst_rows: Sequence[int],
+    src: Sequence[Any],
+    src_rows: Sequence[int],
+    sizes: Sequence[int],
+) -> int:
+    """``dst[j][dst_rows[k], :n] = src[j][src_rows[k], :n]`` with ``n = sizes[j]``,
+    for every part ``j`` and unit ``k``; the bytes copied. ``dst_rows`` must not
+    repeat a row."""
+    if not len(dst) == len(src) == len(sizes):
+        raise ValueError(f"{len(src)} source parts, {len(dst)} destination, {len(sizes)} sizes")
+    if len(dst_rows) != len(src_rows):
+        raise ValueError(f"{len(dst_rows)} destination rows for {len(src_rows)} source rows")
+    if not dst_rows:
+        return 0
+    d = _rows(dst_rows, dst[0].shape[0], "destination")
+    s = _rows(src_rows, src[0].shape[0], "source")
+    if d.size > 1 and d[0] > d[-1]:  # pair them with the destination ascending
+        d, s = d[::-1], s[::-1]
+    di, si = _index(d), _index(s)
+    total = 0
+    for dj, sj, n in zip(dst, src, sizes, strict=True):
+        if n > dj.shape[1] or n > sj.shape[1]:
+            raise ValueError(f"{n} bytes a row: rows of {sj.shape[1]} -> {dj.shape[1]} bytes")
+        if isinstance(di, slice) and isinstance(si, np.ndarray):
+            # a gather straight into the destination rows (bounds checked above)
+            np.take(sj[:, :n], si, axis=0, out=dj[di, :n], mode="clip")
+        else:
+            dj[di, :n] = sj[si, :n]
+        total += n * d.size
+    return total

@@ -1,0 +1,143 @@
+"""``SlabMemory``: a ``HostTier`` whose entries are slots of one slab.
+
+Every entry holds one *slot*: part ``j`` of slot ``s`` is the first bytes of
+row ``s`` of ``slab[j]``, a ``[capacity, widths[j]]`` uint8 array::
+
+    slab[0]  [ slot 0 ][ slot 1 ][ slot 2 ] ...     widths[0] bytes a row
+    slab[1]  [ slot 0 ][ slot 1 ][ slot 2 ] ...     widths[1] bytes a row
+
+An entry costs the whole slot (``footprint``: ``slot_bytes``) whatever its
+parts' sizes, so a budget holds ``budget // slot_bytes`` entries exactly and
+a freed slot fits any entry: no fragmentation. The engine's units all fit one
+slot (a device block is one row of each KV buffer: ``BlockBytes.widths``).
+The arrays are allocated untouched (``numpy.empty``): pages are paid when
+first written, and ``BufferPool`` hands out fresh slots in ascending order,
+so the touched part stays compact.
+
+Batches of units given as rows (``Rows``: the device pool's buffers, one row
+per block) are copied with one gather or scatter per part
+(``rows.copy_rows``), on the tier's copy thread: ``HostTier.store_rows`` /
+``load_rows``. Single entries (``store`` / ``load`` of parts: tensors on the
+CPU, numpy arrays or bytes-like) are copied part by part.
+
+CPU only: on CUDA the host tier uses ``TorchHostMemory`` (pinned buffers, a
+copy stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybridkv.tiers.copier import Copier, ThreadCopier
+from hybridkv.tiers.rows import Rows, copy_rows
+from hybridkv.tiers.transfer import Completion
+
+
+def _flat(part: Any, name: str) -> np.ndarray:
+    """A part's bytes as a 1-D uint8 numpy array (a view where it can be)."""
+    if isinstance(part, torch.Tensor):
+        if part.device.type != "cpu":
+            raise ValueError(f"{name} is on {part.device}; SlabMemory holds CPU parts only")
+        if not part.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (call .contiguous() on it first)")
+        return part.detach().reshape(-1).view(torch.uint8).numpy()
+    if isinstance(part, np.ndarray):
+        if not part.flags.c_contiguous:
+            raise ValueError(f"{name} must be contiguous")
+        return part.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(memoryview(part).cast("B"), dtype=np.uint8)
+    except TypeError:
+        raise ValueError(
+            f"{name} must be a CPU tensor, a numpy array or bytes-like, got {type(part).__name__}"
+        ) from None
+
+
+class SlabMemory:
+    """Entries in slots of one slab, batches copied by rows (module docstring)."""
+
+    def __init__(self, widths: Sequence[int], budget_bytes: int) -> None:
+        if not widths or any(w <= 0 for w in widths):
+            raise ValueError(f"widths must be part sizes > 0, got {list(widths)}")
+        self.widths = tuple(int(w) for w in widths)
+        #: Bytes of one slot: what every entry costs.
+        self.slot_bytes = sum(self.widths)
+        self.capacity = budget_bytes // self.slot_bytes
+        self.slab = tuple(np.empty((self.capacity, w), dtype=np.uint8) for w in self.widths)
+        self._fresh = 0  # slots handed out so far (BufferPool reuses freed ones)
+
+    def make_copier(self) -> Copier:
+        return ThreadCopier("hybridkv-host-copy")
+
+    def nbytes(self, parts: Sequence[Any]) -> tuple[int, ...]:
+        if len(parts) > len(self.widths):
+            raise ValueError(f"{len(parts)} parts; a slot holds at most {len(self.widths)}")
+        sizes = tuple(_flat(p, f"part {i}").size for i, p in enumerate(parts))
+        self.check_sizes(sizes)
+        return sizes
+
+    def check_sizes(self, sizes: Sequence[int]) -> None:
+        """``ValueError`` unless parts of ``sizes`` fit a slot."""
+        if len(sizes) > len(self.widths):
+            raise ValueError(f"{len(sizes)} parts; a slot holds at most {len(self.widths)}")
+        for j, (n, w) in enumerate(zip(sizes, self.widths, strict=False)):
+            if n > w:
+                raise ValueError(f"part {j} has {n} bytes; the slot holds {w} (SlabMemory widths)")
+
+    def footprint(self, sizes: tuple[int, ...]) -> int:
+        return self.slot_bytes
+
+    def allocate(self, nbytes: int) -> int:
+        assert nbytes == self.slot_bytes, (nbytes, self.slot_bytes)
+        if self._fresh >= self.capacity:
+            raise MemoryError(f"the slab's {self.capacity} slots are all handed out")
+        self._fresh += 1
+        return self._fresh - 1
+
+    def begin_store(self, buf: Any, parts: Sequence[Any], copier: Copier) -> Completion:
+        flat = [_flat(p, f"part {i}") for i, p in enumerate(parts)]
+
+        def copy_in() -> None:
+            for j, a in enumerate(flat):
+                self.slab[j][buf, : a.size] = a
+
+        return copier.submit(copy_in)
+
+    def begin_load(
+        self, buf: Any, sizes: tuple[int, ...], into: Sequence[Any] | None, copier: Copier
+    ) -> Completion:
+        if into is None:
+            return copier.submit(
+                lambda: tuple(self.slab[j][buf, :n].copy() for j, n in enumerate(sizes))
+            )
+        targets = [_flat(t, f"into[{i}]") for i, t in enumerate(into)]
+        got = tuple(t.size for t in targets)
+        if got != sizes:
+            raise ValueError(f"into has parts of {got} bytes; the entry's are {sizes}")
+        if any(not t.flags.writeable for t in targets):
+            raise ValueError("into must be writable")
+
+        def copy_out() -> tuple[Any, ...]:
+            for j, t in enumerate(targets):
+                t[:] = self.slab[j][buf, : t.size]
+            return tuple(into or ())
+
+        return copier.submit(copy_out)
+
+    def store_rows(self, slots: list[int], rows: Rows, copier: Copier) -> Completion:
+        """Copy unit ``k`` of ``rows`` into slot ``slots[k]``: one gather per part."""
+        self.check_sizes(rows.sizes)
+        return copier.submit(
+            copy_rows, self.slab[: len(rows.arrays)], slots, rows.arrays, rows.index, rows.sizes
+        )
+
+    def load_rows(self, slots: list[int], rows: Rows, copier: Copier) -> Completion:
+        """Copy slot ``slots[k]`` into unit ``k`` of ``rows``: one scatter per part."""
+        self.check_sizes(rows.sizes)
+        return copier.submit(
+            copy_rows, rows.arrays, rows.index, self.slab[: len(rows.arrays)], slots, rows.sizes
+        )

@@ -1,0 +1,155 @@
+"""``HostTier`` over a ``SlabMemory``: one slot per entry, batches of units as rows
+(``store_rows`` / ``load_rows``): round trips, the budget in slots, entries in
+flight, failed copies, and the per-entry API on the same slots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from tier_factories import GateCopier, fingerprint, key
+
+from hybridkv.tiers import HostTier, TierFullError, UnitKey
+from hybridkv.tiers.copier import InlineCopier
+from hybridkv.tiers.rows import Rows
+from hybridkv.tiers.slab_memory import SlabMemory
+from hybridkv.tiers.torch_memory import TorchHostMemory
+
+WIDTHS = (48, 32)
+
+
+def device(blocks: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two 'layers' of a device pool: ``[blocks, width]`` rows of random bytes."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.integers(0, 256, (blocks, w), dtype=np.uint8) for w in WIDTHS)  # type: ignore[return-value]
+
+
+def tier(slots: int, copier: Any = None) -> HostTier:
+    memory = SlabMemory(WIDTHS, slots * sum(WIDTHS))
+    return HostTier(fingerprint(), slots * sum(WIDTHS), memory, copier=copier or InlineCopier())
+
+
+def keys(*ids: int) -> list[UnitKey]:
+    return [key(i) for i in ids]
+
+
+def test_a_batch_round_trips_through_one_transfer() -> None:
+    dev = device()
+    t = tier(8)
+    ((stored, skipped),) = t.store_rows([(keys(1, 2, 3), Rows(dev, [5, 9, 2]), [1.0] * 3)])
+    assert stored.wait() and not skipped and stored.keys == tuple(keys(1, 2, 3))
+    assert all(t.contains(k) for k in keys(1, 2, 3)) and t.used_bytes == 3 * sum(WIDTHS)
+    other = tuple(np.zeros_like(a) for a in dev)
+    (loaded,) = t.load_rows([(keys(3, 1), Rows(other, [0, 7]))])
+    assert loaded.wait()
+    for a, b in zip(other, dev, strict=True):
+        np.testing.assert_array_equal(a[[0, 7]], b[[2, 5]])
+        assert not a[1:7].any()  # nothing else written
+    single = t.load(key(2))  # the per-entry API reads the same slot
+    assert single is not None and single.wait()
+    assert [bytes(p) for p in single.result] == [bytes(a[9]) for a in dev]
+    assert t.stats.stores == 3 and t.stats.loads == 3
+    assert (t.copies.store.calls, t.copies.load.calls) == (1, 1)
+    assert t.copies.load.bytes == 2 * sum(WIDTHS)
+    t.check_integrity()
+    t.close()
+
+
+def test_narrower_rows_use_the_front_of_each_slot() -> None:
+    dev = device()
+    narrow = tuple(np.ascontiguousarray(a[:, :20]) for a in dev)
+    t = tier(4)
+    ((stored, _),) = t.store_rows([(keys(1), Rows(narrow, [3]), [None])])
+    assert stored.wait() and t.used_bytes == sum(WIDTHS)  # a whole slot
+    back = t.load(key(1))
+    assert back is not None and back.wait()
+    assert [bytes(p) for p in back.result] == [bytes(a[3]) for a in narrow]
+    with pytest.raises(ValueError, match="parts of"):
+        t.load_rows([(keys(1), Rows(dev, [0]))])  # the entry's parts are 20 bytes
+    t.check_integrity()
+
+
+def test_the_budget_is_counted_in_slots_and_a_batch_never_evicts_itself() -> None:
+    dev = device()
+    t = tier(3)
+    ((stored, skipped),) = t.store_rows([(keys(1, 2, 3, 4, 5), Rows(dev, range(5)), [1.0] * 5)])
+    assert stored.wait() and stored.keys == tuple(keys(1, 2, 3))
+    assert [k for k, _ in skipped] == [3, 4]
+    assert all(isinstance(e, TierFullError) for _, e in skipped)
+    assert t.stats.store_skips == 2
+    # A later batch evicts the least recently used; a key already held is only touched.
+    ((again, _),) = t.store_rows([(keys(1, 6), Rows(dev, [0, 6]), [1.0, 1.0])])
+    assert again.wait() and again.keys == (key(6),)
+    assert sorted(t.keys()) == sorted(keys(1, 3, 6))  # 2 was the least recently used
+    assert t.held_bytes <= t.budget_bytes
+    t.check_integrity()
+
+
+def test_entries_in_flight_are_pinned_and_not_served() -> None:
+    dev = device()
+    gate = GateCopier()
+    t = tier(4, gate)
+    ((stored, _),) = t.store_rows([(keys(1, 2), Rows(dev, [0, 1]), [1.0, 1.0])])
+    assert not stored.done() and not t.contains(key(1)) and not t.evict(key(1))
+    t.check_integrity()  # the transfer's keys hold the pins
+    gate.run()
+    assert stored.done() and t.contains(key(1))
+    (loaded,) = t.load_rows([(keys(1, 2), Rows(tuple(np.zeros_like(a) for a in dev), [3, 4]))])
+    assert not loaded.done() and not t.evict(key(2))
+    t.check_integrity()
+    gate.run()
+    assert loaded.wait() and t.evict(key(2))
+    t.check_integrity()
+
+
+def test_a_failed_batch_keeps_nothing_and_unpins() -> None:
+    dev = device()
+    gate = GateCopier()
+    t = tier(4, gate)
+    ((stored, _),) = t.store_rows([(keys(1, 2), Rows(dev, [0, 1]), [1.0, 1.0])])
+    gate.jobs = [(f, _fail, ()) for f, _, _ in gate.jobs]
+    gate.run()
+    assert not stored.wait() and t.used_bytes == 0 and t.stats.store_failures == 2
+    ((ok, _),) = t.store_rows([(keys(3), Rows(dev, [2]), [1.0])])
+    gate.run()
+    assert ok.wait()
+    (loaded,) = t.load_rows([(keys(3), Rows(dev, [5]))])
+    gate.jobs = [(f, _fail, ()) for f, _, _ in gate.jobs]
+    gate.run()
+    assert not loaded.wait() and t.stats.load_failures == 1 and t.evict(key(3))
+    t.check_integrity()
+
+
+def _fail() -> None:
+    raise OSError("injected copy failure")
+
+
+def test_a_load_of_a_missing_key_pins_nothing() -> None:
+    dev = device()
+    t = tier(4)
+    ((stored, _),) = t.store_rows([(keys(1), Rows(dev, [0]), [1.0])])
+    assert stored.wait()
+    with pytest.raises(KeyError, match="lacks it"):
+        t.load_rows([(keys(1, 2), Rows(dev, [3, 4]))])
+    assert t.evict(key(1))  # not pinned
+    t.check_integrity()
+
+
+def test_per_entry_stores_fill_slots_too() -> None:
+    t = tier(2)
+    assert t.store(key(1), [bytes(range(48)), b"x" * 32]).wait()
+    assert t.used_bytes == sum(WIDTHS)
+    out = tuple(np.zeros((2, w), np.uint8) for w in WIDTHS)
+    (loaded,) = t.load_rows([(keys(1), Rows(out, [1]))])
+    assert loaded.wait() and bytes(out[0][1]) == bytes(range(48)) and bytes(out[1][1]) == b"x" * 32
+    with pytest.raises(ValueError, match="the slot holds 32"):
+        t.store(key(2), [b"", b"y" * 33])
+    t.check_integrity()
+
+
+def test_row_batches_need_a_slab() -> None:
+    t = HostTier(fingerprint(), 1 << 10, TorchHostMemory("cpu"), copier=InlineCopier())
+    assert not t.takes_rows
+    with pytest.raises(ValueError, match="SlabMemory"):
+        t.load_rows([(keys(1), Rows(device(), [0]))])
