@@ -1,7 +1,9 @@
-"""Tiers below the device pool: host RAM and local disk stores of hit units.
+"""Tiers below the device pool: host RAM, local disk and a shared store of hit units.
 
 ``TierStore`` (``base.py``) is the interface; ``HostTier`` and ``DiskTier``
-implement it over one ``EntryLedger`` each. Nothing here imports torch:
+implement it over one ``EntryLedger`` each; ``MooncakeTier`` (``store_tier.py``)
+over a Mooncake Store shared by replicas (its client is imported on first use).
+Nothing here imports torch:
 ``tiers/torch_memory.py`` (tensors, pinned memory, CUDA streams) is imported
 by whoever gives a ``HostTier`` tensors. The design and what is wired so far:
 ``docs/tiers.md``.
@@ -19,6 +21,7 @@ from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.host import HostTier
 from hybridkv.tiers.ledger import EntryInfo, value_per_byte
+from hybridkv.tiers.store_tier import MooncakeTier
 from hybridkv.tiers.transfer import Transfer
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "EntryInfo",
     "HostTier",
     "ModelFingerprint",
+    "MooncakeTier",
     "TierError",
     "TierFullError",
     "TierStats",
