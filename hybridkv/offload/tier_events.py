@@ -28,8 +28,9 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import BlockRemoved, BlockStored
 from hybridkv.tiers import Transfer, UnitKey
 
-#: The wire medium of each tier (``TierStore.medium``), as vLLM names them.
-WIRE_MEDIUM = {"CPU": "CPU", "DISK": "STORAGE"}
+#: The wire medium of each tier (``TierStore.medium``), as vLLM names them; the
+#: store that replicas share (``MooncakeTier``) has no vLLM name: "STORE".
+WIRE_MEDIUM = {"CPU": "CPU", "DISK": "STORAGE", "STORE": "STORE"}
 
 
 class _Meta:
@@ -95,8 +96,28 @@ class TierEvents:
         )
 
     def queued(self, key: UnitKey) -> None:
-        """``key`` is queued for the disk tier (its fields are kept meanwhile)."""
+        """``key`` is queued for the disk tier or the store (its fields are kept meanwhile)."""
         self._queued.add(key)
+
+    def written_to_store(self, key: UnitKey, landed: bool) -> None:
+        """A write of ``key`` to the shared store (``queued`` before) ended; a landed
+        one is a ``BlockStored`` with the store's medium. The store evicts on its own,
+        unseen by a replica: no ``BlockRemoved`` follows, and nothing is kept here."""
+        self._queued.discard(key)
+        meta = self._meta.get((key.group_id, key.block_hash))
+        if landed and meta is not None:
+            self.pool.events.append(
+                BlockStored(
+                    block_hashes=[key.block_hash],
+                    parent_block_hash=meta.parent,
+                    token_ids=meta.token_ids,
+                    block_size=meta.block_size,
+                    lora_name=meta.lora_name,
+                    group_id=key.group_id,
+                    medium=WIRE_MEDIUM["STORE"],
+                )
+            )
+        self.forget(key)
 
     def unqueued(self, keys: list[UnitKey]) -> None:
         """Queued disk stores that will not happen (the write failed)."""

@@ -114,6 +114,16 @@ class TierStore(ABC):
         """Copy ``key``'s parts out (into ``into`` when given), asynchronously;
         None when ``key`` is not held (a miss)."""
 
+    def contains_many(self, keys: Sequence[UnitKey]) -> list[bool]:
+        """``contains`` of each key (a remote tier answers in one request)."""
+        return [self.contains(k) for k in keys]
+
+    def load_many(
+        self, items: Sequence[tuple[UnitKey, Sequence[Any] | None]]
+    ) -> list[Transfer | None]:
+        """``load`` of each ``(key, into)`` (a tier may run them as one batch)."""
+        return [self.load(key, into) for key, into in items]
+
     @abstractmethod
     def pin(self, key: UnitKey) -> None:
         """Keep ``key`` from eviction until ``unpin`` (counted; KeyError if not held)."""

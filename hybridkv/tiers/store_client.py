@@ -44,7 +44,7 @@ PROBE_SECONDS = 3.0
 OK, NO_ROOM, UNREACHABLE = 0, -200, -1
 
 
-def _probe(url: StoreURL) -> None:
+def probe(url: StoreURL) -> None:
     """``TierError`` naming the address unless the master and metadata server answer."""
     try:
         socket.create_connection((url.host, url.port), timeout=PROBE_SECONDS).close()
@@ -80,7 +80,7 @@ class StoreClient:
     @classmethod
     def connect(cls, url: StoreURL) -> StoreClient:
         """Join the store at ``url`` (``TierError`` naming the address if it cannot)."""
-        _probe(url)
+        probe(url)
         quiet_mooncake()
         store_module = require("mooncake.store", "store", "kv_store")
         store = store_module.MooncakeDistributedStore()
