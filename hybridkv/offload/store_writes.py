@@ -9,15 +9,18 @@ the store tier copies its bytes at once and puts them from its own thread, so
 the step never waits for the network. Another replica's next turn of the same
 conversation, or another request on the same document, then finds it there.
 
-Writes are not repeated: the keys written recently are remembered (at most
-``REMEMBERED``; forgotten when the store comes back after an outage, since a
-restarted master holds nothing), and the store tier does not send an object the
-store already has. The outcome of each write is read at the next call: a landed
+Writes are not repeated: a key written less than ``REWRITE_SECONDS`` ago is
+not copied again (at most ``REMEMBERED`` keys; all forgotten when this client
+sees the store come back after an outage, since a restarted master holds
+nothing). After that it is offered again, because the store may have evicted
+it or restarted unseen (an idle replica does not see an outage), and the store
+tier does not send an object the store already has. The outcome of each write is read at the next call: a landed
 write is a ``BlockStored`` with the store's medium (KV events on).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 
 from hybridkv.core.block import KVCacheBlock
@@ -27,8 +30,11 @@ from hybridkv.offload.tier_events import TierEvents
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import MooncakeTier, Transfer, UnitKey
 
-#: Keys written recently that are not written again.
+#: How many keys written recently are remembered (not copied again).
 REMEMBERED = 1 << 16
+#: How long a written key is not offered again (then the store is asked again: it
+#: may have evicted the object, or restarted while this replica was idle).
+REWRITE_SECONDS = 10.0
 
 
 class StoreWrites:
@@ -47,22 +53,26 @@ class StoreWrites:
         self.store = store
         self.events = events
         self.stats = stats
-        self._written: OrderedDict[UnitKey, None] = OrderedDict()
+        self._written: OrderedDict[UnitKey, float] = OrderedDict()  # key -> when, oldest first
         self._epoch = store.client.epoch
         self._pending: list[Transfer] = []
+        #: ``REWRITE_SECONDS`` for this engine (a test may shorten it).
+        self.rewrite_seconds = REWRITE_SECONDS
 
     def on_free(self, blocks: list[KVCacheBlock]) -> None:
         """``BlockPool.on_free``: write the freed blocks worth sharing."""
         self.settle()
         items = []
         value_of = self.policy.store_value
+        now = time.monotonic()
+        written = self._written
         for b in blocks:
             h, gid = b.block_hash, b.group_id
             if h is None or gid is None:
                 continue
             key = UnitKey(h, gid)
-            if key in self._written:
-                self._written.move_to_end(key)
+            when = written.get(key)
+            if when is not None and now - when < self.rewrite_seconds:
                 continue
             value = value_of(b)
             if value is None:
@@ -72,7 +82,8 @@ class StoreWrites:
                 for p in self.block_bytes.parts(gid, b.block_id)
             ]
             items.append((key, parts, value))
-            self._written[key] = None
+            written.pop(key, None)
+            written[key] = now
             if self.events is not None:
                 self.events.queued(key)
         while len(self._written) > REMEMBERED:

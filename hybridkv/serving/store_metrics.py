@@ -26,6 +26,20 @@ P = "hybridkv:"
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
 
+#: Every ``(counter, label value)`` pair (``""``: no label but ``model_name``).
+_SERIES = (
+    ("kv_store_puts", ""),
+    ("kv_store_gets", ""),
+    ("kv_store_lookups", ""),
+    ("kv_store_bytes", "put"),
+    ("kv_store_bytes", "get"),
+    ("kv_store_failures", "put"),
+    ("kv_store_failures", "no_room"),
+    ("kv_store_failures", "get"),
+    ("kv_store_failures", "unreachable"),
+)
+
+
 def _totals(tiers: TieredCache, store: MooncakeTier) -> dict[tuple[str, str], int]:
     """Every counter's current total, by ``(name, label value)``."""
     t, s = store.stats, store.store_stats
@@ -80,6 +94,10 @@ class StoreMetrics:
             )
             for d in ("put", "get")
         }
+        for counter, label in _SERIES:  # every series from the start, at 0
+            series = self._counters[counter]
+            series.labels(model_name, label) if label else series.labels(model_name)
+        self._up.labels(model_name)
         self._last: dict[tuple[str, str], int] = {}
         self._seen = {"put": 0, "get": 0}
 
