@@ -14,8 +14,9 @@ not copied again (at most ``REMEMBERED`` keys; all forgotten when this client
 sees the store come back after an outage, since a restarted master holds
 nothing). After that it is offered again, because the store may have evicted
 it or restarted unseen (an idle replica does not see an outage), and the store
-tier does not send an object the store already has. The outcome of each write is read at the next call: a landed
-write is a ``BlockStored`` with the store's medium (KV events on).
+tier does not send an object the store already has. The outcome of each write
+is read at the next call: a landed write is a ``BlockStored`` with the store's
+medium (KV events on).
 """
 
 from __future__ import annotations
