@@ -193,15 +193,21 @@ class Cluster:
 
     def cached_fraction(self) -> tuple[float, float]:
         """Prefix-cache hit and query tokens summed over the replicas."""
-        hits = queries = 0.0
+        return (
+            self.metric_sum("hybridkv:prefix_cache_hits_total"),
+            self.metric_sum("hybridkv:prefix_cache_queries_total"),
+        )
+
+    def metric_sum(self, name: str, label: str = "") -> float:
+        """The samples of ``name`` (with ``label``, e.g. ``medium="STORE"``, among
+        their labels), summed over the replicas."""
+        total = 0.0
         for url in self.replica_urls:
             _, text = get(url + "/metrics")
             for line in text.splitlines():
-                if line.startswith("hybridkv:prefix_cache_hits_total"):
-                    hits += float(line.rsplit(" ", 1)[1])
-                elif line.startswith("hybridkv:prefix_cache_queries_total"):
-                    queries += float(line.rsplit(" ", 1)[1])
-        return hits, queries
+                if line.startswith((name + "{", name + " ")) and label in line:
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
 
 
 def checkpoint(path: Path) -> Path:
@@ -363,6 +369,12 @@ def run(
         try:
             r = play(cluster.url, MODEL, convs, args.concurrency, args.max_tokens)
             hits, queries = cluster.cached_fraction()
+            r["store_hit_tokens"] = cluster.metric_sum(
+                "hybridkv:kv_tier_hit_tokens_total", 'medium="STORE"'
+            )
+            r["store_no_room"] = cluster.metric_sum(
+                "hybridkv:kv_store_failures_total", 'kind="no_room"'
+            )
         finally:
             cluster.stop()
     finally:
@@ -434,6 +446,8 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
         row("TTFT p50 (ms)", [f"{r['ttft_p50'] * 1e3:.0f}" for r in rows]),
         row("TTFT p99 (ms)", [f"{r['ttft_p99'] * 1e3:.0f}" for r in rows]),
         row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
+        row("tokens hit from the store", [f"{r.get('store_hit_tokens', 0):,.0f}" for r in rows]),
+        row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
         "",
         f"Targets: round_robin with the store reaches {rr_share:.0%} of cache_aware's "
         f"fraction without it (>= 90 %: {'met' if rr_share >= 0.9 else 'NOT met'}); "

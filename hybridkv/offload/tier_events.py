@@ -83,6 +83,9 @@ class TierEvents:
         if meta is None or key in held:
             return
         held.add(key)
+        self._announce(key, meta, medium)
+
+    def _announce(self, key: UnitKey, meta: _Meta, medium: str) -> None:
         self.pool.events.append(
             BlockStored(
                 block_hashes=[key.block_hash],
@@ -106,17 +109,7 @@ class TierEvents:
         self._queued.discard(key)
         meta = self._meta.get((key.group_id, key.block_hash))
         if landed and meta is not None:
-            self.pool.events.append(
-                BlockStored(
-                    block_hashes=[key.block_hash],
-                    parent_block_hash=meta.parent,
-                    token_ids=meta.token_ids,
-                    block_size=meta.block_size,
-                    lora_name=meta.lora_name,
-                    group_id=key.group_id,
-                    medium=WIRE_MEDIUM["STORE"],
-                )
-            )
+            self._announce(key, meta, "STORE")
         self.forget(key)
 
     def unqueued(self, keys: list[UnitKey]) -> None:

@@ -54,7 +54,7 @@ from hybridkv.tiers.base import (
 )
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.memory import byte_view
-from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient, logger
+from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient
 from hybridkv.tiers.store_url import parse_store_url
 from hybridkv.tiers.transfer import Completed, Transfer
 
@@ -186,12 +186,6 @@ class MooncakeTier(TierStore):
     def keys(self) -> list[UnitKey]:
         with self._lock:
             return list(self._landed)
-
-    def store(self, key: UnitKey, parts: Parts, value: float | None = None) -> Transfer:
-        return self.store_many([(key, parts, value)])[0]
-
-    def load(self, key: UnitKey, into: Sequence[Any] | None = None) -> Transfer | None:
-        return self.load_many([(key, into)])[0]
 
     def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
         """Copy each unit now, put the batch on the write thread (module docstring)."""
@@ -431,12 +425,3 @@ class MooncakeTier(TierStore):
         else:
             error = ConnectionError("STORE tier: the store is unreachable")
         return Transfer(key, "store", Completed(None, error))
-
-    def _warn_once(self, what: str, message: str) -> None:
-        if what not in self._warned:
-            self._warned.add(what)
-            logger.warning(message)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the STORE tier is closed")

@@ -8,7 +8,8 @@ store under its pool (no host or disk tier) and a cold device: its hits on the
 document, past the shared boundary and exactly on it, can only come from the store.
 Each is checked against transformers (tokens exactly, logits at 1e-4) and against
 a cold engine, with every integrity check after it. Tiny Jamba (Mamba + attention
-+ MoE), Llama 4 (chunked + full attention) and Gemma 3 (sliding + full) in fp32.
++ MoE; both policies), Llama 4 (chunked + full attention; ``lru``) and Gemma 3
+(sliding + full; ``hybrid``) in fp32.
 """
 
 from __future__ import annotations
@@ -29,19 +30,31 @@ N = 2
 SMALL = "&segment=16MiB&buffer=16MiB"
 
 
-@pytest.fixture(scope="module", params=["jamba", "llama4", "gemma3"])
-def ckpt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_checkpoint(FAMILY_CONFIGS[request.param](), tmp_path_factory.mktemp(request.param))
+_CKPTS: dict[str, Path] = {}
+
+
+def _ckpt(family: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if family not in _CKPTS:
+        path = tmp_path_factory.mktemp(family)
+        _CKPTS[family] = save_checkpoint(FAMILY_CONFIGS[family](), path)
+    return _CKPTS[family]
 
 
 def _llm(ckpt: Path, **kw: object) -> LLM:
     return LLM(ckpt, block_size=BLOCK, max_model_len=112, dtype="float32", **kw)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("policy", ["lru", "hybrid"])
+@pytest.mark.parametrize(
+    ("family", "policy"),
+    [("jamba", "lru"), ("jamba", "hybrid"), ("llama4", "lru"), ("gemma3", "hybrid")],
+)
 def test_a_prefix_from_another_replica_matches_transformers(
-    ckpt: Path, mooncake_master: MooncakeMaster, policy: str
+    family: str,
+    policy: str,
+    mooncake_master: MooncakeMaster,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    ckpt = _ckpt(family, tmp_path_factory)
     url = mooncake_master.url + SMALL
     a = _llm(ckpt, cache_policy=policy, kv_store=url)
     b = _llm(ckpt, cache_policy=policy, kv_store=url)

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
-from factories import admit, hit_len, toks
+from factories import hit_len, toks
+from unit_fill import fill_and_free
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.core.block import KVCacheBlock
@@ -54,20 +54,8 @@ def _replica(
 
 
 def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
-    """Admit ``r``, fill its blocks with random bytes, free it; cached bytes by key."""
-    admit(kv, r)
-    out = {}
-    gen = torch.Generator().manual_seed(0)
-    for gid, table in enumerate(kv.get_blocks(r.request_id).blocks):
-        for b in table:
-            if b.is_null:
-                continue
-            parts = tiers.block_bytes.parts(gid, b.block_id)
-            for p in parts:
-                p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
-            if b.block_hash is not None:
-                out[(gid, b.block_hash)] = b"".join(bytes(p.numpy()) for p in parts)
-    kv.free(r)
+    """Fill ``r``'s blocks, free it, wait for the store writes; cached bytes by key."""
+    out = fill_and_free(kv, tiers.block_bytes, r)
     assert tiers.store_writes is not None
     tiers.store_writes.settle(wait=True)
     return out
@@ -126,4 +114,25 @@ def test_only_what_the_policy_values_is_written(clients: list[MooncakeTier]) -> 
     assert written == {k for k in tiers.store.keys() if k.group_id == 0}  # noqa: SIM118
     assert {(k.group_id, k.block_hash) for k in written} == {k for k in want if k[0] == 0}
     assert any(k[0] != 0 for k in want)  # there was another group to leave out
+    tiers.close()
+
+
+def test_a_block_freed_again_soon_is_not_copied_again(clients: list[MooncakeTier]) -> None:
+    """A hot prefix freed by request after request is copied once per
+    ``rewrite_seconds``; after that it is offered again (the store may have lost it),
+    and the store tier does not resend what the store still has."""
+    kv, _, tiers = _replica("tiny-llama4", clients[0])
+    assert tiers.store_writes is not None and tiers.store is not None
+    prompt = toks(MAX_LEN - 8, start=9000)
+    want = _compute(kv, tiers, Request("a", prompt))
+    first = tiers.stats.store_writes
+    assert first == len(want)
+    _compute(kv, tiers, Request("b", prompt))  # hits A's blocks on the device, frees them
+    assert tiers.stats.store_writes == first  # within the window: not copied again
+    tiers.store_writes.rewrite_seconds = 0.0
+    _compute(kv, tiers, Request("c", prompt))
+    again = tiers.stats.store_writes - first
+    assert again > 0  # offered again...
+    assert tiers.store.store_stats.already_there == again  # ...and not resent
+    tiers.check_integrity()
     tiers.close()

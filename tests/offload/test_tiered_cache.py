@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from factories import admit, hit_len, toks
+from factories import hit_len, toks
+from unit_fill import fill_and_free
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.layouts import shipped_layout
@@ -75,20 +75,7 @@ def _setup(
 
 def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
     """Admit ``r``, fill its blocks with random bytes; its cached blocks' bytes by key."""
-    admit(kv, r)
-    out = {}
-    gen = torch.Generator().manual_seed(0)
-    for gid, table in enumerate(kv.get_blocks(r.request_id).blocks):
-        for b in table:
-            if b.is_null:
-                continue
-            parts = tiers.block_bytes.parts(gid, b.block_id)
-            for p in parts:
-                p.copy_(torch.randint(0, 256, p.shape, dtype=torch.uint8, generator=gen))
-            if b.block_hash is not None:
-                out[(gid, b.block_hash)] = b"".join(bytes(p.numpy()) for p in parts)
-    kv.free(r)
-    return out
+    return fill_and_free(kv, tiers.block_bytes, r)
 
 
 def _evict_and_wipe(kv: KVCacheManager, buffers: KVCacheBuffers) -> None:
