@@ -375,6 +375,10 @@ def run(
             r["store_no_room"] = cluster.metric_sum(
                 "hybridkv:kv_store_failures_total", 'kind="no_room"'
             )
+            r["device_full"] = cluster.metric_sum(
+                "hybridkv:kv_store_failures_total", 'kind="device_full"'
+            )
+            r["store_lookups"] = cluster.metric_sum("hybridkv:kv_store_lookups_total")
         finally:
             cluster.stop()
     finally:
@@ -448,6 +452,11 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
         row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
         row("tokens hit from the store", [f"{r.get('store_hit_tokens', 0):,.0f}" for r in rows]),
         row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
+        row("store lookups", [f"{r.get('store_lookups', 0):,.0f}" for r in rows]),
+        row(
+            "tier hits not restored (device full)",
+            [f"{r.get('device_full', 0):,.0f}" for r in rows],
+        ),
         "",
         f"Targets: round_robin with the store reaches {rr_share:.0%} of cache_aware's "
         f"fraction without it (>= 90 %: {'met' if rr_share >= 0.9 else 'NOT met'}); "

@@ -9,7 +9,8 @@ these say what went over the network (label ``model_name``):
   ``kv_store_failures`` (label ``kind``: ``put`` (a write the store refused with an
   error), ``no_room`` (a write skipped: the store or the write queue full),
   ``get`` (a read that found nothing or a bad entry: recomputed), ``unreachable``
-  (calls answered at once while the master was gone));
+  (calls answered at once while the master was gone), ``device_full`` (tier hits not
+  restored: the device pool had no room for their blocks));
 - gauge ``kv_store_up`` (1 while the master answers);
 - histograms ``kv_store_put_seconds`` / ``kv_store_get_seconds`` (per batch).
 """
@@ -37,6 +38,7 @@ _SERIES = (
     ("kv_store_failures", "no_room"),
     ("kv_store_failures", "get"),
     ("kv_store_failures", "unreachable"),
+    ("kv_store_failures", "device_full"),
 )
 
 
@@ -54,6 +56,7 @@ def _totals(tiers: TieredCache, store: MooncakeTier) -> dict[tuple[str, str], in
         ("kv_store_failures", "no_room"): t.store_skips,
         ("kv_store_failures", "get"): t.load_failures,
         ("kv_store_failures", "unreachable"): s.unreachable,
+        ("kv_store_failures", "device_full"): tiers.stats.skipped_no_room,
     }
 
 

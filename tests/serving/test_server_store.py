@@ -46,7 +46,7 @@ def test_a_prefix_from_one_replica_hits_on_the_other(
         assert ma[("hybridkv:kv_store_puts_total", ())] > 0
         assert ma[("hybridkv:kv_store_bytes_total", (("direction", "put"),))] > 0
         assert ma[("hybridkv:kv_tier_stores_total", store)] > 0
-        for kind in ("put", "no_room", "get", "unreachable"):
+        for kind in ("put", "no_room", "get", "unreachable", "device_full"):
             assert ma[("hybridkv:kv_store_failures_total", (("kind", kind),))] == 0
     finally:
         b.stop()
