@@ -287,6 +287,7 @@ def main() -> None:
     ap.add_argument("--max-blocks", type=int, default=120, help="skip longer trace requests")
     ap.add_argument("--concurrency", type=int, default=9)
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--think-ms", type=float, default=0, help="a client's pause between turns")
     ap.add_argument(
         "--kv-cache-mb",
         type=float,
@@ -367,7 +368,9 @@ def run(
     try:
         cluster = Cluster(ckpt, args.replicas, policy, logs, options)
         try:
-            r = play(cluster.url, MODEL, convs, args.concurrency, args.max_tokens)
+            r = play(
+                cluster.url, MODEL, convs, args.concurrency, args.max_tokens, args.think_ms / 1e3
+            )
             hits, queries = cluster.cached_fraction()
             r["store_hit_tokens"] = cluster.metric_sum(
                 "hybridkv:kv_tier_hit_tokens_total", 'medium="STORE"'
