@@ -38,9 +38,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hybridkv.tiers import entry_file
@@ -52,70 +51,18 @@ from hybridkv.tiers.base import (
     TierStore,
     UnitKey,
 )
+from hybridkv.tiers.batch_item import BatchItem, Outcome
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.memory import byte_view
 from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient
+from hybridkv.tiers.store_stats import StoreStats
 from hybridkv.tiers.store_url import parse_store_url
 from hybridkv.tiers.transfer import Completed, Transfer
 
-#: One entry's ``(result, error)`` in a batch job's answer.
-Outcome = tuple[Any, "BaseException | None"]
 #: Object names start with this (a change of the entry format changes it).
 NAME_PREFIX = "hkv1"
 #: How many landed keys ``keys()`` remembers (the oldest are forgotten first).
 _REMEMBERED = 1 << 16
-
-
-@dataclass(slots=True)
-class StoreStats:
-    """What the store tier sent and received (monotonic; ``/metrics``'s store series)."""
-
-    put_batches: int = 0
-    get_batches: int = 0
-    put_bytes: int = 0  # bytes of objects put
-    get_bytes: int = 0  # bytes of objects read
-    already_there: int = 0  # stores found in the store already (not sent)
-    unreachable: int = 0  # stores and loads answered at once: the master was unreachable
-    put_seconds: list[float] = field(default_factory=list)  # per put batch
-    get_seconds: list[float] = field(default_factory=list)  # per get batch
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters (latencies left out)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"}
-
-
-class _Item:
-    """One entry's share of a batch job (a ``Completion``; the job returns one
-    ``(result, error)`` per entry). ``size``: the bytes it holds in the write queue."""
-
-    __slots__ = ("future", "index", "size")
-    threaded = True
-
-    def __init__(self, index: int, size: int = 0) -> None:
-        self.future: Future[list[tuple[Any, BaseException | None]]] | None = None
-        self.index = index
-        self.size = size
-
-    def _job(self) -> Future[list[tuple[Any, BaseException | None]]]:
-        assert self.future is not None, "an item looked at before its job was submitted"
-        return self.future
-
-    def add_done_callback(self, fn: Callable[[], None]) -> None:
-        self._job().add_done_callback(lambda _f: fn())
-
-    def done(self) -> bool:
-        return self._job().done()
-
-    def wait(self, timeout: float | None) -> None:
-        try:
-            self._job().exception(timeout)
-        except TimeoutError:
-            raise TimeoutError(f"store transfer not done after {timeout} s") from None
-
-    def outcome(self) -> tuple[Any, BaseException | None]:
-        job = self._job()
-        error = job.exception()
-        return (None, error) if error is not None else job.result()[self.index]
 
 
 class MooncakeTier(TierStore):
@@ -145,7 +92,7 @@ class MooncakeTier(TierStore):
         self._queued = 0
         self._lock = threading.Lock()
         self._in_flight: set[Transfer] = set()
-        self._queue: dict[_Item, int] = {}  # stores on the write thread -> their bytes
+        self._queue: dict[BatchItem, int] = {}  # stores on the write thread -> their bytes
         self._pins: Counter[UnitKey] = Counter()
         self._landed: OrderedDict[UnitKey, None] = OrderedDict()
         self._warned: set[str] = set()
@@ -191,7 +138,7 @@ class MooncakeTier(TierStore):
         """Copy each unit now, put the batch on the write thread (module docstring)."""
         self._check_open()
         up = self.client.healthy()
-        out: list[Transfer | _Item] = []
+        out: list[Transfer | BatchItem] = []
         batch: list[tuple[UnitKey, bytearray]] = []
         with self._lock:
             for key, parts, _ in items:
@@ -212,7 +159,7 @@ class MooncakeTier(TierStore):
                 for v in views:
                     buf[at : at + v.nbytes] = v
                     at += v.nbytes
-                item = _Item(len(batch), size)
+                item = BatchItem(len(batch), size)
                 self._queued += size
                 self._queue[item] = size
                 batch.append((key, buf))
@@ -222,7 +169,7 @@ class MooncakeTier(TierStore):
         future = self._writer.submit(self._put, batch)
         transfers: list[Transfer] = []
         for entry in out:
-            if isinstance(entry, _Item):
+            if isinstance(entry, BatchItem):
                 entry.future = future
                 key = batch[entry.index][0]
                 entry = self._track(Transfer(key, "store", entry, self._settle_store))
@@ -251,7 +198,7 @@ class MooncakeTier(TierStore):
         future = self._reader.submit(self._get, keys, targets, [into for _, into in items])
         out: list[Transfer | None] = []
         for i, key in enumerate(keys):
-            item = _Item(i)
+            item = BatchItem(i)
             item.future = future
             out.append(self._track(Transfer(key, "load", item, self._settle_load)))
         return out
@@ -322,7 +269,7 @@ class MooncakeTier(TierStore):
         there = self.client.exists(names)
         send = [i for i, held in enumerate(there) if not held]
         codes = self.client.put([names[i] for i in send], [batch[i][1] for i in send])
-        out: list[tuple[Any, BaseException | None]] = [(None, None)] * len(batch)
+        out: list[Outcome] = [(None, None)] * len(batch)
         for i, code in zip(send, codes, strict=True):
             if code == OK:
                 continue
@@ -347,10 +294,10 @@ class MooncakeTier(TierStore):
         keys: list[UnitKey],
         targets: list[list[memoryview] | None],
         intos: list[Sequence[Any] | None],
-    ) -> list[tuple[Any, BaseException | None]]:
+    ) -> list[Outcome]:
         started = time.perf_counter()
         found = self.client.get([self.name(k) for k in keys])
-        out: list[tuple[Any, BaseException | None]] = []
+        out: list[Outcome] = []
         nbytes = 0
         for key, data, target, into in zip(keys, found, targets, intos, strict=True):
             if data is None:
