@@ -27,8 +27,11 @@ $(VENV)/.installed: $(VENV)/.base pyproject.toml
 	$(PIP) install -q -e '.[engine,plot]'
 	touch $@
 
+# The `store` extra (Mooncake Store) links Debian's libibverbs1: installed first where
+# missing (tools/ensure_libibverbs.sh; apt-get, as root, as CI runs).
 $(VENV)/.dev: $(VENV)/.installed pyproject.toml
-	$(PIP) install -q -e '.[engine,plot,serve,events,dev]'
+	bash tools/ensure_libibverbs.sh
+	$(PIP) install -q -e '.[engine,plot,serve,events,store,dev]'
 	touch $@
 
 # mamba-ssm (optional): an sdist whose build wants CUDA; installed as pure Python

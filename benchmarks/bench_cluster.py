@@ -1,4 +1,5 @@
-"""hybridkv replicas behind sglang-router: ``cache_aware`` against ``round_robin``.
+"""hybridkv replicas behind sglang-router: ``cache_aware`` against ``round_robin``,
+each with and without a Mooncake Store that the replicas share.
 
 Starts ``--replicas`` ``hybridkv serve`` processes of one small random Gemma 3
 checkpoint (word-level tokenizer, so text maps to tokens one to one) and the
@@ -12,11 +13,18 @@ the prefixes the trace says. ``--concurrency`` clients each play whole
 conversations, turn after turn, through the OpenAI client (streamed, so TTFT
 is the first chunk).
 
+With ``--store both`` (the default) each policy runs twice: alone, and with
+every replica on one ``mooncake_master`` (``--kv-store``, a fresh master per
+run, each replica lending ``--segment-mb`` to the pool), so that a turn can hit
+a prefix another replica computed. ``--store off`` runs the two policies only.
+
 Reports the cluster-wide cached-token fraction (prefix-cache hits over
 queries, summed from every replica's ``/metrics``), TTFT p50/p99 and
 throughput, with the machine's CPU and vector units. Targets (issue 19):
 ``cache_aware`` reaches at least 2x the cached-token fraction of
-``round_robin`` and at least 1.3x lower TTFT p50.
+``round_robin`` and at least 1.3x lower TTFT p50; (issue 46) with the store,
+``round_robin`` reaches at least 90 % of ``cache_aware``'s fraction without it,
+and ``cache_aware`` at least 1.2x its own fraction without it.
 
 ``--startup CHECKPOINT`` instead starts ``--replicas`` plain ``hybridkv serve
 CHECKPOINT`` processes (no gateway, the server's default options) and reports
@@ -185,15 +193,21 @@ class Cluster:
 
     def cached_fraction(self) -> tuple[float, float]:
         """Prefix-cache hit and query tokens summed over the replicas."""
-        hits = queries = 0.0
+        return (
+            self.metric_sum("hybridkv:prefix_cache_hits_total"),
+            self.metric_sum("hybridkv:prefix_cache_queries_total"),
+        )
+
+    def metric_sum(self, name: str, label: str = "") -> float:
+        """The samples of ``name`` (with ``label``, e.g. ``medium="STORE"``, among
+        their labels), summed over the replicas."""
+        total = 0.0
         for url in self.replica_urls:
             _, text = get(url + "/metrics")
             for line in text.splitlines():
-                if line.startswith("hybridkv:prefix_cache_hits_total"):
-                    hits += float(line.rsplit(" ", 1)[1])
-                elif line.startswith("hybridkv:prefix_cache_queries_total"):
-                    queries += float(line.rsplit(" ", 1)[1])
-        return hits, queries
+                if line.startswith((name + "{", name + " ")) and label in line:
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
 
 
 def checkpoint(path: Path) -> Path:
@@ -273,6 +287,7 @@ def main() -> None:
     ap.add_argument("--max-blocks", type=int, default=120, help="skip longer trace requests")
     ap.add_argument("--concurrency", type=int, default=9)
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--think-ms", type=float, default=0, help="a client's pause between turns")
     ap.add_argument(
         "--kv-cache-mb",
         type=float,
@@ -286,6 +301,13 @@ def main() -> None:
         metavar="CHECKPOINT",
         help="only start --replicas servers of CHECKPOINT: start-up time and RSS",
     )
+    ap.add_argument(
+        "--store",
+        choices=("both", "off"),
+        default="both",
+        help="run each policy with and without a shared Mooncake Store (both), or without",
+    )
+    ap.add_argument("--segment-mb", type=int, default=64, help="store segment per replica (MB)")
     ap.add_argument("--write", action="store_true", help="write benchmarks/results/cluster.md")
     args = ap.parse_args()
     missing = missing_requirements()
@@ -302,20 +324,18 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     options = ["--max-model-len", "1024", "--max-num-seqs", "8"]
     options += ["--kv-cache-memory-bytes", str(int(args.kv_cache_mb * 2**20))]
+    runs = [(p, False) for p in POLICIES]
+    if args.store == "both":
+        runs += [(p, True) for p in POLICIES]
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint(Path(tmp) / "ckpt")
         logs = Path(tmp)
-        for policy in ("round_robin", "cache_aware"):
-            cluster = Cluster(ckpt, args.replicas, policy, logs, options)
-            try:
-                r = play(cluster.url, MODEL, convs, args.concurrency, args.max_tokens)
-                hits, queries = cluster.cached_fraction()
-            finally:
-                cluster.stop()
-            r["cached"] = hits / queries if queries else 0.0
-            results[policy] = r
+        for policy, store in runs:
+            name = policy + ("+store" if store else "")
+            results[name] = run(ckpt, policy, store, logs, options, convs, args)
+            r = results[name]
             print(
-                f"{policy}: cached {r['cached']:.1%}, TTFT p50 {r['ttft_p50'] * 1e3:.0f} ms, "
+                f"{name}: cached {r['cached']:.1%}, TTFT p50 {r['ttft_p50'] * 1e3:.0f} ms, "
                 f"p99 {r['ttft_p99'] * 1e3:.0f} ms, {r['requests_per_s']:.2f} req/s",
                 flush=True,
             )
@@ -323,6 +343,52 @@ def main() -> None:
     print(report)
     if args.write:
         (ROOT / "benchmarks" / "results" / "cluster.md").write_text(report)
+
+
+POLICIES = ("round_robin", "cache_aware")
+
+
+def run(
+    ckpt: Path,
+    policy: str,
+    store: bool,
+    logs: Path,
+    options: list[str],
+    convs: list[list[str]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One cluster with cold caches (and a fresh store): the workload's figures."""
+    master = None
+    if store:
+        from hybridkv.tiers.store_master import MooncakeMaster
+
+        master = MooncakeMaster(log_dir=logs).start()
+        url = f"{master.url}&segment={args.segment_mb}MiB&buffer=32MiB"
+        options = [*options, "--kv-store", url]
+    try:
+        cluster = Cluster(ckpt, args.replicas, policy, logs, options)
+        try:
+            r = play(
+                cluster.url, MODEL, convs, args.concurrency, args.max_tokens, args.think_ms / 1e3
+            )
+            hits, queries = cluster.cached_fraction()
+            r["store_hit_tokens"] = cluster.metric_sum(
+                "hybridkv:kv_tier_hit_tokens_total", 'medium="STORE"'
+            )
+            r["store_no_room"] = cluster.metric_sum(
+                "hybridkv:kv_store_failures_total", 'kind="no_room"'
+            )
+            r["device_full"] = cluster.metric_sum(
+                "hybridkv:kv_store_failures_total", 'kind="device_full"'
+            )
+            r["store_lookups"] = cluster.metric_sum("hybridkv:kv_store_lookups_total")
+        finally:
+            cluster.stop()
+    finally:
+        if master is not None:
+            master.stop()
+    r["cached"] = hits / queries if queries else 0.0
+    return r
 
 
 def render(results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int) -> str:
@@ -359,7 +425,48 @@ def render(results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int
         f"{'met' if rr['ttft_p50'] >= 1.3 * ca['ttft_p50'] else 'NOT met'}.",
         "",
     ]
+    if "cache_aware+store" in results:
+        lines += store_table(results, args)
     return "\n".join(lines)
+
+
+def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
+    """The store dimension (issue 46): each policy with and without the shared store."""
+    names = ["round_robin", "cache_aware", "round_robin+store", "cache_aware+store"]
+    rows = [results[n] for n in names]
+    ca, rr_s, ca_s = results["cache_aware"], results["round_robin+store"], rows[3]
+
+    def row(label: str, cells: list[str]) -> str:
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    rr_share = rr_s["cached"] / max(ca["cached"], 1e-9)
+    ca_gain = ca_s["cached"] / max(ca["cached"], 1e-9)
+    return [
+        "## With a shared Mooncake Store",
+        "",
+        f"The same workload; the replicas share one `mooncake_master` (`--kv-store`, each "
+        f"lending a {args.segment_mb} MB segment; a fresh master per run).",
+        "",
+        row("", names),
+        row("---", ["---:"] * 4),
+        row("cached-token fraction", [f"{r['cached']:.1%}" for r in rows]),
+        row("TTFT p50 (ms)", [f"{r['ttft_p50'] * 1e3:.0f}" for r in rows]),
+        row("TTFT p99 (ms)", [f"{r['ttft_p99'] * 1e3:.0f}" for r in rows]),
+        row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
+        row("tokens hit from the store", [f"{r.get('store_hit_tokens', 0):,.0f}" for r in rows]),
+        row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
+        row("store lookups", [f"{r.get('store_lookups', 0):,.0f}" for r in rows]),
+        row(
+            "tier hits not restored (device full)",
+            [f"{r.get('device_full', 0):,.0f}" for r in rows],
+        ),
+        "",
+        f"Targets: round_robin with the store reaches {rr_share:.0%} of cache_aware's "
+        f"fraction without it (>= 90 %: {'met' if rr_share >= 0.9 else 'NOT met'}); "
+        f"cache_aware with the store {ca_gain:.2f}x its own without it (>= 1.2x: "
+        f"{'met' if ca_gain >= 1.2 else 'NOT met'}).",
+        "",
+    ]
 
 
 if __name__ == "__main__":

@@ -79,9 +79,15 @@ def as_text(convs: list[Conversation], words: int) -> list[list[str]]:
 
 
 def play(
-    url: str, model: str, convs: list[list[str]], concurrency: int, max_tokens: int
+    url: str,
+    model: str,
+    convs: list[list[str]],
+    concurrency: int,
+    max_tokens: int,
+    think_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Each client plays whole conversations; TTFT per request, wall time."""
+    """Each client plays whole conversations (``think_s`` between a reply and the next
+    turn); TTFT per request, wall time."""
     import openai
 
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=300)
@@ -91,7 +97,9 @@ def play(
 
     def conversation(turns: list[str]) -> None:
         nonlocal tokens
-        for prompt in turns:
+        for k, prompt in enumerate(turns):
+            if k and think_s:
+                time.sleep(think_s)
             t0 = time.perf_counter()
             first = None
             n = 0

@@ -29,6 +29,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
+from hybridkv.tiers.store_master import MooncakeMaster
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -74,3 +76,18 @@ settings.register_profile(
 )
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="module")
+def mooncake_master() -> Iterator[MooncakeMaster]:
+    """A ``mooncake_master`` on free loopback ports for one test module, stopped after it
+    (``hybridkv.tiers.store_master``; the ``store`` extra, which ``make dev`` installs)."""
+    with MooncakeMaster(lease_ms=300) as master:
+        yield master
+
+
+@pytest.fixture
+def fresh_mooncake_master() -> Iterator[MooncakeMaster]:
+    """A master of the test's own, for tests that kill and restart it."""
+    with MooncakeMaster(lease_ms=300) as master:
+        yield master

@@ -9,6 +9,9 @@ takes effect at the next call. An empty value counts as unset.
   default ``~/.cache/hybridkv``.
 - ``TRITON_INTERPRET``: ``1`` runs Triton kernels in its CPU interpreter (tests).
 - ``CC``: the C compiler of the native CPU kernels; default ``cc``.
+- ``MC_LOG_LEVEL``: the Mooncake Store client's log level; hybridkv sets it to
+  ``ERROR`` where unset before it loads the client (``quiet_mooncake``), which
+  otherwise logs every request to stderr.
 - ``HYBRIDKV_API_KEY``: the key ``hybridkv serve`` requires of its callers when
   ``--api-key`` is not given (``Authorization: Bearer KEY``); default: none.
 
@@ -26,6 +29,7 @@ CACHE = "HYBRIDKV_CACHE"
 TRITON_INTERPRET = "TRITON_INTERPRET"
 CC = "CC"
 API_KEY = "HYBRIDKV_API_KEY"
+MOONCAKE_LOG_LEVEL = "MC_LOG_LEVEL"
 
 
 def _get(name: str) -> str | None:
@@ -56,3 +60,10 @@ def c_compiler() -> str:
 def api_key() -> str | None:
     """``$HYBRIDKV_API_KEY``, or None when unset or empty."""
     return _get(API_KEY)
+
+
+def quiet_mooncake() -> None:
+    """Set ``$MC_LOG_LEVEL`` to ``ERROR`` unless the user set it (before the Mooncake
+    client loads: it reads the variable then)."""
+    if not _get(MOONCAKE_LOG_LEVEL):
+        os.environ[MOONCAKE_LOG_LEVEL] = "ERROR"

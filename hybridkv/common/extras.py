@@ -11,6 +11,8 @@ comes with an extra of ``pyproject.toml``::
     serve    engine + fastapi, uvicorn, prometheus-client: ``hybridkv serve``
     events   pyzmq, msgspec: KV cache events
     cluster  serve + sglang-router, openai: replicas behind SGLang's gateway
+    store    mooncake-transfer-engine-non-cuda: a Mooncake Store tier shared by replicas
+             (its wheel needs Debian's ``libibverbs1``)
     demo     engine + gguf, accelerate and the Gemma 3 270M package: ``hybridkv demo``
     cpu      nothing to install, but a C compiler (``cc``) at run time: the native kernels
     mamba    einops (mamba-ssm itself: ``make mamba``); dev: the test and lint tools
@@ -27,7 +29,18 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-EXTRAS = ("engine", "plot", "serve", "events", "demo", "cpu", "cluster", "mamba", "dev")
+EXTRAS = (
+    "engine",
+    "plot",
+    "serve",
+    "events",
+    "demo",
+    "cpu",
+    "cluster",
+    "store",
+    "mamba",
+    "dev",
+)
 
 
 class MissingExtraError(ImportError, ValueError):

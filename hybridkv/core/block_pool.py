@@ -78,6 +78,10 @@ class BlockPool:
         #: Called with the blocks ``get_new_blocks`` takes, before any cached one
         #: leaves the index (a lower tier demotes them, ``hybridkv.offload``); None: nothing.
         self.on_take: Callable[[list[KVCacheBlock]], None] | None = None
+        #: Called with the cached blocks ``free_blocks`` just freed (ref count 0, in the
+        #: free set, the policy's release value on them): a store shared by replicas
+        #: writes them (``hybridkv.offload``); None: nothing.
+        self.on_free: Callable[[list[KVCacheBlock]], None] | None = None
         #: Called with ``record_stored``'s arguments after its event (events on): a
         #: lower tier keeps what its own events will need; None: nothing.
         self.on_stored: (
@@ -210,6 +214,8 @@ class BlockPool:
             self.policy.release(blocks, value=value)
         else:  # policies written before ``evict_first`` keep working under lru
             self.policy.release(blocks)
+        if self.on_free is not None:
+            self.on_free(blocks)
 
     # -- the prefix index ----------------------------------------------------
     def cache_run(

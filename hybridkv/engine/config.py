@@ -36,7 +36,10 @@ class CacheConfig:
     would change nothing. ``kv_offloading_size``: GiB of host RAM for a tier
     under the device pool (None: none); ``kv_offloading_backend``: ``"native"``
     (the only one); ``disk_cache_dir`` / ``disk_cache_size`` (GiB): a disk
-    tier under the host tier, kept across restarts (``docs/tiers.md``)."""
+    tier under the host tier, kept across restarts; ``kv_store``: the URL of a
+    Mooncake Store shared by replicas, a tier under those (or alone):
+    ``mooncake://HOST:PORT?metadata=...`` (``hybridkv.tiers.store_url``;
+    ``docs/tiers.md``)."""
 
     block_size: int = 16
     enable_prefix_caching: bool = True
@@ -48,6 +51,7 @@ class CacheConfig:
     kv_offloading_backend: str = "native"
     disk_cache_dir: str | os.PathLike[str] | None = None
     disk_cache_size: float | None = None
+    kv_store: str | None = None
 
     def __post_init__(self) -> None:
         check_cache_policy(self.cache_policy)
@@ -75,12 +79,27 @@ def _gib(value: object, name: str) -> None:
         raise ValueError(f"{name} must be a size in GiB > 0 (e.g. 4 or 0.5), got {value!r}")
 
 
+def _needs_exact_hits(cache: CacheConfig, name: str) -> None:
+    if not cache.enable_prefix_caching:
+        raise ValueError(f"{name} needs enable_prefix_caching=True")
+    if cache.hash_algo != "sha256":
+        raise ValueError(
+            f"{name} needs hash_algo='sha256': a tier hit is not checked "
+            f"token by token, so {cache.hash_algo!r} (not collision-resistant) is refused"
+        )
+
+
 def check_tier_settings(cache: CacheConfig) -> None:
     """The tier fields of ``cache`` (``ValueError`` naming the field and the fix)."""
     if cache.kv_offloading_backend != "native":
         raise ValueError(
             f"kv_offloading_backend must be 'native', got {cache.kv_offloading_backend!r}"
         )
+    if cache.kv_store is not None:
+        from hybridkv.tiers.store_url import parse_store_url
+
+        parse_store_url(cache.kv_store)  # a TierError (ValueError) naming the field
+        _needs_exact_hits(cache, "kv_store")
     if cache.kv_offloading_size is None:
         if cache.disk_cache_dir is not None or cache.disk_cache_size is not None:
             raise ValueError(
@@ -89,13 +108,7 @@ def check_tier_settings(cache: CacheConfig) -> None:
             )
         return
     _gib(cache.kv_offloading_size, "kv_offloading_size")
-    if not cache.enable_prefix_caching:
-        raise ValueError("kv_offloading_size needs enable_prefix_caching=True")
-    if cache.hash_algo != "sha256":
-        raise ValueError(
-            "kv_offloading_size needs hash_algo='sha256': a tier hit is not checked "
-            f"token by token, so {cache.hash_algo!r} (not collision-resistant) is refused"
-        )
+    _needs_exact_hits(cache, "kv_offloading_size")
     if (cache.disk_cache_dir is None) != (cache.disk_cache_size is None):
         raise ValueError("disk_cache_dir and disk_cache_size (GiB) go together: give both")
     if cache.disk_cache_size is not None:

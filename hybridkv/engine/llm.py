@@ -15,7 +15,8 @@ kernel runs each op) that every step's batch and the sampler use.
 small steps (up to 511 new tokens) of every family on CUDA with the ``triton`` backend; anything
 else is refused with the reason; ``runner.graphs.stats`` counts replays).
 ``kv_offloading_size`` (GiB of host RAM), ``disk_cache_dir`` and ``disk_cache_size`` (GiB)
-put tiers under the device pool (``hybridkv.offload``, docs/tiers.md).
+put tiers under the device pool, and ``kv_store`` (``mooncake://HOST:PORT?...``) a
+Mooncake Store that replicas share under them (``hybridkv.offload``, docs/tiers.md).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
 format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
@@ -87,7 +88,7 @@ from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_ty
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
-from hybridkv.offload import build_tiered_cache, check_disk_cache_dir
+from hybridkv.offload import build_tiered_cache, check_disk_cache_dir, check_kv_store
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.specs import MambaSpec
@@ -124,6 +125,7 @@ class LLM:
         kv_offloading_backend: str = "native",
         disk_cache_dir: str | Path | None = None,
         disk_cache_size: float | None = None,
+        kv_store: str | None = None,
         kernel_backend: str | None = None,
         cuda_graphs: bool = False,
         allow_long_max_model_len: bool = False,
@@ -147,6 +149,7 @@ class LLM:
         )
         self.cache_config, self.scheduler_config, self.execution_config = cache, sched, run
         check_disk_cache_dir(cache.disk_cache_dir)  # a one-line TierError before any load
+        check_kv_store(cache.kv_store)  # likewise: the store's address, if it cannot be reached
         self.device = resolve_device(run.device)
         self.kernel_backend = resolve_kernel_backend(run.kernel_backend, self.device)
 

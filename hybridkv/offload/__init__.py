@@ -1,4 +1,5 @@
-"""The host-RAM and disk tiers wired under an engine's device pool (``docs/tiers.md``).
+"""The host-RAM, disk and shared-store tiers wired under an engine's device pool
+(``docs/tiers.md``).
 
 ``TieredCache`` demotes what the pool reuses into the host tier (and what
 the host evicts into the disk tier) and restores a waiting request's tier
@@ -8,7 +9,12 @@ one from ``CacheConfig``'s tier fields. Imports torch (the engine extra):
 """
 
 from hybridkv.offload.block_bytes import BlockBytes
-from hybridkv.offload.setup import build_tiered_cache, check_disk_cache_dir, weights_identity
+from hybridkv.offload.setup import (
+    build_tiered_cache,
+    check_disk_cache_dir,
+    check_kv_store,
+    weights_identity,
+)
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tiered_cache import TieredCache
 
@@ -18,5 +24,6 @@ __all__ = [
     "TieredCache",
     "build_tiered_cache",
     "check_disk_cache_dir",
+    "check_kv_store",
     "weights_identity",
 ]

@@ -10,11 +10,8 @@ device blocks it reads, and a new block for each unit to load, whose copy
 from the host (or disk) tier starts at once. While loads are in flight the
 held blocks (ref count + 1, out of the free set) are never evicted or
 reused, and the request is not run: the scheduler waits on the copies (the
-copy thread) when nothing else can run, else runs others meanwhile. On CUDA
-a load on the copy stream is ready at once: the step's stream waits on its
-event (``StreamOrder``), the host does not. A hit that ``worth_loading``
-refuses (recomputing estimated cheaper, ``LoadCost``) is not loaded. Once
-every copy has landed each loaded block enters
+copy thread on the CPU, the copy stream's event on CUDA) when nothing else
+runs, else defers it. Once every copy has landed each loaded block enters
 the device prefix index under its key and the held blocks are let go,
 cached and free, right before the request's own ``get_computed_blocks``
 finds the whole hit on the device and its ``allocate_slots`` adopts it
@@ -37,25 +34,26 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.store_lookup import StoreLookup
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tier_events import TierEvents
 from hybridkv.offload.tier_lookup import tiers_may_hold
 from hybridkv.offload.unit_batches import load_units
-from hybridkv.tiers import DiskTier, HostTier, Transfer, UnitKey
+from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, TierStore, Transfer, UnitKey
 
 #: ``(request, units to load as (group, block index, hash), tokens gained) -> bool``.
 WorthLoading = Callable[[Request, list[tuple[int, int, bytes]], int], bool]
 
 
 class _Load(NamedTuple):
-    """One unit being copied into ``block`` (``disk``: read from the disk tier)."""
+    """One unit being copied into ``block`` from the ``medium`` tier."""
 
     group_id: int
     position: int  # the block's index in the group's table
     block_hash: bytes
     block: KVCacheBlock
     transfer: Transfer | None  # None: the unit left its tier before the load began
-    disk: bool
+    medium: str  # "CPU" (host), "DISK", "STORE"
 
 
 @dataclass
@@ -87,12 +85,13 @@ class Loads:
         self,
         manager: KVCacheManager,
         block_bytes: BlockBytes,
-        host: HostTier,
+        host: HostTier | None,
         disk: DiskTier | None,
         events: TierEvents | None,
         stats: OffloadStats,
         order: StreamOrder | None = None,
         worth_loading: WorthLoading | None = None,
+        store: MooncakeTier | None = None,
     ) -> None:
         self.order = order if order is not None else StreamOrder()
         self.worth_loading = worth_loading
@@ -102,6 +101,10 @@ class Loads:
         self.block_bytes = block_bytes
         self.host = host
         self.disk = disk
+        self.store = store
+        #: The tiers in this process, highest first (asked one key at a time).
+        self.local: list[HostTier | DiskTier] = [t for t in (host, disk) if t is not None]
+        self.lookup = None if store is None else StoreLookup(store, self.managers, self.present)
         self.events = events
         self.stats = stats
         self._staged: dict[str, _Staged] = {}
@@ -110,7 +113,9 @@ class Loads:
         if block_hash in self.pool.cached[group_id]:
             return True
         key = UnitKey(block_hash, group_id)
-        return self.host.contains(key) or (self.disk is not None and self.disk.contains(key))
+        return any(t.contains(key) for t in self.local) or (
+            self.lookup is not None and key in self.lookup.found
+        )
 
     def on_device(self, group_id: int, _index: int, block_hash: bytes) -> bool:
         return block_hash in self.pool.cached[group_id]
@@ -147,13 +152,22 @@ class Loads:
 
     def _stage(self, request: Request) -> _Staged | None:
         """Hold the blocks of the request's tier hit and start its loads (None: no tier hit)."""
-        if not self.host.used_bytes and (self.disk is None or not self.disk.used_bytes):
+        if self.lookup is None and not any(t.used_bytes for t in self.local):
             return None  # the tiers hold nothing (nor anything in flight): no lookup
         request.bind_hasher(self.manager.hasher)
         hashes = request.live_block_hashes
         limit = request.num_tokens - 1
-        if not tiers_may_hold(self.managers, (self.host, self.disk), hashes, limit):
+        if self.lookup is None and not tiers_may_hold(self.managers, self.local, hashes, limit):
             return None  # no tier holds a block of it: its hit is the device's own
+        if self.lookup is not None:
+            self.lookup.ask(hashes, limit)  # one request for what the store holds
+        try:
+            return self._stage_hit(request, hashes, limit)
+        finally:
+            if self.lookup is not None:
+                self.lookup.forget()
+
+    def _stage_hit(self, request: Request, hashes: list[bytes], limit: int) -> _Staged | None:
         total = tiered_hit_length(self.managers, hashes, limit, self.present)
         if total == 0:
             return None
@@ -191,11 +205,20 @@ class Loads:
                 tier.unpin(key)
         return _Staged(keep + blocks, loads, total - device, started)
 
-    def _pin(self, keys: list[UnitKey]) -> list[tuple[HostTier | DiskTier, UnitKey]]:
-        pinned: list[tuple[HostTier | DiskTier, UnitKey]] = []
+    def _tiers(self) -> list[TierStore]:
+        return [*self.local] if self.store is None else [*self.local, self.store]
+
+    def _holds(self, tier: TierStore, key: UnitKey) -> bool:
+        if tier is self.store:
+            return self.lookup is not None and key in self.lookup.found
+        return tier.contains(key)
+
+    def _pin(self, keys: list[UnitKey]) -> list[tuple[TierStore, UnitKey]]:
+        pinned: list[tuple[TierStore, UnitKey]] = []
+        tiers = self._tiers()
         for key in keys:
-            for tier in (self.host, self.disk):
-                if tier is not None and tier.contains(key):
+            for tier in tiers:
+                if self._holds(tier, key):
                     tier.pin(key)
                     pinned.append((tier, key))
                     break
@@ -204,27 +227,39 @@ class Loads:
     def _start_loads(
         self, wanted: list[tuple[int, int, bytes]], blocks: list[KVCacheBlock]
     ) -> list[_Load]:
-        host_items: list[tuple[UnitKey, int]] = []
-        disk_items: list[tuple[UnitKey, list[Any] | None]] = []
-        where: list[tuple[bool, int]] = []
-        on_cpu = self.block_bytes.has_rows
+        """One batch per tier: host units straight into the device buffers
+        (``load_units``: rows on the CPU), the others read into them on the CPU
+        (through host memory elsewhere)."""
+        tiers = self._tiers()
+        items: list[list[tuple[UnitKey, Any]]] = [[] for _ in tiers]
+        where: list[tuple[int, int]] = []
         for (gid, _, h), b in zip(wanted, blocks, strict=True):
             key = UnitKey(h, gid)
-            if self.host.contains(key):
-                where.append((False, len(host_items)))
-                host_items.append((key, b.block_id))
-            elif self.disk is not None and self.disk.contains(key):
-                parts = self.block_bytes.parts(gid, b.block_id)
-                where.append((True, len(disk_items)))
-                disk_items.append((key, [p.numpy() for p in parts] if on_cpu else None))
-            else:
-                where.append((False, -1))
-        host_t = load_units(self.host, self.block_bytes, host_items) if host_items else []
-        disk_t = self.disk.load_many(disk_items) if disk_items and self.disk is not None else []
+            k = next((j for j, tier in enumerate(tiers) if self._holds(tier, key)), -1)
+            if k < 0:  # it left its tier meanwhile: a failed load
+                where.append((-1, -1))
+                continue
+            where.append((k, len(items[k])))
+            if tiers[k] is self.host:  # a block id: load_units picks rows or parts
+                items[k].append((key, b.block_id))
+                continue
+            parts = self.block_bytes.parts(gid, b.block_id)  # read on the CPU, or bytes
+            into = [p.numpy() for p in parts] if parts[0].device.type == "cpu" else None
+            items[k].append((key, into))
+        started = [
+            (
+                []
+                if not its
+                else load_units(tier, self.block_bytes, its)
+                if tier is self.host
+                else tier.load_many(its)
+            )
+            for tier, its in zip(tiers, items, strict=True)
+        ]
         loads = []
-        for (gid, i, h), b, (disk, k) in zip(wanted, blocks, where, strict=True):
-            t = None if k < 0 else (disk_t if disk else host_t)[k]
-            loads.append(_Load(gid, i, h, b, t, disk))
+        for (gid, i, h), b, (k, j) in zip(wanted, blocks, where, strict=True):
+            t = None if k < 0 else started[k][j]
+            loads.append(_Load(gid, i, h, b, t, "CPU" if k < 0 else tiers[k].medium))
         return loads
 
     def _land(self, request: Request, staged: _Staged) -> None:
@@ -235,13 +270,18 @@ class Loads:
         landed: list[_Load] = []
         for ld in staged.loads:
             ok = ld.transfer is not None and self.order.after(ld.transfer)
-            if ok and ld.disk and ld.transfer is not None and ld.transfer.result is not None:
+            if (
+                ok
+                and ld.medium != "CPU"
+                and ld.transfer is not None
+                and ld.transfer.result is not None
+            ):
                 self._copy_in(ld)
             if not ok:
                 failed += 1
                 continue
             landed.append(ld)
-            self.stats.count_load(ld.disk, self.block_bytes.unit_bytes[ld.group_id])
+            self.stats.count_load(ld.medium, self.block_bytes.unit_bytes[ld.group_id])
         for run in _runs(landed):  # consecutive blocks of one group: one cache_run each
             gid, first, n = run[0].group_id, run[0].position, len(run)
             bs = self.managers[gid].block_size
@@ -266,12 +306,16 @@ class Loads:
         else:
             self.stats.hit_tokens += staged.gained
             self.stats.hits += 1
-            if any(ld.disk for ld in staged.loads):
+            media = {ld.medium for ld in staged.loads}  # counted by the lowest tier
+            if "STORE" in media:
+                self.stats.store_hits += 1
+                self.stats.store_hit_tokens += staged.gained
+            elif "DISK" in media:
                 self.stats.disk_hits += 1
                 self.stats.disk_hit_tokens += staged.gained
 
     def _copy_in(self, ld: _Load) -> None:
-        """A disk load read into host memory (a non-CPU device): copy it to the block."""
+        """A disk or store load read into host memory (a non-CPU device): copy it in."""
         assert ld.transfer is not None
         parts = self.block_bytes.parts(ld.group_id, ld.block.block_id)
         for dst, src in zip(parts, ld.transfer.result, strict=True):

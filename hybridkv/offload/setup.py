@@ -24,7 +24,7 @@ from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tiered_cache import TieredCache
 from hybridkv.planning import KVCacheBuffers
 from hybridkv.specs import KVCacheConfig
-from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, value_per_byte
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, MooncakeTier, value_per_byte
 from hybridkv.tiers.disk_dir import check_writable
 from hybridkv.tiers.fingerprint import UNIT_LAYOUT
 from hybridkv.tiers.memory import HostMemory
@@ -60,6 +60,16 @@ def check_disk_cache_dir(disk_cache_dir: str | os.PathLike[str] | None) -> None:
         check_writable(Path(disk_cache_dir))
 
 
+def check_kv_store(kv_store: str | None) -> None:
+    """``TierError`` (a ``ValueError``) naming the address if the store at ``kv_store``
+    cannot be reached (checked in a few seconds, before any weight is read)."""
+    if kv_store is not None:
+        from hybridkv.tiers.store_client import probe
+        from hybridkv.tiers.store_url import parse_store_url
+
+        probe(parse_store_url(kv_store))
+
+
 class TierSettings(Protocol):
     """The tier fields of the engine's ``CacheConfig`` (checked there), in GiB."""
 
@@ -69,6 +79,8 @@ class TierSettings(Protocol):
     def disk_cache_dir(self) -> str | os.PathLike[str] | None: ...
     @property
     def disk_cache_size(self) -> float | None: ...
+    @property
+    def kv_store(self) -> str | None: ...
 
 
 def build_tiered_cache(
@@ -78,11 +90,12 @@ def build_tiered_cache(
     model_dir: Path,
     backend: str,
 ) -> TieredCache | None:
-    """The tiers under ``manager``'s pool (None without ``kv_offloading_size``).
-    On CUDA a step waits for loads on the current stream (``StreamOrder``)."""
+    """The tiers under ``manager``'s pool (None without ``kv_offloading_size`` and
+    ``kv_store``). On CUDA a step waits for loads on the current stream
+    (``StreamOrder``)."""
     kv_offloading_size = settings.kv_offloading_size
     disk_cache_dir, disk_cache_size = settings.disk_cache_dir, settings.disk_cache_size
-    if kv_offloading_size is None:
+    if kv_offloading_size is None and settings.kv_store is None:
         return None
     config: KVCacheConfig = manager.kv_cache_config
     fingerprint = ModelFingerprint.from_kv_cache_config(
@@ -91,23 +104,30 @@ def build_tiered_cache(
     ranking = value_per_byte if manager.policy.ranks_tiers else None
     device = buffers.buffers[0].device if buffers.buffers else torch.device("cpu")
     block_bytes = BlockBytes(config, buffers)
-    budget = int(kv_offloading_size * GIB)
-    # On the CPU a slab of slots, copied by rows in batches; on CUDA pinned buffers.
-    memory: HostMemory = (
-        SlabMemory(block_bytes.widths, budget) if block_bytes.has_rows else TorchHostMemory(device)
-    )
-    host = HostTier(fingerprint, budget, memory, ranking)
-    disk = None
-    if disk_cache_dir is not None:
-        assert disk_cache_size is not None
-        try:
+    host = disk = store = None
+    try:
+        if kv_offloading_size is not None:
+            budget = int(kv_offloading_size * GIB)
+            # On the CPU a slab of slots, copied by rows in batches; on CUDA pinned buffers.
+            memory: HostMemory = (
+                SlabMemory(block_bytes.widths, budget)
+                if block_bytes.has_rows
+                else TorchHostMemory(device)
+            )
+            host = HostTier(fingerprint, budget, memory, ranking)
+        if disk_cache_dir is not None:
+            assert disk_cache_size is not None
             disk = DiskTier(
                 fingerprint, disk_cache_dir, int(disk_cache_size * GIB), ranking=ranking
             )
-        except BaseException:
-            host.close()
-            raise
+        if settings.kv_store is not None:
+            store = MooncakeTier.connect(fingerprint, settings.kv_store)
+    except BaseException:
+        for tier in (host, disk):
+            if tier is not None:
+                tier.close()
+        raise
     order = StreamOrder()
     if device.type == "cuda":
         order = StreamOrder(lambda: torch.cuda.current_stream(device))
-    return TieredCache(manager, block_bytes, host, disk, order)
+    return TieredCache(manager, block_bytes, host, disk, order, store=store)

@@ -25,6 +25,10 @@ class OffloadStats:
     disk_hit_tokens: int = 0  # their ``hit_tokens``
     loads_cpu: int = 0  # units loaded from the host tier
     loads_disk: int = 0  # units loaded from the disk tier
+    loads_store: int = 0  # units loaded from the store tier
+    store_hits: int = 0  # of ``hits``, those that loaded a unit from the store tier
+    store_hit_tokens: int = 0  # their ``hit_tokens``
+    store_writes: int = 0  # freed units handed to the store tier (``StoreWrites``)
     bytes_loaded: int = 0  # unit bytes of the loads that landed
     load_failures: int = 0  # units whose load failed (their tokens recomputed)
     skipped_no_room: int = 0  # tier hits not restored: the device pool had no room
@@ -38,9 +42,12 @@ class OffloadStats:
     #: Per restored hit: from its first copy asked for to its last one landed.
     load_seconds: list[float] = field(default_factory=list)
 
-    def count_load(self, disk: bool, nbytes: int) -> None:
+    def count_load(self, medium: str, nbytes: int) -> None:
+        """A unit from the ``medium`` tier ("CPU", "DISK", "STORE") landed."""
         self.bytes_loaded += nbytes
-        if disk:
+        if medium == "DISK":
             self.loads_disk += 1
+        elif medium == "STORE":
+            self.loads_store += 1
         else:
             self.loads_cpu += 1

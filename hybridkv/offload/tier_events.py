@@ -29,8 +29,9 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import BlockRemoved, BlockStored
 from hybridkv.tiers import Transfer, UnitKey
 
-#: The wire medium of each tier (``TierStore.medium``), as vLLM names them.
-WIRE_MEDIUM = {"CPU": "CPU", "DISK": "STORAGE"}
+#: The wire medium of each tier (``TierStore.medium``), as vLLM names them; the
+#: store that replicas share (``MooncakeTier``) has no vLLM name: "STORE".
+WIRE_MEDIUM = {"CPU": "CPU", "DISK": "STORAGE", "STORE": "STORE"}
 
 
 class _Meta:
@@ -83,6 +84,9 @@ class TierEvents:
         if meta is None or key in held:
             return
         held.add(key)
+        self._announce(key, meta, medium)
+
+    def _announce(self, key: UnitKey, meta: _Meta, medium: str) -> None:
         self.pool.events.append(
             BlockStored(
                 block_hashes=[key.block_hash],
@@ -96,8 +100,18 @@ class TierEvents:
         )
 
     def queued(self, key: UnitKey) -> None:
-        """``key`` is queued for the disk tier (its fields are kept meanwhile)."""
+        """``key`` is queued for the disk tier or the store (its fields are kept meanwhile)."""
         self._queued.add(key)
+
+    def written_to_store(self, key: UnitKey, landed: bool) -> None:
+        """A write of ``key`` to the shared store (``queued`` before) ended; a landed
+        one is a ``BlockStored`` with the store's medium. The store evicts on its own,
+        unseen by a replica: no ``BlockRemoved`` follows, and nothing is kept here."""
+        self._queued.discard(key)
+        meta = self._meta.get((key.group_id, key.block_hash))
+        if landed and meta is not None:
+            self._announce(key, meta, "STORE")
+        self.forget(key)
 
     def unqueued(self, keys: list[UnitKey]) -> None:
         """Queued disk stores that will not happen (the write failed)."""

@@ -1,4 +1,5 @@
-"""``TieredCache``: a host-RAM tier (and a disk tier under it) below the device pool.
+"""``TieredCache``: a host-RAM tier (and a disk tier under it) below the device pool,
+and a store shared by replicas under them (or alone).
 
 One concern per file, composed here:
 
@@ -7,9 +8,13 @@ One concern per file, composed here:
   computed, as vLLM's ``OffloadingConnector``) or ``Demotion``
   (``demotion.py``, ``hybrid``: what the pool is about to reuse); what the host
   evicts goes to the disk tier;
-- ``Swap`` (``swap.py``): a preempted request's units stored for its resume;
+- ``StoreWrites`` (``store_writes.py``) writes what requests free to the
+  shared store (``CachePolicy.store_value``);
+- ``Swap`` (``swap.py``): a preempted request's units stored for its resume
+  (with a host tier);
 - ``Loads`` (``loading.py``) restores a waiting request's tier hit onto the
-  device before its prefix lookup, if ``LoadCost`` (``load_cost.py``) finds
+  device before its prefix lookup, from whichever tier holds each unit (host,
+  then disk, then the store), if ``LoadCost`` (``load_cost.py``) finds
   loading cheaper than recomputing;
 - ``PendingStores`` orders a block's reuse after the asynchronous stores still
   reading it, and ``StreamOrder`` orders the step after a copy (on CUDA the
@@ -36,11 +41,12 @@ from hybridkv.offload.load_cost import LoadCost
 from hybridkv.offload.loading import Loads
 from hybridkv.offload.pending_stores import PendingStores
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.store_writes import StoreWrites
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.swap import Swap
 from hybridkv.offload.tier_events import TierEvents
 from hybridkv.offload.write_through import HostStores, WriteThrough
-from hybridkv.tiers import DiskTier, HostTier, UnitKey
+from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, UnitKey
 
 
 class TieredCache:
@@ -50,11 +56,15 @@ class TieredCache:
         self,
         manager: KVCacheManager,
         block_bytes: BlockBytes,
-        host: HostTier,
+        host: HostTier | None,
         disk: DiskTier | None = None,
         order: StreamOrder | None = None,
+        store: MooncakeTier | None = None,
     ) -> None:
-        """``order``: how a step waits for copies (default: the host waits)."""
+        """``order``: how a step waits for copies (default: the host waits);
+        ``store``: the shared store, under the host and disk tiers or alone."""
+        if host is None and (disk is not None or store is None):
+            raise ValueError("a TieredCache needs a host tier, or a store alone")
         if not manager.enable_caching:
             raise ValueError("kv_offloading_size needs enable_prefix_caching=True")
         if not manager.hasher.is_cryptographic:
@@ -68,50 +78,73 @@ class TieredCache:
         self.block_bytes = block_bytes
         self.host = host
         self.disk = disk
+        self.store = store
         self.stats = OffloadStats()
         #: The tiers' KV events (each tier a ``medium``), when the pool's are on.
         self.events = TierEvents(self.pool) if self.pool.enable_kv_cache_events else None
-        self.demotion = Demotion(
-            self.pool, self.policy, block_bytes, host, disk, self.events, self.stats
-        )
         self.order = order if order is not None else StreamOrder()
         self.cost = LoadCost(cuda=self.order.current_stream is not None)
         self.pending = PendingStores(self.order)
         self.loads = Loads(
-            manager, block_bytes, host, disk, self.events, self.stats, self.order, self._worth
+            manager,
+            block_bytes,
+            host,
+            disk,
+            self.events,
+            self.stats,
+            order=self.order,
+            worth_loading=self._worth,
+            store=store,
         )
-        overflow = self._overflow if disk is not None else None
-        stores = HostStores(host, block_bytes, self.pending, self.events, overflow)
-        self.write_through = None
-        if self.policy.writes_through:
-            self.write_through = WriteThrough(manager, stores, self.stats)
-        self.swap = Swap(manager, stores, disk, self.loads.present, self.cost, self.stats)
+        # The host tier's side (none with the store alone): demotion, write-through, swaps.
+        self.demotion: Demotion | None = None
+        self.write_through: WriteThrough | None = None
+        self.swap: Swap | None = None
+        if host is not None:
+            self.demotion = Demotion(
+                self.pool, self.policy, block_bytes, host, disk, self.events, self.stats
+            )
+            overflow = self._overflow if disk is not None else None
+            stores = HostStores(host, block_bytes, self.pending, self.events, overflow)
+            if self.policy.writes_through:
+                self.write_through = WriteThrough(manager, stores, self.stats)
+            self.swap = Swap(manager, stores, disk, self.loads.present, self.cost, self.stats)
+            if disk is not None:
+                host.spill = self.demotion.spill
+        self.store_writes: StoreWrites | None = None
+        if store is not None:
+            self.store_writes = StoreWrites(
+                self.policy, block_bytes, store, self.events, self.stats
+            )
+            self.pool.on_free = self.store_writes.on_free
         self.pool.on_take = self._on_take
         self._steps = 0  # ``poll`` calls: one per scheduled step
         self._staged_in: dict[str, int] = {}  # request -> the step its loads were staged in
         manager.coordinator.other_holders.append(self.loads.held)
-        if disk is not None:
-            host.spill = self.demotion.spill
         if self.events is not None:
             events = self.events
-            host.on_removed = lambda key: events.removed(key, "CPU")
+            if host is not None:
+                host.on_removed = lambda key: events.removed(key, "CPU")
             if disk is not None:
                 disk.on_removed = lambda key: events.removed(key, "DISK")
+        self._open = True
 
     def _overflow(self, key: UnitKey, parts: list[Any], value: float | None) -> None:
         """A unit the host tier had no room for goes to the disk tier (as a copy:
         its block may be reused before the disk write)."""
+        assert self.demotion is not None
         self.demotion.spill(key, [p.cpu().numpy().copy() for p in parts], value)
 
     def _on_take(self, blocks: list[KVCacheBlock]) -> None:
         """``BlockPool.on_take``: the stores still reading ``blocks`` first, then demotion."""
         self.pending.before_reuse(blocks)
-        self.demotion.demote(blocks)
+        if self.demotion is not None:
+            self.demotion.demote(blocks)
 
     def _worth(self, request: Request, wanted: list[tuple[int, int, bytes]], tokens: int) -> bool:
         """``Loads.worth_loading``: a swapped request's reload was decided at the
         swap; any other hit loads if ``LoadCost`` finds it cheaper than recomputing."""
-        if self.swap.reloading(request):
+        if self.swap is not None and self.swap.reloading(request):
             return True
         unit = self.block_bytes.unit_bytes
         return self.cost.load_cheaper(sum(unit[gid] for gid, _, _ in wanted), tokens)
@@ -122,6 +155,8 @@ class TieredCache:
         it blocks (``wait``) is ``stats.load_wait_seconds``; a hit staged and
         landed in one call measures the load bandwidth (``LoadCost``)."""
         rid = request.request_id
+        if self.store_writes is not None:
+            self.store_writes.settle()
         staged = self.loads.is_staged(rid)
         hits, nbytes, waits = self.stats.hits, self.stats.bytes_loaded, self.order.stream_waits
         start = time.perf_counter()
@@ -131,7 +166,8 @@ class TieredCache:
         if not ready:
             self._staged_in.setdefault(rid, self._steps)
             return False
-        self.swap.forget(rid)
+        if self.swap is not None:
+            self.swap.forget(rid)
         # Staged and landed within one step, not ordered on a stream: a copy's time.
         fresh = self._staged_in.pop(rid, self._steps) == self._steps or not staged
         if self.stats.hits > hits and fresh and self.order.stream_waits == waits:
@@ -145,12 +181,15 @@ class TieredCache:
     def release(self, request: Request) -> None:
         """``Loads.release``: land an aborted request's loads, let go of its blocks."""
         self.loads.release(request)
-        self.swap.forget(request.request_id)
+        if self.swap is not None:
+            self.swap.forget(request.request_id)
         self._staged_in.pop(request.request_id, None)
 
     def swap_out(self, request: Request, mode: str | None) -> bool:
         """``Swap.swap_out``: ``request`` is being preempted (blocks not yet freed);
         ``mode``: ``SchedulerConfig.preemption_mode``."""
+        if self.swap is None or self.demotion is None:
+            return False  # no host tier (the store alone): preemption recomputes
         swapped = self.swap.swap_out(request, mode)
         self.demotion.flush_spills()  # what the host evicted for them goes to disk
         return swapped
@@ -167,7 +206,7 @@ class TieredCache:
         tokens ``[first, end)`` computed (``first`` 0 at its first step: its hit
         too), which a write-through policy stores."""
         self.cost.observe_step(tokens, prefill_tokens, seconds)
-        if self.write_through is not None:
+        if self.write_through is not None and self.demotion is not None:
             for request, first, end in computed:
                 self.write_through.computed(request, first, end)
             self.demotion.flush_spills()  # what the host evicted for them goes to disk
@@ -176,32 +215,41 @@ class TieredCache:
         """Settle the copies that have landed (each step, before scheduling)."""
         self._steps += 1
         self.pending.poll()
-        self.host.poll()
+        if self.host is not None:
+            self.host.poll()
         if self.events is not None:
             self.events.flush()
 
     def persist(self) -> None:
         """Write the device's cached blocks and the host's entries to the disk tier."""
-        self.demotion.persist()
+        if self.demotion is not None:
+            self.demotion.persist()
 
     def close(self) -> None:
-        """Persist (with a disk tier), then close the tiers. Idempotent."""
-        if self.pool.on_take is None:
+        """Persist (with a disk tier), wait for the store's writes, then close the
+        tiers. Idempotent."""
+        if not self._open:
             return
+        self._open = False
         try:
             self.pending.wait_all()
             self.persist()
+            if self.store_writes is not None:
+                self.store_writes.settle(wait=True)
         finally:  # the tiers close (the disk folder's lock freed) whatever happened
             self.pool.on_take = None
-            self.host.close()
-            if self.disk is not None:
-                self.disk.close()
+            self.pool.on_free = None
+            for tier in (self.host, self.disk, self.store):
+                if tier is not None:
+                    tier.close()
 
     def check_integrity(self) -> None:
         """Each tier's invariants; every held block is in use and not free."""
-        self.host.check_integrity()
-        if self.disk is not None:
-            self.disk.check_integrity()
+        for tier in (self.host, self.disk, self.store):
+            if tier is not None:
+                tier.check_integrity()
+        if self.store_writes is not None:
+            self.store_writes.check_integrity()
         if self.events is not None:
             self.events.check_integrity()
         self.loads.check_integrity()

@@ -25,7 +25,8 @@ for the block pool.
 
 **Tiers.** A later tier (host RAM, disk, a remote store) asks the same
 object: ``writes_through`` says whether a block is stored as it is computed
-(``lru``) or demoted when the pool reuses it (``hybrid``);
+(``lru``) or demoted when the pool reuses it (``hybrid``); ``store_value(block)``
+says which freed blocks a store shared by replicas gets;
 ``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
 a ``ReleaseRun`` is what a hit on its blocks saves per page, so a tier
 demotes the lowest-ranked first, and a run released
@@ -150,6 +151,16 @@ class CachePolicy(ABC):
         copy of its unit is worth (its ``ReleaseRun`` value); None: not worth
         demoting (released ``evict_first``). Read-only."""
         return 1.0
+
+    def store_value(self, block: KVCacheBlock) -> float | None:
+        """The cached ``block`` was just freed (its request let go of it): what a
+        copy of its unit in a store shared by replicas is worth (None: not
+        written). Every freed block's run was computed, so this is when a prompt
+        prefix, a document or a conversation turn becomes shareable. By default
+        the demotion rule: under ``hybrid`` the run's release value (a run
+        released ``evict_first``, which no kept point needs, is never written),
+        under ``lru`` every block (``LruPolicy``). Read-only."""
+        return self.demotion_value(block)
 
     def demotion_order(self, pool: BlockPool) -> Iterator[KVCacheBlock]:
         """The pool's free blocks, the first to be reused (or demoted to a

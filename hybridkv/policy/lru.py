@@ -40,5 +40,9 @@ class LruPolicy(CachePolicy):
         """None: a block was written through when computed, nothing is demoted."""
         return None
 
+    def store_value(self, block: KVCacheBlock) -> float | None:
+        """1.0: every freed block is written to a shared store (plain LRU there)."""
+        return 1.0
+
     def check_integrity(self, live: set[str]) -> None:
         """Nothing to check: the policy keeps no state."""

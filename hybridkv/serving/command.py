@@ -156,6 +156,14 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="a preempted request's KV: swap it to the host tier and back, or recompute it "
         "(vLLM's name; default: the load-or-recompute cost model decides)",
     )
+    p.add_argument(
+        "--kv-store",
+        default=None,
+        metavar="URL",
+        help="a Mooncake Store shared by replicas, under the other tiers (or alone): "
+        "mooncake://HOST:PORT?metadata=http://HOST:PORT/metadata[&segment=1GiB...] "
+        "(docs/tiers.md); exit 2 if it cannot be reached at start",
+    )
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
 
 
@@ -197,6 +205,10 @@ def check_options(args: argparse.Namespace) -> ChatTemplate | None:
         from hybridkv.tiers.disk_dir import check_writable
 
         check_writable(Path(args.disk_cache_dir))  # a TierError: one line, exit 2
+    if args.kv_store is not None:
+        from hybridkv.offload.setup import check_kv_store
+
+        check_kv_store(args.kv_store)  # likewise: names the address
     if args.chat_template is None:
         return None
     from hybridkv.engine.chat_template import ChatTemplate
@@ -247,6 +259,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         disk_cache_dir=args.disk_cache_dir,
         disk_cache_size=args.disk_cache_size,
         preemption_mode=args.preemption_mode,
+        kv_store=args.kv_store,
         progress=True,
     )
     name = args.served_model_name or str(args.model)

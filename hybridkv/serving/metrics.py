@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hybridkv.core.stats import PrefixCacheStats
+from hybridkv.serving.store_metrics import StoreMetrics
 from hybridkv.serving.tier_metrics import TierMetrics
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ class ServerMetrics:
         for reason in FINISHED_REASONS:
             self.success.labels(model_name, reason)
         self.tiers: TierMetrics | None = None  # made at the first refresh with tiers
+        self.store: StoreMetrics | None = None  # likewise, with a store tier
 
     # -- written by the engine thread ------------------------------------------------
     def prefix_cache(self, stats: PrefixCacheStats | None) -> None:
@@ -198,6 +200,10 @@ class ServerMetrics:
             if self.tiers is None:
                 self.tiers = TierMetrics(self.registry, name)
             self.tiers.refresh(llm.tiers)
+            if llm.tiers.store is not None:
+                if self.store is None:
+                    self.store = StoreMetrics(self.registry, name)
+                self.store.refresh(llm.tiers)
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest

@@ -1,14 +1,16 @@
-"""``TierMetrics``: the KV tiers' series on ``GET /metrics`` (with ``--kv-offloading-size``).
+"""``TierMetrics``: the KV tiers' series on ``GET /metrics`` (with ``--kv-offloading-size``
+or ``--kv-store``).
 
 Every series has the labels ``model_name`` and ``medium`` ("CPU": the host
-tier, "DISK": the disk tier; vLLM's ``BlockStored.medium`` names):
+tier, "DISK": the disk tier, vLLM's ``BlockStored.medium`` names; "STORE": the
+store replicas share, whose own series are ``store_metrics.py``'s):
 
 - counters ``kv_tier_hits`` (requests whose tier hit was restored whole, by the
   lowest tier a unit came from), ``kv_tier_hit_tokens`` (their tokens past the
   device hit), ``kv_tier_loads`` / ``kv_tier_stores`` (units),
   ``kv_tier_corrupt_entries_removed`` (entries dropped by a header or checksum
   check);
-- gauge ``kv_tier_used_bytes``;
+- gauge ``kv_tier_used_bytes`` (the store: bytes waiting in its write queue);
 - histogram ``kv_tier_load_seconds`` (per restored hit: first copy asked for to
   last one landed; label ``model_name`` only);
 - counters ``kv_tier_load_wait_seconds`` (time the scheduler blocked on tier
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from hybridkv.offload import TieredCache
 
 P = "hybridkv:"
-MEDIA = ("CPU", "DISK")
+MEDIA = ("CPU", "DISK", "STORE")
 _LOAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _COUNTERS = {
     "kv_tier_hits": "Requests whose tier hit was restored whole.",
@@ -42,20 +44,26 @@ def _counts(tiers: TieredCache) -> dict[tuple[str, str], int]:
     """Every counter's current total, by ``(name, medium)``."""
     s = tiers.stats
     out = {
-        ("kv_tier_hits", "CPU"): s.hits - s.disk_hits,
+        ("kv_tier_hits", "CPU"): s.hits - s.disk_hits - s.store_hits,
         ("kv_tier_hits", "DISK"): s.disk_hits,
-        ("kv_tier_hit_tokens", "CPU"): s.hit_tokens - s.disk_hit_tokens,
+        ("kv_tier_hits", "STORE"): s.store_hits,
+        ("kv_tier_hit_tokens", "CPU"): s.hit_tokens - s.disk_hit_tokens - s.store_hit_tokens,
         ("kv_tier_hit_tokens", "DISK"): s.disk_hit_tokens,
+        ("kv_tier_hit_tokens", "STORE"): s.store_hit_tokens,
         ("kv_tier_loads", "CPU"): s.loads_cpu,
         ("kv_tier_loads", "DISK"): s.loads_disk,
+        ("kv_tier_loads", "STORE"): s.loads_store,
     }
-    for tier in (tiers.host, tiers.disk):
-        medium = "DISK" if tier is tiers.disk else "CPU"
+    for medium, tier in _tiers(tiers):
         stores = tier.stats.stores if tier is not None else 0
         corrupt = tier.stats.corrupt_removed if tier is not None else 0
         out["kv_tier_stores", medium] = stores
         out["kv_tier_corrupt_entries_removed", medium] = corrupt
     return out
+
+
+def _tiers(tiers: TieredCache) -> list[tuple[str, Any]]:
+    return [("CPU", tiers.host), ("DISK", tiers.disk), ("STORE", tiers.store)]
 
 
 class TierMetrics:
@@ -111,9 +119,9 @@ class TierMetrics:
             if gained:
                 self._counters[counter].labels(name, medium).inc(gained)
             self._last[counter, medium] = total
-        self._used.labels(name, "CPU").set(tiers.host.used_bytes)
-        if tiers.disk is not None:
-            self._used.labels(name, "DISK").set(tiers.disk.used_bytes)
+        for medium, tier in _tiers(tiers):
+            if tier is not None:
+                self._used.labels(name, medium).set(tier.used_bytes)
         seconds = tiers.stats.load_seconds
         for s in seconds[self._seen_loads :]:
             self._load.labels(name).observe(s)

@@ -23,6 +23,7 @@ a miss for the caller (it recomputes); a failed store leaves nothing behind.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -30,6 +31,8 @@ from typing import Any, NamedTuple
 
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.transfer import Transfer
+
+logger = logging.getLogger("hybridkv.tiers")
 
 
 class UnitKey(NamedTuple):
@@ -117,10 +120,22 @@ class TierStore(ABC):
     entries pinned, or with a transfer in flight, are never evicted.
     """
 
-    #: The KV events ``medium`` of this tier ("CPU", "DISK").
+    #: The KV events ``medium`` of this tier ("CPU", "DISK", "STORE").
     medium: str = ""
     fingerprint: ModelFingerprint
     stats: TierStats
+    _closed: bool = False
+    _warned: set[str]  # what ``_warn_once`` said (each tier makes its own set)
+
+    def _warn_once(self, what: str, message: str) -> None:
+        """Log ``message`` the first time this tier meets ``what`` (later ones are counted)."""
+        if what not in self._warned:
+            self._warned.add(what)
+            logger.warning(message)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the {self.medium} tier is closed")
 
     @property
     @abstractmethod
@@ -136,17 +151,31 @@ class TierStore(ABC):
     def contains(self, key: UnitKey) -> bool:
         """True when ``key`` can be loaded now (its store completed)."""
 
-    @abstractmethod
     def store(self, key: UnitKey, parts: Parts, value: float | None = None) -> Transfer:
         """Copy ``parts`` in as ``key``'s entry, asynchronously. ``value``: what a
         hit on it saves (for a caller-supplied ranking). A store that finds no
         room completes at once with a ``TierFullError``; one of a key already
         held (or in flight) completes at once and changes nothing."""
+        return self.store_many([(key, parts, value)])[0]
 
-    @abstractmethod
     def load(self, key: UnitKey, into: Sequence[Any] | None = None) -> Transfer | None:
         """Copy ``key``'s parts out (into ``into`` when given), asynchronously;
         None when ``key`` is not held (a miss)."""
+        return self.load_many([(key, into)])[0]
+
+    @abstractmethod
+    def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
+        """``store`` of each ``(key, parts, value)`` (a tier may run them as one batch)."""
+
+    @abstractmethod
+    def load_many(
+        self, items: Sequence[tuple[UnitKey, Sequence[Any] | None]]
+    ) -> list[Transfer | None]:
+        """``load`` of each ``(key, into)`` (a tier may run them as one batch)."""
+
+    def contains_many(self, keys: Sequence[UnitKey]) -> list[bool]:
+        """``contains`` of each key (a remote tier answers in one request)."""
+        return [self.contains(k) for k in keys]
 
     @abstractmethod
     def pin(self, key: UnitKey) -> None:

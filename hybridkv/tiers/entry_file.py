@@ -1,4 +1,7 @@
-"""One disk-tier entry as a file: header, part sizes, payload; written atomically.
+"""One tier entry: header, part sizes, payload; as a disk-tier file, written atomically.
+
+The same bytes are a store-tier object (``store_tier.py``): ``entry_header`` +
+the parts, checked by ``check_entry`` on every load.
 
 ::
 
@@ -77,6 +80,14 @@ def _checksum(header: bytes, parts: Sequence[memoryview | bytes]) -> bytes:
     return h.digest()
 
 
+def entry_header(digest: bytes, key: UnitKey, parts: Sequence[memoryview]) -> bytes:
+    """The header of an entry of ``parts`` (checksum included): the entry is this
+    header followed by the parts (the disk tier's files, the store tier's objects)."""
+    sizes = [p.nbytes for p in parts]
+    blank = _header(digest, key, sizes, bytes(16))
+    return _header(digest, key, sizes, _checksum(blank, parts))
+
+
 def write_all(fd: int, data: memoryview | bytes) -> None:
     """``os.write`` until every byte is written (a test replaces it to inject errors)."""
     view = memoryview(data)
@@ -91,9 +102,7 @@ def write_entry(
     """Write ``parts`` as ``path``, atomically (module docstring). ``ENOSPC`` /
     ``EDQUOT`` become ``TierFullError``; nothing is left behind on any error.
     ``sync_folder=False``: the caller fsyncs the folder once after a batch."""
-    sizes = [p.nbytes for p in parts]
-    blank = _header(digest, key, sizes, bytes(16))
-    header = _header(digest, key, sizes, _checksum(blank, parts))
+    header = entry_header(digest, key, parts)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_counter)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
@@ -165,13 +174,20 @@ def read_header(path: Path, digest: bytes, key: UnitKey) -> tuple[int, ...]:
 def read_entry(path: Path, digest: bytes, key: UnitKey) -> tuple[memoryview, ...]:
     """``path``'s parts (read-only views of one read) after checking its header and
     checksum (``CorruptEntryError``)."""
-    data = path.read_bytes()
+    return check_entry(path.read_bytes(), digest, key, path.name)
+
+
+def check_entry(
+    data: bytes, digest: bytes, key: UnitKey, name: str = "an entry"
+) -> tuple[memoryview, ...]:
+    """The parts of a whole entry ``data`` (read-only views) after checking its header
+    and checksum (``CorruptEntryError``, naming ``name``)."""
     sizes = parse_header(data, digest, key, len(data))
     start = len(data) - sum(sizes)
     view = memoryview(data)
     header = data[:start]
     if _checksum(header, [view[start:]]) != header[_CHECKSUM_AT : _CHECKSUM_AT + 16]:
-        raise CorruptEntryError(f"checksum mismatch in {path.name}")
+        raise CorruptEntryError(f"checksum mismatch in {name}")
     out = []
     for size in sizes:
         out.append(view[start : start + size])

@@ -14,7 +14,6 @@ transfer while holding it (``Transfer._settle``'s note).
 
 from __future__ import annotations
 
-import logging
 import threading
 from abc import abstractmethod
 from collections import Counter
@@ -34,9 +33,6 @@ from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.key_index import KeyIndex
 from hybridkv.tiers.ledger import EntryLedger, Ranking
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
-
-logger = logging.getLogger("hybridkv.tiers")
-
 
 #: ``LedgerTier.spill``: an evicted entry's key, parts (copies the callee owns), value.
 Spill = Callable[[UnitKey, Sequence[Any], "float | None"], None]
@@ -129,12 +125,6 @@ class LedgerTier(TierStore):
     def keys(self) -> list[UnitKey]:
         with self._lock:
             return list(self._ledger.committed_keys())  # type: ignore[arg-type]
-
-    def store(self, key: UnitKey, parts: Parts, value: float | None = None) -> Transfer:
-        return self.store_many([(key, parts, value)])[0]
-
-    def load(self, key: UnitKey, into: Sequence[Any] | None = None) -> Transfer | None:
-        return self.load_many([(key, into)])[0]
 
     def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
         """``store`` of each item, the copies run as one job (``BatchCopier``)."""
@@ -356,12 +346,3 @@ class LedgerTier(TierStore):
         if not transfer.settled:
             self._in_flight.add(transfer)
         return transfer
-
-    def _warn_once(self, what: str, message: str) -> None:
-        if what not in self._warned:
-            self._warned.add(what)
-            logger.warning(message)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"the {self.medium} tier is closed")

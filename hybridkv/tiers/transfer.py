@@ -142,13 +142,17 @@ class Transfer:
         # The tier's accounting runs under this transfer's lock, so that a
         # wait() returning in one thread sees what another thread settled.
         # (The tier never calls into a transfer while holding its own lock.)
+        # ``settled`` turns True only once the tier's accounting is done, so that a
+        # wait() or done() in another thread never returns before it.
         with self._lock:
             if self._settled:
                 return
             self.result, self.error = self.completion.outcome()
-            self._settled = True
-            if self._on_settle is not None:
-                self._on_settle(self)
+            try:
+                if self._on_settle is not None:
+                    self._on_settle(self)
+            finally:
+                self._settled = True
 
     def __repr__(self) -> str:
         state = (

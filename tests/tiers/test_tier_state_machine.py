@@ -98,6 +98,7 @@ class TierMachine(RuleBasedStateMachine):
             assert transfer.error is None or isinstance(transfer.error, TierFullError)
         else:
             self.stores.append(transfer)
+            self.corrupt.discard(k)  # evicted before (maybe by this call): written anew
 
     @rule(ks=st.lists(keys, min_size=1, max_size=4, unique=True))
     def store_a_batch(self, ks: list[UnitKey]) -> None:
@@ -107,6 +108,7 @@ class TierMachine(RuleBasedStateMachine):
                 assert transfer.error is None or isinstance(transfer.error, TierFullError)
             else:
                 self.stores.append(transfer)
+                self.corrupt.discard(transfer.key)  # an earlier key of the batch evicted it
 
     @rule(ks=st.lists(keys, min_size=1, max_size=4, unique=True))
     def load_a_batch(self, ks: list[UnitKey]) -> None:

@@ -1,0 +1,115 @@
+"""``StoreWrites``: freed blocks written to the store that replicas share.
+
+When a request lets go of its blocks (``BlockPool.on_free``: finished,
+preempted or aborted; the blocks are computed, cached and free), each one the
+policy finds worth sharing (``CachePolicy.store_value``: under ``hybrid`` a
+run released with a value, never one released ``evict_first``; under ``lru``
+every block) is written through to the store as ``UnitKey(hash, group)``:
+the store tier copies its bytes at once and puts them from its own thread, so
+the step never waits for the network. Another replica's next turn of the same
+conversation, or another request on the same document, then finds it there.
+
+Writes are not repeated: a key written less than ``REWRITE_SECONDS`` ago is
+not copied again (at most ``REMEMBERED`` keys; all forgotten when this client
+sees the store come back after an outage, since a restarted master holds
+nothing). After that it is offered again, because the store may have evicted
+it or restarted unseen (an idle replica does not see an outage), and the store
+tier does not send an object the store already has. The outcome of each write
+is read at the next call: a landed write is a ``BlockStored`` with the store's
+medium (KV events on).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from hybridkv.core.block import KVCacheBlock
+from hybridkv.offload.block_bytes import BlockBytes
+from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.tier_events import TierEvents
+from hybridkv.policy.base import CachePolicy
+from hybridkv.tiers import MooncakeTier, Transfer, UnitKey
+
+#: How many keys written recently are remembered (not copied again).
+REMEMBERED = 1 << 16
+#: How long a written key is not offered again (then the store is asked again: it
+#: may have evicted the object, or restarted while this replica was idle).
+REWRITE_SECONDS = 10.0
+
+
+class StoreWrites:
+    """The write-through side of the store tier (module docstring)."""
+
+    def __init__(
+        self,
+        policy: CachePolicy,
+        block_bytes: BlockBytes,
+        store: MooncakeTier,
+        events: TierEvents | None,
+        stats: OffloadStats,
+    ) -> None:
+        self.policy = policy
+        self.block_bytes = block_bytes
+        self.store = store
+        self.events = events
+        self.stats = stats
+        self._written: OrderedDict[UnitKey, float] = OrderedDict()  # key -> when, oldest first
+        self._epoch = store.client.epoch
+        self._pending: list[Transfer] = []
+        #: ``REWRITE_SECONDS`` for this engine (a test may shorten it).
+        self.rewrite_seconds = REWRITE_SECONDS
+
+    def on_free(self, blocks: list[KVCacheBlock]) -> None:
+        """``BlockPool.on_free``: write the freed blocks worth sharing."""
+        self.settle()
+        items = []
+        value_of = self.policy.store_value
+        now = time.monotonic()
+        written = self._written
+        for b in blocks:
+            h, gid = b.block_hash, b.group_id
+            if h is None or gid is None:
+                continue
+            key = UnitKey(h, gid)
+            when = written.get(key)
+            if when is not None and now - when < self.rewrite_seconds:
+                continue
+            value = value_of(b)
+            if value is None:
+                continue
+            parts = [
+                p.numpy() if p.device.type == "cpu" else p.cpu().numpy()
+                for p in self.block_bytes.parts(gid, b.block_id)
+            ]
+            items.append((key, parts, value))
+            written.pop(key, None)
+            written[key] = now
+            if self.events is not None:
+                self.events.queued(key)
+        while len(self._written) > REMEMBERED:
+            self._written.popitem(last=False)
+        if items:
+            self._pending.extend(self.store.store_many(items))
+            self.stats.store_writes += len(items)
+
+    def settle(self, wait: bool = False) -> None:
+        """Read the writes that ended (``wait``: all of them): a landed one is
+        announced; a failed one may be written again."""
+        if self.store.client.epoch != self._epoch:  # a restarted master holds nothing
+            self._epoch = self.store.client.epoch
+            self._written.clear()
+        still = []
+        for t in self._pending:
+            if not (t.wait() if wait else t.done()):
+                still.append(t)
+                continue
+            if t.error is not None:
+                self._written.pop(t.key, None)
+            if self.events is not None:
+                self.events.written_to_store(t.key, t.error is None)
+        self._pending = still
+
+    def check_integrity(self) -> None:
+        """The remembered keys stay bounded."""
+        assert len(self._written) <= REMEMBERED

@@ -1,0 +1,170 @@
+"""``StoreClient``: this process's Mooncake Store client, and whether the store is there.
+
+Joining (``connect``): the master's port and the metadata server are probed
+first (``PROBE_SECONDS`` each), so that a store that cannot be reached is one
+``TierError`` naming its address at once (the client's own set-up retries for
+about 90 s); then ``MooncakeDistributedStore.setup`` lends this replica's
+``segment`` to the shared pool. The ``mooncake`` package is imported here, on
+first use (the ``store`` extra), never by ``import hybridkv``.
+
+Health: ``healthy()`` reads the client's own view (``health_check``, no
+request). While the master is gone every call here answers at once as a miss
+(``exists``: False; ``get``: None; ``put``: ``UNREACHABLE``) without asking,
+and one warning is logged per outage, not one per request; when the master is
+back (the client re-registers its segment by itself) one line says so and
+``epoch`` grows (what the old master held is gone: callers drop what they
+remember of it). A request already on its way when the master dies waits for
+the client's RPC timeout (about 4 s here) and then fails like a miss.
+
+Thread-safety: the Mooncake client takes calls from several threads; this
+wrapper's own state is behind a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from hybridkv.common.env import quiet_mooncake
+from hybridkv.common.extras import require
+from hybridkv.tiers.base import TierError
+from hybridkv.tiers.store_url import StoreURL
+
+logger = logging.getLogger("hybridkv.tiers")
+
+#: How long joining waits for the master's port and the metadata server, each.
+PROBE_SECONDS = 3.0
+#: ``put`` codes: stored; not stored because the store had no room (its
+#: ``NO_AVAILABLE_HANDLE``); not asked because the master is unreachable.
+OK, NO_ROOM, UNREACHABLE = 0, -200, -1
+
+
+def probe(url: StoreURL) -> None:
+    """``TierError`` naming the address unless the master and metadata server answer."""
+    try:
+        socket.create_connection((url.host, url.port), timeout=PROBE_SECONDS).close()
+    except OSError as e:
+        raise TierError(
+            f"kv_store: the Mooncake master at {url.master} cannot be reached ({e}); "
+            "start mooncake_master there or fix the URL"
+        ) from None
+    try:
+        urllib.request.urlopen(f"{url.metadata}?key=hybridkv-probe", timeout=PROBE_SECONDS)
+    except urllib.error.HTTPError:
+        pass  # it answered (404: no such key): it is there
+    except (OSError, ValueError) as e:
+        raise TierError(
+            f"kv_store: the metadata server {url.metadata} cannot be reached ({e}); start "
+            "mooncake_master with --enable_http_metadata_server=true or fix 'metadata'"
+        ) from None
+
+
+class StoreClient:
+    """One Mooncake Store client (module docstring)."""
+
+    def __init__(self, url: StoreURL, store: Any) -> None:
+        self.url = url
+        self._store = store
+        self._lock = threading.Lock()
+        self._up = True
+        #: Grows each time the store comes back after an outage.
+        self.epoch = 0
+        self.outages = 0
+        self._closed = False
+
+    @classmethod
+    def connect(cls, url: StoreURL) -> StoreClient:
+        """Join the store at ``url`` (``TierError`` naming the address if it cannot)."""
+        probe(url)
+        quiet_mooncake()
+        store_module = require("mooncake.store", "store", "kv_store")
+        store = store_module.MooncakeDistributedStore()
+        rc = store.setup(
+            url.local,
+            url.metadata,
+            url.segment,
+            url.buffer,
+            url.protocol,
+            url.device,
+            url.master,
+        )
+        if rc != 0:
+            raise TierError(
+                f"kv_store: joining the Mooncake Store at {url.master} failed (code {rc}); "
+                "check that the master and metadata server are the store's and that "
+                f"'local' ({url.local}) is this host's address"
+            )
+        return cls(url, store)
+
+    def healthy(self) -> bool:
+        """True while the master answers (the client's view; no request sent)."""
+        up = not self._closed and self._store.health_check() == 0
+        with self._lock:
+            if up == self._up:
+                return up
+            self._up = up
+            if up:
+                self.epoch += 1
+        if up:
+            logger.info("Mooncake Store at %s is reachable again", self.url.master)
+        else:
+            self.outages += 1
+            logger.warning(
+                "Mooncake Store at %s is unreachable: its reads are misses (recomputed) "
+                "and its writes are skipped until it is back (counted, not logged again)",
+                self.url.master,
+            )
+        return up
+
+    def exists(self, names: Sequence[str]) -> list[bool]:
+        """Which objects the store holds now (all False while it is unreachable)."""
+        if not names or not self.healthy():
+            return [False] * len(names)
+        return [code == 1 for code in self._store.batch_is_exist(list(names))]
+
+    def put(self, names: Sequence[str], buffers: Sequence[Any]) -> list[int]:
+        """Store each buffer (a writable, C-contiguous byte buffer) under its name;
+        one code per name (``OK``, ``NO_ROOM``, ``UNREACHABLE``, or the store's error)."""
+        if not names:
+            return []
+        if not self.healthy():
+            return [UNREACHABLE] * len(names)
+        ptrs, sizes = [], []
+        for buf in buffers:
+            view = memoryview(buf)
+            ptrs.append(_address(view))
+            sizes.append(view.nbytes)
+        return list(self._store.batch_put_from(list(names), ptrs, sizes))
+
+    def get(self, names: Sequence[str]) -> list[bytes | None]:
+        """Each object's bytes, or None (not held, or the store unreachable)."""
+        if not names:
+            return []
+        if not self.healthy():
+            return [None] * len(names)
+        return [data or None for data in self._store.get_batch(list(names))]
+
+    def remove(self, name: str, force: bool = False) -> bool:
+        """Drop ``name`` from the store (False: not held, being read, or unreachable).
+        ``force``: even while a lease holds it (a corrupt entry: no reader can use it)."""
+        return self.healthy() and self._store.remove(name, force) == 0
+
+    def close(self) -> None:
+        """Leave the store (this replica's segment and what it held go with it)."""
+        if not self._closed:
+            self._closed = True
+            self._store.close()
+
+
+def _address(view: memoryview) -> int:
+    """The address of a writable, contiguous buffer's first byte."""
+    import ctypes
+
+    if view.readonly or not view.c_contiguous:
+        raise ValueError("store buffers must be writable and contiguous")
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))

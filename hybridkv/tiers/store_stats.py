@@ -1,0 +1,23 @@
+"""``StoreStats``: what the store tier sent and received, beside its ``TierStats``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """What the store tier sent and received (monotonic; ``/metrics``'s store series)."""
+
+    put_batches: int = 0
+    get_batches: int = 0
+    put_bytes: int = 0  # bytes of objects put
+    get_bytes: int = 0  # bytes of objects read
+    already_there: int = 0  # stores found in the store already (not sent)
+    unreachable: int = 0  # stores and loads answered at once: the master was unreachable
+    put_seconds: list[float] = field(default_factory=list)  # per put batch
+    get_seconds: list[float] = field(default_factory=list)  # per get batch
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters (latencies left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"}

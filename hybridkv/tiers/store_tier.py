@@ -1,0 +1,374 @@
+"""``MooncakeTier``: hit units in a Mooncake Store that every replica shares.
+
+An entry is one store object named ``hkv1/<fingerprint hex[:32]>/g<group>/<block
+hash hex>``, whose bytes are an ``entry_file`` entry: a header (the model
+fingerprint's digest, the key, the part sizes, an xxh3-128 checksum of every
+byte) and the parts. Two models, dtypes or layouts never share a name, and every
+load checks the header and checksum anyway: an object of another fingerprint or
+key, or with a flipped byte, is a failed load (a miss, recomputed) and is
+removed and counted (``corrupt_removed``).
+
+- **Writes never delay a step.** ``store_many`` copies each unit into a buffer
+  of its own right away (the device block may be reused as soon as it returns)
+  and hands the batch to the write thread, which asks which objects the store
+  already has (one ``batch_is_exist``) and puts the others (one
+  ``batch_put_from``). The bytes waiting there are bounded by ``queue_bytes``;
+  past it a store is skipped (``TierFullError``, counted), never waited for.
+- **The store evicts, not us.** A put the store has no room for (its
+  ``NO_AVAILABLE_HANDLE``) is skipped and counted (``store_skips``); the store
+  frees room by its own rule (leases, the master's watermark), and what it
+  dropped is a miss here.
+- **Reads** run on their own thread (never behind writes): one ``get_batch``
+  per ``load_many``, each object checked, then copied into ``into``. An object
+  that is gone is a failed load.
+- **Lookups** (``contains_many``) are one ``batch_is_exist``. The store may drop
+  an entry between a lookup and its load: that load then fails (recompute).
+- **Outages** (``StoreClient``): while the master is unreachable, lookups say
+  no, loads fail and stores are skipped at once, with one warning per outage.
+
+``budget_bytes`` / ``used_bytes`` are the write queue's (the store's own
+capacity is the sum of the segments its replicas lend). ``pin`` is a local
+count only: the store does not know it, so a pinned entry may still go
+(its load then fails). ``keys()`` lists the entries this tier wrote and saw
+land (at most ``_REMEMBERED``), not other replicas'.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from hybridkv.tiers import entry_file
+from hybridkv.tiers.base import (
+    CorruptEntryError,
+    Parts,
+    TierFullError,
+    TierStats,
+    TierStore,
+    UnitKey,
+)
+from hybridkv.tiers.batch_item import BatchItem, Outcome
+from hybridkv.tiers.fingerprint import ModelFingerprint
+from hybridkv.tiers.memory import byte_view
+from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient
+from hybridkv.tiers.store_stats import StoreStats
+from hybridkv.tiers.store_url import parse_store_url
+from hybridkv.tiers.transfer import Completed, Transfer
+
+#: Object names start with this (a change of the entry format changes it).
+NAME_PREFIX = "hkv1"
+#: How many landed keys ``keys()`` remembers (the oldest are forgotten first).
+_REMEMBERED = 1 << 16
+
+
+class MooncakeTier(TierStore):
+    """Hit units in a shared Mooncake Store (module docstring)."""
+
+    medium = "STORE"
+    #: ``contains`` asks over the network: callers batch lookups (``contains_many``).
+    remote = True
+
+    def __init__(
+        self,
+        fingerprint: ModelFingerprint,
+        client: StoreClient,
+        queue_bytes: int,
+        owns_client: bool = True,
+    ) -> None:
+        """``owns_client``: ``close`` closes ``client`` too (leaving the store takes
+        the client 1-2 s); False for tiers of several fingerprints on one client."""
+        self.fingerprint = fingerprint
+        self.client = client
+        self._owns_client = owns_client
+        self.stats = TierStats()
+        self.store_stats = StoreStats()
+        self._digest = fingerprint.digest
+        self._prefix = f"{NAME_PREFIX}/{fingerprint.hex[:32]}/"
+        self._queue_bytes = queue_bytes
+        self._queued = 0
+        self._lock = threading.Lock()
+        self._in_flight: set[Transfer] = set()
+        self._queue: dict[BatchItem, int] = {}  # stores on the write thread -> their bytes
+        self._pins: Counter[UnitKey] = Counter()
+        self._landed: OrderedDict[UnitKey, None] = OrderedDict()
+        self._warned: set[str] = set()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-put")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-get")
+        self._closed = False
+
+    @classmethod
+    def connect(cls, fingerprint: ModelFingerprint, url: str) -> MooncakeTier:
+        """Join the store of a ``kv_store`` URL (``store_url.py``); ``TierError`` naming
+        the field or the address when it cannot."""
+        parsed = parse_store_url(url)
+        return cls(fingerprint, StoreClient.connect(parsed), parsed.queue)
+
+    def name(self, key: UnitKey) -> str:
+        """The store object's name of ``key``."""
+        return f"{self._prefix}g{key.group_id}/{key.block_hash.hex()}"
+
+    # -- TierStore -------------------------------------------------------------
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._queue_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self._queued
+
+    def contains(self, key: UnitKey) -> bool:
+        return self.contains_many([key])[0]
+
+    def contains_many(self, keys: Sequence[UnitKey]) -> list[bool]:
+        """``contains`` of each key, in one request."""
+        if keys and not self.client.healthy():
+            self.store_stats.unreachable += 1
+        return self.client.exists([self.name(k) for k in keys])
+
+    def keys(self) -> list[UnitKey]:
+        with self._lock:
+            return list(self._landed)
+
+    def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
+        """Copy each unit now, put the batch on the write thread (module docstring)."""
+        self._check_open()
+        up = self.client.healthy()
+        out: list[Transfer | BatchItem] = []
+        batch: list[tuple[UnitKey, bytearray]] = []
+        with self._lock:
+            for key, parts, _ in items:
+                if not up:
+                    self.store_stats.unreachable += 1
+                    out.append(self._skipped(key, "unreachable"))
+                    continue
+                views = [byte_view(p, f"part {i}") for i, p in enumerate(parts)]
+                header = entry_file.entry_header(self._digest, key, views)
+                size = len(header) + sum(v.nbytes for v in views)
+                if self._queued + size > self._queue_bytes:
+                    self.stats.store_skips += 1
+                    out.append(self._skipped(key, "queue"))
+                    continue
+                buf = bytearray(size)
+                buf[: len(header)] = header
+                at = len(header)
+                for v in views:
+                    buf[at : at + v.nbytes] = v
+                    at += v.nbytes
+                item = BatchItem(len(batch), size)
+                self._queued += size
+                self._queue[item] = size
+                batch.append((key, buf))
+                out.append(item)
+        if not batch:
+            return out  # type: ignore[return-value]  # only skipped stores
+        future = self._writer.submit(self._put, batch)
+        transfers: list[Transfer] = []
+        for entry in out:
+            if isinstance(entry, BatchItem):
+                entry.future = future
+                key = batch[entry.index][0]
+                entry = self._track(Transfer(key, "store", entry, self._settle_store))
+            transfers.append(entry)
+        return transfers
+
+    def load_many(
+        self, items: Sequence[tuple[UnitKey, Sequence[Any] | None]]
+    ) -> list[Transfer | None]:
+        """Read the batch on the read thread; each a ``Transfer`` (a missing
+        object is a failed load, not None: the store is not asked here)."""
+        self._check_open()
+        if not items:
+            return []
+        if not self.client.healthy():
+            self.store_stats.unreachable += 1
+            self.stats.misses += len(items)
+            return [None] * len(items)
+        targets = [
+            None if into is None else [byte_view(t, f"into[{i}]") for i, t in enumerate(into)]
+            for _, into in items
+        ]
+        keys = [key for key, _ in items]
+        with self._lock:
+            self._pins.update(keys)  # released as each load settles
+        future = self._reader.submit(self._get, keys, targets, [into for _, into in items])
+        out: list[Transfer | None] = []
+        for i, key in enumerate(keys):
+            item = BatchItem(i)
+            item.future = future
+            out.append(self._track(Transfer(key, "load", item, self._settle_load)))
+        return out
+
+    def _track(self, transfer: Transfer) -> Transfer:
+        """Keep ``transfer`` for ``poll`` until it settles (settling takes the lock too)."""
+        with self._lock:
+            if not transfer.settled:
+                self._in_flight.add(transfer)
+        return transfer
+
+    def pin(self, key: UnitKey) -> None:
+        with self._lock:
+            self._pins[key] += 1
+
+    def unpin(self, key: UnitKey) -> None:
+        with self._lock:
+            if self._pins[key] == 0:
+                raise ValueError(f"unpin of {key!r}, which no pin() holds")
+            self._pins[key] -= 1
+            if not self._pins[key]:
+                del self._pins[key]
+
+    def evict(self, key: UnitKey) -> bool:
+        with self._lock:
+            if self._pins[key]:
+                return False
+        removed = self.client.remove(self.name(key))
+        if removed:
+            self.stats.evictions += 1
+            with self._lock:
+                self._landed.pop(key, None)
+        return removed
+
+    def poll(self) -> None:
+        with self._lock:
+            pending = list(self._in_flight)
+        for t in pending:
+            t.done()
+
+    def check_integrity(self) -> None:
+        with self._lock:
+            queued = sum(self._queue.values())
+            assert queued == self._queued, (queued, self._queued)
+            assert 0 <= self._queued <= self._queue_bytes, (self._queued, self._queue_bytes)
+            loads = Counter(t.key for t in self._in_flight if t.kind == "load")
+            for key, n in loads.items():
+                assert self._pins[key] >= n, f"{key!r}: a load in flight holds no pin"
+            assert all(n > 0 for n in self._pins.values()), "a pin count below 1 is kept"
+            assert len(self._landed) <= _REMEMBERED
+
+    def close(self) -> None:
+        """Wait for the writes and reads in flight, then leave the store."""
+        if self._closed:
+            return
+        self._writer.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
+        self.poll()
+        self._closed = True
+        if self._owns_client:
+            self.client.close()
+
+    # -- the threads' jobs -----------------------------------------------------
+
+    def _put(self, batch: list[tuple[UnitKey, bytearray]]) -> list[Outcome]:
+        started = time.perf_counter()
+        names = [self.name(key) for key, _ in batch]
+        there = self.client.exists(names)
+        send = [i for i, held in enumerate(there) if not held]
+        codes = self.client.put([names[i] for i in send], [batch[i][1] for i in send])
+        out: list[Outcome] = [(None, None)] * len(batch)
+        for i, code in zip(send, codes, strict=True):
+            if code == OK:
+                continue
+            if code == NO_ROOM:
+                error: OSError = TierFullError(f"STORE tier: the store had no room ({code})")
+            elif code == UNREACHABLE:
+                error = ConnectionError("STORE tier: the store is unreachable")
+            else:
+                error = OSError(f"STORE tier: put failed with code {code}")
+            out[i] = (None, error)
+        with self._lock:
+            self.store_stats.put_batches += 1
+            self.store_stats.already_there += len(batch) - len(send)
+            self.store_stats.put_bytes += sum(
+                len(batch[i][1]) for i, code in zip(send, codes, strict=True) if code == OK
+            )
+            self.store_stats.put_seconds.append(time.perf_counter() - started)
+        return out
+
+    def _get(
+        self,
+        keys: list[UnitKey],
+        targets: list[list[memoryview] | None],
+        intos: list[Sequence[Any] | None],
+    ) -> list[Outcome]:
+        started = time.perf_counter()
+        found = self.client.get([self.name(k) for k in keys])
+        out: list[Outcome] = []
+        nbytes = 0
+        for key, data, target, into in zip(keys, found, targets, intos, strict=True):
+            if data is None:
+                out.append((None, KeyError(f"STORE tier: {self.name(key)} is not in the store")))
+                continue
+            nbytes += len(data)
+            try:
+                parts = entry_file.check_entry(data, self._digest, key, self.name(key))
+            except CorruptEntryError as e:  # useless to every reader: removed before it settles
+                self.client.remove(self.name(key), force=True)
+                out.append((None, e))
+                continue
+            if target is None:
+                out.append((parts, None))
+                continue
+            if [t.nbytes for t in target] != [p.nbytes for p in parts]:
+                out.append((None, CorruptEntryError("the entry's part sizes differ from into's")))
+                continue
+            for t, p in zip(target, parts, strict=True):
+                t[:] = p
+            out.append((tuple(into or ()), None))
+        with self._lock:
+            self.store_stats.get_batches += 1
+            self.store_stats.get_bytes += nbytes
+            self.store_stats.get_seconds.append(time.perf_counter() - started)
+        return out
+
+    # -- settling --------------------------------------------------------------
+
+    def _settle_store(self, transfer: Transfer) -> None:
+        with self._lock:
+            self._in_flight.discard(transfer)
+            self._queued -= self._queue.pop(transfer.completion)  # type: ignore[call-overload]
+            error = transfer.error
+            if error is None:
+                self.stats.stores += 1
+                self._landed[transfer.key] = None
+                self._landed.move_to_end(transfer.key)
+                if len(self._landed) > _REMEMBERED:
+                    self._landed.popitem(last=False)
+            elif isinstance(error, TierFullError):
+                self.stats.store_skips += 1
+            elif not isinstance(error, ConnectionError):
+                self.stats.store_failures += 1
+                self._warn_once("put", f"{error}; skipped (further failures are counted)")
+
+    def _settle_load(self, transfer: Transfer) -> None:
+        key = transfer.key
+        with self._lock:
+            self._in_flight.discard(transfer)
+            self._pins[key] -= 1
+            if not self._pins[key]:
+                del self._pins[key]
+            if transfer.error is None:
+                self.stats.loads += 1
+                return
+            self.stats.load_failures += 1
+            if isinstance(transfer.error, KeyError):
+                self.stats.misses += 1
+            if not isinstance(transfer.error, CorruptEntryError):
+                return
+            self.stats.corrupt_removed += 1
+            self._landed.pop(key, None)
+            self._warn_once("corrupt", f"STORE tier: {transfer.error}")
+
+    def _skipped(self, key: UnitKey, why: str) -> Transfer:
+        if why == "queue":
+            error: OSError = TierFullError(
+                f"STORE tier: {self._queued} of {self._queue_bytes} queued bytes in use"
+            )
+            self._warn_once("queue", f"{error}; write skipped (further skips are counted)")
+        else:
+            error = ConnectionError("STORE tier: the store is unreachable")
+        return Transfer(key, "store", Completed(None, error))

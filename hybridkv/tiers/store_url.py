@@ -1,0 +1,122 @@
+"""``StoreURL``: where a Mooncake Store is and how this replica joins it, from one URL.
+
+::
+
+    mooncake://MASTER_HOST:PORT?metadata=http://HOST:PORT/metadata&segment=4GiB
+
+``LLM(kv_store=URL)`` and ``hybridkv serve --kv-store URL`` take the same string.
+Query fields (each optional):
+
+==========  =================================  ========================================
+field       meaning                            default
+==========  =================================  ========================================
+metadata    the transfer engine's metadata     ``http://MASTER_HOST:8080/metadata`` (the
+            server (``http://...``)            master's ``--enable_http_metadata_server``)
+segment     bytes this replica lends to the    ``1GiB`` (at least ``16MiB``)
+            shared store (its share of the
+            pool; gone when the replica stops)
+buffer      the client's local transfer        ``256MiB``
+            buffer
+queue       bytes of writes waiting to be      ``256MiB`` (past it, writes are skipped
+            sent (copies taken at the step)    and counted, never waited for)
+protocol    ``tcp`` or ``rdma``                ``tcp``
+device      RDMA device names (``rdma``)       empty
+local       the address other replicas reach   ``127.0.0.1`` for a loopback master,
+            this one at (its segment)          else this host's name
+==========  =================================  ========================================
+
+Sizes take ``parse_memory``'s forms (``4GiB``, ``512MiB``, a byte count). A bad
+URL is a ``TierError`` (a ``ValueError``) naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from hybridkv.report.units import parse_memory
+from hybridkv.tiers.base import TierError
+
+SCHEME = "mooncake"
+DEFAULT_PORT = 50051
+#: The smallest segment the Mooncake client accepts (measured: 8 MiB fails, code -600).
+MIN_SEGMENT = 16 << 20
+_SIZES = {"segment": "1GiB", "buffer": "256MiB", "queue": "256MiB"}
+_FIELDS = {"metadata", "protocol", "device", "local", *_SIZES}
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreURL:
+    """A parsed ``kv_store`` URL (module docstring); sizes in bytes."""
+
+    host: str
+    port: int
+    metadata: str
+    segment: int
+    buffer: int
+    queue: int
+    protocol: str = "tcp"
+    device: str = ""
+    local: str = "127.0.0.1"
+
+    @property
+    def master(self) -> str:
+        """``HOST:PORT`` of ``mooncake_master``."""
+        return f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{SCHEME}://{self.master}?metadata={self.metadata}"
+
+
+def _error(url: str, what: str) -> TierError:
+    return TierError(f"kv_store {url!r}: {what}")
+
+
+def parse_store_url(url: str) -> StoreURL:
+    """The ``StoreURL`` of ``url`` (module docstring), or ``TierError`` naming the field."""
+    if not isinstance(url, str) or not url:
+        raise TierError(f"kv_store must be a URL string like {SCHEME}://HOST:PORT, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme != SCHEME:
+        raise _error(url, f"the scheme must be {SCHEME}:// (e.g. {SCHEME}://127.0.0.1:50051)")
+    if parts.path not in ("", "/") or parts.fragment:
+        raise _error(url, "give only HOST:PORT and ?fields after the scheme")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise _error(url, "the port must be a number from 1 to 65535") from None
+    if not host:
+        raise _error(url, "the master's HOST is missing (mooncake://HOST:PORT)")
+    fields: dict[str, str] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+        if name not in _FIELDS:
+            raise _error(url, f"unknown field {name!r}; the fields are {sorted(_FIELDS)}")
+        if name in fields:
+            raise _error(url, f"field {name!r} is given twice")
+        fields[name] = value
+    sizes: dict[str, int] = {}
+    for name, default in _SIZES.items():
+        try:
+            sizes[name] = parse_memory(fields.get(name, default))
+        except ValueError as e:
+            raise _error(url, f"field {name!r}: {e}") from None
+    if sizes["segment"] < MIN_SEGMENT:
+        raise _error(url, "field 'segment' must be at least 16MiB (the store's smallest)")
+    metadata = fields.get("metadata", f"http://{host}:8080/metadata")
+    if not metadata.startswith(("http://", "https://")):
+        raise _error(url, f"field 'metadata' must be an http:// URL, got {metadata!r}")
+    protocol = fields.get("protocol", "tcp")
+    if protocol not in ("tcp", "rdma"):
+        raise _error(url, f"field 'protocol' must be 'tcp' or 'rdma', got {protocol!r}")
+    local = fields.get("local") or ("127.0.0.1" if host in _LOOPBACK else socket.gethostname())
+    return StoreURL(
+        host=host,
+        port=port or DEFAULT_PORT,
+        metadata=metadata,
+        protocol=protocol,
+        device=fields.get("device", ""),
+        local=local,
+        **sizes,
+    )

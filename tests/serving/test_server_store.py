@@ -1,0 +1,66 @@
+"""``hybridkv serve --kv-store``: two replicas share a prefix over HTTP, ``/metrics``
+reports the store, and a store that cannot be reached at start is one line, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from live_server import start_server
+from serve_http import metrics, post
+
+from hybridkv.tiers.store_master import MooncakeMaster, free_port
+
+SMALL = "&segment=16MiB&buffer=16MiB"
+
+
+def test_a_prefix_from_one_replica_hits_on_the_other(
+    tok_ckpt: Path, mooncake_master: MooncakeMaster
+) -> None:
+    url = mooncake_master.url + SMALL
+    a, engine_a = start_server(tok_ckpt, kv_store=url)
+    b, _ = start_server(tok_ckpt, kv_store=url)
+    try:
+        body = {"prompt": list(range(200, 241)), "max_tokens": 3, "temperature": 0}
+        code, _, first = post(a.url, "/v1/completions", body)
+        assert code == 200
+
+        def written(llm: object) -> None:  # A's freed blocks have landed in the store
+            llm.tiers.store_writes.settle(wait=True)  # type: ignore[attr-defined]
+
+        engine_a.call(written).result(30)
+        code, _, again = post(b.url, "/v1/completions", body)
+        assert code == 200
+        assert again["choices"][0]["text"] == first["choices"][0]["text"]
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
+        mb, ma = metrics(b.url), metrics(a.url)
+        store = (("medium", "STORE"),)
+        assert mb[("hybridkv:kv_tier_hit_tokens_total", store)] == 40
+        assert mb[("hybridkv:kv_tier_hits_total", store)] == 1
+        assert mb[("hybridkv:kv_tier_loads_total", store)] > 0
+        assert mb[("hybridkv:kv_store_gets_total", ())] > 0
+        assert mb[("hybridkv:kv_store_bytes_total", (("direction", "get"),))] > 0
+        assert mb[("hybridkv:kv_store_lookups_total", ())] >= 1
+        assert mb[("hybridkv:kv_store_up", ())] == 1
+        assert mb[("hybridkv:kv_store_get_seconds_count", ())] >= 1
+        assert ma[("hybridkv:kv_store_puts_total", ())] > 0
+        assert ma[("hybridkv:kv_store_bytes_total", (("direction", "put"),))] > 0
+        assert ma[("hybridkv:kv_tier_stores_total", store)] > 0
+        for kind in ("put", "no_room", "get", "unreachable", "device_full"):
+            assert ma[("hybridkv:kv_store_failures_total", (("kind", kind),))] == 0
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_serve_refuses_a_store_it_cannot_reach(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hybridkv.cli import main
+
+    port = free_port()
+    argv = ["serve", "--port=0", str(tmp_path / "model"), "--kv-store"]
+    argv += [f"mooncake://127.0.0.1:{port}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"127.0.0.1:{port}" in err[0], err

@@ -1,0 +1,49 @@
+"""``parse_store_url``: the ``kv_store`` URL, its defaults, and errors naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridkv.tiers import TierError
+from hybridkv.tiers.store_url import parse_store_url
+
+
+def test_defaults_fill_what_is_left_out() -> None:
+    url = parse_store_url("mooncake://127.0.0.1:50051")
+    assert url.master == "127.0.0.1:50051"
+    assert url.metadata == "http://127.0.0.1:8080/metadata"
+    assert (url.segment, url.buffer, url.queue) == (1 << 30, 256 << 20, 256 << 20)
+    assert (url.protocol, url.device, url.local) == ("tcp", "", "127.0.0.1")
+    assert parse_store_url("mooncake://localhost").port == 50051
+
+
+def test_every_field_is_read() -> None:
+    url = parse_store_url(
+        "mooncake://10.0.0.5:7000?metadata=http://10.0.0.5:9000/metadata&segment=4GiB"
+        "&buffer=512MiB&queue=64MiB&protocol=rdma&device=mlx5_0&local=10.0.0.7"
+    )
+    assert url.master == "10.0.0.5:7000" and url.metadata == "http://10.0.0.5:9000/metadata"
+    assert (url.segment, url.buffer, url.queue) == (4 << 30, 512 << 20, 64 << 20)
+    assert (url.protocol, url.device, url.local) == ("rdma", "mlx5_0", "10.0.0.7")
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("redis://127.0.0.1:1", "scheme must be mooncake://"),
+        ("mooncake://:50051", "HOST is missing"),
+        ("mooncake://127.0.0.1:99999", "port must be a number"),
+        ("mooncake://127.0.0.1:1?segmnt=1GiB", "unknown field 'segmnt'"),
+        ("mooncake://127.0.0.1:1?segment=lots", "field 'segment': cannot read memory size"),
+        ("mooncake://127.0.0.1:1?segment=8MiB", "field 'segment' must be at least 16MiB"),
+        ("mooncake://127.0.0.1:1?queue=1XB", "field 'queue'"),
+        ("mooncake://127.0.0.1:1?protocol=udp", "field 'protocol' must be 'tcp' or 'rdma'"),
+        ("mooncake://127.0.0.1:1?metadata=etcd://x", "field 'metadata' must be an http"),
+        ("mooncake://127.0.0.1:1?local=a&local=b", "field 'local' is given twice"),
+        ("mooncake://127.0.0.1:1/path", "give only HOST:PORT"),
+        ("", "kv_store must be a URL"),
+    ],
+)
+def test_a_bad_url_names_the_field(url: str, names: str) -> None:
+    with pytest.raises(TierError, match=names):
+        parse_store_url(url)
