@@ -30,16 +30,15 @@ TIER_GIB = 0.004  # 4 MiB per tier: every test's units fit
 
 
 def tiered_llm(ckpt: Path, disk: Path, policy: str, **kw: object) -> LLM:
-    """An engine with a host tier and a disk tier in ``disk``."""
-    return LLM(
-        ckpt,
-        block_size=BLOCK,
-        cache_policy=policy,
-        kv_offloading_size=TIER_GIB,
-        disk_cache_dir=str(disk),
-        disk_cache_size=TIER_GIB,
-        **kw,  # type: ignore[arg-type]
-    )
+    """An engine with a host tier and a disk tier in ``disk`` (``kw`` overrides)."""
+    settings: dict[str, object] = {
+        "block_size": BLOCK,
+        "cache_policy": policy,
+        "kv_offloading_size": TIER_GIB,
+        "disk_cache_dir": str(disk),
+        "disk_cache_size": TIER_GIB,
+    }
+    return LLM(ckpt, **{**settings, **kw})  # type: ignore[arg-type]
 
 
 def evict_device(llm: LLM) -> None:
@@ -66,7 +65,7 @@ class ColdEngine:
     """Tokens and logits of prompts from an engine on ``ckpt`` without tiers (cached)."""
 
     def __init__(self, ckpt: Path, **kw: object) -> None:
-        self.llm = LLM(ckpt, block_size=BLOCK, **kw)  # type: ignore[arg-type]
+        self.llm = LLM(ckpt, **{"block_size": BLOCK, **kw})  # type: ignore[arg-type]
         self._seen: dict[tuple[int, ...], tuple[list[int], torch.Tensor]] = {}
 
     def check(self, llm: LLM, prompt: list[int], n: int) -> int:
