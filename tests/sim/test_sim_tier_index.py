@@ -20,10 +20,9 @@ import pytest
 from hybridkv.core.events import BlockStored
 from hybridkv.layouts import shipped_layout
 from hybridkv.planning import plan_kv_cache
-from hybridkv.policy.cost_aware import NEUTRAL_VALUE, value_class
 from hybridkv.sim import device_profile
 from hybridkv.sim.tier_index import TierIndex
-from hybridkv.sim.tier_model import EVICT_FIRST_CLASS, TieredCache, unit_bytes
+from hybridkv.sim.tier_model import TieredCache, unit_bytes
 
 
 class Reference:
@@ -116,16 +115,15 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
     taken = [(gid, b"old-valuable", 6), (gid, b"cheap", 0), (gid, b"first", None)]
     cache.sync([], taken)
     assert taken == []  # consumed
-    # Room for two: the evict-first unit came in at the cheap unit's class, and the
-    # older of the two went down to the disk; the valuable one stayed.
-    assert (b"old-valuable", gid) in cache.host and (b"first", gid) in cache.host
+    # The evict-first unit is not demoted (as in the engine): it takes no bytes.
+    assert (b"first", gid) not in cache.host and (b"first", gid) not in cache.disk  # type: ignore[operator]
+    assert cache.demoted == 2
+    assert (b"old-valuable", gid) in cache.host and (b"cheap", gid) in cache.host
+    cache.sync([], [(gid, b"new", 6)])  # newer than "old-valuable", as valuable: "cheap" goes
     assert (b"cheap", gid) in cache.disk  # type: ignore[operator]
-    cache.sync([], [(gid, b"new", 6)])  # older than "first", but valuable: stays
-    assert (b"first", gid) in cache.disk  # type: ignore[operator]
     assert (b"old-valuable", gid) in cache.host and (b"new", gid) in cache.host
-    unit = cache.disk.units[(b"first", gid)]  # type: ignore[union-attr]
-    assert unit.cls == EVICT_FIRST_CLASS + cache.class_shift[gid]
-    assert value_class(NEUTRAL_VALUE) == EVICT_FIRST_CLASS
+    unit = cache.disk.units[(b"cheap", gid)]  # type: ignore[union-attr]
+    assert unit.cls == 0 + cache.class_shift[gid]  # its class goes down with it
     cache.device_cached[gid][b"kept"] = object()  # type: ignore[index]
     cache.sync([], [(gid, b"kept", 8)])  # a copy stays on the device: no demotion
     assert (b"kept", gid) not in cache.host
