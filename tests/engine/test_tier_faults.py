@@ -16,8 +16,9 @@ wrong is ever a hit (Gemma 3: sliding + full attention).
   mode without write, else an injected ``EACCES``): ``hybridkv serve`` prints one
   line naming ``disk_cache_dir`` and exits 2.
 
-(A flipped byte: ``test_tier_engine.py`` and, entry by entry,
-``tests/tiers/test_disk_tier_faults.py``.)
+- **a flipped byte** in a disk entry's payload: a miss, the entry removed, and
+  counted in ``/metrics`` (``test_tier_engine.py`` checks the tokens; entry by
+  entry, ``tests/tiers/test_disk_tier_faults.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from oracle import random_prompt
 from tier_runs import ColdEngine, evict_device, tier_hit, tiered_llm
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
+from hybridkv.specs import FullAttentionSpec
 from hybridkv.tiers import entry_file
 
 DOCS = [random_prompt(96, 41 + i) for i in range(3)]
@@ -121,6 +123,33 @@ def test_a_full_disk_skips_stores_with_one_warning_and_serving_goes_on(
         tier_hit(ckpt, again, [*doc, 5], "DISK", cold=cold)
         evict_device(again)
     assert again.tiers.stats.load_failures == 0
+    again.close()
+
+
+def test_a_flipped_byte_is_counted_in_metrics(ckpt: Path, cold: ColdEngine, tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from hybridkv.serving.metrics import ServerMetrics
+
+    llm = tiered_llm(ckpt, tmp_path, "lru", max_model_len=MAX_LEN)
+    tier_hit(ckpt, llm, DOCS[0], "CPU", cold=cold)
+    llm.close()
+    entries = sorted(tmp_path.rglob("*.unit"))
+    groups = llm.kv_cache_config.kv_cache_groups
+    full = next(g for g, gr in enumerate(groups) if type(gr.kv_cache_spec) is FullAttentionSpec)
+    flipped = next(p for p in entries if p.name.startswith(f"g{full}-"))  # every hit reads it
+    raw = bytearray(flipped.read_bytes())
+    raw[-1] ^= 0x01  # the payload's last byte: the header still reads fine
+    flipped.write_bytes(bytes(raw))
+    again = tiered_llm(ckpt, tmp_path, "lru", max_model_len=MAX_LEN)
+    assert again.tiers is not None and again.tiers.disk is not None
+    assert len(again.tiers.disk.keys()) == len(entries)  # found only when loaded
+    hit = cold.check(again, [*DOCS[0], 5], 2)  # the same tokens, whatever the hit
+    assert hit < 96 and again.tiers.stats.load_failures == 1  # a miss from there on
+    assert not flipped.exists() and again.tiers.disk.stats.corrupt_removed == 1
+    metrics = ServerMetrics("m")
+    metrics.refresh(again)
+    line = 'hybridkv:kv_tier_corrupt_entries_removed_total{medium="DISK",model_name="m"} 1.0'
+    assert line in metrics.render().decode().splitlines()
     again.close()
 
 
