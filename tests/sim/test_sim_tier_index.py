@@ -147,3 +147,28 @@ def test_unit_bytes_are_real_pages_over_the_groups_layers() -> None:
     config = plan_kv_cache(shipped_layout("tiny-jamba"), 3 << 20, block_size=16).kv_cache_config
     sizes = unit_bytes(config)
     assert len(sizes) == len(config.kv_cache_groups) and all(s > 0 for s in sizes)
+
+
+def test_the_seen_prompts_memory_covers_device_and_host() -> None:
+    """Under a host tier, ``hybrid`` remembers the prompts device and host hold
+    together: its ``SeenPrefixes`` grows by ``(device + host) / device``."""
+    from hybridkv import KVCacheManager
+    from hybridkv.policy import HybridOptions
+    from hybridkv.policy.options import for_host_tier
+
+    config = plan_kv_cache(shipped_layout("tiny-gemma3"), 3 << 20, block_size=16).kv_cache_config
+
+    def capacity(options: HybridOptions) -> int:
+        kv = KVCacheManager(config, 256, cache_policy="hybrid", hybrid=options)
+        seen = kv.policy.seen  # type: ignore[attr-defined]
+        assert seen is not None
+        return int(seen.capacity)
+
+    base = HybridOptions()
+    assert for_host_tier(None, 40, 0) == base  # no host: unchanged
+    tiered = for_host_tier(base, 40, 320)
+    assert tiered.tuning.seen_per_block == 9 * base.tuning.seen_per_block
+    assert capacity(tiered) == 9 * capacity(base)
+    per_block = base.tuning.seen_per_block
+    assert for_host_tier(base, 3, 1).tuning.seen_per_block == -(-per_block * 4 // 3)  # rounded up
+    assert tiered.tail == base.tail and tiered.floor_tokens == base.floor_tokens  # only that
