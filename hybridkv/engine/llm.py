@@ -89,7 +89,7 @@ from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_ty
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
-from hybridkv.offload import build_tiered_cache, check_disk_cache_dir
+from hybridkv.offload import build_tiered_cache, check_disk_cache_dir, hybrid_with_tiers
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.specs import MambaSpec
@@ -215,7 +215,7 @@ class LLM:
             hash_algo=cache.hash_algo,
             log_stats=True,
             cache_policy=cache.cache_policy,
-            hybrid=cache.hybrid,
+            hybrid=hybrid_with_tiers(cache, self.plan.available_memory_bytes),
             enable_kv_cache_events=events_config is not None,
         )
         self.tiers = build_tiered_cache(  # the host / disk tiers under the pool, or None

@@ -8,7 +8,12 @@ one from ``CacheConfig``'s tier fields. Imports torch (the engine extra):
 """
 
 from hybridkv.offload.block_bytes import BlockBytes
-from hybridkv.offload.setup import build_tiered_cache, check_disk_cache_dir, weights_identity
+from hybridkv.offload.setup import (
+    build_tiered_cache,
+    check_disk_cache_dir,
+    hybrid_with_tiers,
+    weights_identity,
+)
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tiered_cache import TieredCache
 
@@ -18,5 +23,6 @@ __all__ = [
     "TieredCache",
     "build_tiered_cache",
     "check_disk_cache_dir",
+    "hybrid_with_tiers",
     "weights_identity",
 ]

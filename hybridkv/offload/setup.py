@@ -22,6 +22,8 @@ from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.tiered_cache import TieredCache
 from hybridkv.planning import KVCacheBuffers
+from hybridkv.policy import HybridOptions
+from hybridkv.policy.options import for_host_tier
 from hybridkv.specs import KVCacheConfig
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, value_per_byte
 from hybridkv.tiers.disk_dir import check_writable
@@ -66,6 +68,25 @@ class TierSettings(Protocol):
     def disk_cache_dir(self) -> str | os.PathLike[str] | None: ...
     @property
     def disk_cache_size(self) -> float | None: ...
+
+
+class PolicySettings(TierSettings, Protocol):
+    """The cache policy fields of the engine's ``CacheConfig``, with the tier fields."""
+
+    @property
+    def cache_policy(self) -> str: ...
+    @property
+    def hybrid(self) -> HybridOptions | None: ...
+
+
+def hybrid_with_tiers(settings: PolicySettings, device_bytes: int) -> HybridOptions | None:
+    """The ``hybrid`` options for a device pool of ``device_bytes`` under these tiers:
+    with a host tier, the policy's memory of seen prompts covers device and host
+    (``policy.options.for_host_tier``, as ``hybridkv simulate --host-memory`` does);
+    without one, or under ``lru``, ``settings.hybrid`` unchanged."""
+    if settings.kv_offloading_size is None or settings.cache_policy != "hybrid":
+        return settings.hybrid
+    return for_host_tier(settings.hybrid, device_bytes, int(settings.kv_offloading_size * GIB))
 
 
 def build_tiered_cache(
