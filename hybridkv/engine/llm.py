@@ -14,13 +14,11 @@ kernel runs each op) that every step's batch and the sampler use.
 ``cuda_graphs=True`` replays steps from CUDA graphs (``hybridkv.engine.graphs``: decode steps and
 small steps (up to 511 new tokens) of every family on CUDA with the ``triton`` backend; anything
 else is refused with the reason; ``runner.graphs.stats`` counts replays).
-``kv_offloading_size`` (GiB of host RAM), ``disk_cache_dir`` and ``disk_cache_size`` (GiB)
-put tiers under the device pool, and ``kv_store`` (``mooncake://HOST:PORT?...``) a
-Mooncake Store that replicas share under them (``hybridkv.offload``, docs/tiers.md).
+``kv_offloading_size`` / ``disk_cache_dir`` / ``disk_cache_size`` (GiB) put tiers under the
+device pool, ``kv_store`` a shared Mooncake Store (``hybridkv.offload``, docs/tiers.md).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
 BlockStored / BlockRemoved / AllBlocksCleared events in vLLM 0.33's ZMQ wire
-format after every step (``hybridkv.events``, docs/kv_events.md); ``close()``
-sends what is pending and closes the sockets. Without it nothing extra runs.
+format after every step (``hybridkv.events``, docs/kv_events.md; ``close()`` sends the rest).
 The settings group into ``CacheConfig``, ``SchedulerConfig`` and
 ``ExecutionConfig`` (``hybridkv.engine.config``): pass them whole, or the
 keyword arguments of their field names (same defaults); ``self.cache_config``
@@ -88,7 +86,7 @@ from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_ty
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
-from hybridkv.offload import build_tiered_cache, check_disk_cache_dir, check_kv_store
+from hybridkv.offload import build_tiered_cache, check_tier_settings, hybrid_with_tiers
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.specs import MambaSpec
@@ -148,8 +146,7 @@ class LLM:
             cache_config, scheduler_config, execution_config, keywords
         )
         self.cache_config, self.scheduler_config, self.execution_config = cache, sched, run
-        check_disk_cache_dir(cache.disk_cache_dir)  # a one-line TierError before any load
-        check_kv_store(cache.kv_store)  # likewise: the store's address, if it cannot be reached
+        check_tier_settings(cache)  # a one-line TierError (disk folder, store) before any load
         self.device = resolve_device(run.device)
         self.kernel_backend = resolve_kernel_backend(run.kernel_backend, self.device)
 
@@ -217,7 +214,7 @@ class LLM:
             hash_algo=cache.hash_algo,
             log_stats=True,
             cache_policy=cache.cache_policy,
-            hybrid=cache.hybrid,
+            hybrid=hybrid_with_tiers(cache, self.plan.available_memory_bytes),
             enable_kv_cache_events=events_config is not None,
         )
         self.tiers = build_tiered_cache(  # the host / disk tiers under the pool, or None

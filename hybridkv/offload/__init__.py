@@ -13,6 +13,8 @@ from hybridkv.offload.setup import (
     build_tiered_cache,
     check_disk_cache_dir,
     check_kv_store,
+    check_tier_settings,
+    hybrid_with_tiers,
     weights_identity,
 )
 from hybridkv.offload.stats import OffloadStats
@@ -25,5 +27,7 @@ __all__ = [
     "build_tiered_cache",
     "check_disk_cache_dir",
     "check_kv_store",
+    "check_tier_settings",
+    "hybrid_with_tiers",
     "weights_identity",
 ]

@@ -23,6 +23,8 @@ from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tiered_cache import TieredCache
 from hybridkv.planning import KVCacheBuffers
+from hybridkv.policy import HybridOptions
+from hybridkv.policy.options import for_host_tier
 from hybridkv.specs import KVCacheConfig
 from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, MooncakeTier, value_per_byte
 from hybridkv.tiers.disk_dir import check_writable
@@ -81,6 +83,32 @@ class TierSettings(Protocol):
     def disk_cache_size(self) -> float | None: ...
     @property
     def kv_store(self) -> str | None: ...
+
+
+def check_tier_settings(settings: TierSettings) -> None:
+    """``check_disk_cache_dir`` and ``check_kv_store`` of ``settings``: one-line
+    ``TierError``s before any weight is read."""
+    check_disk_cache_dir(settings.disk_cache_dir)
+    check_kv_store(settings.kv_store)
+
+
+class PolicySettings(TierSettings, Protocol):
+    """The cache policy fields of the engine's ``CacheConfig``, with the tier fields."""
+
+    @property
+    def cache_policy(self) -> str: ...
+    @property
+    def hybrid(self) -> HybridOptions | None: ...
+
+
+def hybrid_with_tiers(settings: PolicySettings, device_bytes: int) -> HybridOptions | None:
+    """The ``hybrid`` options for a device pool of ``device_bytes`` under these tiers:
+    with a host tier, the policy's memory of seen prompts covers device and host
+    (``policy.options.for_host_tier``, as ``hybridkv simulate --host-memory`` does);
+    without one, or under ``lru``, ``settings.hybrid`` unchanged."""
+    if settings.kv_offloading_size is None or settings.cache_policy != "hybrid":
+        return settings.hybrid
+    return for_host_tier(settings.hybrid, device_bytes, int(settings.kv_offloading_size * GIB))
 
 
 def build_tiered_cache(

@@ -26,7 +26,7 @@ Invalid values raise a ``ValueError`` that names the ``hybrid_*`` keyword.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
@@ -143,3 +143,22 @@ class HybridOptions:
     def bonus(self) -> float:
         """The return bonus in force (``return_bonus``, else the tuning's)."""
         return self.tuning.return_bonus if self.return_bonus is None else float(self.return_bonus)
+
+
+def for_host_tier(
+    options: HybridOptions | None, device_bytes: int, host_bytes: int
+) -> HybridOptions:
+    """``options`` for a device pool of ``device_bytes`` with a host tier of
+    ``host_bytes`` under it: the memory of seen prompts (``SeenPrefixes``,
+    ``seen_per_block`` per pool block) grows by ``(device + host) / device``, so
+    that it covers what device and host hold together and a prompt demoted to the
+    host is still known as returning when it comes back. (Sized for the device
+    alone it held gemma-3-27b's tier at 82 % of the same bytes on the device at 8x,
+    4,000 Mooncake requests; ``benchmarks/results/tiers-sim.md``. A disk tier is
+    not counted: untested, and often 10-100x the device.)"""
+    options = options if options is not None else HybridOptions()
+    if host_bytes <= 0:
+        return options
+    tuning = options.tuning
+    seen = -(-tuning.seen_per_block * (device_bytes + host_bytes) // device_bytes)
+    return replace(options, tuning=tuning.replace(seen_per_block=seen))

@@ -36,6 +36,7 @@ from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.layouts import ModelLayout
 from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.policy import eviction_factory
+from hybridkv.policy.options import for_host_tier
 from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind
 from hybridkv.sim.collector import collector_paused
 from hybridkv.sim.cost_model import CostModel
@@ -121,16 +122,19 @@ def replay_trace(
     write_through = options.policy == "lru"
     taken: list[Taken] = []
     free_set = None
+    hybrid = options.hybrid
     if tiered and not write_through:  # hybrid demotes what the free set hands out
         specs = [g.kv_cache_spec for g in config.kv_cache_groups]
-        free_set = recording(eviction_factory(options.policy, options.hybrid, specs, True), taken)
+        free_set = recording(eviction_factory(options.policy, hybrid, specs, True), taken)
+        assert options.host_memory_bytes is not None
+        hybrid = for_host_tier(hybrid, options.memory_bytes, options.host_memory_bytes)
     manager = KVCacheManager(
         config,
         max_model_len,
         enable_caching=True,
         hash_algo=options.hash_algo,
         cache_policy=options.policy,
-        hybrid=options.hybrid,
+        hybrid=hybrid,
         enable_kv_cache_events=tiered and write_through,
         eviction_policy=free_set,
     )

@@ -10,11 +10,14 @@ units get there is the policy's:
   in every tier; a hit touches the tier that serves it.
 - demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
   stored in the host with its value class, scaled from per page to per unit
-  byte, and ranked as on the device (``TierIndex``: recency plus value); a
-  block released ``evict_first`` comes in at the lowest class
-  (``EVICT_FIRST_CLASS``), below every kept unit. What the host evicts goes
-  to disk with its class. KV blocks and Mamba states share the host's bytes by
-  that ranking alone, with no fixed split.
+  byte, and ranked as on the device (``TierIndex``: recency plus value). A
+  block released ``evict_first`` (no kept point needs it) is not demoted, as
+  in the engine (``CachePolicy.demotion_value`` is None for it): on the device
+  such a block is reused first and displaces nothing, while in a tier it would
+  take bytes and push kept units out (on gemma-3-27b's windows, most of what
+  the pool evicts). What the host evicts goes to disk with its class. KV
+  blocks and Mamba states share the host's bytes by that ranking alone, with
+  no fixed split.
 
 ``admit`` finds a request's hit across device and tiers at its first
 admission by the coordinator's rule (``tiered_hit_length``): a fixed point
@@ -57,13 +60,6 @@ def unit_bytes(config: KVCacheConfig) -> list[int]:
         page = spec.state_size_bytes if isinstance(spec, MambaSpec) else spec.page_size_bytes
         out.append(page * len(group.layer_names))
     return out
-
-
-#: The value class a block released ``evict_first`` is demoted with: that of a
-#: block released with no value (``cost_aware.NEUTRAL_VALUE``, one token saved
-#: per page: ``value_class(NEUTRAL_VALUE)`` = floor(2 * log2(1)) = 0), below
-#: every unit a hit point keeps.
-EVICT_FIRST_CLASS = 0
 
 
 class TierLoad(NamedTuple):
@@ -128,10 +124,9 @@ class TieredCache:
         else:
             cached = self.device_cached
             for gid, h, cls in taken:
-                if h in cached[gid]:  # a copy stays on the device
+                if cls is None or h in cached[gid]:  # evict-first; a copy on the device
                     continue
                 self.demoted += 1
-                cls = EVICT_FIRST_CLASS if cls is None else cls
                 self._demote(self.host, (h, gid), gid, cls + self.class_shift[gid])
         taken.clear()
 

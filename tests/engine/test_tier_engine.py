@@ -216,3 +216,31 @@ def test_a_failed_step_leaves_nothing_for_the_tiers(
     folder = llm.tiers.disk.folder
     llm.close()
     assert not list(folder.glob("*.unit"))
+
+
+def test_a_host_tier_sizes_the_seen_prompt_memory_for_device_and_host(
+    ckpt: Path, cold: LLM
+) -> None:
+    """Under ``hybrid`` the memory of seen prompts covers device and host together
+    (``offload.hybrid_with_tiers``, as the simulator's); under ``lru`` nothing changes."""
+    from hybridkv.offload import hybrid_with_tiers
+
+    def seen(llm: LLM) -> int:
+        memory = llm.manager.policy.seen  # type: ignore[attr-defined]
+        assert memory is not None
+        return int(memory.capacity)
+
+    device = LLM(ckpt, block_size=4, max_model_len=MAX_LEN, cache_policy="hybrid")
+    tiered = _tiered(ckpt, cold, cache_policy="hybrid")
+    assert tiered.tiers is not None
+    ratio = (tiered.plan.available_memory_bytes + tiered.tiers.host.budget_bytes) / (
+        tiered.plan.available_memory_bytes
+    )
+    per_block = seen(tiered) / tiered.manager.block_pool.num_blocks
+    base = seen(device) / device.manager.block_pool.num_blocks
+    assert per_block == pytest.approx(base * ratio, rel=0.05) and ratio > 2
+    assert hybrid_with_tiers(tiered.cache_config, 1) is not None
+    lru = _tiered(ckpt, cold)
+    assert hybrid_with_tiers(lru.cache_config, 1) is None  # lru: no hybrid options
+    tiered.close()
+    lru.close()

@@ -20,10 +20,9 @@ import pytest
 from hybridkv.core.events import BlockStored
 from hybridkv.layouts import shipped_layout
 from hybridkv.planning import plan_kv_cache
-from hybridkv.policy.cost_aware import NEUTRAL_VALUE, value_class
 from hybridkv.sim import device_profile
 from hybridkv.sim.tier_index import TierIndex
-from hybridkv.sim.tier_model import EVICT_FIRST_CLASS, TieredCache, unit_bytes
+from hybridkv.sim.tier_model import TieredCache, unit_bytes
 
 
 class Reference:
@@ -116,16 +115,15 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
     taken = [(gid, b"old-valuable", 6), (gid, b"cheap", 0), (gid, b"first", None)]
     cache.sync([], taken)
     assert taken == []  # consumed
-    # Room for two: the evict-first unit came in at the cheap unit's class, and the
-    # older of the two went down to the disk; the valuable one stayed.
-    assert (b"old-valuable", gid) in cache.host and (b"first", gid) in cache.host
+    # The evict-first unit is not demoted (as in the engine): it takes no bytes.
+    assert (b"first", gid) not in cache.host and (b"first", gid) not in cache.disk  # type: ignore[operator]
+    assert cache.demoted == 2
+    assert (b"old-valuable", gid) in cache.host and (b"cheap", gid) in cache.host
+    cache.sync([], [(gid, b"new", 6)])  # newer than "old-valuable", as valuable: "cheap" goes
     assert (b"cheap", gid) in cache.disk  # type: ignore[operator]
-    cache.sync([], [(gid, b"new", 6)])  # older than "first", but valuable: stays
-    assert (b"first", gid) in cache.disk  # type: ignore[operator]
     assert (b"old-valuable", gid) in cache.host and (b"new", gid) in cache.host
-    unit = cache.disk.units[(b"first", gid)]  # type: ignore[union-attr]
-    assert unit.cls == EVICT_FIRST_CLASS + cache.class_shift[gid]
-    assert value_class(NEUTRAL_VALUE) == EVICT_FIRST_CLASS
+    unit = cache.disk.units[(b"cheap", gid)]  # type: ignore[union-attr]
+    assert unit.cls == 0 + cache.class_shift[gid]  # its class goes down with it
     cache.device_cached[gid][b"kept"] = object()  # type: ignore[index]
     cache.sync([], [(gid, b"kept", 8)])  # a copy stays on the device: no demotion
     assert (b"kept", gid) not in cache.host
@@ -149,3 +147,28 @@ def test_unit_bytes_are_real_pages_over_the_groups_layers() -> None:
     config = plan_kv_cache(shipped_layout("tiny-jamba"), 3 << 20, block_size=16).kv_cache_config
     sizes = unit_bytes(config)
     assert len(sizes) == len(config.kv_cache_groups) and all(s > 0 for s in sizes)
+
+
+def test_the_seen_prompts_memory_covers_device_and_host() -> None:
+    """Under a host tier, ``hybrid`` remembers the prompts device and host hold
+    together: its ``SeenPrefixes`` grows by ``(device + host) / device``."""
+    from hybridkv import KVCacheManager
+    from hybridkv.policy import HybridOptions
+    from hybridkv.policy.options import for_host_tier
+
+    config = plan_kv_cache(shipped_layout("tiny-gemma3"), 3 << 20, block_size=16).kv_cache_config
+
+    def capacity(options: HybridOptions) -> int:
+        kv = KVCacheManager(config, 256, cache_policy="hybrid", hybrid=options)
+        seen = kv.policy.seen  # type: ignore[attr-defined]
+        assert seen is not None
+        return int(seen.capacity)
+
+    base = HybridOptions()
+    assert for_host_tier(None, 40, 0) == base  # no host: unchanged
+    tiered = for_host_tier(base, 40, 320)
+    assert tiered.tuning.seen_per_block == 9 * base.tuning.seen_per_block
+    assert capacity(tiered) == 9 * capacity(base)
+    per_block = base.tuning.seen_per_block
+    assert for_host_tier(base, 3, 1).tuning.seen_per_block == -(-per_block * 4 // 3)  # rounded up
+    assert tiered.tail == base.tail and tiered.floor_tokens == base.floor_tokens  # only that
