@@ -99,9 +99,10 @@ class HostStores:
         ``events``, a unit skipped for room (``TierFullError``) sent to ``overflow``,
         or nothing (held already). Returns the stores started."""
         started = 0
+        reading: dict[Transfer, list[KVCacheBlock]] = {}  # a row batch's one transfer
         for key, (gid, b), outcome in zip(keys, blocks, outcomes, strict=True):
             if isinstance(outcome, Transfer):
-                self.pending.add(b, outcome)
+                reading.setdefault(outcome, []).append(b)
                 started += 1
                 if self.events is not None:
                     self.events.storing(key, outcome, "CPU")
@@ -110,6 +111,8 @@ class HostStores:
                     self.overflow(key, self.block_bytes.parts(gid, b.block_id), value)
             else:
                 assert outcome is None, f"a store of {key!r} failed to start: {outcome!r}"
+        for transfer, read in reading.items():
+            self.pending.add_many(read, transfer)
         return started
 
 
