@@ -37,6 +37,13 @@ class PendingStores:
         if not transfer.done():
             self._by_block.setdefault(block.block_id, []).append(transfer)
 
+    def add_many(self, blocks: list[KVCacheBlock], transfer: Transfer) -> None:
+        """``transfer`` reads every block of ``blocks`` (a row batch's one transfer;
+        a no-op if it is done already: one check for them all)."""
+        if not transfer.done():
+            for b in blocks:
+                self._by_block.setdefault(b.block_id, []).append(transfer)
+
     def before_reuse(self, blocks: list[KVCacheBlock]) -> None:
         """``blocks`` are about to be handed out: order that after their stores."""
         if not self._by_block:

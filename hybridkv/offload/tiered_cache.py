@@ -207,8 +207,7 @@ class TieredCache:
         too), which a write-through policy stores."""
         self.cost.observe_step(tokens, prefill_tokens, seconds)
         if self.write_through is not None and self.demotion is not None:
-            for request, first, end in computed:
-                self.write_through.computed(request, first, end)
+            self.write_through.computed(computed)
             self.demotion.flush_spills()  # what the host evicted for them goes to disk
 
     def poll(self) -> None:

@@ -7,6 +7,9 @@ batch move as one ``Rows`` transfer: one gather or scatter per layer and no
 tensor view per unit. Elsewhere (CUDA: ``TorchHostMemory``) each unit moves as
 its parts (one view per layer), in one ``store_many`` / ``load_many`` batch.
 Either way the caller sees one transfer per unit (a group's units share one).
+``start_row_stores`` starts a batch of row stores without waiting for them
+(``HostStores``: write-through and swaps, asynchronous); ``store_units``
+waits (``Demotion``).
 """
 
 from __future__ import annotations
@@ -25,25 +28,24 @@ def _by_group(units: Sequence[tuple[UnitKey, int]]) -> dict[int, list[int]]:
     return groups
 
 
-def _rows_ok(host: HostTier, block_bytes: BlockBytes) -> bool:
+def rows_ok(host: HostTier, block_bytes: BlockBytes) -> bool:
+    """True when units move as rows: CPU KV buffers and a host tier over a ``SlabMemory``."""
     return block_bytes.has_rows and host.takes_rows
 
 
-def store_units(
+def start_row_stores(
     host: HostTier,
     block_bytes: BlockBytes,
     units: Sequence[tuple[UnitKey, int]],
     values: Sequence[float | None],
-) -> list[BaseException | None]:
-    """Store each unit's block into the host tier and wait for the copies: per
-    unit, None once it is held, else the error (``TierFullError``: no room)."""
-    if not _rows_ok(host, block_bytes):
-        items = [
-            (key, block_bytes.parts(key.group_id, b), v)
-            for (key, b), v in zip(units, values, strict=True)
-        ]
-        return [None if t.wait() else t.error for t in host.store_many(items)]
-    out: list[BaseException | None] = [None] * len(units)
+) -> list[Transfer | BaseException | None]:
+    """Start storing each unit's block as rows (``rows_ok`` must hold): one
+    transfer per group, its copies one job on the copy thread, not waited for.
+    Per unit: the transfer copying it (its group's), the error it was skipped
+    with (``TierFullError``: no room), or None when the host holds it already
+    or is storing it (touched, not copied; so is a key repeated in ``units``
+    after its first time)."""
+    out: list[Transfer | BaseException | None] = [None] * len(units)
     groups = list(_by_group(units).items())
     batches = [
         (
@@ -56,11 +58,35 @@ def store_units(
     for (_, at), (transfer, skipped) in zip(groups, host.store_rows(batches), strict=True):
         for k, error in skipped:
             out[at[k]] = error
-        if not transfer.wait():
-            copied = set(transfer.keys)
-            for i in at:
-                if units[i][0] in copied:
-                    out[i] = transfer.error
+        copied = set(transfer.keys)
+        for i in at:
+            key = units[i][0]
+            if key in copied:
+                out[i] = transfer
+                copied.discard(key)  # a repeated key: its first unit is the one copied
+    return out
+
+
+def store_units(
+    host: HostTier,
+    block_bytes: BlockBytes,
+    units: Sequence[tuple[UnitKey, int]],
+    values: Sequence[float | None],
+) -> list[BaseException | None]:
+    """Store each unit's block into the host tier and wait for the copies: per
+    unit, None once it is held, else the error (``TierFullError``: no room)."""
+    if not rows_ok(host, block_bytes):
+        items = [
+            (key, block_bytes.parts(key.group_id, b), v)
+            for (key, b), v in zip(units, values, strict=True)
+        ]
+        return [None if t.wait() else t.error for t in host.store_many(items)]
+    out: list[BaseException | None] = []
+    for started in start_row_stores(host, block_bytes, units, values):
+        if isinstance(started, Transfer):
+            out.append(None if started.wait() else started.error)
+        else:
+            out.append(started)
     return out
 
 
@@ -69,7 +95,7 @@ def load_units(
 ) -> list[Transfer | None]:
     """Start copying each unit (held by the host tier: pin them first) into its
     block; the transfer of each unit (None: not held)."""
-    if not _rows_ok(host, block_bytes):
+    if not rows_ok(host, block_bytes):
         return host.load_many([(key, block_bytes.parts(key.group_id, b)) for key, b in units])
     groups = list(_by_group(units).items())
     batches = [

@@ -4,7 +4,9 @@ The ``lru`` baseline with tiers (``CachePolicy.writes_through``), as vLLM's
 ``OffloadingConnector`` does it: after each step, every full block a
 scheduled request's step computed (and, at its first step, the blocks of its
 prefix hit) is stored in the host tier as ``UnitKey(block hash, group)``
-unless the tier holds it already (then it is touched, as a use). Nothing is
+unless the tier holds it already (then it is touched, as a use); the step's
+blocks go as one batch (``HostStores``: on the CPU one transfer per group and
+one gather per layer). Nothing is
 demoted when the pool later reuses the block (``LruPolicy.demotion_value`` is
 None): the host already has it, or its LRU dropped it.
 
@@ -24,7 +26,7 @@ partial last block (no hash) are not stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +37,8 @@ from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.pending_stores import PendingStores
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
-from hybridkv.tiers import HostTier, TierFullError, UnitKey
+from hybridkv.offload.unit_batches import rows_ok, start_row_stores
+from hybridkv.tiers import HostTier, TierFullError, Transfer, UnitKey
 
 #: Where a unit the host tier has no room for goes: ``(key, parts, value)``.
 Overflow = Callable[[UnitKey, list[Any], "float | None"], None]
@@ -46,7 +49,12 @@ class HostStores:
     """Asynchronous stores of device blocks into the host tier: each registered in
     ``pending`` (the block's reuse waits for it) and announced by ``events`` once
     landed; a unit the host has no room for (a batch never evicts its own entries
-    in flight) goes to ``overflow`` (the disk tier), else nowhere."""
+    in flight) goes to ``overflow`` (the disk tier), else nowhere.
+
+    On the CPU (``rows_ok``: a ``SlabMemory`` host) a batch moves as rows: one
+    transfer per group, one gather per layer, on the copy thread
+    (``start_row_stores``); the transfer is registered for each block it reads.
+    Elsewhere (CUDA: ``TorchHostMemory``) each unit is one ``store_many`` item."""
 
     host: HostTier
     block_bytes: BlockBytes
@@ -62,6 +70,10 @@ class HostStores:
         for gid, b in blocks:
             assert b.block_hash is not None
             keys.append(UnitKey(b.block_hash, gid))
+        if rows_ok(self.host, self.block_bytes):
+            units = [(k, b.block_id) for k, (_, b) in zip(keys, blocks, strict=True)]
+            started = start_row_stores(self.host, self.block_bytes, units, [value] * len(units))
+            return self._register(keys, blocks, started, value)
         todo = [
             (k, b)
             for k, b, held in zip(keys, blocks, self.host.touch(keys), strict=True)
@@ -70,16 +82,37 @@ class HostStores:
         if not todo:
             return 0
         items = [(k, self.block_bytes.parts(gid, b.block_id), value) for k, (gid, b) in todo]
+        transfers = self.host.store_many(items)
+        outcomes: list[Transfer | BaseException | None] = [
+            t.error if t.done() and isinstance(t.error, TierFullError) else t for t in transfers
+        ]
+        return self._register([k for k, _ in todo], [gb for _, gb in todo], outcomes, value)
+
+    def _register(
+        self,
+        keys: list[UnitKey],
+        blocks: list[tuple[int, KVCacheBlock]],
+        outcomes: list[Transfer | BaseException | None],
+        value: float | None,
+    ) -> int:
+        """Per unit: its store in flight (a transfer) registered with ``pending`` and
+        ``events``, a unit skipped for room (``TierFullError``) sent to ``overflow``,
+        or nothing (held already). Returns the stores started."""
         started = 0
-        for (_, (_, b)), item, t in zip(todo, items, self.host.store_many(items), strict=True):
-            if t.done() and isinstance(t.error, TierFullError):
+        reading: dict[Transfer, list[KVCacheBlock]] = {}  # a row batch's one transfer
+        for key, (gid, b), outcome in zip(keys, blocks, outcomes, strict=True):
+            if isinstance(outcome, Transfer):
+                reading.setdefault(outcome, []).append(b)
+                started += 1
+                if self.events is not None:
+                    self.events.storing(key, outcome, "CPU")
+            elif isinstance(outcome, TierFullError):
                 if self.overflow is not None:
-                    self.overflow(*item)
-                continue
-            self.pending.add(b, t)
-            started += 1
-            if self.events is not None:
-                self.events.storing(item[0], t, "CPU")
+                    self.overflow(key, self.block_bytes.parts(gid, b.block_id), value)
+            else:
+                assert outcome is None, f"a store of {key!r} failed to start: {outcome!r}"
+        for transfer, read in reading.items():
+            self.pending.add_many(read, transfer)
         return started
 
 
@@ -92,15 +125,17 @@ class WriteThrough:
         self.stores = stores
         self.stats = stats
 
-    def computed(self, request: Request, first: int, end: int) -> None:
-        """``request``'s tokens ``[first, end)`` are computed (or were its hit, for
-        ``first`` 0): store the full blocks among them."""
-        tables = self.coordinator.get_blocks(request.request_id)
+    def computed(self, computed: Sequence[tuple[Request, int, int]]) -> None:
+        """Each ``(request, first, end)``: ``request``'s tokens ``[first, end)`` are
+        computed (or were its hit, for ``first`` 0). Store the full blocks among
+        them, every request's as one batch (one transfer per group on the CPU)."""
         blocks: list[tuple[int, KVCacheBlock]] = []
-        for gid, table in enumerate(tables):
-            bs = self.block_sizes[gid]
-            for b in table[first // bs : end // bs]:
-                if b.block_hash is not None and not b.is_null:
-                    blocks.append((gid, b))
+        for request, first, end in computed:
+            tables = self.coordinator.get_blocks(request.request_id)
+            for gid, table in enumerate(tables):
+                bs = self.block_sizes[gid]
+                for b in table[first // bs : end // bs]:
+                    if b.block_hash is not None and not b.is_null:
+                        blocks.append((gid, b))
         if blocks:
             self.stats.written_through += self.stores.store(blocks, None)

@@ -13,15 +13,21 @@ None) and ``"recompute"`` never swaps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from factories import admit, toks
 from tier_helpers import fill, tiered_manager
 
 from hybridkv import Request
+from hybridkv.offload import BlockBytes
 from hybridkv.offload.load_cost import MIN_PREFILL_TOKENS, LoadCost
+from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 128
 MAMBA_BLOCK = 32  # tiny-jamba's planned block size (every group's)
+#: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
+MakeMemory = Callable[[BlockBytes, int], HostMemory]
 
 
 def _evict_and_wipe(kv: object, buffers: object) -> None:
@@ -32,8 +38,12 @@ def _evict_and_wipe(kv: object, buffers: object) -> None:
 
 
 @pytest.mark.parametrize("policy", ["lru", "hybrid"])
-def test_a_swap_restores_up_to_the_last_kept_mamba_state(policy: str) -> None:
-    kv, buffers, tiers, _ = tiered_manager("tiny-jamba", policy=policy, max_len=MAX_LEN)
+def test_a_swap_restores_up_to_the_last_kept_mamba_state(
+    policy: str, host_memory: MakeMemory
+) -> None:
+    kv, buffers, tiers, _ = tiered_manager(
+        "tiny-jamba", policy=policy, max_len=MAX_LEN, make_memory=host_memory
+    )
     r = Request("a", toks(48 + 8))
     hit, _ = admit(kv, r)
     assert hit == 0
@@ -67,9 +77,9 @@ def test_a_swap_restores_up_to_the_last_kept_mamba_state(policy: str) -> None:
     [(None, 1.0, True), (None, 1e-12, False), ("recompute", 1.0, False), ("swap", 1e-12, True)],
 )
 def test_the_mode_or_the_cost_model_decides(
-    mode: str | None, seconds_per_token: float, swapped: bool
+    mode: str | None, seconds_per_token: float, swapped: bool, host_memory: MakeMemory
 ) -> None:
-    kv, _, tiers, _ = tiered_manager("tiny-jamba", max_len=MAX_LEN)
+    kv, _, tiers, _ = tiered_manager("tiny-jamba", max_len=MAX_LEN, make_memory=host_memory)
     tiers.cost.observe_step(100, 100, 100 * seconds_per_token)  # recompute: measured
     r = Request("a", toks(48 + 8))
     admit(kv, r)
@@ -99,8 +109,10 @@ def test_the_cost_model() -> None:
     assert not cost.load_cheaper(int(bw * 0.2), 10)
 
 
-def test_a_failed_reload_recomputes() -> None:
-    kv, buffers, tiers, copier = tiered_manager("tiny-jamba", max_len=MAX_LEN)
+def test_a_failed_reload_recomputes(host_memory: MakeMemory) -> None:
+    kv, buffers, tiers, copier = tiered_manager(
+        "tiny-jamba", max_len=MAX_LEN, make_memory=host_memory
+    )
     r = Request("a", toks(48 + 8))
     admit(kv, r)
     r.num_computed_tokens = 48

@@ -12,23 +12,33 @@ pool's reuse demotes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 from factories import admit, toks
 from tier_helpers import blocked_until_opened, compute, computed, fill, tiered_manager
 
 from hybridkv import Request
+from hybridkv.offload import BlockBytes
 from hybridkv.tiers import UnitKey
+from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 64
+#: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
+MakeMemory = Callable[[BlockBytes, int], HostMemory]
 
 
 def _host_bytes(tiers: object, key: UnitKey) -> bytes:
     t = tiers.host.load(key)  # type: ignore[attr-defined]
     assert t is not None and t.wait()
-    return b"".join(bytes(p.numpy()) for p in t.result)
+    return b"".join(bytes(np.asarray(p)) for p in t.result)  # tensors or arrays
 
 
-def test_lru_writes_computed_blocks_through_and_reuse_waits_for_the_copies() -> None:
-    kv, _, tiers, copier = tiered_manager("tiny-gemma3", max_len=MAX_LEN)
+def test_lru_writes_computed_blocks_through_and_reuse_waits_for_the_copies(
+    host_memory: MakeMemory,
+) -> None:
+    kv, _, tiers, copier = tiered_manager("tiny-gemma3", max_len=MAX_LEN, make_memory=host_memory)
     r = Request("a", toks(MAX_LEN - 5))  # a partial last block
     admit(kv, r)
     want = fill(kv, tiers, r)
@@ -55,8 +65,49 @@ def test_lru_writes_computed_blocks_through_and_reuse_waits_for_the_copies() -> 
     tiers.close()
 
 
-def test_a_hit_block_the_host_dropped_is_stored_again() -> None:
-    kv, _, tiers, _ = tiered_manager("tiny-gemma3", max_len=MAX_LEN)
+def test_a_steps_blocks_of_every_request_are_one_batch(host_memory: MakeMemory) -> None:
+    kv, _, tiers, _ = tiered_manager("tiny-gemma3", max_len=MAX_LEN, make_memory=host_memory)
+    rs = [Request("a", toks(40)), Request("b", toks(40, start=1000))]
+    want: dict[Any, bytes] = {}
+    for r in rs:
+        admit(kv, r)
+        want |= fill(kv, tiers, r, seed=len(want))
+    tiers.after_step([(r, 0, r.num_tokens) for r in rs], 80, 80, 0.0)
+    tiers.pending.wait_all()
+    groups = {gid for gid, _ in want}
+    assert tiers.stats.written_through == tiers.host.stats.stores == len(want)
+    if tiers.host.takes_rows:  # one transfer (one gather per layer) per group, both requests
+        assert tiers.host.copies.store.calls == 1
+        assert tiers.host.copies.store.batches == len(groups) > 1
+    else:  # TorchHostMemory (the CUDA path's shape): unit by unit
+        assert tiers.host.copies.store.batches == 0
+    for gid, h in want:
+        assert _host_bytes(tiers, UnitKey(h, gid)) == want[(gid, h)]
+    for r in rs:
+        kv.free(r)
+    tiers.check_integrity()
+    tiers.close()
+
+
+def test_a_failed_store_keeps_nothing_and_the_reuse_goes_on(host_memory: MakeMemory) -> None:
+    kv, _, tiers, copier = tiered_manager("tiny-gemma3", max_len=MAX_LEN, make_memory=host_memory)
+    r = Request("a", toks(MAX_LEN - 8))
+    admit(kv, r)
+    want = fill(kv, tiers, r)
+    copier.fail = True  # every copy raises
+    computed(tiers, r)
+    kv.free(r)
+    pool = kv.block_pool
+    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))  # waits for the failed stores
+    assert len(tiers.pending) == 0
+    assert tiers.host.keys() == [] and tiers.host.used_bytes == 0
+    assert tiers.host.stats.store_failures == len(want) and tiers.host.stats.stores == 0
+    tiers.check_integrity()
+    tiers.close()
+
+
+def test_a_hit_block_the_host_dropped_is_stored_again(host_memory: MakeMemory) -> None:
+    kv, _, tiers, _ = tiered_manager("tiny-gemma3", max_len=MAX_LEN, make_memory=host_memory)
     prompt = toks(MAX_LEN - 8)
     want = compute(kv, tiers, Request("a", prompt))
     tiers.pending.wait_all()

@@ -1,5 +1,6 @@
-"""``copy_rows``: a batch of units moved with one gather or scatter per part,
-checked against a row-by-row copy on random, consecutive and reversed rows."""
+"""``copy_rows``: a batch of units moved with one gather or scatter per part (or
+run by run), checked against a row-by-row copy on random, consecutive and
+reversed rows."""
 
 from __future__ import annotations
 
@@ -41,18 +42,20 @@ def test_copy_rows_equals_a_row_by_row_copy(data: st.DataObject) -> None:
     for d, s in zip(dst_rows, src_rows, strict=True):
         for j, size in enumerate(sizes):
             want[j][d, :size] = src[j][s, :size]
-    assert copy_rows(dst, dst_rows, src, src_rows, sizes) == n * sum(sizes)
+    run_bytes = data.draw(st.sampled_from([0, 4, 1 << 30]))  # by runs, either, gathered
+    assert copy_rows(dst, dst_rows, src, src_rows, sizes, run_bytes) == n * sum(sizes)
     for got, ref in zip(dst, want, strict=True):
         np.testing.assert_array_equal(got, ref)
 
 
-def test_strided_rows_of_a_shared_buffer() -> None:
+@pytest.mark.parametrize("run_bytes", [0, 1 << 30])  # run by run, gathered
+def test_strided_rows_of_a_shared_buffer(run_bytes: int) -> None:
     """Rows whose stride is larger than their bytes (a layer's pages inside block slots)."""
     raw = np.arange(8 * 12, dtype=np.uint32).astype(np.uint8)
     rows = np.lib.stride_tricks.as_strided(raw[4:], shape=(8, 5), strides=(12, 1))
-    out = np.zeros((3, 5), np.uint8)
-    copy_rows([out], [0, 1, 2], [rows], [6, 2, 7], [5])
-    np.testing.assert_array_equal(out, raw.reshape(8, 12)[[6, 2, 7], 4:9])
+    out = np.zeros((4, 5), np.uint8)
+    copy_rows([out], [0, 1, 2, 3], [rows], [6, 2, 3, 7], [5], run_bytes)
+    np.testing.assert_array_equal(out, raw.reshape(8, 12)[[6, 2, 3, 7], 4:9])
 
 
 def test_bad_batches_are_refused() -> None:
