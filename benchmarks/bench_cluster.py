@@ -62,6 +62,7 @@ from cluster_workload import (  # noqa: E402
     as_text,
     generated_conversations,
     play,
+    prefix_ceiling,
     trace_conversations,
 )
 from machine_info import cpu_features, machine  # noqa: E402
@@ -237,8 +238,9 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def workload(args: argparse.Namespace) -> tuple[list[list[str]], str]:
-    """The conversations as text, and where they came from (for the report)."""
+def workload(args: argparse.Namespace) -> tuple[list[list[str]], str, float]:
+    """The conversations as text, where they came from (for the report), and the
+    cached fraction one cache holding everything would give (``prefix_ceiling``)."""
     if args.trace is None:
         convs = generated_conversations(args.conversations, args.min_turns, args.max_turns)
         where = f"a generated conversation workload ({TRACE} is absent; --trace FILE to use one)"
@@ -251,7 +253,7 @@ def workload(args: argparse.Namespace) -> tuple[list[list[str]], str]:
         if not convs:
             fail(f"--trace {args.trace}: no conversation with {args.min_turns}+ turns")
         where = f"the first {len(convs)} conversations of `{args.trace.name}`"
-    return as_text(convs, args.words), where
+    return as_text(convs, args.words), where, prefix_ceiling(convs)
 
 
 def startup(args: argparse.Namespace) -> None:
@@ -286,7 +288,20 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=8, help="words per 512-token hash id")
     ap.add_argument("--max-blocks", type=int, default=120, help="skip longer trace requests")
     ap.add_argument("--concurrency", type=int, default=9)
+    ap.add_argument(
+        "--max-model-len",
+        type=int,
+        default=1024,
+        help="each replica's (the KV cache must hold one such request: lower it with "
+        "--max-blocks to size a smaller --kv-cache-mb)",
+    )
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument(
+        "--cache-policy",
+        choices=("lru", "hybrid"),
+        default="lru",
+        help="each replica's cache policy (what reaches the store, and when: docs/tiers.md)",
+    )
     ap.add_argument("--think-ms", type=float, default=0, help="a client's pause between turns")
     ap.add_argument(
         "--kv-cache-mb",
@@ -318,11 +333,19 @@ def main() -> None:
             fail(f"--startup {args.startup}: no such checkpoint")
         startup(args)
         return
-    convs, where = workload(args)
+    convs, where, ceiling = workload(args)
     n_req = sum(len(c) for c in convs)
     print(f"{len(convs)} conversations, {n_req} requests, from {where}", flush=True)
+    print(f"ceiling (one cache holding everything): {ceiling:.1%} of prompt blocks", flush=True)
     results: dict[str, dict[str, Any]] = {}
-    options = ["--max-model-len", "1024", "--max-num-seqs", "8"]
+    longest = max(len(t.split()) for c in convs for t in c) + 1 + args.max_tokens  # + BOS
+    if longest > args.max_model_len:
+        fail(
+            f"--max-model-len {args.max_model_len} is below the longest request ({longest} "
+            "tokens): raise it or lower --max-blocks"
+        )
+    options = ["--max-model-len", str(args.max_model_len), "--max-num-seqs", "8"]
+    options += ["--cache-policy", args.cache_policy]
     options += ["--kv-cache-memory-bytes", str(int(args.kv_cache_mb * 2**20))]
     runs = [(p, False) for p in POLICIES]
     if args.store == "both":
@@ -339,7 +362,7 @@ def main() -> None:
                 f"p99 {r['ttft_p99'] * 1e3:.0f} ms, {r['requests_per_s']:.2f} req/s",
                 flush=True,
             )
-    report = render(results, args, where, n_req)
+    report = render(results, args, where, n_req, ceiling)
     print(report)
     if args.write:
         (ROOT / "benchmarks" / "results" / "cluster.md").write_text(report)
@@ -391,7 +414,9 @@ def run(
     return r
 
 
-def render(results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int) -> str:
+def render(
+    results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int, ceiling: float
+) -> str:
     rr, ca = results["round_robin"], results["cache_aware"]
     lines = [
         "# hybridkv replicas behind sglang-router: cache_aware vs round_robin",
@@ -405,8 +430,11 @@ def render(results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int
         f"on 127.0.0.1. Workload: {where}, with at least {args.min_turns} turns (up to "
         f"{args.max_turns}), {n_req} requests; each 512-token hash id is {args.words} words; "
         f"{args.concurrency} clients each play whole conversations, streamed, "
-        f"{args.max_tokens} output tokens; {args.kv_cache_mb:g} MB of KV cache per replica "
-        f"(~{int(args.kv_cache_mb * 2**20 / 6144)} tokens of this model, fp32).",
+        f"{args.max_tokens} output tokens; cache policy `{args.cache_policy}`, max model length "
+        f"{args.max_model_len}; {args.kv_cache_mb:g} MB of KV cache per replica "
+        f"(~{int(args.kv_cache_mb * 2**20 / 6144)} tokens of this model, fp32). "
+        f"One cache holding every prompt would cache {ceiling:.1%} of prompt blocks "
+        "(the workload's ceiling, `prefix_ceiling`).",
         "",
         "| | round_robin | cache_aware | ratio |",
         "| --- | ---: | ---: | ---: |",
