@@ -20,7 +20,8 @@ a prefix another replica computed. ``--store off`` runs the two policies only.
 
 Reports the cluster-wide cached-token fraction (prefix-cache hits over
 queries, summed from every replica's ``/metrics``), TTFT p50/p99 and
-throughput, with the machine's CPU and vector units. Targets (issue 19):
+throughput, with the machine's CPU and vector units, and the workload's ceiling
+(``prefix_ceiling``: what one cache holding every prompt would cache). Targets (issue 19):
 ``cache_aware`` reaches at least 2x the cached-token fraction of
 ``round_robin`` and at least 1.3x lower TTFT p50; (issue 46) with the store,
 ``round_robin`` reaches at least 90 % of ``cache_aware``'s fraction without it,
@@ -37,6 +38,8 @@ when something is missing. Every process it starts is stopped in a
 
     python benchmarks/bench_cluster.py                 # prints the table
     python benchmarks/bench_cluster.py --write         # and results/cluster.md
+    python benchmarks/bench_cluster.py --kv-cache-mb 4 --max-model-len 512 \
+        --max-blocks 60 --conversations 90 --concurrency 12   # past one replica's cache
     python benchmarks/bench_cluster.py --startup ~/.cache/hybridkv/gemma-3-270m-q4_k_m
 """
 
