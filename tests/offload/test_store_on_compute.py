@@ -10,42 +10,20 @@ request ends, the free writes only what the compute did not write.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from factories import admit, toks
-from tier_helpers import computed, fill
+from tier_helpers import computed, fill, store_replica
 
 from hybridkv import KVCacheManager, Request
-from hybridkv.layouts import shipped_layout
-from hybridkv.offload import BlockBytes, TieredCache
-from hybridkv.planning import allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import ModelFingerprint, MooncakeTier
-from hybridkv.tiers.store_master import MooncakeMaster
+from hybridkv.offload import TieredCache
+from hybridkv.tiers import MooncakeTier
 
 MAX_LEN = 64
-SMALL = "&segment=16MiB&buffer=16MiB"
-
-
-@pytest.fixture(scope="module")
-def clients(mooncake_master: MooncakeMaster) -> Iterator[list[MooncakeTier]]:
-    """Two store clients for the module (joining and leaving cost 1-2 s each)."""
-    fp = ModelFingerprint("unused", "unused", (), 1, ("unused",))
-    tiers = [MooncakeTier.connect(fp, mooncake_master.url + SMALL) for _ in range(2)]
-    yield tiers
-    for t in tiers:
-        t.close()
 
 
 def _replica(name: str, policy: str, client: MooncakeTier) -> tuple[KVCacheManager, TieredCache]:
-    config = plan_kv_cache(
-        shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
-    ).kv_cache_config
-    kv = KVCacheManager(config, MAX_LEN, cache_policy=policy)
-    buffers = allocate_kv_cache(config)
-    fingerprint = ModelFingerprint.from_kv_cache_config(config, f"weights of {name}")
-    store = MooncakeTier(fingerprint, client.client, 1 << 24, owns_client=False)
-    return kv, TieredCache(kv, BlockBytes(config, buffers), None, store=store)
+    kv, _, tiers = store_replica(name, client, MAX_LEN, policy)
+    return kv, tiers
 
 
 def _expected_hit(kv: KVCacheManager, r: Request, policy: str) -> int:
@@ -69,10 +47,10 @@ def _expected_hit(kv: KVCacheManager, r: Request, policy: str) -> int:
     ],
 )
 def test_replica_b_hits_while_replica_a_s_request_runs(
-    name: str, policy: str, clients: list[MooncakeTier]
+    name: str, policy: str, store_clients: list[MooncakeTier]
 ) -> None:
-    kv_a, tiers_a = _replica(name, policy, clients[0])
-    kv_b, tiers_b = _replica(name, policy, clients[1])
+    kv_a, tiers_a = _replica(name, policy, store_clients[0])
+    kv_b, tiers_b = _replica(name, policy, store_clients[1])
     prompt = toks(MAX_LEN - 8, start=1000 + 100 * len(policy) + len(name))
     a = Request("a", prompt)
     admit(kv_a, a)
@@ -112,11 +90,11 @@ def test_replica_b_hits_while_replica_a_s_request_runs(
 
 
 def test_a_policy_that_shares_nothing_at_compute_writes_at_the_free(
-    clients: list[MooncakeTier],
+    store_clients: list[MooncakeTier],
 ) -> None:
     """``store_on_compute`` None (``CachePolicy``'s default): the step writes
     nothing; the free writes what ``store_value`` values, as before."""
-    kv, tiers = _replica("tiny-gemma3", "lru", clients[0])
+    kv, tiers = _replica("tiny-gemma3", "lru", store_clients[0])
     kv.policy.store_on_compute = lambda *_: None  # type: ignore[method-assign]
     a = Request("a", toks(MAX_LEN - 8, start=7000))
     admit(kv, a)
