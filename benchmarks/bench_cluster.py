@@ -46,21 +46,15 @@ when something is missing. Every process it starts is stopped in a
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from cluster_procs import MODEL, Cluster, missing_requirements  # noqa: E402
+from cluster_report import render  # noqa: E402
 from cluster_workload import (  # noqa: E402
     as_text,
     generated_conversations,
@@ -71,147 +65,7 @@ from cluster_workload import (  # noqa: E402
 from machine_info import cpu_features, machine  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
-MODEL = "bench"
 EXTRA = "pip install 'hybridkv[cluster]'"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except OSError:
-        return 0, ""
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
-    while get(url)[0] != 200:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} not ready in time")
-        time.sleep(0.2)
-
-
-def router_binary() -> str | None:
-    """The ``sglang-router`` command beside this Python, else on ``PATH``."""
-    bindir = Path(sys.executable).parent
-    return shutil.which("sglang-router", path=str(bindir)) or shutil.which("sglang-router")
-
-
-def missing_requirements() -> list[str]:
-    """What this benchmark needs and this environment lacks."""
-    missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
-    if router_binary() is None:
-        missing.append("sglang-router")
-    return missing
-
-
-class Cluster:
-    """Replicas (+ the gateway when ``policy`` is given); ``stop`` ends every process it
-    started. ``ready_s``: seconds from the first replica's start until every one answers
-    ``/health``."""
-
-    def __init__(
-        self, ckpt: Path, replicas: int, policy: str | None, logs: Path, options: list[str]
-    ) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.replica_urls: list[str] = []
-        env = dict(
-            os.environ,
-            OMP_NUM_THREADS="1",
-            TOKENIZERS_PARALLELISM="false",
-            HF_HUB_OFFLINE="1",
-            NO_PROXY="127.0.0.1",
-        )
-        bindir = Path(sys.executable).parent
-        label = policy or "startup"
-        try:
-            started = time.monotonic()
-            deadline = started + 600
-            for k in range(replicas):
-                port = free_port()
-                cmd = [str(bindir / "hybridkv"), "serve", str(ckpt), "--port", str(port)]
-                cmd += ["--served-model-name", MODEL, "--log-level", "warning", *options]
-                self._start(cmd, env, logs / f"{label}-replica{k}.log")
-                self.replica_urls.append(f"http://127.0.0.1:{port}")
-            for url, proc in zip(self.replica_urls, self.procs, strict=True):
-                wait_ready(url + "/health", proc, deadline)
-            self.ready_s = time.monotonic() - started
-            if policy is None:
-                return
-            port = free_port()
-            cmd = [
-                router_binary() or "sglang-router",
-                "launch",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--policy",
-                policy,
-                "--log-level",
-                "warn",
-                "--worker-urls",
-                *self.replica_urls,
-            ]
-            self._start(cmd, env, logs / f"{policy}-router.log")
-            self.url = f"http://127.0.0.1:{port}"
-            wait_ready(self.url + "/v1/models", self.procs[-1], deadline)
-        except BaseException:
-            self.stop()
-            raise
-
-    def rss_mib(self) -> list[float]:
-        """Each replica's resident memory (``VmRSS``), MiB."""
-        out = []
-        for p in self.procs[: len(self.replica_urls)]:
-            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    out.append(int(line.split()[1]) / 1024)
-        return out
-
-    def _start(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
-        with log.open("wb") as out:
-            self.procs.append(
-                subprocess.Popen(
-                    cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
-
-    def cached_fraction(self) -> tuple[float, float]:
-        """Prefix-cache hit and query tokens summed over the replicas."""
-        return (
-            self.metric_sum("hybridkv:prefix_cache_hits_total"),
-            self.metric_sum("hybridkv:prefix_cache_queries_total"),
-        )
-
-    def metric_sum(self, name: str, label: str = "") -> float:
-        """The samples of ``name`` (with ``label``, e.g. ``medium="STORE"``, among
-        their labels), summed over the replicas."""
-        total = 0.0
-        for url in self.replica_urls:
-            _, text = get(url + "/metrics")
-            for line in text.splitlines():
-                if line.startswith((name + "{", name + " ")) and label in line:
-                    total += float(line.rsplit(" ", 1)[1])
-        return total
 
 
 def checkpoint(path: Path) -> Path:
@@ -415,89 +269,6 @@ def run(
             master.stop()
     r["cached"] = hits / queries if queries else 0.0
     return r
-
-
-def render(
-    results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int, ceiling: float
-) -> str:
-    rr, ca = results["round_robin"], results["cache_aware"]
-    lines = [
-        "# hybridkv replicas behind sglang-router: cache_aware vs round_robin",
-        "",
-        f"Machine: {machine()}; {cpu_features()} (the replicas run fp32 on the C kernels: "
-        "no bf16 or AMX path is used). "
-        f"Generated by `benchmarks/bench_cluster.py` on {time.strftime('%Y-%m-%d')}.",
-        "",
-        f"{args.replicas} replicas (`hybridkv serve`, one thread each) of a random Gemma 3 "
-        f"(hidden 384, 5 sliding + 1 full layer, word-level tokenizer) behind `sglang-router` "
-        f"on 127.0.0.1. Workload: {where}, with at least {args.min_turns} turns (up to "
-        f"{args.max_turns}), {n_req} requests; each 512-token hash id is {args.words} words; "
-        f"{args.concurrency} clients each play whole conversations, streamed, "
-        f"{args.max_tokens} output tokens; cache policy `{args.cache_policy}`, max model length "
-        f"{args.max_model_len}; {args.kv_cache_mb:g} MB of KV cache per replica "
-        f"(~{int(args.kv_cache_mb * 2**20 / 6144)} tokens of this model, fp32). "
-        f"One cache holding every prompt would cache {ceiling:.1%} of prompt blocks "
-        "(the workload's ceiling, `prefix_ceiling`).",
-        "",
-        "| | round_robin | cache_aware | ratio |",
-        "| --- | ---: | ---: | ---: |",
-        f"| cached-token fraction | {rr['cached']:.1%} | {ca['cached']:.1%} | "
-        f"{ca['cached'] / max(rr['cached'], 1e-9):.2f}x |",
-        f"| TTFT p50 (ms) | {rr['ttft_p50'] * 1e3:.0f} | {ca['ttft_p50'] * 1e3:.0f} | "
-        f"{rr['ttft_p50'] / ca['ttft_p50']:.2f}x lower |",
-        f"| TTFT p99 (ms) | {rr['ttft_p99'] * 1e3:.0f} | {ca['ttft_p99'] * 1e3:.0f} | "
-        f"{rr['ttft_p99'] / ca['ttft_p99']:.2f}x lower |",
-        f"| requests / s | {rr['requests_per_s']:.2f} | {ca['requests_per_s']:.2f} | "
-        f"{ca['requests_per_s'] / rr['requests_per_s']:.2f}x |",
-        f"| output tokens / s | {rr['tokens_per_s']:.1f} | {ca['tokens_per_s']:.1f} | |",
-        "",
-        "Targets: cached-token fraction >= 2x, TTFT p50 >= 1.3x lower: "
-        f"{'met' if ca['cached'] >= 2 * rr['cached'] else 'NOT met'}, "
-        f"{'met' if rr['ttft_p50'] >= 1.3 * ca['ttft_p50'] else 'NOT met'}.",
-        "",
-    ]
-    if "cache_aware+store" in results:
-        lines += store_table(results, args)
-    return "\n".join(lines)
-
-
-def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
-    """The store dimension (issue 46): each policy with and without the shared store."""
-    names = ["round_robin", "cache_aware", "round_robin+store", "cache_aware+store"]
-    rows = [results[n] for n in names]
-    ca, rr_s, ca_s = results["cache_aware"], results["round_robin+store"], rows[3]
-
-    def row(label: str, cells: list[str]) -> str:
-        return f"| {label} | " + " | ".join(cells) + " |"
-
-    rr_share = rr_s["cached"] / max(ca["cached"], 1e-9)
-    ca_gain = ca_s["cached"] / max(ca["cached"], 1e-9)
-    return [
-        "## With a shared Mooncake Store",
-        "",
-        f"The same workload; the replicas share one `mooncake_master` (`--kv-store`, each "
-        f"lending a {args.segment_mb} MB segment; a fresh master per run).",
-        "",
-        row("", names),
-        row("---", ["---:"] * 4),
-        row("cached-token fraction", [f"{r['cached']:.1%}" for r in rows]),
-        row("TTFT p50 (ms)", [f"{r['ttft_p50'] * 1e3:.0f}" for r in rows]),
-        row("TTFT p99 (ms)", [f"{r['ttft_p99'] * 1e3:.0f}" for r in rows]),
-        row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
-        row("tokens hit from the store", [f"{r.get('store_hit_tokens', 0):,.0f}" for r in rows]),
-        row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
-        row("store lookups", [f"{r.get('store_lookups', 0):,.0f}" for r in rows]),
-        row(
-            "tier hits not restored (device full)",
-            [f"{r.get('device_full', 0):,.0f}" for r in rows],
-        ),
-        "",
-        f"Targets: round_robin with the store reaches {rr_share:.0%} of cache_aware's "
-        f"fraction without it (>= 90 %: {'met' if rr_share >= 0.9 else 'NOT met'}); "
-        f"cache_aware with the store {ca_gain:.2f}x its own without it (>= 1.2x: "
-        f"{'met' if ca_gain >= 1.2 else 'NOT met'}).",
-        "",
-    ]
 
 
 if __name__ == "__main__":
