@@ -20,7 +20,8 @@ a prefix another replica computed. ``--store off`` runs the two policies only.
 
 Reports the cluster-wide cached-token fraction (prefix-cache hits over
 queries, summed from every replica's ``/metrics``), TTFT p50/p99 and
-throughput, with the machine's CPU and vector units. Targets (issue 19):
+throughput, with the machine's CPU and vector units, and the workload's ceiling
+(``prefix_ceiling``: what one cache holding every prompt would cache). Targets (issue 19):
 ``cache_aware`` reaches at least 2x the cached-token fraction of
 ``round_robin`` and at least 1.3x lower TTFT p50; (issue 46) with the store,
 ``round_robin`` reaches at least 90 % of ``cache_aware``'s fraction without it,
@@ -37,177 +38,34 @@ when something is missing. Every process it starts is stopped in a
 
     python benchmarks/bench_cluster.py                 # prints the table
     python benchmarks/bench_cluster.py --write         # and results/cluster.md
+    python benchmarks/bench_cluster.py --kv-cache-mb 4 --max-model-len 512 \
+        --max-blocks 60 --conversations 90 --concurrency 12   # past one replica's cache
     python benchmarks/bench_cluster.py --startup ~/.cache/hybridkv/gemma-3-270m-q4_k_m
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from cluster_procs import MODEL, Cluster, missing_requirements  # noqa: E402
+from cluster_report import render  # noqa: E402
 from cluster_workload import (  # noqa: E402
     as_text,
     generated_conversations,
     play,
+    prefix_ceiling,
     trace_conversations,
 )
 from machine_info import cpu_features, machine  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
-MODEL = "bench"
 EXTRA = "pip install 'hybridkv[cluster]'"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except OSError:
-        return 0, ""
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
-    while get(url)[0] != 200:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} not ready in time")
-        time.sleep(0.2)
-
-
-def router_binary() -> str | None:
-    """The ``sglang-router`` command beside this Python, else on ``PATH``."""
-    bindir = Path(sys.executable).parent
-    return shutil.which("sglang-router", path=str(bindir)) or shutil.which("sglang-router")
-
-
-def missing_requirements() -> list[str]:
-    """What this benchmark needs and this environment lacks."""
-    missing = [m for m in ("openai", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
-    if router_binary() is None:
-        missing.append("sglang-router")
-    return missing
-
-
-class Cluster:
-    """Replicas (+ the gateway when ``policy`` is given); ``stop`` ends every process it
-    started. ``ready_s``: seconds from the first replica's start until every one answers
-    ``/health``."""
-
-    def __init__(
-        self, ckpt: Path, replicas: int, policy: str | None, logs: Path, options: list[str]
-    ) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.replica_urls: list[str] = []
-        env = dict(
-            os.environ,
-            OMP_NUM_THREADS="1",
-            TOKENIZERS_PARALLELISM="false",
-            HF_HUB_OFFLINE="1",
-            NO_PROXY="127.0.0.1",
-        )
-        bindir = Path(sys.executable).parent
-        label = policy or "startup"
-        try:
-            started = time.monotonic()
-            deadline = started + 600
-            for k in range(replicas):
-                port = free_port()
-                cmd = [str(bindir / "hybridkv"), "serve", str(ckpt), "--port", str(port)]
-                cmd += ["--served-model-name", MODEL, "--log-level", "warning", *options]
-                self._start(cmd, env, logs / f"{label}-replica{k}.log")
-                self.replica_urls.append(f"http://127.0.0.1:{port}")
-            for url, proc in zip(self.replica_urls, self.procs, strict=True):
-                wait_ready(url + "/health", proc, deadline)
-            self.ready_s = time.monotonic() - started
-            if policy is None:
-                return
-            port = free_port()
-            cmd = [
-                router_binary() or "sglang-router",
-                "launch",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--policy",
-                policy,
-                "--log-level",
-                "warn",
-                "--worker-urls",
-                *self.replica_urls,
-            ]
-            self._start(cmd, env, logs / f"{policy}-router.log")
-            self.url = f"http://127.0.0.1:{port}"
-            wait_ready(self.url + "/v1/models", self.procs[-1], deadline)
-        except BaseException:
-            self.stop()
-            raise
-
-    def rss_mib(self) -> list[float]:
-        """Each replica's resident memory (``VmRSS``), MiB."""
-        out = []
-        for p in self.procs[: len(self.replica_urls)]:
-            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    out.append(int(line.split()[1]) / 1024)
-        return out
-
-    def _start(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
-        with log.open("wb") as out:
-            self.procs.append(
-                subprocess.Popen(
-                    cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
-
-    def cached_fraction(self) -> tuple[float, float]:
-        """Prefix-cache hit and query tokens summed over the replicas."""
-        return (
-            self.metric_sum("hybridkv:prefix_cache_hits_total"),
-            self.metric_sum("hybridkv:prefix_cache_queries_total"),
-        )
-
-    def metric_sum(self, name: str, label: str = "") -> float:
-        """The samples of ``name`` (with ``label``, e.g. ``medium="STORE"``, among
-        their labels), summed over the replicas."""
-        total = 0.0
-        for url in self.replica_urls:
-            _, text = get(url + "/metrics")
-            for line in text.splitlines():
-                if line.startswith((name + "{", name + " ")) and label in line:
-                    total += float(line.rsplit(" ", 1)[1])
-        return total
 
 
 def checkpoint(path: Path) -> Path:
@@ -237,8 +95,9 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def workload(args: argparse.Namespace) -> tuple[list[list[str]], str]:
-    """The conversations as text, and where they came from (for the report)."""
+def workload(args: argparse.Namespace) -> tuple[list[list[str]], str, float]:
+    """The conversations as text, where they came from (for the report), and the
+    cached fraction one cache holding everything would give (``prefix_ceiling``)."""
     if args.trace is None:
         convs = generated_conversations(args.conversations, args.min_turns, args.max_turns)
         where = f"a generated conversation workload ({TRACE} is absent; --trace FILE to use one)"
@@ -251,7 +110,7 @@ def workload(args: argparse.Namespace) -> tuple[list[list[str]], str]:
         if not convs:
             fail(f"--trace {args.trace}: no conversation with {args.min_turns}+ turns")
         where = f"the first {len(convs)} conversations of `{args.trace.name}`"
-    return as_text(convs, args.words), where
+    return as_text(convs, args.words), where, prefix_ceiling(convs)
 
 
 def startup(args: argparse.Namespace) -> None:
@@ -286,7 +145,20 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=8, help="words per 512-token hash id")
     ap.add_argument("--max-blocks", type=int, default=120, help="skip longer trace requests")
     ap.add_argument("--concurrency", type=int, default=9)
+    ap.add_argument(
+        "--max-model-len",
+        type=int,
+        default=1024,
+        help="each replica's (the KV cache must hold one such request: lower it with "
+        "--max-blocks to size a smaller --kv-cache-mb)",
+    )
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument(
+        "--cache-policy",
+        choices=("lru", "hybrid"),
+        default="lru",
+        help="each replica's cache policy (what reaches the store, and when: docs/tiers.md)",
+    )
     ap.add_argument("--think-ms", type=float, default=0, help="a client's pause between turns")
     ap.add_argument(
         "--kv-cache-mb",
@@ -318,11 +190,19 @@ def main() -> None:
             fail(f"--startup {args.startup}: no such checkpoint")
         startup(args)
         return
-    convs, where = workload(args)
+    convs, where, ceiling = workload(args)
     n_req = sum(len(c) for c in convs)
     print(f"{len(convs)} conversations, {n_req} requests, from {where}", flush=True)
+    print(f"ceiling (one cache holding everything): {ceiling:.1%} of prompt blocks", flush=True)
     results: dict[str, dict[str, Any]] = {}
-    options = ["--max-model-len", "1024", "--max-num-seqs", "8"]
+    longest = max(len(t.split()) for c in convs for t in c) + 1 + args.max_tokens  # + BOS
+    if longest > args.max_model_len:
+        fail(
+            f"--max-model-len {args.max_model_len} is below the longest request ({longest} "
+            "tokens): raise it or lower --max-blocks"
+        )
+    options = ["--max-model-len", str(args.max_model_len), "--max-num-seqs", "8"]
+    options += ["--cache-policy", args.cache_policy]
     options += ["--kv-cache-memory-bytes", str(int(args.kv_cache_mb * 2**20))]
     runs = [(p, False) for p in POLICIES]
     if args.store == "both":
@@ -339,7 +219,7 @@ def main() -> None:
                 f"p99 {r['ttft_p99'] * 1e3:.0f} ms, {r['requests_per_s']:.2f} req/s",
                 flush=True,
             )
-    report = render(results, args, where, n_req)
+    report = render(results, args, where, n_req, ceiling)
     print(report)
     if args.write:
         (ROOT / "benchmarks" / "results" / "cluster.md").write_text(report)
@@ -389,84 +269,6 @@ def run(
             master.stop()
     r["cached"] = hits / queries if queries else 0.0
     return r
-
-
-def render(results: dict[str, dict[str, Any]], args: Any, where: str, n_req: int) -> str:
-    rr, ca = results["round_robin"], results["cache_aware"]
-    lines = [
-        "# hybridkv replicas behind sglang-router: cache_aware vs round_robin",
-        "",
-        f"Machine: {machine()}; {cpu_features()} (the replicas run fp32 on the C kernels: "
-        "no bf16 or AMX path is used). "
-        f"Generated by `benchmarks/bench_cluster.py` on {time.strftime('%Y-%m-%d')}.",
-        "",
-        f"{args.replicas} replicas (`hybridkv serve`, one thread each) of a random Gemma 3 "
-        f"(hidden 384, 5 sliding + 1 full layer, word-level tokenizer) behind `sglang-router` "
-        f"on 127.0.0.1. Workload: {where}, with at least {args.min_turns} turns (up to "
-        f"{args.max_turns}), {n_req} requests; each 512-token hash id is {args.words} words; "
-        f"{args.concurrency} clients each play whole conversations, streamed, "
-        f"{args.max_tokens} output tokens; {args.kv_cache_mb:g} MB of KV cache per replica "
-        f"(~{int(args.kv_cache_mb * 2**20 / 6144)} tokens of this model, fp32).",
-        "",
-        "| | round_robin | cache_aware | ratio |",
-        "| --- | ---: | ---: | ---: |",
-        f"| cached-token fraction | {rr['cached']:.1%} | {ca['cached']:.1%} | "
-        f"{ca['cached'] / max(rr['cached'], 1e-9):.2f}x |",
-        f"| TTFT p50 (ms) | {rr['ttft_p50'] * 1e3:.0f} | {ca['ttft_p50'] * 1e3:.0f} | "
-        f"{rr['ttft_p50'] / ca['ttft_p50']:.2f}x lower |",
-        f"| TTFT p99 (ms) | {rr['ttft_p99'] * 1e3:.0f} | {ca['ttft_p99'] * 1e3:.0f} | "
-        f"{rr['ttft_p99'] / ca['ttft_p99']:.2f}x lower |",
-        f"| requests / s | {rr['requests_per_s']:.2f} | {ca['requests_per_s']:.2f} | "
-        f"{ca['requests_per_s'] / rr['requests_per_s']:.2f}x |",
-        f"| output tokens / s | {rr['tokens_per_s']:.1f} | {ca['tokens_per_s']:.1f} | |",
-        "",
-        "Targets: cached-token fraction >= 2x, TTFT p50 >= 1.3x lower: "
-        f"{'met' if ca['cached'] >= 2 * rr['cached'] else 'NOT met'}, "
-        f"{'met' if rr['ttft_p50'] >= 1.3 * ca['ttft_p50'] else 'NOT met'}.",
-        "",
-    ]
-    if "cache_aware+store" in results:
-        lines += store_table(results, args)
-    return "\n".join(lines)
-
-
-def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
-    """The store dimension (issue 46): each policy with and without the shared store."""
-    names = ["round_robin", "cache_aware", "round_robin+store", "cache_aware+store"]
-    rows = [results[n] for n in names]
-    ca, rr_s, ca_s = results["cache_aware"], results["round_robin+store"], rows[3]
-
-    def row(label: str, cells: list[str]) -> str:
-        return f"| {label} | " + " | ".join(cells) + " |"
-
-    rr_share = rr_s["cached"] / max(ca["cached"], 1e-9)
-    ca_gain = ca_s["cached"] / max(ca["cached"], 1e-9)
-    return [
-        "## With a shared Mooncake Store",
-        "",
-        f"The same workload; the replicas share one `mooncake_master` (`--kv-store`, each "
-        f"lending a {args.segment_mb} MB segment; a fresh master per run).",
-        "",
-        row("", names),
-        row("---", ["---:"] * 4),
-        row("cached-token fraction", [f"{r['cached']:.1%}" for r in rows]),
-        row("TTFT p50 (ms)", [f"{r['ttft_p50'] * 1e3:.0f}" for r in rows]),
-        row("TTFT p99 (ms)", [f"{r['ttft_p99'] * 1e3:.0f}" for r in rows]),
-        row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
-        row("tokens hit from the store", [f"{r.get('store_hit_tokens', 0):,.0f}" for r in rows]),
-        row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
-        row("store lookups", [f"{r.get('store_lookups', 0):,.0f}" for r in rows]),
-        row(
-            "tier hits not restored (device full)",
-            [f"{r.get('device_full', 0):,.0f}" for r in rows],
-        ),
-        "",
-        f"Targets: round_robin with the store reaches {rr_share:.0%} of cache_aware's "
-        f"fraction without it (>= 90 %: {'met' if rr_share >= 0.9 else 'NOT met'}); "
-        f"cache_aware with the store {ca_gain:.2f}x its own without it (>= 1.2x: "
-        f"{'met' if ca_gain >= 1.2 else 'NOT met'}).",
-        "",
-    ]
 
 
 if __name__ == "__main__":

@@ -69,6 +69,33 @@ def generated_conversations(
     return out
 
 
+def prefix_ceiling(convs: list[Conversation]) -> float:
+    """The cached fraction of prompt blocks that one cache holding everything
+    would give, whatever the order across conversations: each turn's longest
+    block prefix shared with an earlier turn of its conversation or with any turn
+    of another. An upper bound on what routing and tiers can reach (hits are cut
+    to whole KV blocks, a little below)."""
+    prefixes: dict[tuple[int, ...], set[int]] = defaultdict(set)  # prefix -> conversations
+    for c, conv in enumerate(convs):
+        for turn in conv:
+            for k in range(1, len(turn) + 1):
+                prefixes[tuple(turn[:k])].add(c)
+    hit = total = 0
+    for c, conv in enumerate(convs):
+        for t, turn in enumerate(conv):
+            earlier = {tuple(x) for x in conv[:t]}
+            best = 0
+            for k in range(1, len(turn) + 1):
+                p = tuple(turn[:k])
+                own_earlier = any(e[:k] == p for e in earlier if len(e) >= k)
+                if not (own_earlier or prefixes[p] - {c}):
+                    break
+                best = k
+            hit += best
+            total += len(turn)
+    return hit / total if total else 0.0
+
+
 def as_text(convs: list[Conversation], words: int) -> list[list[str]]:
     """Each turn's prompt text: ``words`` words per block id (module docstring)."""
 

@@ -9,9 +9,13 @@ no new cache keys). A watcher polls ``/health`` the whole time.
 
 As a script it is the soak: ``--rounds`` rounds against a server it starts
 on a tiny random checkpoint, with the process's memory, cached blocks and
-orphan blocks after each round.
+orphan blocks after each round. ``--replicas N`` starts N servers in the
+process and sends request ``k`` to replica ``k mod N``; with ``--store`` they
+share one ``mooncake_master`` (``--kv-store``, a master started for the run),
+and each round also reports the tokens hit from the store (issue 46's soak).
 
     python benchmarks/serve_load.py --rounds 5 --requests 300
+    python benchmarks/serve_load.py --rounds 5 --replicas 3 --store
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,14 +102,21 @@ def _send(port: int, kind: str, body: dict[str, Any]) -> str:
         conn.close()
 
 
-def run_round(port: int, requests: int = 300, concurrency: int = 32, seed: int = 0) -> RoundResult:
-    """One round (module docstring); bounded by ``requests`` and socket timeouts."""
+def run_round(
+    port: int | Sequence[int], requests: int = 300, concurrency: int = 32, seed: int = 0
+) -> RoundResult:
+    """One round (module docstring); bounded by ``requests`` and socket timeouts.
+    Several ``port``s: request ``k`` goes to ``port[k % len(port)]``, and the
+    watcher polls each in turn."""
+    ports = [port] if isinstance(port, int) else list(port)
     result = RoundResult()
     done = threading.Event()
 
     def watch() -> None:
+        k = 0
         while not done.is_set():
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn = http.client.HTTPConnection("127.0.0.1", ports[k % len(ports)], timeout=30)
+            k += 1
             try:
                 conn.request("GET", "/health")
                 result.health_codes[conn.getresponse().status] += 1
@@ -118,7 +130,8 @@ def run_round(port: int, requests: int = 300, concurrency: int = 32, seed: int =
     watcher.start()
     try:
         with ThreadPoolExecutor(concurrency) as pool:
-            for outcome in pool.map(lambda kb: _send(port, *kb), plan(requests, seed)):
+            sends = [(ports[k % len(ports)], *kb) for k, kb in enumerate(plan(requests, seed))]
+            for outcome in pool.map(lambda pkb: _send(*pkb), sends):
                 if outcome in ("completed", "hung up", "rejected"):
                     result.outcomes[outcome] += 1
                 else:
@@ -152,28 +165,59 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--store", action="store_true", help="the replicas share a Mooncake Store")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        ckpt = save_word_tokenizer(save_checkpoint(gemma3_config(), Path(tmp)))
-        live, engine = start_server(ckpt)
-        try:
-            print(
-                "round | s | completed | hung up | rejected | failures | health | "
-                "RSS MB | cached keys | orphan blocks"
-            )
-            for k in range(args.rounds):
-                t = time.monotonic()
-                res = run_round(live.port, args.requests, args.concurrency, seed=0)
-                wall = time.monotonic() - t
-                keys, orphans = engine.call(cache_state).result(60)
-                o = res.outcomes
-                print(
-                    f"{k + 1} | {wall:.1f} | {o['completed']} | {o['hung up']} | "
-                    f"{o['rejected']} | {len(res.failures)} | {dict(res.health_codes)} | "
-                    f"{rss_mb():.0f} | {keys} | {orphans}"
-                )
-        finally:
+    master = None
+    options: dict[str, Any] = {}
+    if args.store:
+        from hybridkv.tiers.store_master import MooncakeMaster
+
+        master = MooncakeMaster().start()
+        options["kv_store"] = master.url + "&segment=64MiB&buffer=32MiB"
+    servers: list[tuple[Any, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = save_word_tokenizer(save_checkpoint(gemma3_config(), Path(tmp)))
+            for _ in range(args.replicas):
+                servers.append(start_server(ckpt, **options))
+            soak(servers, args)
+    finally:
+        for live, _ in servers:
             live.stop()
+        if master is not None:
+            master.stop()
+
+
+def soak(servers: list[tuple[Any, Any]], args: argparse.Namespace) -> None:
+    """The rounds, one table row each (figures summed over the replicas)."""
+    ports = [live.port for live, _ in servers]
+    print(
+        "round | s | completed | hung up | rejected | failures | health | "
+        "RSS MB | cached keys | orphan blocks | store hit tokens"
+    )
+    for k in range(args.rounds):
+        t = time.monotonic()
+        res = run_round(ports, args.requests, args.concurrency, seed=0)
+        wall = time.monotonic() - t
+        states = [engine.call(cache_state).result(60) for _, engine in servers]
+        hits = sum(engine.call(store_hit_tokens).result(60) for _, engine in servers)
+        o = res.outcomes
+        print(
+            f"{k + 1} | {wall:.1f} | {o['completed']} | {o['hung up']} | "
+            f"{o['rejected']} | {len(res.failures)} | {dict(res.health_codes)} | "
+            f"{rss_mb():.0f} | {sum(s[0] for s in states)} | {sum(s[1] for s in states)} | "
+            f"{hits}",
+            flush=True,
+        )
+        for failure in res.failures[:5]:
+            print(f"  failure: {failure}")
+
+
+def store_hit_tokens(llm: Any) -> int:
+    """Tokens this replica loaded from the store so far (0 without one)."""
+    tiers = llm.tiers
+    return 0 if tiers is None else int(tiers.stats.store_hit_tokens)
 
 
 def cache_state(llm: Any) -> tuple[int, int]:

@@ -11,7 +11,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from cluster_workload import as_text, generated_conversations, trace_conversations  # noqa: E402
+from cluster_workload import (  # noqa: E402
+    as_text,
+    generated_conversations,
+    prefix_ceiling,
+    trace_conversations,
+)
 from machine_info import VECTOR_UNITS, cpu_features  # noqa: E402
 
 
@@ -43,6 +48,16 @@ def test_text_prefixes_follow_the_blocks(tmp_path: Path) -> None:
     assert len(first) == 9 and second[:9] == first and len(second) == 12
     assert text[1][0].split()[:3] == first[:3]  # block 0, the same words
     assert text[1][0].split()[3:] != first[3:6]
+
+
+def test_the_ceiling_counts_each_turn_s_longest_shared_prefix() -> None:
+    """Turn [0, 1, 2] shares [0, 1] with its conversation's earlier turn; [0, 1] and
+    [0, 3] share block 0 with each other; [0, 1, 2, 4] shares 3 blocks; nothing
+    shares a later turn of its own conversation."""
+    convs = [[[0, 1], [0, 1, 2], [0, 1, 2, 4]], [[0, 3]], [[5, 6]]]
+    assert prefix_ceiling(convs) == (1 + 2 + 3 + 1 + 0) / (2 + 3 + 4 + 2 + 2)
+    assert prefix_ceiling([[[7, 8]]]) == 0.0  # alone: nothing shared
+    assert prefix_ceiling([]) == 0.0
 
 
 def test_cpu_features_name_what_there_is_and_is_not() -> None:

@@ -17,7 +17,7 @@ from hybridkv.layouts import shipped_layout
 from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, MooncakeTier
 from hybridkv.tiers.copier import ThreadCopier
 from hybridkv.tiers.memory import HostMemory
 from hybridkv.tiers.torch_memory import TorchHostMemory
@@ -132,3 +132,18 @@ def computed(tiers: TieredCache, r: Request) -> None:
     """The step that computed all of ``r``'s tokens ran (as ``Scheduler.update``
     tells the tiers): a write-through policy stores its blocks. Untimed."""
     tiers.after_step([(r, 0, r.num_tokens)], r.num_tokens, r.num_tokens, 0.0)
+
+
+def store_replica(
+    name: str, client: MooncakeTier, max_len: int, policy: str = "lru", events: bool = False
+) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache]:
+    """A replica of layout ``name``: its own pool and buffers, the store alone under
+    them, on ``client``'s connection (``tests/offload/conftest.py``'s ``store_clients``)."""
+    config = plan_kv_cache(
+        shipped_layout(name), 400_000, max_model_len=max_len, max_num_batched_tokens=max_len
+    ).kv_cache_config
+    kv = KVCacheManager(config, max_len, enable_kv_cache_events=events, cache_policy=policy)
+    buffers = allocate_kv_cache(config)
+    fingerprint = ModelFingerprint.from_kv_cache_config(config, f"weights of {name}")
+    store = MooncakeTier(fingerprint, client.client, 1 << 24, owns_client=False)
+    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), None, store=store)

@@ -28,8 +28,10 @@ is looked up only once its loads have landed (on CUDA: once they are queued on
 the copy stream, which the step's stream waits on). Until then it holds no
 token budget and no seat: it keeps its place in the queue and the requests
 behind it are admitted past it (as vLLM does for requests waiting on remote
-KV); only when nothing else can run does the step wait for its loads, and
-that wait is the step's ``load_wait`` (and ``OffloadStats.load_wait_seconds``).
+KV); only when nothing else can run does the step wait for the loads of the
+first such request (wherever it is in the queue: its held blocks may be what
+the requests ahead of it lack), and that wait is the step's ``load_wait`` (and
+``OffloadStats.load_wait_seconds``).
 A preempted request may be swapped out first (``tiers.swap_out``:
 ``preemption_mode``, or the cost model): its units go to the host tier and its
 resume loads them back like any tier hit. After each step the tiers see what
@@ -145,11 +147,16 @@ class Scheduler:
             break  # the request preempted itself
         if not preempted:
             budget = self._admit(scheduled, budget)
-            if self.tiers is not None and not scheduled and self._loading():
-                # Only requests whose loads are in flight: wait for the first one.
-                landed = self.tiers.prepare(self.waiting[0].core, wait=True)
+            for _ in range(len(self.waiting)):
+                # Nothing could run: a request's staged loads (in flight, or landed and
+                # not yet adopted) hold blocks. Land the first one's and admit again.
+                staged = self._first_staged() if not scheduled else None
+                if staged is None:
+                    break
+                assert self.tiers is not None
+                landed = self.tiers.prepare(staged.core, wait=True)
                 assert landed, "prepare(wait=True) returns once the loads have landed"
-                self._admit(scheduled, budget)
+                budget = self._admit(scheduled, budget)
         if self.tiers is not None:
             waited = self.tiers.stats.load_wait_seconds - waited
         self._scheduled_at = time.perf_counter()
@@ -193,13 +200,12 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _loading(self) -> bool:
-        """True when the first waiting request's tier loads are in flight."""
-        return (
-            bool(self.waiting)
-            and self.tiers is not None
-            and self.tiers.loading(self.waiting[0].core)
-        )
+    def _first_staged(self) -> EngineRequest | None:
+        """The first waiting request whose tier loads are staged (they hold blocks
+        until it is admitted), or None."""
+        if self.tiers is None:
+            return None
+        return next((r for r in self.waiting if self.tiers.loading(r.core)), None)
 
     def _add_pending(self, pending: set[tuple[int, int]], s: ScheduledRequest) -> None:
         """Add the ``(group, block)`` pairs that step ``s`` fills (block 0 is null)."""

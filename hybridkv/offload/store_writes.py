@@ -1,13 +1,21 @@
-"""``StoreWrites``: freed blocks written to the store that replicas share.
+"""``StoreWrites``: blocks written to the store that replicas share.
 
-When a request lets go of its blocks (``BlockPool.on_free``: finished,
-preempted or aborted; the blocks are computed, cached and free), each one the
-policy finds worth sharing (``CachePolicy.store_value``: under ``hybrid`` a
-run released with a value, never one released ``evict_first``; under ``lru``
-every block) is written through to the store as ``UnitKey(hash, group)``:
-the store tier copies its bytes at once and puts them from its own thread, so
-the step never waits for the network. Another replica's next turn of the same
-conversation, or another request on the same document, then finds it there.
+Two moments write (``docs/tiers.md``, "What is written, and when"):
+
+- after each step, the computed blocks that the policy wants shared at once
+  (``CachePolicy.store_on_compute``, picked by ``ComputedStores`` in
+  ``store_on_compute.py``): another replica hits a prefix while the request
+  that computed it still runs;
+- when a request lets go of its blocks (``BlockPool.on_free``: finished,
+  preempted or aborted; the blocks are computed, cached and free), each one
+  the policy finds worth sharing (``CachePolicy.store_value``: under
+  ``hybrid`` a run released with a value, never one released
+  ``evict_first``; under ``lru`` every block).
+
+Each is written as ``UnitKey(hash, group)``: the store tier copies its bytes
+at once and puts them from its own thread, so the step never waits for the
+network. Another replica's next turn of the same conversation, or another
+request on the same document, then finds it there.
 
 Writes are not repeated: a key written less than ``REWRITE_SECONDS`` ago is
 not copied again (at most ``REMEMBERED`` keys; all forgotten when this client
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.offload.block_bytes import BlockBytes
@@ -31,6 +40,8 @@ from hybridkv.offload.tier_events import TierEvents
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import MooncakeTier, Transfer, UnitKey
 
+#: A block's value in the store (None: not written).
+Valuation = Callable[[KVCacheBlock], "float | None"]
 #: How many keys written recently are remembered (not copied again).
 REMEMBERED = 1 << 16
 #: How long a written key is not offered again (then the store is asked again: it
@@ -61,13 +72,20 @@ class StoreWrites:
         self.rewrite_seconds = REWRITE_SECONDS
 
     def on_free(self, blocks: list[KVCacheBlock]) -> None:
-        """``BlockPool.on_free``: write the freed blocks worth sharing."""
+        """``BlockPool.on_free``: write the freed blocks worth sharing
+        (``CachePolicy.store_value``)."""
+        value_of = self.policy.store_value
+        self.write([(b, value_of) for b in blocks])
+
+    def write(self, blocks: list[tuple[KVCacheBlock, Valuation]]) -> None:
+        """Write each cached ``(block, valuation)`` whose valuation gives a value
+        (None: not written), unless written recently (module docstring): its bytes
+        are copied now, the put runs on the store tier's thread."""
         self.settle()
         items = []
-        value_of = self.policy.store_value
         now = time.monotonic()
         written = self._written
-        for b in blocks:
+        for b, value_of in blocks:
             h, gid = b.block_hash, b.group_id
             if h is None or gid is None:
                 continue

@@ -8,8 +8,11 @@ One concern per file, composed here:
   computed, as vLLM's ``OffloadingConnector``) or ``Demotion``
   (``demotion.py``, ``hybrid``: what the pool is about to reuse); what the host
   evicts goes to the disk tier;
-- ``StoreWrites`` (``store_writes.py``) writes what requests free to the
-  shared store (``CachePolicy.store_value``);
+- ``StoreWrites`` (``store_writes.py``) writes to the shared store what
+  requests free (``CachePolicy.store_value``) and, after each step, what
+  ``ComputedStores`` (``store_on_compute.py``) picks of the computed blocks
+  (``CachePolicy.store_on_compute``), so that another replica hits a prefix
+  while its request still runs;
 - ``Swap`` (``swap.py``): a preempted request's units stored for its resume
   (with a host tier);
 - ``Loads`` (``loading.py``) restores a waiting request's tier hit onto the
@@ -41,6 +44,7 @@ from hybridkv.offload.load_cost import LoadCost
 from hybridkv.offload.loading import Loads
 from hybridkv.offload.pending_stores import PendingStores
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.store_on_compute import ComputedStores
 from hybridkv.offload.store_writes import StoreWrites
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.swap import Swap
@@ -112,11 +116,13 @@ class TieredCache:
             if disk is not None:
                 host.spill = self.demotion.spill
         self.store_writes: StoreWrites | None = None
+        self.computed_stores: ComputedStores | None = None
         if store is not None:
             self.store_writes = StoreWrites(
                 self.policy, block_bytes, store, self.events, self.stats
             )
             self.pool.on_free = self.store_writes.on_free
+            self.computed_stores = ComputedStores(manager, self.store_writes)
         self.pool.on_take = self._on_take
         self._steps = 0  # ``poll`` calls: one per scheduled step
         self._staged_in: dict[str, int] = {}  # request -> the step its loads were staged in
@@ -204,8 +210,12 @@ class TieredCache:
         """A step of ``tokens`` (``prefill_tokens`` of them prefill) ran in
         ``seconds`` (fed to ``LoadCost``): each ``(request, first, end)`` has
         tokens ``[first, end)`` computed (``first`` 0 at its first step: its hit
-        too), which a write-through policy stores."""
+        too), which a write-through policy stores in the host tier, and the
+        store gets what the policy wants shared at once (``ComputedStores``)."""
         self.cost.observe_step(tokens, prefill_tokens, seconds)
+        if self.computed_stores is not None:
+            for request, first, end in computed:
+                self.computed_stores.computed(request, first, end)
         if self.write_through is not None and self.demotion is not None:
             self.write_through.computed(computed)
             self.demotion.flush_spills()  # what the host evicted for them goes to disk

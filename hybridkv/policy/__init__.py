@@ -17,7 +17,7 @@ from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.eviction import PolicyFactory
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed
+from hybridkv.policy.base import Admission, CachePolicy, ComputeStores, ReleaseRun, Shed
 from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
 from hybridkv.policy.hybrid import HybridPolicy
 from hybridkv.policy.lru import LruPolicy
@@ -101,6 +101,7 @@ __all__ = [
     "CACHE_POLICIES",
     "Admission",
     "CachePolicy",
+    "ComputeStores",
     "CostAwareEvictionPolicy",
     "HybridOptions",
     "HybridPolicy",

@@ -26,7 +26,8 @@ for the block pool.
 **Tiers.** A later tier (host RAM, disk, a remote store) asks the same
 object: ``writes_through`` says whether a block is stored as it is computed
 (``lru``) or demoted when the pool reuses it (``hybrid``); ``store_value(block)``
-says which freed blocks a store shared by replicas gets;
+says which freed blocks a store shared by replicas gets, and
+``store_on_compute`` which blocks it gets as soon as a step computes them;
 ``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
 a ``ReleaseRun`` is what a hit on its blocks saves per page, so a tier
 demotes the lowest-ranked first, and a run released
@@ -81,6 +82,15 @@ class Admission:
     packed_prompt: bytes
     resumed: bool
     returning: int | None
+
+
+class ComputeStores(NamedTuple):
+    """``store_on_compute``'s answer: as a step computes a running request's blocks,
+    the store shared by replicas gets those that a hit at one of ``points`` needs
+    (None: every full block computed), each unit worth ``value``."""
+
+    points: tuple[int, ...] | None
+    value: float
 
 
 class Shed(NamedTuple):
@@ -161,6 +171,17 @@ class CachePolicy(ABC):
         released ``evict_first``, which no kept point needs, is never written),
         under ``lru`` every block (``LruPolicy``). Read-only."""
         return self.demotion_value(block)
+
+    def store_on_compute(
+        self, request_id: str, kept: tuple[int, ...], num_prompt_tokens: int
+    ) -> ComputeStores | None:
+        """A step of the running request ``request_id`` (its ``kept`` points, a
+        prompt of ``num_prompt_tokens``) computed blocks: which of them a store
+        shared by replicas gets now, before the request frees them
+        (``store_value`` then decides the rest), so that another replica's
+        request on the same prefix hits while this one still runs. None (the
+        default): nothing before the free. Read-only."""
+        return None
 
     def demotion_order(self, pool: BlockPool) -> Iterator[KVCacheBlock]:
         """The pool's free blocks, the first to be reused (or demoted to a

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.managers.points import Hold
-from hybridkv.policy.base import Admission, CachePolicy, ReleaseRun, Shed, Tables
+from hybridkv.policy.base import (
+    Admission,
+    CachePolicy,
+    ComputeStores,
+    ReleaseRun,
+    Shed,
+    Tables,
+)
 from hybridkv.policy.cost_aware import released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
@@ -247,6 +254,20 @@ class HybridPolicy(CachePolicy):
 
     def demotion_value(self, block: KVCacheBlock) -> float | None:
         return released_value(block)  # the free set's class of the run's value
+
+    def store_on_compute(
+        self, request_id: str, kept: tuple[int, ...], num_prompt_tokens: int
+    ) -> ComputeStores | None:
+        """The units of the request's kept points within its prompt (its hit, its
+        branch point, its prompt's end, the snapshot floor below it): what another
+        request on the same prompt resumes from. Their release value is not known
+        while the request runs: they are worth the request's returning-turn value
+        (1.0 for a first turn). The rest (its output, ``E``'s tail) waits for the
+        release and its value (``store_value``)."""
+        points = tuple(p for p in kept if p <= num_prompt_tokens)
+        if not points:
+            return None
+        return ComputeStores(points, self.return_value(self._returning.get(request_id, 0)))
 
     def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
         return make_room(managers, short)

@@ -9,13 +9,14 @@ one's). ``tests/test_lru_is_vllm.py`` holds worked examples.
 
 With tiers under the pool it writes through, as vLLM's ``OffloadingConnector``
 does: each block is stored in the host tier once computed (``writes_through``),
-so nothing is demoted when the pool reuses a block (``demotion_value`` None).
+so nothing is demoted when the pool reuses a block (``demotion_value`` None);
+a store shared by replicas gets each block as it is computed too (``store_on_compute``).
 """
 
 from __future__ import annotations
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.policy.base import CachePolicy, ReleaseRun, Tables
+from hybridkv.policy.base import CachePolicy, ComputeStores, ReleaseRun, Tables
 
 
 class LruPolicy(CachePolicy):
@@ -43,6 +44,12 @@ class LruPolicy(CachePolicy):
     def store_value(self, block: KVCacheBlock) -> float | None:
         """1.0: every freed block is written to a shared store (plain LRU there)."""
         return 1.0
+
+    def store_on_compute(
+        self, request_id: str, kept: tuple[int, ...], num_prompt_tokens: int
+    ) -> ComputeStores:
+        """Every full block, as it is computed (the store's write-through)."""
+        return ComputeStores(None, 1.0)
 
     def check_integrity(self, live: set[str]) -> None:
         """Nothing to check: the policy keeps no state."""

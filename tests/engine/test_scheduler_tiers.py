@@ -4,7 +4,9 @@ manager over a planned tiny layout, tokens made up).
 - A request whose loads are in flight holds no budget and no seat: the request
   behind it is admitted with the whole budget, and it runs once they land.
 - When only such requests wait, the step waits for the first one's loads, and
-  that wait is the step's ``load_wait`` (and ``OffloadStats.load_wait_seconds``).
+  that wait is the step's ``load_wait`` (and ``OffloadStats.load_wait_seconds``);
+  when a request ahead cannot fit for the blocks that staged loads hold, the step
+  lands them and admits it.
 - When recomputing is estimated cheaper than loading (``LoadCost``), the tier
   hit is not used: the request recomputes, ``skipped_slower`` counts it.
 - Each step's time per token feeds the cost model.
@@ -95,4 +97,38 @@ def test_each_step_feeds_the_cost_model() -> None:
     out = sched.schedule()  # a decode: not a recompute figure
     sched.update(out, {"a": 4}, 0.0)
     assert tiers.cost.step_samples == 1
+    tiers.close()
+
+
+def test_loads_held_behind_a_request_that_cannot_fit_are_landed_for_it() -> None:
+    """``a`` and ``b`` both had their loads staged; once landed, ``a`` (first in the
+    queue) adopts its hit but its new blocks do not fit, because ``b``'s landed loads
+    still hold blocks. The step lands ``b`` (its blocks become cached and free) and
+    admits ``a`` in the same step, instead of scheduling nothing."""
+    kv, tiers, copier, sched, doc = _setup()
+    other = toks(MAX_LEN - 16, start=3000)
+    r = Request("other", other)
+    admit(kv, r)
+    computed(tiers, r)  # a second document in the host tier
+    kv.free(r)
+    pool = kv.block_pool
+    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))  # the device forgets both
+    a, b = _req("a", [*doc, *toks(14, start=9000)]), _req("b", [*other, 1, 2])
+    c = EngineRequest("c", toks(4, start=8000), SamplingParams(max_tokens=1), max_model_len=MAX_LEN)
+    for req in (a, b, c):
+        sched.add_request(req)
+    copier.gate.clear()
+    out = sched.schedule()  # a and b staged (passed over), c runs
+    assert [s.request for s in out.scheduled] == [c]
+    assert tiers.loading(a.core) and tiers.loading(b.core)
+    sched.update(out, {"c": 5}, 0.0)  # c finishes
+    copier.gate.set()
+    copier.drain()  # every load has landed; a and b still hold their blocks
+    taken = pool.get_new_blocks(pool.num_free_blocks - 1)  # one free block left
+    out = sched.schedule()
+    assert [s.request for s in out.scheduled] == [a] and out.scheduled[0].start > 0
+    assert not tiers.loading(b.core) and sched.waiting[0] is b
+    pool.free_blocks(taken)
+    kv.check_integrity()
+    tiers.check_integrity()
     tiers.close()

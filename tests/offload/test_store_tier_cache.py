@@ -10,47 +10,26 @@ does not value are never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from factories import admit, hit_len, toks
-from tier_helpers import fill
+from tier_helpers import fill, store_replica
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored
-from hybridkv.layouts import shipped_layout
-from hybridkv.offload import BlockBytes, TieredCache
-from hybridkv.planning import KVCacheBuffers, allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import ModelFingerprint, MooncakeTier
-from hybridkv.tiers.store_master import MooncakeMaster
+from hybridkv.offload import TieredCache
+from hybridkv.planning import KVCacheBuffers
+from hybridkv.tiers import MooncakeTier
 
 MAX_LEN = 64
-SMALL = "&segment=16MiB&buffer=16MiB"
-
-
-@pytest.fixture(scope="module")
-def clients(mooncake_master: MooncakeMaster) -> Iterator[list[MooncakeTier]]:
-    """Two store clients for the module (joining and leaving cost 1-2 s each)."""
-    fp = ModelFingerprint("unused", "unused", (), 1, ("unused",))
-    tiers = [MooncakeTier.connect(fp, mooncake_master.url + SMALL) for _ in range(2)]
-    yield tiers
-    for t in tiers:
-        t.close()
 
 
 def _replica(
     name: str, client: MooncakeTier, events: bool = False
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache]:
-    config = plan_kv_cache(
-        shipped_layout(name), 400_000, max_model_len=MAX_LEN, max_num_batched_tokens=MAX_LEN
-    ).kv_cache_config
-    kv = KVCacheManager(config, MAX_LEN, enable_kv_cache_events=events)
-    buffers = allocate_kv_cache(config)
-    fingerprint = ModelFingerprint.from_kv_cache_config(config, f"weights of {name}")
-    store = MooncakeTier(fingerprint, client.client, 1 << 24, owns_client=False)
-    return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), None, store=store)
+    return store_replica(name, client, MAX_LEN, events=events)
 
 
 def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
@@ -64,9 +43,9 @@ def _compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, by
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-jamba", "tiny-llama4"])
-def test_replica_b_restores_replica_a_s_bytes(name: str, clients: list[MooncakeTier]) -> None:
-    kv_a, _, tiers_a = _replica(name, clients[0], events=True)
-    kv_b, _, tiers_b = _replica(name, clients[1])
+def test_replica_b_restores_replica_a_s_bytes(name: str, store_clients: list[MooncakeTier]) -> None:
+    kv_a, _, tiers_a = _replica(name, store_clients[0], events=True)
+    kv_b, _, tiers_b = _replica(name, store_clients[1])
     prompt = toks(MAX_LEN - 8)
     kv_a.take_events()
     want = _compute(kv_a, tiers_a, Request("a", prompt))
@@ -101,10 +80,10 @@ def test_replica_b_restores_replica_a_s_bytes(name: str, clients: list[MooncakeT
         tiers.close()
 
 
-def test_only_what_the_policy_values_is_written(clients: list[MooncakeTier]) -> None:
+def test_only_what_the_policy_values_is_written(store_clients: list[MooncakeTier]) -> None:
     """``CachePolicy.store_value`` decides: a policy that values group 0 only gets
     group 0's units written, and no other."""
-    kv, _, tiers = _replica("tiny-gemma3", clients[0])
+    kv, _, tiers = _replica("tiny-gemma3", store_clients[0])
 
     def group_0_only(block: KVCacheBlock) -> float | None:
         return 1.0 if block.group_id == 0 else None
@@ -119,11 +98,11 @@ def test_only_what_the_policy_values_is_written(clients: list[MooncakeTier]) -> 
     tiers.close()
 
 
-def test_a_block_freed_again_soon_is_not_copied_again(clients: list[MooncakeTier]) -> None:
+def test_a_block_freed_again_soon_is_not_copied_again(store_clients: list[MooncakeTier]) -> None:
     """A hot prefix freed by request after request is copied once per
     ``rewrite_seconds``; after that it is offered again (the store may have lost it),
     and the store tier does not resend what the store still has."""
-    kv, _, tiers = _replica("tiny-llama4", clients[0])
+    kv, _, tiers = _replica("tiny-llama4", store_clients[0])
     assert tiers.store_writes is not None and tiers.store is not None
     prompt = toks(MAX_LEN - 8, start=9000)
     want = _compute(kv, tiers, Request("a", prompt))
