@@ -71,7 +71,9 @@ def main() -> int:
         a.close()
         b.close()
     cold = engine(args.model, args.doc, None).generate(ps, sp, use_tqdm=False)
-    same = [g.outputs[0].token_ids == c.outputs[0].token_ids for g, c in zip(got, cold)]
+    same = [
+        g.outputs[0].token_ids == c.outputs[0].token_ids for g, c in zip(got, cold, strict=True)
+    ]
     print(f"model {args.model.name}, float32, {len(ps)} prompts of {args.doc + 4} tokens")
     print(f"replica B: prefix hits {cached} tokens, {hit} of them loaded from the store")
     print(f"replica B's tokens equal a cold engine's: {same}")
