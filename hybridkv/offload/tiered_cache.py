@@ -70,11 +70,11 @@ class TieredCache:
         if host is None and (disk is not None or store is None):
             raise ValueError("a TieredCache needs a host tier, or a store alone")
         if not manager.enable_caching:
-            raise ValueError("kv_offloading_size needs enable_prefix_caching=True")
+            raise ValueError("tiers (kv_offloading_size, kv_store) need enable_prefix_caching=True")
         if not manager.hasher.is_cryptographic:
             raise ValueError(
-                "kv_offloading_size needs a collision-resistant hash_algo ('sha256'): "
-                "a tier hit is not checked token by token"
+                "tiers (kv_offloading_size, kv_store) need a collision-resistant hash_algo "
+                "('sha256'): a tier hit is not checked token by token"
             )
         self.manager = manager
         self.pool = manager.block_pool
