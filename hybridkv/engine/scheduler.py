@@ -156,20 +156,25 @@ class Scheduler:
                 assert self.tiers is not None
                 landed = self.tiers.prepare(staged.core, wait=True)
                 assert landed, "prepare(wait=True) returns once the loads have landed"
-                budget = self._admit(scheduled, budget)
+                # Admit again, waiting on loads while nothing runs: a request whose
+                # landing failed is staged anew (a shorter hit) and lands at once.
+                budget = self._admit(scheduled, budget, wait=True)
         if self.tiers is not None:
             waited = self.tiers.stats.load_wait_seconds - waited
         self._scheduled_at = time.perf_counter()
         return SchedulerOutput(tuple(scheduled), tuple(preempted), waited)
 
-    def _admit(self, scheduled: list[ScheduledRequest], budget: int) -> int:
+    def _admit(self, scheduled: list[ScheduledRequest], budget: int, wait: bool = False) -> int:
         """Admit waiting requests in order while budget and seats remain; one whose
-        tier loads are in flight is passed over (it keeps its place)."""
+        tier loads are in flight is passed over (it keeps its place), unless ``wait``
+        and nothing is scheduled yet: then its loads are waited for."""
         pending: set[tuple[int, int]] | None = None  # built on first need, then extended
         k = 0  # waiting[:k]: passed over, their loads in flight
         while k < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[k]
-            if self.tiers is not None and not self.tiers.prepare(req.core, wait=False):
+            if self.tiers is not None and not self.tiers.prepare(
+                req.core, wait=wait and not scheduled
+            ):
                 k += 1  # its tier hit is loading: it runs once that has landed
                 continue
             if self.manager.cannot_admit(req.core, budget):

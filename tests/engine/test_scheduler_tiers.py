@@ -14,6 +14,10 @@ manager over a planned tiny layout, tokens made up).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 from factories import admit, toks
 from tier_helpers import blocked_until_opened, computed, tiered_manager
 
@@ -132,3 +136,48 @@ def test_loads_held_behind_a_request_that_cannot_fit_are_landed_for_it() -> None
     kv.check_integrity()
     tiers.check_integrity()
     tiers.close()
+
+
+def test_a_hit_staged_again_after_a_failed_landing_is_waited_for() -> None:
+    """Only ``a`` waits; its loads are staged, then landed by the step (nothing else
+    can run), and they fail. Admitting it again stages its hit anew: with nothing
+    scheduled the step waits for those loads too, instead of returning an empty
+    step (the engine then fails: "no request can be scheduled")."""
+    _, tiers, copier, sched, doc = _setup()
+    a = _req("a", [*doc, 1, 2])
+    sched.add_request(a)
+    copier.gate.clear()
+    second = threading.Event()  # holds the loads staged after the failed landing
+    failing = [True]
+    gated = copier.submit
+
+    def submit(fn: Callable[..., Any], *args: Any) -> Any:
+        if failing[0]:
+            return gated(_raise, *args)  # runs once the gate opens: a failed load
+
+        def held(*a: Any) -> Any:
+            assert second.wait(30), "the test never released the second loads"
+            return fn(*a)
+
+        return gated(held, *args)
+
+    copier.submit = submit  # type: ignore[method-assign]
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(sched.schedule()))
+    worker.start()
+    worker.join(0.3)  # staged, passed over, then landed by the step: held by the gate
+    assert worker.is_alive(), "the step did not wait for a's loads"
+    failing[0] = False
+    copier.gate.set()  # the first loads fail; the hit is staged again, held by ``second``
+    worker.join(0.5)
+    assert worker.is_alive(), "the step returned without waiting for a's new loads"
+    second.set()
+    worker.join(30)
+    out = result[0]
+    assert [s.request for s in out.scheduled] == [a]
+    assert tiers.stats.load_failures > 0 and tiers.stats.hits == 1
+    tiers.close()
+
+
+def _raise(*_: Any) -> None:
+    raise OSError("injected load failure")
