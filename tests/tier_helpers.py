@@ -135,15 +135,21 @@ def computed(tiers: TieredCache, r: Request) -> None:
 
 
 def store_replica(
-    name: str, client: MooncakeTier, max_len: int, policy: str = "lru", events: bool = False
+    name: str,
+    client: MooncakeTier,
+    max_len: int,
+    policy: str = "lru",
+    events: bool = False,
+    sweep: float = 0.0,
 ) -> tuple[KVCacheManager, KVCacheBuffers, TieredCache]:
     """A replica of layout ``name``: its own pool and buffers, the store alone under
-    them, on ``client``'s connection (``tests/offload/conftest.py``'s ``store_clients``)."""
+    them, on ``client``'s connection (``tests/offload/conftest.py``'s ``store_clients``);
+    ``sweep``: seconds between sweeps of what it wrote (``tiers/store_watch.py``)."""
     config = plan_kv_cache(
         shipped_layout(name), 400_000, max_model_len=max_len, max_num_batched_tokens=max_len
     ).kv_cache_config
     kv = KVCacheManager(config, max_len, enable_kv_cache_events=events, cache_policy=policy)
     buffers = allocate_kv_cache(config)
     fingerprint = ModelFingerprint.from_kv_cache_config(config, f"weights of {name}")
-    store = MooncakeTier(fingerprint, client.client, 1 << 24, owns_client=False)
+    store = MooncakeTier(fingerprint, client.client, 1 << 24, owns_client=False, sweep=sweep)
     return kv, buffers, TieredCache(kv, BlockBytes(config, buffers), None, store=store)

@@ -24,7 +24,8 @@ nothing). After that it is offered again, because the store may have evicted
 it or restarted unseen (an idle replica does not see an outage), and the store
 tier does not send an object the store already has. The outcome of each write
 is read at the next call: a landed write is a ``BlockStored`` with the store's
-medium (KV events on).
+medium (KV events on), and a written key the store tier has since found gone
+(``MooncakeTier.take_gone``) a ``BlockRemoved``, and may be written again at once.
 """
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ class StoreWrites:
             if self.events is not None:
                 self.events.written_to_store(t.key, t.error is None)
         self._pending = still
+        for key in self.store.take_gone():  # after the landings: a removal follows its store
+            self._written.pop(key, None)
+            if self.events is not None:
+                self.events.store_left(key)
 
     def check_integrity(self) -> None:
         """The remembered keys stay bounded."""

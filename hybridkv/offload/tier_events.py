@@ -21,6 +21,11 @@ device index nor a tier. Rules:
 - a unit whose key has no remembered event (one stored before events were
   turned on, or found on disk after a restart) is not announced, so that no
   event is a placeholder.
+
+The shared store (medium "STORE") evicts on its own and tells no one: a
+landed write is announced (``written_to_store``), and its ``BlockRemoved``
+follows when the store tier finds the object gone (``store_left``: lazily,
+``tiers/store_watch.py``). Only keys announced here get one.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ class TierEvents:
         self._pending: dict[tuple[str, UnitKey], Transfer] = {}
         #: Units queued for the disk tier whose store has not begun (a host eviction's spill).
         self._queued: set[UnitKey] = set()
+        #: Units announced in the shared store and not reported gone since.
+        self._in_store: set[UnitKey] = set()
         pool.on_stored = self.remember
 
     def remember(
@@ -105,13 +112,23 @@ class TierEvents:
 
     def written_to_store(self, key: UnitKey, landed: bool) -> None:
         """A write of ``key`` to the shared store (``queued`` before) ended; a landed
-        one is a ``BlockStored`` with the store's medium. The store evicts on its own,
-        unseen by a replica: no ``BlockRemoved`` follows, and nothing is kept here."""
+        one is a ``BlockStored`` with the store's medium, unless announced there
+        already. Its fields are not kept: its ``BlockRemoved`` needs none."""
         self._queued.discard(key)
         meta = self._meta.get((key.group_id, key.block_hash))
-        if landed and meta is not None:
+        if landed and meta is not None and key not in self._in_store:
+            self._in_store.add(key)
             self._announce(key, meta, "STORE")
         self.forget(key)
+
+    def store_left(self, key: UnitKey) -> None:
+        """The store tier found ``key`` gone (``MooncakeTier.take_gone``): a
+        ``BlockRemoved`` with the store's medium if it was announced there."""
+        if key in self._in_store:
+            self._in_store.discard(key)
+            self.pool.events.append(
+                BlockRemoved(block_hashes=[key.block_hash], group_id=key.group_id, medium="STORE")
+            )
 
     def unqueued(self, keys: list[UnitKey]) -> None:
         """Queued disk stores that will not happen (the write failed)."""

@@ -10,7 +10,9 @@ these say what went over the network (label ``model_name``):
   error), ``no_room`` (a write skipped: the store or the write queue full),
   ``get`` (a read that found nothing or a bad entry: recomputed), ``unreachable``
   (calls answered at once while the master was gone), ``device_full`` (tier hits not
-  restored: the device pool had no room for their blocks));
+  restored: the device pool had no room for their blocks)), and
+  ``kv_store_evictions_seen`` (objects this replica wrote that it found the store
+  had evicted: ``tiers/store_watch.py``);
 - gauge ``kv_store_up`` (1 while the master answers);
 - histograms ``kv_store_put_seconds`` / ``kv_store_get_seconds`` (per batch).
 """
@@ -32,6 +34,7 @@ _SERIES = (
     ("kv_store_puts", ""),
     ("kv_store_gets", ""),
     ("kv_store_lookups", ""),
+    ("kv_store_evictions_seen", ""),
     ("kv_store_bytes", "put"),
     ("kv_store_bytes", "get"),
     ("kv_store_failures", "put"),
@@ -50,6 +53,7 @@ def _totals(tiers: TieredCache, store: MooncakeTier) -> dict[tuple[str, str], in
         ("kv_store_puts", ""): t.stores,
         ("kv_store_gets", ""): t.loads + t.load_failures,
         ("kv_store_lookups", ""): lookups,
+        ("kv_store_evictions_seen", ""): s.found_gone,
         ("kv_store_bytes", "put"): s.put_bytes,
         ("kv_store_bytes", "get"): s.get_bytes,
         ("kv_store_failures", "put"): t.store_failures,
@@ -72,6 +76,7 @@ class StoreMetrics:
             "kv_store_puts": "Objects written to the shared store that landed.",
             "kv_store_gets": "Objects asked of the shared store.",
             "kv_store_lookups": "Lookups of a waiting request's units in the store.",
+            "kv_store_evictions_seen": "Objects this replica wrote, found evicted since.",
             "kv_store_bytes": "Bytes sent to and read from the shared store.",
             "kv_store_failures": "Store writes and reads that did not happen or failed.",
         }

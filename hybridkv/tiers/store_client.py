@@ -123,9 +123,15 @@ class StoreClient:
 
     def exists(self, names: Sequence[str]) -> list[bool]:
         """Which objects the store holds now (all False while it is unreachable)."""
+        return [there is True for there in self.lookup(names)]
+
+    def lookup(self, names: Sequence[str]) -> list[bool | None]:
+        """Per object: True held, False not held, None not known (the store is
+        unreachable, or answered this name with an error)."""
         if not names or not self.healthy():
-            return [False] * len(names)
-        return [code == 1 for code in self._store.batch_is_exist(list(names))]
+            return [None] * len(names)
+        codes = self._store.batch_is_exist(list(names))
+        return [True if code == 1 else False if code == 0 else None for code in codes]
 
     def put(self, names: Sequence[str], buffers: Sequence[Any]) -> list[int]:
         """Store each buffer (a writable, C-contiguous byte buffer) under its name;

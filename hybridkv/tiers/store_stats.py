@@ -15,6 +15,8 @@ class StoreStats:
     get_bytes: int = 0  # bytes of objects read
     already_there: int = 0  # stores found in the store already (not sent)
     unreachable: int = 0  # stores and loads answered at once: the master was unreachable
+    found_gone: int = 0  # objects this replica wrote and a check found gone (store_watch)
+    sweeps: int = 0  # sweeps of the watched keys (one batch_is_exist each)
     put_seconds: list[float] = field(default_factory=list)  # per put batch
     get_seconds: list[float] = field(default_factory=list)  # per get batch
 

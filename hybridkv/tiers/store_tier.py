@@ -23,6 +23,10 @@ removed and counted (``corrupt_removed``).
   that is gone is a failed load.
 - **Lookups** (``contains_many``) are one ``batch_is_exist``. The store may drop
   an entry between a lookup and its load: that load then fails (recompute).
+- **Its evictions are watched** (``store_watch.py``): an object this tier wrote
+  and saw land that a lookup, a load, a write or the periodic sweep (``sweep``
+  seconds, one ``batch_is_exist`` of ``SWEEP_KEYS`` keys) finds missing is
+  reported by ``take_gone`` (the engine's ``BlockRemoved``), lazily.
 - **Outages** (``StoreClient``): while the master is unreachable, lookups say
   no, loads fail and stores are skipped at once, with one warning per outage.
 
@@ -30,14 +34,14 @@ removed and counted (``corrupt_removed``).
 capacity is the sum of the segments its replicas lend). ``pin`` is a local
 count only: the store does not know it, so a pinned entry may still go
 (its load then fails). ``keys()`` lists the entries this tier wrote and saw
-land (at most ``_REMEMBERED``), not other replicas'.
+land and has not found gone since (at most ``_REMEMBERED``), not other replicas'.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -57,6 +61,7 @@ from hybridkv.tiers.memory import byte_view
 from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient
 from hybridkv.tiers.store_stats import StoreStats
 from hybridkv.tiers.store_url import parse_store_url
+from hybridkv.tiers.store_watch import StoreWatch
 from hybridkv.tiers.transfer import Completed, Transfer
 
 #: Object names start with this (a change of the entry format changes it).
@@ -78,9 +83,11 @@ class MooncakeTier(TierStore):
         client: StoreClient,
         queue_bytes: int,
         owns_client: bool = True,
+        sweep: float = 0.0,
     ) -> None:
         """``owns_client``: ``close`` closes ``client`` too (leaving the store takes
-        the client 1-2 s); False for tiers of several fingerprints on one client."""
+        the client 1-2 s); False for tiers of several fingerprints on one client.
+        ``sweep``: seconds between sweeps of the watched keys (0: none)."""
         self.fingerprint = fingerprint
         self.client = client
         self._owns_client = owns_client
@@ -94,7 +101,7 @@ class MooncakeTier(TierStore):
         self._in_flight: set[Transfer] = set()
         self._queue: dict[BatchItem, int] = {}  # stores on the write thread -> their bytes
         self._pins: Counter[UnitKey] = Counter()
-        self._landed: OrderedDict[UnitKey, None] = OrderedDict()
+        self._watch = StoreWatch(client, self.name, self.store_stats, _REMEMBERED, sweep)
         self._warned: set[str] = set()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-put")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-get")
@@ -105,7 +112,7 @@ class MooncakeTier(TierStore):
         """Join the store of a ``kv_store`` URL (``store_url.py``); ``TierError`` naming
         the field or the address when it cannot."""
         parsed = parse_store_url(url)
-        return cls(fingerprint, StoreClient.connect(parsed), parsed.queue)
+        return cls(fingerprint, StoreClient.connect(parsed), parsed.queue, sweep=parsed.sweep)
 
     def name(self, key: UnitKey) -> str:
         """The store object's name of ``key``."""
@@ -128,11 +135,22 @@ class MooncakeTier(TierStore):
         """``contains`` of each key, in one request."""
         if keys and not self.client.healthy():
             self.store_stats.unreachable += 1
-        return self.client.exists([self.name(k) for k in keys])
+        watched = self._watch.snapshot(keys)
+        there = self.client.lookup([self.name(k) for k in keys])
+        if watched:
+            self._watch.checked(watched, dict(zip(keys, there, strict=True)))
+        return [held is True for held in there]
 
     def keys(self) -> list[UnitKey]:
-        with self._lock:
-            return list(self._landed)
+        return self._watch.keys()
+
+    def take_gone(self) -> list[UnitKey]:
+        """The keys this tier wrote and has since found gone from the store (module
+        docstring; each once); starts a sweep on the write thread when one is due."""
+        gone, due = self._watch.take_gone()
+        if due and not self._closed:
+            self._writer.submit(self._watch.sweep)
+        return gone
 
     def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
         """Copy each unit now, put the batch on the write thread (module docstring)."""
@@ -229,8 +247,7 @@ class MooncakeTier(TierStore):
         removed = self.client.remove(self.name(key))
         if removed:
             self.stats.evictions += 1
-            with self._lock:
-                self._landed.pop(key, None)
+            self._watch.drop(key)
         return removed
 
     def poll(self) -> None:
@@ -248,7 +265,7 @@ class MooncakeTier(TierStore):
             for key, n in loads.items():
                 assert self._pins[key] >= n, f"{key!r}: a load in flight holds no pin"
             assert all(n > 0 for n in self._pins.values()), "a pin count below 1 is kept"
-            assert len(self._landed) <= _REMEMBERED
+            self._watch.check_integrity()
 
     def close(self) -> None:
         """Wait for the writes and reads in flight, then leave the store."""
@@ -266,10 +283,15 @@ class MooncakeTier(TierStore):
     def _put(self, batch: list[tuple[UnitKey, bytearray]]) -> list[Outcome]:
         started = time.perf_counter()
         names = [self.name(key) for key, _ in batch]
-        there = self.client.exists(names)
-        send = [i for i, held in enumerate(there) if not held]
+        watched = self._watch.snapshot(key for key, _ in batch)
+        there = self.client.lookup(names)
+        send = [i for i, held in enumerate(there) if held is not True]
         codes = self.client.put([names[i] for i in send], [batch[i][1] for i in send])
         out: list[Outcome] = [(None, None)] * len(batch)
+        if watched:  # a watched key missing is gone, unless this put landed it again
+            put_back = {batch[i][0] for i, code in zip(send, codes, strict=True) if code == OK}
+            answers = {key: there[i] for i, (key, _) in enumerate(batch)}
+            self._watch.checked([w for w in watched if w[0] not in put_back], answers)
         for i, code in zip(send, codes, strict=True):
             if code == OK:
                 continue
@@ -296,6 +318,7 @@ class MooncakeTier(TierStore):
         intos: list[Sequence[Any] | None],
     ) -> list[Outcome]:
         started = time.perf_counter()
+        watched = self._watch.snapshot(keys)
         found = self.client.get([self.name(k) for k in keys])
         out: list[Outcome] = []
         nbytes = 0
@@ -323,6 +346,9 @@ class MooncakeTier(TierStore):
             self.store_stats.get_batches += 1
             self.store_stats.get_bytes += nbytes
             self.store_stats.get_seconds.append(time.perf_counter() - started)
+        missing = {k for k, data in zip(keys, found, strict=True) if data is None}
+        suspects = [w for w in watched if w[0] in missing]
+        self._watch.ask(suspects)  # a watched key not read: gone, if the store says so
         return out
 
     # -- settling --------------------------------------------------------------
@@ -334,10 +360,7 @@ class MooncakeTier(TierStore):
             error = transfer.error
             if error is None:
                 self.stats.stores += 1
-                self._landed[transfer.key] = None
-                self._landed.move_to_end(transfer.key)
-                if len(self._landed) > _REMEMBERED:
-                    self._landed.popitem(last=False)
+                self._watch.landed(transfer.key)
             elif isinstance(error, TierFullError):
                 self.stats.store_skips += 1
             elif not isinstance(error, ConnectionError):
@@ -360,7 +383,7 @@ class MooncakeTier(TierStore):
             if not isinstance(transfer.error, CorruptEntryError):
                 return
             self.stats.corrupt_removed += 1
-            self._landed.pop(key, None)
+            self._watch.drop(key)
             self._warn_once("corrupt", f"STORE tier: {transfer.error}")
 
     def _skipped(self, key: UnitKey, why: str) -> Transfer:

@@ -23,6 +23,9 @@ protocol    ``tcp`` or ``rdma``                ``tcp``
 device      RDMA device names (``rdma``)       empty
 local       the address other replicas reach   ``127.0.0.1`` for a loopback master,
             this one at (its segment)          else this host's name
+sweep       seconds between checks of the      ``5`` (``0``: off; evictions are then
+            objects this replica wrote (for    seen only by lookups and loads)
+            ``BlockRemoved``: ``store_watch``)
 ==========  =================================  ========================================
 
 Sizes take ``parse_memory``'s forms (``4GiB``, ``512MiB``, a byte count). A bad
@@ -43,7 +46,9 @@ DEFAULT_PORT = 50051
 #: The smallest segment the Mooncake client accepts (measured: 8 MiB fails, code -600).
 MIN_SEGMENT = 16 << 20
 _SIZES = {"segment": "1GiB", "buffer": "256MiB", "queue": "256MiB"}
-_FIELDS = {"metadata", "protocol", "device", "local", *_SIZES}
+_FIELDS = {"metadata", "protocol", "device", "local", "sweep", *_SIZES}
+#: Seconds between two sweeps of the watched keys, by default (``store_watch.py``).
+DEFAULT_SWEEP = 5.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -60,6 +65,7 @@ class StoreURL:
     protocol: str = "tcp"
     device: str = ""
     local: str = "127.0.0.1"
+    sweep: float = DEFAULT_SWEEP
 
     @property
     def master(self) -> str:
@@ -110,6 +116,12 @@ def parse_store_url(url: str) -> StoreURL:
     protocol = fields.get("protocol", "tcp")
     if protocol not in ("tcp", "rdma"):
         raise _error(url, f"field 'protocol' must be 'tcp' or 'rdma', got {protocol!r}")
+    try:
+        sweep = float(fields.get("sweep", DEFAULT_SWEEP))
+    except ValueError:
+        sweep = -1.0
+    if not sweep >= 0 or sweep == float("inf"):
+        raise _error(url, f"field 'sweep' must be seconds >= 0 (0: off), got {fields['sweep']!r}")
     local = fields.get("local") or ("127.0.0.1" if host in _LOOPBACK else socket.gethostname())
     return StoreURL(
         host=host,
@@ -118,5 +130,6 @@ def parse_store_url(url: str) -> StoreURL:
         protocol=protocol,
         device=fields.get("device", ""),
         local=local,
+        sweep=sweep,
         **sizes,
     )

@@ -48,6 +48,7 @@ def test_a_prefix_from_one_replica_hits_on_the_other(
         assert ma[("hybridkv:kv_tier_stores_total", store)] > 0
         for kind in ("put", "no_room", "get", "unreachable", "device_full"):
             assert ma[("hybridkv:kv_store_failures_total", (("kind", kind),))] == 0
+        assert ma[("hybridkv:kv_store_evictions_seen_total", ())] == 0  # nothing evicted
     finally:
         b.stop()
         a.stop()

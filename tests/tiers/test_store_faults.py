@@ -65,6 +65,7 @@ def test_a_master_killed_mid_run_means_misses_one_warning_and_a_reconnect(
         outage = [r for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(outage) == 1, [r.getMessage() for r in caplog.records]
         assert tier.client.epoch == 1 and tier.client.outages == 1
+        assert tier.take_gone() == [key(1)]  # what it wrote before: reported gone (BlockRemoved)
         assert tier.store_stats.unreachable >= 60
         # Back: the restarted master knows nothing of before (a miss), and works.
         assert tier.contains_many([key(1)]) == [False]

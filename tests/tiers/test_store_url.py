@@ -14,17 +14,20 @@ def test_defaults_fill_what_is_left_out() -> None:
     assert url.metadata == "http://127.0.0.1:8080/metadata"
     assert (url.segment, url.buffer, url.queue) == (1 << 30, 256 << 20, 256 << 20)
     assert (url.protocol, url.device, url.local) == ("tcp", "", "127.0.0.1")
+    assert url.sweep == 5.0
     assert parse_store_url("mooncake://localhost").port == 50051
 
 
 def test_every_field_is_read() -> None:
     url = parse_store_url(
         "mooncake://10.0.0.5:7000?metadata=http://10.0.0.5:9000/metadata&segment=4GiB"
-        "&buffer=512MiB&queue=64MiB&protocol=rdma&device=mlx5_0&local=10.0.0.7"
+        "&buffer=512MiB&queue=64MiB&protocol=rdma&device=mlx5_0&local=10.0.0.7&sweep=0.5"
     )
     assert url.master == "10.0.0.5:7000" and url.metadata == "http://10.0.0.5:9000/metadata"
     assert (url.segment, url.buffer, url.queue) == (4 << 30, 512 << 20, 64 << 20)
     assert (url.protocol, url.device, url.local) == ("rdma", "mlx5_0", "10.0.0.7")
+    assert url.sweep == 0.5
+    assert parse_store_url("mooncake://h?sweep=0").sweep == 0.0  # off
 
 
 @pytest.mark.parametrize(
@@ -38,6 +41,9 @@ def test_every_field_is_read() -> None:
         ("mooncake://127.0.0.1:1?segment=8MiB", "field 'segment' must be at least 16MiB"),
         ("mooncake://127.0.0.1:1?queue=1XB", "field 'queue'"),
         ("mooncake://127.0.0.1:1?protocol=udp", "field 'protocol' must be 'tcp' or 'rdma'"),
+        ("mooncake://127.0.0.1:1?sweep=-1", "field 'sweep' must be seconds >= 0"),
+        ("mooncake://127.0.0.1:1?sweep=often", "field 'sweep' must be seconds >= 0"),
+        ("mooncake://127.0.0.1:1?sweep=nan", "field 'sweep' must be seconds >= 0"),
         ("mooncake://127.0.0.1:1?metadata=etcd://x", "field 'metadata' must be an http"),
         ("mooncake://127.0.0.1:1?local=a&local=b", "field 'local' is given twice"),
         ("mooncake://127.0.0.1:1/path", "give only HOST:PORT"),
