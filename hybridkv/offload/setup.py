@@ -64,12 +64,16 @@ def check_disk_cache_dir(disk_cache_dir: str | os.PathLike[str] | None) -> None:
 
 def check_kv_store(kv_store: str | None) -> None:
     """``TierError`` (a ``ValueError``) naming the address if the store at ``kv_store``
-    cannot be reached (checked in a few seconds, before any weight is read)."""
+    cannot be reached (checked in a few seconds, before any weight is read); with
+    the URL's ``optional=1`` nothing is checked here: the engine starts without an
+    unreachable store, saying so (``StoreClient.connect``)."""
     if kv_store is not None:
         from hybridkv.tiers.store_client import probe
         from hybridkv.tiers.store_url import parse_store_url
 
-        probe(parse_store_url(kv_store))
+        url = parse_store_url(kv_store)
+        if not url.optional:
+            probe(url)
 
 
 class TierSettings(Protocol):

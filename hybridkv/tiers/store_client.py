@@ -4,8 +4,12 @@ Joining (``connect``): the master's port and the metadata server are probed
 first (``PROBE_SECONDS`` each), so that a store that cannot be reached is one
 ``TierError`` naming its address at once (the client's own set-up retries for
 about 90 s); then ``MooncakeDistributedStore.setup`` lends this replica's
-``segment`` to the shared pool. The ``mooncake`` package is imported here, on
-first use (the ``store`` extra), never by ``import hybridkv``.
+``segment`` to the shared pool. With the URL's ``optional=1`` a store that
+cannot be reached is instead one warning naming it: the client starts *off*
+(every call a miss, as in an outage) and a thread of its own tries to join
+again every ``JOIN_RETRY_SECONDS``; once it has, one line says so and
+``epoch`` grows. The ``mooncake`` package is imported here, on first use (the
+``store`` extra), never by ``import hybridkv``.
 
 Health: ``healthy()`` reads the client's own view (``health_check``, no
 request). While the master is gone every call here answers at once as a miss
@@ -39,17 +43,24 @@ logger = logging.getLogger("hybridkv.tiers")
 
 #: How long joining waits for the master's port and the metadata server, each.
 PROBE_SECONDS = 3.0
+#: How often a store that was not there at start (``optional=1``) is tried again.
+JOIN_RETRY_SECONDS = 5.0
 #: ``put`` codes: stored; not stored because the store had no room (its
 #: ``NO_AVAILABLE_HANDLE``); not asked because the master is unreachable.
 OK, NO_ROOM, UNREACHABLE = 0, -200, -1
 
 
+class StoreUnreachable(TierError):
+    """The store's master or metadata server did not answer (``probe``)."""
+
+
 def probe(url: StoreURL) -> None:
-    """``TierError`` naming the address unless the master and metadata server answer."""
+    """``StoreUnreachable`` naming the address unless the master and metadata server
+    answer."""
     try:
         socket.create_connection((url.host, url.port), timeout=PROBE_SECONDS).close()
     except OSError as e:
-        raise TierError(
+        raise StoreUnreachable(
             f"kv_store: the Mooncake master at {url.master} cannot be reached ({e}); "
             "start mooncake_master there or fix the URL"
         ) from None
@@ -58,7 +69,7 @@ def probe(url: StoreURL) -> None:
     except urllib.error.HTTPError:
         pass  # it answered (404: no such key): it is there
     except (OSError, ValueError) as e:
-        raise TierError(
+        raise StoreUnreachable(
             f"kv_store: the metadata server {url.metadata} cannot be reached ({e}); start "
             "mooncake_master with --enable_http_metadata_server=true or fix 'metadata'"
         ) from None
@@ -68,21 +79,64 @@ class StoreClient:
     """One Mooncake Store client (module docstring)."""
 
     def __init__(self, url: StoreURL, store: Any) -> None:
+        """``store``: the joined Mooncake client, or None (not joined: ``connect``)."""
         self.url = url
         self._store = store
         self._lock = threading.Lock()
-        self._up = True
-        #: Grows each time the store comes back after an outage.
+        self._up = store is not None
+        #: Grows each time the store comes back after an outage (or is joined late).
         self.epoch = 0
         self.outages = 0
         self._closed = False
+        self._stop = threading.Event()
+        self._joiner: threading.Thread | None = None
 
     @classmethod
     def connect(cls, url: StoreURL) -> StoreClient:
-        """Join the store at ``url`` (``TierError`` naming the address if it cannot)."""
-        probe(url)
+        """Join the store at ``url``: ``TierError`` naming the address if it cannot,
+        unless ``url.optional`` (then a client that joins later: module docstring)."""
+        try:
+            return cls(url, cls.join(url))
+        except StoreUnreachable as e:  # a set-up that fails once it is there: an error
+            if not url.optional:
+                raise
+            logger.warning(
+                "%s; starting without the store (optional=1): its lookups are misses and "
+                "its writes are skipped until it answers (tried again every %g s)",
+                e,
+                JOIN_RETRY_SECONDS,
+            )
+        client = cls(url, None)
+        client._joiner = threading.Thread(
+            target=client._join_later, name="hybridkv-store-join", daemon=True
+        )  # daemon: it holds no data; close() stops it and waits for it
+        client._joiner.start()
+        return client
+
+    def _join_later(self) -> None:
+        """The joiner thread: try again until joined or closed."""
+        while not self._stop.wait(JOIN_RETRY_SECONDS):
+            try:
+                store = self.join(self.url)
+            except StoreUnreachable:
+                continue
+            except TierError as e:  # there, but this replica cannot join it as configured
+                logger.warning("%s; the store stays off", e)
+                return
+            with self._lock:
+                if not self._closed:
+                    self._store, store = store, None
+            if store is not None:  # closed meanwhile: leave at once
+                store.close()
+            return
+
+    @staticmethod
+    def join(url: StoreURL) -> Any:
+        """Probe, then set up a Mooncake client of ``url`` (``TierError`` naming the
+        address or the field when it cannot)."""
         quiet_mooncake()
-        store_module = require("mooncake.store", "store", "kv_store")
+        store_module = require("mooncake.store", "store", "kv_store")  # the extra first
+        probe(url)
         store = store_module.MooncakeDistributedStore()
         rc = store.setup(
             url.local,
@@ -99,11 +153,17 @@ class StoreClient:
                 "check that the master and metadata server are the store's and that "
                 f"'local' ({url.local}) is this host's address"
             )
-        return cls(url, store)
+        return store
+
+    @property
+    def joined(self) -> bool:
+        """False while a store that was not there at start has not been joined."""
+        return self._store is not None
 
     def healthy(self) -> bool:
         """True while the master answers (the client's view; no request sent)."""
-        up = not self._closed and self._store.health_check() == 0
+        store = self._store
+        up = not self._closed and store is not None and store.health_check() == 0
         with self._lock:
             if up == self._up:
                 return up
@@ -111,7 +171,8 @@ class StoreClient:
             if up:
                 self.epoch += 1
         if up:
-            logger.info("Mooncake Store at %s is reachable again", self.url.master)
+            again = "is reachable again" if self.outages else "is joined: the store is on"
+            logger.info("Mooncake Store at %s %s", self.url.master, again)
         else:
             self.outages += 1
             logger.warning(
@@ -161,9 +222,16 @@ class StoreClient:
         return self.healthy() and self._store.remove(name, force) == 0
 
     def close(self) -> None:
-        """Leave the store (this replica's segment and what it held go with it)."""
-        if not self._closed:
+        """Leave the store (this replica's segment and what it held go with it); stop
+        trying to join it (waits for a try under way: a probe, at most seconds)."""
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
+        self._stop.set()
+        if self._joiner is not None:
+            self._joiner.join()
+        if self._store is not None:
             self._store.close()
 
 

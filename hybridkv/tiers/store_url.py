@@ -26,6 +26,10 @@ local       the address other replicas reach   ``127.0.0.1`` for a loopback mast
 sweep       seconds between checks of the      ``5`` (``0``: off; evictions are then
             objects this replica wrote (for    seen only by lookups and loads)
             ``BlockRemoved``: ``store_watch``)
+optional    ``1``: a store that cannot be      ``0`` (a store that cannot be reached
+            reached at start is a warning;     at start is a ``TierError`` naming it)
+            the replica starts without it
+            and joins it in the background
 ==========  =================================  ========================================
 
 Sizes take ``parse_memory``'s forms (``4GiB``, ``512MiB``, a byte count). A bad
@@ -46,7 +50,7 @@ DEFAULT_PORT = 50051
 #: The smallest segment the Mooncake client accepts (measured: 8 MiB fails, code -600).
 MIN_SEGMENT = 16 << 20
 _SIZES = {"segment": "1GiB", "buffer": "256MiB", "queue": "256MiB"}
-_FIELDS = {"metadata", "protocol", "device", "local", "sweep", *_SIZES}
+_FIELDS = {"metadata", "protocol", "device", "local", "sweep", "optional", *_SIZES}
 #: Seconds between two sweeps of the watched keys, by default (``store_watch.py``).
 DEFAULT_SWEEP = 5.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -66,6 +70,7 @@ class StoreURL:
     device: str = ""
     local: str = "127.0.0.1"
     sweep: float = DEFAULT_SWEEP
+    optional: bool = False
 
     @property
     def master(self) -> str:
@@ -122,6 +127,9 @@ def parse_store_url(url: str) -> StoreURL:
         sweep = -1.0
     if not sweep >= 0 or sweep == float("inf"):
         raise _error(url, f"field 'sweep' must be seconds >= 0 (0: off), got {fields['sweep']!r}")
+    optional = fields.get("optional", "0")
+    if optional not in ("0", "1"):
+        raise _error(url, f"field 'optional' must be 0 or 1, got {optional!r}")
     local = fields.get("local") or ("127.0.0.1" if host in _LOOPBACK else socket.gethostname())
     return StoreURL(
         host=host,
@@ -131,5 +139,6 @@ def parse_store_url(url: str) -> StoreURL:
         device=fields.get("device", ""),
         local=local,
         sweep=sweep,
+        optional=optional == "1",
         **sizes,
     )

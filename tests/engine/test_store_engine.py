@@ -1,6 +1,7 @@
 """The store tier under ``LLM`` (Gemma 3: sliding + full attention): its options, a
-store that cannot be reached at start, the host tier above it, and the master
-killed mid-run (requests complete by recompute, one warning, then hits again)."""
+store that cannot be reached at start (an error; with ``optional=1`` a start
+without it and a late join), the host tier above it, and the master killed mid-run
+(requests complete by recompute, one warning, then hits again)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from oracle import random_prompt
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
 from hybridkv.engine import LLM, SamplingParams
-from hybridkv.tiers import TierError
+from hybridkv.tiers import TierError, store_client
 from hybridkv.tiers.store_master import MooncakeMaster, free_port
 
 MAX_LEN = 112
@@ -57,6 +58,41 @@ def test_a_store_that_cannot_be_reached_is_one_error_before_the_weights(ckpt: Pa
     with pytest.raises(TierError, match=rf"127\.0\.0\.1:{port} cannot be reached"):
         _llm(ckpt, f"mooncake://127.0.0.1:{port}")
     assert time.monotonic() - started < 5
+
+
+def test_optional_starts_without_the_store_and_shares_once_it_is_joined(
+    ckpt: Path, cold: LLM, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_client, "JOIN_RETRY_SECONDS", 0.1)
+    master = MooncakeMaster(lease_ms=300)  # its ports chosen, not started yet
+    url = master.url + SMALL + "&optional=1"
+    with caplog.at_level(logging.WARNING, "hybridkv.tiers"):
+        a = _llm(ckpt, url)
+    try:
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 1 and f"127.0.0.1:{master.port} cannot be reached" in warned[0]
+        assert "starting without the store" in warned[0]
+        want = _gen(cold, PAST)[0]
+        assert _gen(a, PAST) == (want, 0)  # it serves meanwhile
+        master.start()
+        store = a.tiers.store if a.tiers is not None else None
+        assert store is not None
+        deadline = time.monotonic() + 30
+        while not store.client.healthy() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.client.joined, "A did not join the store once it was there"
+        _gen(a, DOC)  # freed again, now written
+        _written(a)
+        b = _llm(ckpt, url)  # there now: joined at start
+        try:
+            tokens, hit = _gen(b, PAST)
+            assert b.tiers is not None and b.tiers.stats.store_hit_tokens == hit > 0
+            assert tokens == want
+        finally:
+            b.close()
+    finally:
+        a.close()
+        master.stop()
 
 
 @pytest.mark.parametrize(

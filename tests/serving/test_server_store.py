@@ -1,5 +1,6 @@
 """``hybridkv serve --kv-store``: two replicas share a prefix over HTTP, ``/metrics``
-reports the store, and a store that cannot be reached at start is one line, exit 2."""
+reports the store, and a store that cannot be reached at start is one line, exit 2
+(with ``optional=1``: the server starts without it and serves)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,16 @@ def test_serve_refuses_a_store_it_cannot_reach(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"127.0.0.1:{port}" in err[0], err
+
+
+def test_serve_starts_without_an_unreachable_store_when_it_is_optional(tok_ckpt: Path) -> None:
+    live, _ = start_server(tok_ckpt, kv_store=f"mooncake://127.0.0.1:{free_port()}?optional=1")
+    try:
+        body = {"prompt": list(range(200, 221)), "max_tokens": 3, "temperature": 0}
+        code, _, out = post(live.url, "/v1/completions", body)
+        assert code == 200 and out["usage"]["completion_tokens"] == 3
+        m = metrics(live.url)
+        assert m[("hybridkv:kv_store_up", ())] == 0
+        assert m[("hybridkv:kv_store_failures_total", (("kind", "unreachable"),))] > 0
+    finally:
+        live.stop()

@@ -1,4 +1,5 @@
-"""``MooncakeTier`` under faults: a master that cannot be reached at start, and one
+"""``MooncakeTier`` under faults: a master that cannot be reached at start (an
+error, or with ``optional=1`` a start without it and a late join), and one
 killed mid-run and restarted. Nothing fails a caller: misses and skipped writes,
 one warning per outage, and the tier works again once the master is back."""
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from tier_factories import fingerprint, key
 
-from hybridkv.tiers import MooncakeTier, TierError
+from hybridkv.tiers import MooncakeTier, TierError, store_client
 from hybridkv.tiers.store_master import MooncakeMaster, free_port
 
 SMALL = "&segment=16MiB&buffer=16MiB"
@@ -32,6 +33,48 @@ def test_a_master_that_cannot_be_reached_is_one_error_naming_it_at_once() -> Non
     with pytest.raises(TierError, match=rf"master at 127\.0\.0\.1:{port} cannot be reached"):
         MooncakeTier.connect(fingerprint(), f"mooncake://127.0.0.1:{port}")
     assert time.monotonic() - started < 5  # the client's own set-up would retry for ~90 s
+
+
+def test_optional_starts_without_an_unreachable_store_and_joins_it_once_it_is_there(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_client, "JOIN_RETRY_SECONDS", 0.1)
+    master = MooncakeMaster(lease_ms=300)  # its ports chosen, not started yet
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, "hybridkv.tiers"):
+        tier = MooncakeTier.connect(fingerprint(), master.url + SMALL + "&optional=1")
+        try:
+            assert time.monotonic() - started < 5
+            assert not tier.client.joined and not tier.client.healthy()
+            # Off: misses and skipped writes, answered at once, nothing raised.
+            assert not tier.store(key(1), [b"a" * 500]).wait()
+            assert tier.load_many([(key(1), None)]) == [None]
+            assert tier.contains_many([key(1)]) == [False]
+            master.start()
+            assert eventually(tier.client.healthy, 30), "not joined once the master was up"
+            assert tier.client.joined and tier.client.epoch == 1
+            assert tier.store(key(2), [b"b" * 500]).wait()
+            (t,) = tier.load_many([(key(2), None)])
+            assert t is not None and t.wait() and bytes(t.result[0]) == b"b" * 500
+            tier.check_integrity()
+        finally:
+            tier.close()
+            master.stop()
+    said = [r.getMessage() for r in caplog.records]
+    warned = [m for m in said if "starting without the store" in m]
+    assert len(warned) == 1 and f"127.0.0.1:{master.port} cannot be reached" in warned[0]
+    assert sum("is joined" in m for m in said) == 1, said
+    assert not any("unreachable" in m for m in said), said  # no outage warning on top
+
+
+def test_optional_close_before_the_store_is_there_stops_trying_at_once() -> None:
+    port = free_port()
+    tier = MooncakeTier.connect(fingerprint(), f"mooncake://127.0.0.1:{port}?optional=1")
+    joiner = tier.client._joiner
+    assert joiner is not None and joiner.is_alive()
+    started = time.monotonic()
+    tier.close()
+    assert not joiner.is_alive() and time.monotonic() - started < 1
 
 
 def test_a_metadata_server_that_cannot_be_reached_is_named(

@@ -14,7 +14,7 @@ def test_defaults_fill_what_is_left_out() -> None:
     assert url.metadata == "http://127.0.0.1:8080/metadata"
     assert (url.segment, url.buffer, url.queue) == (1 << 30, 256 << 20, 256 << 20)
     assert (url.protocol, url.device, url.local) == ("tcp", "", "127.0.0.1")
-    assert url.sweep == 5.0
+    assert url.sweep == 5.0 and not url.optional
     assert parse_store_url("mooncake://localhost").port == 50051
 
 
@@ -28,6 +28,7 @@ def test_every_field_is_read() -> None:
     assert (url.protocol, url.device, url.local) == ("rdma", "mlx5_0", "10.0.0.7")
     assert url.sweep == 0.5
     assert parse_store_url("mooncake://h?sweep=0").sweep == 0.0  # off
+    assert parse_store_url("mooncake://h?optional=1").optional
 
 
 @pytest.mark.parametrize(
@@ -44,6 +45,7 @@ def test_every_field_is_read() -> None:
         ("mooncake://127.0.0.1:1?sweep=-1", "field 'sweep' must be seconds >= 0"),
         ("mooncake://127.0.0.1:1?sweep=often", "field 'sweep' must be seconds >= 0"),
         ("mooncake://127.0.0.1:1?sweep=nan", "field 'sweep' must be seconds >= 0"),
+        ("mooncake://127.0.0.1:1?optional=yes", "field 'optional' must be 0 or 1"),
         ("mooncake://127.0.0.1:1?metadata=etcd://x", "field 'metadata' must be an http"),
         ("mooncake://127.0.0.1:1?local=a&local=b", "field 'local' is given twice"),
         ("mooncake://127.0.0.1:1/path", "give only HOST:PORT"),
