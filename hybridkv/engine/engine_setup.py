@@ -1,4 +1,5 @@
-"""Resolving the ``LLM`` constructor's arguments: dtype, device, kernels, EOS ids, KV memory.
+"""Resolving the ``LLM`` constructor's arguments: dtype, device, kernels, EOS ids, the
+KV layout and memory.
 
 Each helper validates one argument and raises ``ValueError`` naming it.
 """
@@ -14,6 +15,8 @@ import torch
 from hybridkv.kernels import KernelBackend, get_backend
 from hybridkv.kernels.backend import backend_from_environment
 from hybridkv.kernels.cpu import native_status
+from hybridkv.layouts import ModelLayout, layout_from_hf_config
+from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.planning import PagePlan
 
 DEFAULT_KV_CAP_BYTES = 2 << 30
@@ -110,6 +113,33 @@ def eos_token_ids(model_dir: Path, text_config: Any) -> frozenset[int]:
     if eos is None:
         return frozenset()
     return frozenset([eos] if isinstance(eos, int) else eos)
+
+
+def kv_layout(
+    hf_config: Any,
+    text_config: Any,
+    dtype: torch.dtype,
+    max_model_len: int | None,
+    allow_long: bool,
+    model: str,
+) -> ModelLayout:
+    """The checkpoint's layout as the KV plan takes it: the cache in ``dtype``;
+    ``max_model_len`` (None: the model's) checked against the model's positions
+    (``allow_long``: ``allow_long_max_model_len``) and applied; a float32 model
+    keeps its Mamba state in float32 unless the checkpoint names a dtype."""
+    layout = layout_from_hf_config(hf_config, cache_dtype=str(dtype).removeprefix("torch."))
+    if max_model_len is not None:
+        check_max_model_len(
+            max_model_len,
+            layout.max_model_len,
+            model=model,
+            rope_scaling=rope_scaling_types(text_config),
+            allow_long=allow_long,
+        )
+        layout = layout.model_copy(update={"max_model_len": max_model_len})
+    if layout.mamba_ssm_dtype is None and dtype == torch.float32:
+        layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
+    return layout
 
 
 def default_kv_bytes(pages: PagePlan, max_num_seqs: int) -> int:

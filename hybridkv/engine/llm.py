@@ -66,11 +66,13 @@ from hybridkv.engine.engine_request import EngineRequest, request_output
 from hybridkv.engine.engine_setup import (
     default_kv_bytes,
     eos_token_ids,
+    kv_layout,
     resolve_device,
     resolve_dtype,
     resolve_kernel_backend,
 )
 from hybridkv.engine.graphs import StepGraphs, unsupported_reason
+from hybridkv.engine.heap_freeze import freeze_startup_heap, release_heap
 from hybridkv.engine.inputs import Prompt, PromptType, engine_requests, prompt_ids, sampling_list
 from hybridkv.engine.model_source import resolve_model_dir
 from hybridkv.engine.outputs import RequestOutput
@@ -81,8 +83,6 @@ from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_conversations, load_tokenizer
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
-from hybridkv.layouts import layout_from_hf_config
-from hybridkv.layouts.context_length import check_max_model_len, rope_scaling_types
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.safetensors_check import check_weight_files
@@ -158,19 +158,14 @@ class LLM:
 
         model_cls, text_config = resolve_architecture(hf_config)
         self.dtype = resolve_dtype(run.dtype, text_config)
-        dtype_name = str(self.dtype).removeprefix("torch.")
-        layout = layout_from_hf_config(hf_config, cache_dtype=dtype_name)
-        if sched.max_model_len is not None:
-            check_max_model_len(
-                sched.max_model_len,
-                layout.max_model_len,
-                model=str(self.model_dir),
-                rope_scaling=rope_scaling_types(text_config),
-                allow_long=sched.allow_long_max_model_len,
-            )
-            layout = layout.model_copy(update={"max_model_len": sched.max_model_len})
-        if layout.mamba_ssm_dtype is None and self.dtype == torch.float32:
-            layout = layout.model_copy(update={"mamba_ssm_dtype": "float32"})
+        layout = kv_layout(
+            hf_config,
+            text_config,
+            self.dtype,
+            sched.max_model_len,
+            sched.allow_long_max_model_len,
+            str(self.model_dir),
+        )
         self.max_model_len = layout.max_model_len
         self.max_num_batched_tokens = sched.max_num_batched_tokens
         self.hf_config, self.text_config = hf_config, text_config
@@ -244,6 +239,7 @@ class LLM:
         if events_config is not None:
             self.kv_events = open_publisher(events_config, config, self.device.type)
             self._close_events = weakref.finalize(self, self.kv_events.close)
+        self._unfreeze = freeze_startup_heap(self)  # the pool leaves the GC's walks
 
     # -- KV events and lifetime ------------------------------------------------------
     def publish_kv_events(self) -> None:
@@ -261,12 +257,14 @@ class LLM:
 
     def close(self) -> None:
         """Publish pending KV events and close the events sockets; write the cache to
-        the disk tier (if any) and close the tiers. Idempotent."""
+        the disk tier (if any) and close the tiers; unfreeze the heap if this engine's
+        start-up froze it (``heap_freeze``). Idempotent."""
         if self.tiers is not None and self._close_tiers.alive:
             self._close_tiers()
         if self.kv_events is not None and self._close_events.alive:
             self.publish_kv_events()
             self._close_events()
+        release_heap(self._unfreeze)
 
     def __enter__(self) -> LLM:
         return self

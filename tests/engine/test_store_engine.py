@@ -174,6 +174,9 @@ def test_a_master_killed_mid_run_recomputes_warns_once_and_hits_again(
         assert a.tiers is not None and a.tiers.store_writes is not None
         a.tiers.store_writes.rewrite_seconds = 0.0
         assert a.tiers.store is not None
+        deadline = time.monotonic() + 30  # each client re-registers on its own: A may lag B
+        while not a.tiers.store.client.healthy() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert a.tiers.store.client.healthy()
         _gen(a, DOC)
         _written(a)
