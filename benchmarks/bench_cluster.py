@@ -262,6 +262,9 @@ def run(
                 "hybridkv:kv_store_failures_total", 'kind="device_full"'
             )
             r["store_lookups"] = cluster.metric_sum("hybridkv:kv_store_lookups_total")
+            r["store_put_bytes"] = cluster.metric_sum(
+                "hybridkv:kv_store_bytes_total", 'direction="put"'
+            )
         finally:
             cluster.stop()
     finally:

@@ -80,6 +80,10 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
         row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
         row("store lookups", [f"{r.get('store_lookups', 0):,.0f}" for r in rows]),
         row(
+            "store KiB written / request",
+            [f"{r.get('store_put_bytes', 0) / 1024 / r['requests']:,.0f}" for r in rows],
+        ),
+        row(
             "tier hits not restored (device full)",
             [f"{r.get('device_full', 0):,.0f}" for r in rows],
         ),
