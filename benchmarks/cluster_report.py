@@ -62,6 +62,10 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | " + " | ".join(cells) + " |"
 
+    def held(r: dict[str, Any]) -> str:
+        n = r.get("store_held", 0)
+        return f"{n:,.0f} ({r['store_held_s'] / n * 1e3:.1f})" if n else "0"
+
     rr_share = rr_s["cached"] / max(ca["cached"], 1e-9)
     ca_gain = ca_s["cached"] / max(ca["cached"], 1e-9)
     return [
@@ -83,6 +87,8 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
             "store KiB written / request",
             [f"{r.get('store_put_bytes', 0) / 1024 / r['requests']:,.0f}" for r in rows],
         ),
+        row("last chunks held for the store writes (mean ms)", [held(r) for r in rows]),
+        row("of them let go late (> 1 s)", [f"{r.get('store_late', 0):,.0f}" for r in rows]),
         row(
             "tier hits not restored (device full)",
             [f"{r.get('device_full', 0):,.0f}" for r in rows],
