@@ -77,6 +77,7 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
         row("", names),
         row("---", ["---:"] * 4),
         row("cached-token fraction", [f"{r['cached']:.1%}" for r in rows]),
+        row("cached tokens in responses' usage", [f"{r['usage_cached']:.1%}" for r in rows]),
         row("TTFT p50 (ms)", [f"{r['ttft_p50'] * 1e3:.0f}" for r in rows]),
         row("TTFT p99 (ms)", [f"{r['ttft_p99'] * 1e3:.0f}" for r in rows]),
         row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
