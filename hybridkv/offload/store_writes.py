@@ -140,10 +140,11 @@ class StoreWrites:
 
     def barrier(self) -> WriteBarrier:
         """The writes in flight now (the frees' sent first): a request that finished
-        in the last step hands its output over once they have ended
-        (``write_barrier``)."""
+        in the last step hands its output over once they have ended, or after the
+        URL's ``finish`` seconds (0: none is waited for; ``write_barrier``)."""
         self.settle()
-        return WriteBarrier(self._pending, self.stats)
+        finish = self.store.client.url.finish
+        return WriteBarrier(self._pending if finish else (), self.stats, finish)
 
     def settle(self, wait: bool = False) -> None:
         """Send what the frees took (``flush``), then read the writes that ended

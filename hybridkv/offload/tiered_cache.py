@@ -225,7 +225,7 @@ class TieredCache:
         """The store writes in flight now (none without a store): the outputs of
         requests that finished in the last step go once it is done (``write_barrier.py``)."""
         if self.store_writes is None:
-            return WriteBarrier((), self.stats)
+            return WriteBarrier((), self.stats, 0.0)
         return self.store_writes.barrier()
 
     def poll(self) -> None:

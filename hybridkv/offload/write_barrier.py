@@ -15,15 +15,16 @@ landed or failed. The step itself never waits:
 - the server's engine loop holds a finished request's last chunk
   (``serving.held_finishes``) and goes on stepping the others.
 
-Each wait is bounded (``MAX_WAIT_SECONDS``): an output held past it goes out
-with its writes still in flight, counted as ``OffloadStats.store_late``. A
-write the store refused (full, unreachable) has ended too: the output does not
-wait for a write that will never land.
+Each wait is bounded (``max_wait``: the ``kv_store`` URL's ``finish`` field, 1 s
+by default, ``tiers.store_url``; 0: no barrier is taken, nothing waits): an
+output held past it goes out with its writes still in flight, counted as
+``OffloadStats.store_late``. A write the store refused (full, unreachable) has
+ended too: the output does not wait for a write that will never land.
 
     step k: request r finishes; its free queues puts p1..pn (and earlier
     steps' puts may still be in flight)
     barrier = the puts in flight after step k
-    r's output goes out when every one of them has ended (<= MAX_WAIT_SECONDS)
+    r's output goes out when every one of them has ended (<= max_wait)
 """
 
 from __future__ import annotations
@@ -35,23 +36,29 @@ from collections.abc import Callable, Sequence
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.tiers import Transfer
 
-#: How long an output waits for its store writes at most. A put of one request's
-#: units takes milliseconds on a loopback or data-centre network (about 10 ms per
-#: MiB over tcp on a loaded 2-core box, ``docs/tiers.md``); a second means the
-#: store is slow or gone, and the output should not wait on it any longer.
-MAX_WAIT_SECONDS = 1.0
-
 
 class WriteBarrier:
     """The writes in flight at one moment (module docstring). ``stats``: where
-    ``release`` counts the waits."""
+    ``release`` counts the waits; ``max_wait``: seconds an output waits at most
+    (``deadline``)."""
 
-    __slots__ = ("_callbacks", "_held", "_left", "_lock", "_started", "_stats", "_transfers")
+    __slots__ = (
+        "_callbacks",
+        "_held",
+        "_left",
+        "_lock",
+        "_started",
+        "_stats",
+        "_transfers",
+        "deadline",
+    )
 
-    def __init__(self, transfers: Sequence[Transfer], stats: OffloadStats) -> None:
+    def __init__(self, transfers: Sequence[Transfer], stats: OffloadStats, max_wait: float) -> None:
         self._transfers = [t for t in transfers if not t.done()]
         self._stats = stats
         self._started = time.monotonic()
+        #: When an output held on it goes anyway (``time.monotonic()``).
+        self.deadline = self._started + max_wait
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
         self._left = len(self._transfers)
@@ -59,7 +66,7 @@ class WriteBarrier:
         self._held = bool(self._transfers)
         for t in self._transfers:
             # A store transfer ends on the tier's thread and calls back; one that does
-            # not would never wake a waiter (only ``MAX_WAIT_SECONDS`` would).
+            # not would never wake a waiter (only its ``deadline`` would).
             assert t.completion.threaded, f"{t!r}: a store write that does not call back"
             t.completion.add_done_callback(self._one_ended)  # type: ignore[attr-defined]
 
@@ -86,12 +93,11 @@ class WriteBarrier:
                 return
         fn()
 
-    def wait(self, timeout: float = MAX_WAIT_SECONDS) -> bool:
-        """Block until every write has ended, or ``timeout`` s have passed since the
-        barrier was taken; then ``release``. True when they all ended."""
-        deadline = self._started + timeout
+    def wait(self) -> bool:
+        """Block until every write has ended, or until ``deadline``; then ``release``.
+        True when they all ended."""
         for t in self._transfers:
-            left = deadline - time.monotonic()
+            left = self.deadline - time.monotonic()
             if left <= 0:
                 break
             try:

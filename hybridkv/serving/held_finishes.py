@@ -6,8 +6,8 @@ after a step in which requests finished. Their last deltas (the ones carrying
 ``finish_reason``) wait here until the barrier is done, so that a client who
 sends the conversation's next turn the moment the reply ends, to any replica,
 finds the reply's blocks in the store; the loop meanwhile steps the other
-requests. A delta is never held past ``max_wait`` seconds (then it goes out
-anyway, counted as ``store_late``).
+requests. A delta is never held past its barrier's ``deadline`` (the store
+URL's ``finish``; then it goes out anyway, counted as ``store_late``).
 
 Contract (engine thread only, except ``wake``): ``hold`` files deltas under a
 barrier, whose end calls ``wake`` (from the store's thread); ``due`` returns,
@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from hybridkv.offload.write_barrier import MAX_WAIT_SECONDS, WriteBarrier
+from hybridkv.offload.write_barrier import WriteBarrier
 
 T = TypeVar("T")
 
@@ -31,19 +31,18 @@ T = TypeVar("T")
 class HeldFinishes(Generic[T]):
     """Items (a stream and its last delta) held on write barriers (module docstring)."""
 
-    def __init__(self, wake: Callable[[], None], max_wait: float = MAX_WAIT_SECONDS) -> None:
+    def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
-        self.max_wait = max_wait
-        #: ``(deadline, barrier, items)``, oldest first (deadlines ascending).
-        self._held: deque[tuple[float, WriteBarrier, list[T]]] = deque()
+        #: ``(barrier, items)``, oldest first.
+        self._held: deque[tuple[WriteBarrier, list[T]]] = deque()
 
     def __len__(self) -> int:
-        return sum(len(items) for _, _, items in self._held)
+        return sum(len(items) for _, items in self._held)
 
     def hold(self, barrier: WriteBarrier, items: list[T]) -> None:
-        """Hold ``items`` until ``barrier`` is done (at most ``max_wait`` s)."""
+        """Hold ``items`` until ``barrier`` is done (at most until its ``deadline``)."""
         if items:
-            self._held.append((time.monotonic() + self.max_wait, barrier, items))
+            self._held.append((barrier, items))
             barrier.when_done(self._wake)
 
     def due(self) -> list[T]:
@@ -53,13 +52,13 @@ class HeldFinishes(Generic[T]):
         if not self._held:
             return out
         now = time.monotonic()
-        still: deque[tuple[float, WriteBarrier, list[T]]] = deque()
-        for deadline, barrier, items in self._held:
-            if barrier.done() or now >= deadline:
+        still: deque[tuple[WriteBarrier, list[T]]] = deque()
+        for barrier, items in self._held:
+            if barrier.done() or now >= barrier.deadline:
                 barrier.release()
                 out.extend(items)
             else:
-                still.append((deadline, barrier, items))
+                still.append((barrier, items))
         self._held = still
         return out
 
@@ -68,14 +67,14 @@ class HeldFinishes(Generic[T]):
         0: one is due now)."""
         if not self._held:
             return None
-        if any(barrier.done() for _, barrier, _ in self._held):
+        if any(barrier.done() for barrier, _ in self._held):
             return 0.0
-        return max(0.0, self._held[0][0] - time.monotonic())
+        return max(0.0, min(b.deadline for b, _ in self._held) - time.monotonic())
 
     def drain(self) -> list[T]:
         """Every item still held (released at once)."""
         out = []
-        for _, barrier, items in self._held:
+        for barrier, items in self._held:
             barrier.release()
             out.extend(items)
         self._held.clear()

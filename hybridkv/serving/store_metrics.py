@@ -11,8 +11,8 @@ these say what went over the network (label ``model_name``):
   ``get`` (a read that found nothing or a bad entry: recomputed), ``unreachable``
   (calls answered at once while the master was gone), ``device_full`` (tier hits not
   restored: the device pool had no room for their blocks), ``late`` (a finished
-  request's last chunk sent with its store writes still in flight, after
-  ``write_barrier.MAX_WAIT_SECONDS``)), ``kv_store_held`` (finished requests' last
+  request's last chunk sent with its store writes still in flight, after the
+  URL's ``finish`` seconds)), ``kv_store_held`` (finished requests' last
   chunks held until their store writes ended, ``serving.held_finishes``) and
   ``kv_store_held_seconds`` (their time held);
 - gauge ``kv_store_up`` (1 while the master answers);

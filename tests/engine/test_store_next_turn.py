@@ -85,3 +85,22 @@ def test_the_next_turn_on_another_replica_hits_the_reply(
     finally:
         for llm in (b, a):
             llm.close()
+
+
+def test_with_finish_0_generate_does_not_wait_for_the_store(
+    mooncake_master: MooncakeMaster, tmp_path: Path
+) -> None:
+    """``finish=0`` in the URL: no barrier, ``generate`` returns with its slow puts in
+    flight (a next turn elsewhere may then miss them)."""
+    ckpt = save_checkpoint(FAMILY_CONFIGS["gemma3"](), tmp_path / "gemma3")
+    a = _llm(ckpt, cache_policy="hybrid", kv_store=mooncake_master.url + SMALL + "&finish=0")
+    try:
+        _slow_puts(a)
+        a.generate([{"prompt_token_ids": PROMPT}], SamplingParams(max_tokens=2), use_tqdm=False)
+        tiers = a.tiers
+        assert tiers is not None and tiers.store is not None
+        assert tiers.stats.store_waits == 0
+        assert tiers.store.stats.stores < tiers.stats.store_writes  # the free's put: in flight
+        assert tiers.store_barrier().done()  # an empty barrier
+    finally:
+        a.close()

@@ -22,7 +22,7 @@ def test_done_once_every_write_has_ended_landed_or_failed() -> None:
     (t1, f1), (t2, f2) = _write(1), _write(2)
     skipped = Transfer(3, "store", Completed(error=OSError("no room")))  # ended already
     stats = OffloadStats()
-    barrier = WriteBarrier([t1, t2, skipped], stats)
+    barrier = WriteBarrier([t1, t2, skipped], stats, 60)
     called: list[str] = []
     barrier.when_done(lambda: called.append(threading.current_thread().name))
     assert not barrier.done()
@@ -41,7 +41,7 @@ def test_a_barrier_with_nothing_in_flight_is_done_and_counts_no_wait() -> None:
     (t, f) = _write(1)
     f.set_result(None)
     stats = OffloadStats()
-    barrier = WriteBarrier([t], stats)
+    barrier = WriteBarrier([t], stats, 60)
     called: list[int] = []
     barrier.when_done(lambda: called.append(1))
     assert called == [1] and barrier.done()
@@ -52,10 +52,10 @@ def test_a_barrier_with_nothing_in_flight_is_done_and_counts_no_wait() -> None:
 def test_wait_returns_when_the_writes_end() -> None:
     (t, f) = _write(1)
     stats = OffloadStats()
-    barrier = WriteBarrier([t], stats)
+    barrier = WriteBarrier([t], stats, 10)
     timer = threading.Timer(0.05, lambda: f.set_result(None))
     timer.start()
-    assert barrier.wait(timeout=10)
+    assert barrier.wait()
     assert stats.store_waits == 1 and stats.store_late == 0
     assert 0.04 < stats.store_wait_seconds < 5
 
@@ -63,8 +63,8 @@ def test_wait_returns_when_the_writes_end() -> None:
 def test_a_wait_cut_short_is_counted_late() -> None:
     (t, f) = _write(1)
     stats = OffloadStats()
-    barrier = WriteBarrier([t], stats)
-    assert not barrier.wait(timeout=0.05)
+    barrier = WriteBarrier([t], stats, 0.05)
+    assert not barrier.wait()
     assert stats.store_waits == 1 and stats.store_late == 1
     assert stats.store_wait_seconds >= 0.05
     f.set_result(None)  # ends later: nothing more is counted

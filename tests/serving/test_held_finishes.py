@@ -1,5 +1,5 @@
 """``HeldFinishes``: last deltas held on write barriers go out when their writes end
-(the loop woken from the writer's thread), or at ``max_wait`` (counted late), or all
+(the loop woken from the writer's thread), or at the barrier's deadline (counted late), or all
 at once when the loop stops."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from hybridkv.tiers import Transfer
 from hybridkv.tiers.transfer import FutureCompletion
 
 
-def _barrier(stats: OffloadStats) -> tuple[WriteBarrier, Future[None]]:
+def _barrier(stats: OffloadStats, max_wait: float = 60) -> tuple[WriteBarrier, Future[None]]:
     fut: Future[None] = Future()
-    return WriteBarrier([Transfer(0, "store", FutureCompletion(fut))], stats), fut
+    return WriteBarrier([Transfer(0, "store", FutureCompletion(fut))], stats, max_wait), fut
 
 
 def test_items_go_out_when_their_writes_end_and_the_loop_is_woken() -> None:
     stats = OffloadStats()
     woken = threading.Event()
-    held: HeldFinishes[str] = HeldFinishes(woken.set, max_wait=60)
+    held: HeldFinishes[str] = HeldFinishes(woken.set)
     (b1, f1), (b2, f2) = _barrier(stats), _barrier(stats)
     held.hold(b1, ["r1", "r2"])
     held.hold(b2, ["r3"])
@@ -40,10 +40,10 @@ def test_items_go_out_when_their_writes_end_and_the_loop_is_woken() -> None:
     assert stats.store_waits == 2 and stats.store_late == 0
 
 
-def test_an_item_goes_out_at_max_wait_counted_late() -> None:
+def test_an_item_goes_out_at_its_barrier_s_deadline_counted_late() -> None:
     stats = OffloadStats()
-    held: HeldFinishes[str] = HeldFinishes(lambda: None, max_wait=0.05)
-    barrier, _ = _barrier(stats)
+    held: HeldFinishes[str] = HeldFinishes(lambda: None)
+    barrier, _ = _barrier(stats, max_wait=0.05)
     held.hold(barrier, ["r1"])
     assert held.due() == []
     time.sleep(0.06)
