@@ -62,9 +62,9 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | " + " | ".join(cells) + " |"
 
-    def held(r: dict[str, Any]) -> str:
-        n = r.get("store_held", 0)
-        return f"{n:,.0f} ({r['store_held_s'] / n * 1e3:.1f})" if n else "0"
+    def mean_ms(r: dict[str, Any], count: str, seconds: str) -> str:
+        n = r.get(count, 0)
+        return f"{n:,.0f} ({r[seconds] / n * 1e3:.1f})" if n else "0"
 
     rr_share = rr_s["cached"] / max(ca["cached"], 1e-9)
     ca_gain = ca_s["cached"] / max(ca["cached"], 1e-9)
@@ -88,7 +88,14 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
             "store KiB written / request",
             [f"{r.get('store_put_bytes', 0) / 1024 / r['requests']:,.0f}" for r in rows],
         ),
-        row("last chunks held for the store writes (mean ms)", [held(r) for r in rows]),
+        row(
+            "store put batches (mean ms)",
+            [mean_ms(r, "store_put_batches", "store_put_s") for r in rows],
+        ),
+        row(
+            "last chunks held for the store writes (mean ms)",
+            [mean_ms(r, "store_held", "store_held_s") for r in rows],
+        ),
         row("of them let go late (> 1 s)", [f"{r.get('store_late', 0):,.0f}" for r in rows]),
         row(
             "tier hits not restored (device full)",
