@@ -262,6 +262,14 @@ def run(
                 "hybridkv:kv_store_failures_total", 'kind="device_full"'
             )
             r["store_lookups"] = cluster.metric_sum("hybridkv:kv_store_lookups_total")
+            r["store_put_bytes"] = cluster.metric_sum(
+                "hybridkv:kv_store_bytes_total", 'direction="put"'
+            )
+            r["store_put_s"] = cluster.metric_sum("hybridkv:kv_store_put_seconds_sum")
+            r["store_put_batches"] = cluster.metric_sum("hybridkv:kv_store_put_seconds_count")
+            r["store_held"] = cluster.metric_sum("hybridkv:kv_store_held_total")
+            r["store_held_s"] = cluster.metric_sum("hybridkv:kv_store_held_seconds_total")
+            r["store_late"] = cluster.metric_sum("hybridkv:kv_store_failures_total", 'kind="late"')
         finally:
             cluster.stop()
     finally:

@@ -62,6 +62,10 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | " + " | ".join(cells) + " |"
 
+    def mean_ms(r: dict[str, Any], count: str, seconds: str) -> str:
+        n = r.get(count, 0)
+        return f"{n:,.0f} ({r[seconds] / n * 1e3:.1f})" if n else "0"
+
     rr_share = rr_s["cached"] / max(ca["cached"], 1e-9)
     ca_gain = ca_s["cached"] / max(ca["cached"], 1e-9)
     return [
@@ -73,12 +77,26 @@ def store_table(results: dict[str, dict[str, Any]], args: Any) -> list[str]:
         row("", names),
         row("---", ["---:"] * 4),
         row("cached-token fraction", [f"{r['cached']:.1%}" for r in rows]),
+        row("cached tokens in responses' usage", [f"{r['usage_cached']:.1%}" for r in rows]),
         row("TTFT p50 (ms)", [f"{r['ttft_p50'] * 1e3:.0f}" for r in rows]),
         row("TTFT p99 (ms)", [f"{r['ttft_p99'] * 1e3:.0f}" for r in rows]),
         row("requests / s", [f"{r['requests_per_s']:.2f}" for r in rows]),
         row("tokens hit from the store", [f"{r.get('store_hit_tokens', 0):,.0f}" for r in rows]),
         row("store writes skipped (no room)", [f"{r.get('store_no_room', 0):,.0f}" for r in rows]),
         row("store lookups", [f"{r.get('store_lookups', 0):,.0f}" for r in rows]),
+        row(
+            "store KiB written / request",
+            [f"{r.get('store_put_bytes', 0) / 1024 / r['requests']:,.0f}" for r in rows],
+        ),
+        row(
+            "store put batches (mean ms)",
+            [mean_ms(r, "store_put_batches", "store_put_s") for r in rows],
+        ),
+        row(
+            "last chunks held for the store writes (mean ms)",
+            [mean_ms(r, "store_held", "store_held_s") for r in rows],
+        ),
+        row("of them let go late (> 1 s)", [f"{r.get('store_late', 0):,.0f}" for r in rows]),
         row(
             "tier hits not restored (device full)",
             [f"{r.get('device_full', 0):,.0f}" for r in rows],

@@ -114,36 +114,48 @@ def play(
     think_s: float = 0.0,
 ) -> dict[str, Any]:
     """Each client plays whole conversations (``think_s`` between a reply and the next
-    turn); TTFT per request, wall time."""
+    turn); TTFT per request, wall time, and the cached share of prompt tokens that the
+    responses' usage reports (``usage_cached``)."""
     import openai
 
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=300)
     ttfts: list[float] = []
     tokens = 0
+    prompt_tokens = cached_tokens = 0  # from each response's usage (clients' view)
     lock = threading.Lock()
 
     def conversation(turns: list[str]) -> None:
-        nonlocal tokens
+        nonlocal tokens, prompt_tokens, cached_tokens
         for k, prompt in enumerate(turns):
             if k and think_s:
                 time.sleep(think_s)
             t0 = time.perf_counter()
             first = None
             n = 0
+            usage: Any = None
             for chunk in client.completions.create(
                 model=model,
                 prompt=prompt,
                 max_tokens=max_tokens,
                 temperature=0,
                 stream=True,
+                stream_options={"include_usage": True},
                 extra_body={"ignore_eos": True},
             ):
                 if first is None and chunk.choices and chunk.choices[0].text:
                     first = time.perf_counter() - t0
                 n += len(chunk.choices[0].text.split()) if chunk.choices else 0
+                if chunk.usage is not None:
+                    usage = chunk.usage
+            if usage is None:
+                raise RuntimeError("a streamed response ended without usage (include_usage)")
+            details = usage.prompt_tokens_details
             with lock:
                 ttfts.append(first if first is not None else time.perf_counter() - t0)
                 tokens += n
+                prompt_tokens += usage.prompt_tokens
+                if details is not None and details.cached_tokens:
+                    cached_tokens += details.cached_tokens
 
     t = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -157,4 +169,5 @@ def play(
         "wall": wall,
         "tokens_per_s": tokens / wall,
         "requests_per_s": len(ttfts) / wall,
+        "usage_cached": cached_tokens / prompt_tokens if prompt_tokens else 0.0,
     }

@@ -11,7 +11,10 @@ A scheduler step, per request::
 Contracts:
 - ``get_computed_blocks`` never changes the cache (stats aside) and never
   returns more than ``num_tokens - 1`` tokens: the last prompt token must run
-  to produce logits.
+  to produce logits. A scheduler that may look a request up again (its
+  allocation failed) passes ``record_stats=False`` and calls
+  ``record_prefix_cache_stats`` once it is admitted, so that it counts once
+  (vLLM #43736).
 - ``allocate_slots`` is atomic: it either gives every group its blocks, or
   returns ``None`` with every ref count and the free set exactly as before.
 - Out of blocks is ``None``, never an exception; bad arguments are
@@ -136,11 +139,15 @@ class KVCacheManager:
         return self._no_new
 
     # -- the scheduler API ---------------------------------------------------
-    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+    def get_computed_blocks(
+        self, request: Request, record_stats: bool = True
+    ) -> tuple[KVCacheBlocks, int]:
         """The longest cached prefix valid for every group, and its length.
 
         Does not change the cache: the blocks are only taken by a following
         ``allocate_slots(request, ..., num_new_computed_tokens, blocks)``.
+        ``record_stats``: count the lookup in the prefix-cache stats now (else
+        the caller does, with ``record_prefix_cache_stats``).
         """
         check_request(request, self.max_model_len)
         if not self.enable_caching:
@@ -151,15 +158,22 @@ class KVCacheManager:
         blocks, num_hit = self.coordinator.find_longest_cache_hit(
             request.live_block_hashes, max_length, token_ids
         )
-        if self.prefix_cache_stats is not None:
-            self.prefix_cache_stats.record(
-                request.num_tokens, num_hit, preempted=request.num_preemptions > 0
-            )
+        if record_stats:
+            self.record_prefix_cache_stats(request, num_hit)
         pool = self.block_pool
         full_hit = self.coordinator.last_full_hit_tokens
         self._admission.remember(request, max(full_hit, num_hit))
         hashes = request.live_block_hashes
         return KVCacheBlocks(blocks, full_hit, pool, pool.generation, hashes), num_hit
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count one lookup of ``request`` that hit ``num_hits`` tokens (a preempted
+        request's apart). The scheduler calls it when the request is admitted: a
+        request looked up again after a failed allocation counts once."""
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(
+                request.num_tokens, num_hits, preempted=request.num_preemptions > 0
+            )
 
     def cannot_admit(self, request: Request, budget: int) -> bool:
         """True only if admitting the waiting ``request`` now must fail:

@@ -27,8 +27,7 @@ etc. hold what is in force. ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVC
 ``hybrid_return_grade``, ``hybrid_value_weight``, ``hybrid_floor_tokens`` and
 ``hybrid_tuning`` (a ``HybridTuning`` or a dict of its fields) tune ``hybrid``
 (None: the defaults; set under ``lru``, where they would change nothing, they are an error).
-``hybridkv simulate --return-bonus/--return-grade/--value-weight/--floor-tokens`` compares
-settings on one's own trace first.
+``hybridkv simulate`` compares these settings on one's own trace first.
 
 The constructor checks its arguments before reading the checkpoint, and the
 checkpoint (config.json, the safetensors headers, the tokenizer files) and the
@@ -297,7 +296,7 @@ class LLM:
         """Complete every prompt; outputs in prompt order, each with ``n`` samples.
 
         A prompt is text or a dict (``inputs.py``: ``prompt`` / ``prompt_token_ids``,
-        and ``cache_salt`` as in vLLM)."""
+        and ``cache_salt`` as in vLLM); it returns once a ``kv_store`` has what they wrote."""
         if isinstance(prompts, str | Mapping):
             prompts = [prompts]
         if not isinstance(prompts, Sequence) or len(prompts) == 0:
@@ -379,13 +378,10 @@ class LLM:
 
             bar = tqdm(total=len(requests), desc="generating", unit="req", dynamic_ncols=True)
         try:
-            done = 0
             while any(not r.status.finished for r in requests):
                 self.step()
                 if bar is not None:
-                    now_done = sum(r.status.finished for r in requests)
-                    bar.update(now_done - done)
-                    done = now_done
+                    bar.update(sum(r.status.finished for r in requests) - bar.n)
         except BaseException:
             for req in requests:
                 self.scheduler.abort(req.request_id)
@@ -393,6 +389,8 @@ class LLM:
         finally:
             if bar is not None:
                 bar.close()
+        if self.tiers is not None:  # a next turn, on any replica, finds what they wrote
+            self.tiers.store_barrier().wait()
         tok = self.tokenizer
         decode = None if tok is None else lambda ids: tok.decode(ids, skip_special_tokens=True)
         return [request_output(group, decode) for group in groups]

@@ -179,7 +179,7 @@ class Scheduler:
                 continue
             if self.manager.cannot_admit(req.core, budget):
                 break  # provably no room yet: skip the hit scan (same outcome)
-            blocks, hit = self.manager.get_computed_blocks(req.core)
+            blocks, hit = self.manager.get_computed_blocks(req.core, record_stats=False)
             if hit and self.defer_pending_hits:
                 if pending is None:
                     pending = set()
@@ -191,7 +191,8 @@ class Scheduler:
                     break
             n = min(req.num_tokens - hit, budget)
             if self.manager.allocate_slots(req.core, n, hit, blocks) is None:
-                break
+                break  # looked up again next step: its stats count at its admission
+            self.manager.record_prefix_cache_stats(req.core, hit)
             del self.waiting[k]
             if req.num_cached_tokens is None:
                 req.num_cached_tokens = hit

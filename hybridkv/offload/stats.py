@@ -4,7 +4,8 @@ Per-tier counters (stores, evictions, corrupt entries removed, ...) are each
 tier's own ``TierStats``; these count the engine's side: units demoted,
 written through, swapped and spilled, hits restored (or skipped) and the
 tokens they saved, loads by medium, each restored hit's load latency and the
-time the scheduler blocked on loads.
+time the scheduler blocked on loads, and the time finished outputs waited for
+their store writes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class OffloadStats:
     swapped_tokens: int = 0  # tokens their swap points restore, if every unit stays
     swaps_declined: int = 0  # preemptions the cost model left to recompute
     load_wait_seconds: float = 0.0  # time the scheduler blocked on tier loads
+    store_waits: int = 0  # finished outputs held for the store writes in flight (``WriteBarrier``)
+    store_wait_seconds: float = 0.0  # their time held
+    store_late: int = 0  # of ``store_waits``, those let go with writes still in flight
     #: Per restored hit: from its first copy asked for to its last one landed.
     load_seconds: list[float] = field(default_factory=list)
 

@@ -12,10 +12,13 @@ Two moments write (``docs/tiers.md``, "What is written, and when"):
   ``hybrid`` a run released with a value, never one released
   ``evict_first``; under ``lru`` every block).
 
-Each is written as ``UnitKey(hash, group)``: the store tier copies its bytes
-at once and puts them from its own thread, so the step never waits for the
-network. Another replica's next turn of the same conversation, or another
-request on the same document, then finds it there.
+Each is written as ``UnitKey(hash, group)``: its bytes are copied at once and
+the store tier puts them from its own thread, so the step never waits for the
+network. A request's free comes in several calls (one per released run): its
+units go out as one batch (one existence check and one put) at the next
+``flush`` (``barrier``, any ``settle``, the next step's ``TieredCache.poll``).
+Another replica's next turn of the same conversation, or another request on
+the same document, then finds it there.
 
 Writes are not repeated: a key written less than ``REWRITE_SECONDS`` ago is
 not copied again (at most ``REMEMBERED`` keys; all forgotten when this client
@@ -26,6 +29,8 @@ tier does not send an object the store already has. The outcome of each write
 is read at the next call: a landed write is a ``BlockStored`` with the store's
 medium (KV events on), and a written key the store tier has since found gone
 (``MooncakeTier.take_gone``) a ``BlockRemoved``, and may be written again at once.
+``barrier`` names the writes in flight, for an output that
+waits until what its request wrote is in the store (``write_barrier.py``).
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.write_barrier import WriteBarrier
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import MooncakeTier, Transfer, UnitKey
 
@@ -69,20 +76,36 @@ class StoreWrites:
         self._written: OrderedDict[UnitKey, float] = OrderedDict()  # key -> when, oldest first
         self._epoch = store.client.epoch
         self._pending: list[Transfer] = []
+        self._freed: list[tuple[UnitKey, list[Any], float]] = []  # taken, not yet sent
         #: ``REWRITE_SECONDS`` for this engine (a test may shorten it).
         self.rewrite_seconds = REWRITE_SECONDS
 
     def on_free(self, blocks: list[KVCacheBlock]) -> None:
-        """``BlockPool.on_free``: write the freed blocks worth sharing
-        (``CachePolicy.store_value``)."""
+        """``BlockPool.on_free``: take the freed blocks worth sharing
+        (``CachePolicy.store_value``). A request's free comes in several calls (one
+        per released run): their bytes are copied now and sent as one batch at the
+        next ``flush``."""
         value_of = self.policy.store_value
-        self.write([(b, value_of) for b in blocks])
+        self._freed.extend(self._take([(b, value_of) for b in blocks], own=True))
 
     def write(self, blocks: list[tuple[KVCacheBlock, Valuation]]) -> None:
         """Write each cached ``(block, valuation)`` whose valuation gives a value
         (None: not written), unless written recently (module docstring): its bytes
         are copied now, the put runs on the store tier's thread."""
         self.settle()
+        self._send(self._take(blocks, own=False))
+
+    def flush(self) -> None:
+        """Send what the frees took since the last flush, as one batch."""
+        items, self._freed = self._freed, []
+        self._send(items)
+
+    def _take(
+        self, blocks: list[tuple[KVCacheBlock, Valuation]], own: bool
+    ) -> list[tuple[UnitKey, list[Any], float]]:
+        """The units to write: each block not written recently whose valuation gives a
+        value, with its bytes (``own``: copied, for a later send; else views, sent at
+        once, since the store tier copies them)."""
         items = []
         now = time.monotonic()
         written = self._written
@@ -98,7 +121,9 @@ class StoreWrites:
             if value is None:
                 continue
             parts = [
-                p.numpy() if p.device.type == "cpu" else p.cpu().numpy()
+                (p.numpy().copy() if own else p.numpy())
+                if p.device.type == "cpu"
+                else p.cpu().numpy()
                 for p in self.block_bytes.parts(gid, b.block_id)
             ]
             items.append((key, parts, value))
@@ -108,13 +133,26 @@ class StoreWrites:
                 self.events.queued(key)
         while len(self._written) > REMEMBERED:
             self._written.popitem(last=False)
+        return items
+
+    def _send(self, items: list[tuple[UnitKey, list[Any], float]]) -> None:
         if items:
             self._pending.extend(self.store.store_many(items))
             self.stats.store_writes += len(items)
 
+    def barrier(self) -> WriteBarrier:
+        """The writes in flight now (the frees' sent first): a request that finished
+        in the last step hands its output over once they have ended, or after the
+        URL's ``finish`` seconds (0: none is waited for; ``write_barrier``)."""
+        self.settle()
+        finish = self.store.client.url.finish
+        return WriteBarrier(self._pending if finish else (), self.stats, finish)
+
     def settle(self, wait: bool = False) -> None:
-        """Read the writes that ended (``wait``: all of them): a landed one is
-        announced; a failed one may be written again."""
+        """Send what the frees took (``flush``), then read the writes that ended
+        (``wait``: all of them): a landed one is announced; a failed one may be
+        written again."""
+        self.flush()
         if self.store.client.epoch != self._epoch:  # a restarted master holds nothing
             self._epoch = self.store.client.epoch
             self._written.clear()
@@ -134,5 +172,6 @@ class StoreWrites:
                 self.events.store_left(key)
 
     def check_integrity(self) -> None:
-        """The remembered keys stay bounded."""
+        """The remembered keys stay bounded; each unit taken from a free is remembered."""
         assert len(self._written) <= REMEMBERED
+        assert all(key in self._written for key, _, _ in self._freed)

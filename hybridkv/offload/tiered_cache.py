@@ -49,6 +49,7 @@ from hybridkv.offload.store_writes import StoreWrites
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.swap import Swap
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.write_barrier import WriteBarrier
 from hybridkv.offload.write_through import HostStores, WriteThrough
 from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, UnitKey
 
@@ -220,9 +221,18 @@ class TieredCache:
             self.write_through.computed(computed)
             self.demotion.flush_spills()  # what the host evicted for them goes to disk
 
+    def store_barrier(self) -> WriteBarrier:
+        """The store writes in flight now (none without a store): the outputs of
+        requests that finished in the last step go once it is done (``write_barrier.py``)."""
+        if self.store_writes is None:
+            return WriteBarrier((), self.stats, 0.0)
+        return self.store_writes.barrier()
+
     def poll(self) -> None:
         """Settle the copies that have landed (each step, before scheduling)."""
         self._steps += 1
+        if self.store_writes is not None:  # the last step's frees, as one batch
+            self.store_writes.flush()
         self.pending.poll()
         if self.host is not None:
             self.host.poll()

@@ -9,7 +9,10 @@ Contract:
   raises ``QueueFull`` when ``max_waiting`` requests wait already (HTTP 503).
 - Each step's new tokens (and their logprobs, when asked) reach their streams
   as one ``Delta`` per request; a finished request's last ``Delta`` carries its
-  ``finish_reason``.
+  ``finish_reason``. With a shared store, that last ``Delta`` waits until the
+  store writes in flight after its step have ended (``HeldFinishes``): a next
+  turn sent at once, to any replica, finds what the request wrote. The loop
+  goes on stepping the other requests meanwhile.
 - ``abort(request_id)`` (a client went away, a stop string matched) takes the
   request out of the engine and frees its blocks before the next step.
 - A step that raises fails the requests it scheduled: their streams get a
@@ -36,6 +39,7 @@ from typing import Any
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
 from hybridkv.engine.llm import LLM
 from hybridkv.engine.outputs import Logprob
+from hybridkv.serving.held_finishes import HeldFinishes
 from hybridkv.serving.metrics import ServerMetrics
 
 
@@ -95,6 +99,8 @@ class EngineLoop:
         self._calls: list[tuple[Callable[[LLM], Any], Future[Any]]] = []
         self._streams: dict[str, RequestStream] = {}
         self._num_waiting = 0  # the scheduler's, as of the last turn
+        #: Finished requests' last deltas, waiting for their store writes.
+        self._held: HeldFinishes[tuple[RequestStream, Delta]] = HeldFinishes(self._wake)
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="hybridkv-engine", daemon=True)
 
@@ -147,6 +153,11 @@ class EngineLoop:
             self._cv.notify()
         return fut
 
+    def _wake(self) -> None:
+        """A held delta's store writes have ended (the store tier's thread)."""
+        with self._cv:
+            self._cv.notify()
+
     # -- the engine thread -------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -162,6 +173,8 @@ class EngineLoop:
                 pending = [*self._streams.values(), *self._new]
                 calls, self._calls, self._new = self._calls, [], []
             self._streams.clear()
+            for stream, delta in self._held.drain():  # finished: they go out as they are
+                stream.put(delta)
             for stream in pending:
                 stream.put(Delta([], finish_reason="error", error=reason))
             for _, fut in calls:
@@ -174,13 +187,16 @@ class EngineLoop:
                 while (
                     not (self._stop or self._new or self._aborts or self._calls)
                     and not scheduler.has_unfinished()
+                    and self._held.wait_time() != 0
                 ):
-                    self._cv.wait()
+                    self._cv.wait(self._held.wait_time())
                 if self._stop:
                     return
                 new, self._new = self._new, []
                 aborts, self._aborts = self._aborts, []
                 calls, self._calls = self._calls, []
+            for stream, delta in self._held.due():
+                stream.put(delta)
             for stream in new:
                 self._streams[stream.request_id] = stream
                 scheduler.add_request(stream.request)
@@ -215,6 +231,7 @@ class EngineLoop:
         self.metrics.preemptions(llm.scheduler.num_preemptions - before)
         self.metrics.prefix_cache(llm.manager.make_prefix_cache_stats())
         now = time.monotonic()
+        finished: list[tuple[RequestStream, Delta]] = []
         for s in out.scheduled:
             req = s.request
             stream = self._streams.get(req.request_id)
@@ -232,8 +249,26 @@ class EngineLoop:
                 reason = "stop" if req.status == RequestStatus.FINISHED_STOP else "length"
                 del self._streams[req.request_id]
                 self.metrics.request_finished(reason, req)
-            cached = req.num_cached_tokens or 0
-            stream.put(Delta(new, reason, num_cached_tokens=cached, logprobs=logprobs))
+            delta = Delta(
+                new, reason, num_cached_tokens=req.num_cached_tokens or 0, logprobs=logprobs
+            )
+            if reason is None:
+                stream.put(delta)
+            else:
+                finished.append((stream, delta))
+        if finished:
+            self._finish(finished)
+
+    def _finish(self, finished: list[tuple[RequestStream, Delta]]) -> None:
+        """The last deltas of the requests that finished in this step: at once, or,
+        with store writes in flight, once those have ended (``HeldFinishes``)."""
+        tiers = self.llm.tiers
+        barrier = tiers.store_barrier() if tiers is not None else None
+        if barrier is None or barrier.done():
+            for stream, delta in finished:
+                stream.put(delta)
+        else:
+            self._held.hold(barrier, finished)
 
     def _fail_step(self, error: str) -> None:
         llm = self.llm

@@ -10,9 +10,13 @@ these say what went over the network (label ``model_name``):
   error), ``no_room`` (a write skipped: the store or the write queue full),
   ``get`` (a read that found nothing or a bad entry: recomputed), ``unreachable``
   (calls answered at once while the master was gone), ``device_full`` (tier hits not
-  restored: the device pool had no room for their blocks)), and
-  ``kv_store_evictions_seen`` (objects this replica wrote that it found the store
-  had evicted: ``tiers/store_watch.py``);
+  restored: the device pool had no room for their blocks), ``late`` (a finished
+  request's last chunk sent with its store writes still in flight, after the
+  URL's ``finish`` seconds)), ``kv_store_held`` (finished requests' last
+  chunks held until their store writes ended, ``serving.held_finishes``),
+  ``kv_store_held_seconds`` (their time held) and ``kv_store_evictions_seen``
+  (objects this replica wrote that it found the store had evicted:
+  ``tiers/store_watch.py``);
 - gauge ``kv_store_up`` (1 while the master answers);
 - histograms ``kv_store_put_seconds`` / ``kv_store_get_seconds`` (per batch).
 """
@@ -42,10 +46,13 @@ _SERIES = (
     ("kv_store_failures", "get"),
     ("kv_store_failures", "unreachable"),
     ("kv_store_failures", "device_full"),
+    ("kv_store_failures", "late"),
+    ("kv_store_held", ""),
+    ("kv_store_held_seconds", ""),
 )
 
 
-def _totals(tiers: TieredCache, store: MooncakeTier) -> dict[tuple[str, str], int]:
+def _totals(tiers: TieredCache, store: MooncakeTier) -> dict[tuple[str, str], float]:
     """Every counter's current total, by ``(name, label value)``."""
     t, s = store.stats, store.store_stats
     lookups = tiers.loads.lookup.asked if tiers.loads.lookup is not None else 0
@@ -61,6 +68,9 @@ def _totals(tiers: TieredCache, store: MooncakeTier) -> dict[tuple[str, str], in
         ("kv_store_failures", "get"): t.load_failures,
         ("kv_store_failures", "unreachable"): s.unreachable,
         ("kv_store_failures", "device_full"): tiers.stats.skipped_no_room,
+        ("kv_store_failures", "late"): tiers.stats.store_late,
+        ("kv_store_held", ""): tiers.stats.store_waits,
+        ("kv_store_held_seconds", ""): tiers.stats.store_wait_seconds,
     }
 
 
@@ -79,6 +89,8 @@ class StoreMetrics:
             "kv_store_evictions_seen": "Objects this replica wrote, found evicted since.",
             "kv_store_bytes": "Bytes sent to and read from the shared store.",
             "kv_store_failures": "Store writes and reads that did not happen or failed.",
+            "kv_store_held": "Finished requests' last chunks held for their store writes.",
+            "kv_store_held_seconds": "The time those last chunks were held.",
         }
         self._counters = {
             n: Counter(
@@ -106,7 +118,7 @@ class StoreMetrics:
             series = self._counters[counter]
             series.labels(model_name, label) if label else series.labels(model_name)
         self._up.labels(model_name)
-        self._last: dict[tuple[str, str], int] = {}
+        self._last: dict[tuple[str, str], float] = {}
         self._seen = {"put": 0, "get": 0}
 
     def refresh(self, tiers: TieredCache) -> None:

@@ -30,6 +30,11 @@ optional    ``1``: a store that cannot be      ``0`` (a store that cannot be rea
             reached at start is a warning;     at start is a ``TierError`` naming it)
             the replica starts without it
             and joins it in the background
+finish      how long a finished request's      ``1s`` (``250ms``, ``0.5``: seconds;
+            output waits for the store writes  ``0``: it does not wait)
+            in flight (``write_barrier``), so
+            a next turn on any replica finds
+            them
 ==========  =================================  ========================================
 
 Sizes take ``parse_memory``'s forms (``4GiB``, ``512MiB``, a byte count). A bad
@@ -50,9 +55,15 @@ DEFAULT_PORT = 50051
 #: The smallest segment the Mooncake client accepts (measured: 8 MiB fails, code -600).
 MIN_SEGMENT = 16 << 20
 _SIZES = {"segment": "1GiB", "buffer": "256MiB", "queue": "256MiB"}
-_FIELDS = {"metadata", "protocol", "device", "local", "sweep", "optional", *_SIZES}
+_FIELDS = {"metadata", "protocol", "device", "local", "sweep", "optional", "finish", *_SIZES}
 #: Seconds between two sweeps of the watched keys, by default (``store_watch.py``).
 DEFAULT_SWEEP = 5.0
+#: ``finish``'s default (seconds). A put of one request's units takes milliseconds on a
+#: loopback or data-centre network (about 10 ms per MiB over tcp on a loaded 2-core box);
+#: a second means the store is slow or gone, and an output should not wait on it longer.
+DEFAULT_FINISH = "1s"
+#: The longest ``finish`` wait accepted (seconds): past it a store is not worth waiting on.
+MAX_FINISH = 60.0
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -71,6 +82,7 @@ class StoreURL:
     local: str = "127.0.0.1"
     sweep: float = DEFAULT_SWEEP
     optional: bool = False
+    finish: float = 1.0
 
     @property
     def master(self) -> str:
@@ -131,6 +143,7 @@ def parse_store_url(url: str) -> StoreURL:
     if optional not in ("0", "1"):
         raise _error(url, f"field 'optional' must be 0 or 1, got {optional!r}")
     local = fields.get("local") or ("127.0.0.1" if host in _LOOPBACK else socket.gethostname())
+    finish = _seconds(url, fields.get("finish", DEFAULT_FINISH))
     return StoreURL(
         host=host,
         port=port or DEFAULT_PORT,
@@ -140,5 +153,18 @@ def parse_store_url(url: str) -> StoreURL:
         local=local,
         sweep=sweep,
         optional=optional == "1",
+        finish=finish,
         **sizes,
     )
+
+
+def _seconds(url: str, text: str) -> float:
+    """``finish``'s value: ``250ms``, ``1s`` or a number of seconds, 0 to ``MAX_FINISH``."""
+    scale = 1e-3 if text.endswith("ms") else 1.0
+    try:
+        value = float(text.removesuffix("ms").removesuffix("s")) * scale
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_FINISH:  # NaN fails too
+        raise _error(url, f"field 'finish' must be 0 to 60 seconds (1s, 250ms), got {text!r}")
+    return value

@@ -154,3 +154,22 @@ def test_first_admission_records_the_full_attention_match() -> None:
         _step(sched)
         assert (b.num_cached_tokens, b.num_full_match_tokens) == (hit, 20), policy
         kv.check_integrity()
+
+
+def test_a_request_looked_up_again_after_a_failed_allocation_counts_once() -> None:
+    # 3 usable blocks, budget 16. A (8 tokens, 2 new ones) takes 2 blocks at step 1;
+    # B (5 tokens) is looked up then, but its 2 blocks do not fit: it waits. A's
+    # second token takes the third block and A ends; B is admitted at step 3. The
+    # prefix-cache stats count B's lookup once, at its admission (vLLM #43736).
+    kv = manager(4, full(4), log_stats=True)
+    sched = _scheduler(kv, budget=16)
+    sched.add_request(EngineRequest("a", toks(8), SamplingParams(max_tokens=2)))
+    sched.add_request(b := _request("b", toks(5, 200)))
+    assert _step(sched)[0] == [("a", 0, 8)]
+    assert b.status is RequestStatus.WAITING
+    assert _step(sched)[0] == [("a", 8, 1)]
+    assert _step(sched)[0] == [("b", 0, 5)]
+    stats = kv.make_prefix_cache_stats()
+    assert stats is not None
+    assert (stats.requests, stats.queries, stats.hits) == (2, 8 + 5, 0)
+    kv.check_integrity()

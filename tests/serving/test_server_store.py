@@ -4,7 +4,9 @@ reports the store, and a store that cannot be reached at start is one line, exit
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from live_server import start_server
@@ -47,9 +49,49 @@ def test_a_prefix_from_one_replica_hits_on_the_other(
         assert ma[("hybridkv:kv_store_puts_total", ())] > 0
         assert ma[("hybridkv:kv_store_bytes_total", (("direction", "put"),))] > 0
         assert ma[("hybridkv:kv_tier_stores_total", store)] > 0
-        for kind in ("put", "no_room", "get", "unreachable", "device_full"):
+        for kind in ("put", "no_room", "get", "unreachable", "device_full", "late"):
             assert ma[("hybridkv:kv_store_failures_total", (("kind", kind),))] == 0
         assert ma[("hybridkv:kv_store_evictions_seen_total", ())] == 0  # nothing evicted
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_next_turn_sent_at_once_to_the_other_replica_hits_the_reply(
+    tok_ckpt: Path, mooncake_master: MooncakeMaster
+) -> None:
+    """A's puts are slowed (0.3 s a batch): its last chunk waits for them
+    (``HeldFinishes``), so B, asked the moment A's reply ends, hits the reply too."""
+    url = mooncake_master.url + SMALL
+    a, engine_a = start_server(tok_ckpt, kv_store=url, cache_policy="hybrid")
+    b, _ = start_server(tok_ckpt, kv_store=url, cache_policy="hybrid")
+    try:
+
+        def slow_puts(llm: Any) -> None:
+            client = llm.tiers.store.client
+            put = client.put
+
+            def slow(*args: Any) -> Any:
+                time.sleep(0.3)
+                return put(*args)
+
+            client.put = slow
+
+        engine_a.call(slow_puts).result(30)
+        prompt = " ".join(f"w{i}" for i in range(300, 322))  # BOS + 22 words
+        body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+        code, _, first = post(a.url, "/v1/completions", body)
+        assert code == 200
+        reply = first["choices"][0]["text"].split()
+        assert len(reply) == 12 and all(w.startswith("w") for w in reply)  # round-trips
+        nxt = {**body, "prompt": " ".join([prompt, *reply, "w7", "w8"])}
+        code, _, second = post(b.url, "/v1/completions", nxt)
+        assert code == 200
+        computed = 1 + 22 + 12 - 1  # the last sampled token is not computed
+        assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == computed - computed % 4
+        ma = metrics(a.url)
+        assert ma[("hybridkv:kv_store_held_total", ())] >= 1
+        assert ma[("hybridkv:kv_store_failures_total", (("kind", "late"),))] == 0
     finally:
         b.stop()
         a.stop()

@@ -15,6 +15,7 @@ def test_defaults_fill_what_is_left_out() -> None:
     assert (url.segment, url.buffer, url.queue) == (1 << 30, 256 << 20, 256 << 20)
     assert (url.protocol, url.device, url.local) == ("tcp", "", "127.0.0.1")
     assert url.sweep == 5.0 and not url.optional
+    assert url.finish == 1.0
     assert parse_store_url("mooncake://localhost").port == 50051
 
 
@@ -22,6 +23,7 @@ def test_every_field_is_read() -> None:
     url = parse_store_url(
         "mooncake://10.0.0.5:7000?metadata=http://10.0.0.5:9000/metadata&segment=4GiB"
         "&buffer=512MiB&queue=64MiB&protocol=rdma&device=mlx5_0&local=10.0.0.7&sweep=0.5"
+        "&finish=250ms"
     )
     assert url.master == "10.0.0.5:7000" and url.metadata == "http://10.0.0.5:9000/metadata"
     assert (url.segment, url.buffer, url.queue) == (4 << 30, 512 << 20, 64 << 20)
@@ -29,6 +31,12 @@ def test_every_field_is_read() -> None:
     assert url.sweep == 0.5
     assert parse_store_url("mooncake://h?sweep=0").sweep == 0.0  # off
     assert parse_store_url("mooncake://h?optional=1").optional
+    assert url.finish == 0.25
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0", 0.0), ("2s", 2.0), ("0.5", 0.5), ("60", 60)])
+def test_finish_takes_seconds_or_milliseconds(text: str, seconds: float) -> None:
+    assert parse_store_url(f"mooncake://h:1?finish={text}").finish == seconds
 
 
 @pytest.mark.parametrize(
@@ -49,6 +57,10 @@ def test_every_field_is_read() -> None:
         ("mooncake://127.0.0.1:1?metadata=etcd://x", "field 'metadata' must be an http"),
         ("mooncake://127.0.0.1:1?local=a&local=b", "field 'local' is given twice"),
         ("mooncake://127.0.0.1:1/path", "give only HOST:PORT"),
+        ("mooncake://127.0.0.1:1?finish=soon", "field 'finish' must be 0 to 60 seconds"),
+        ("mooncake://127.0.0.1:1?finish=-1s", "field 'finish' must be 0 to 60 seconds"),
+        ("mooncake://127.0.0.1:1?finish=61", "field 'finish' must be 0 to 60 seconds"),
+        ("mooncake://127.0.0.1:1?finish=nan", "field 'finish' must be 0 to 60 seconds"),
         ("", "kv_store must be a URL"),
     ],
 )
