@@ -24,11 +24,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import pairwise
-from operator import attrgetter
 
 from hybridkv.core.block import KVCacheBlock
 
-_free_tick = attrgetter("free_tick")
 #: Consumed or dead entries tolerated before the lists are rebuilt.
 _SLACK = 64
 
@@ -87,7 +85,7 @@ class TickQueue:
         if hi - h > n:
             hi = h + n
         seg = blocks[h:hi]
-        if list(map(_free_tick, seg)) == ticks[h:hi]:  # no tombstone: one slice
+        if [b.free_tick for b in seg] == ticks[h:hi]:  # no tombstone: one slice
             out = seg
             h = hi
         else:
