@@ -60,7 +60,7 @@ def test_value_classes_are_half_octaves() -> None:
 def test_keys_rank_recency_plus_weighted_class() -> None:
     policy, blocks = released_policy(weight=1.0)
     # keys: b1 1/6 + 2, b2 2/6 + 2, b3 3/6 + 0, b4 4/6 + 4; b6, b5 at the head.
-    assert [policy.evict_key(b) for b in blocks[:4]] == pytest.approx(
+    assert [b.evict_key for b in blocks[:4]] == pytest.approx(
         [1 / 6 + 2, 2 / 6 + 2, 0.5, 4 / 6 + 4]
     )
     assert [b.block_id for b in policy] == [6, 5, 3, 1, 2, 4]
@@ -273,7 +273,7 @@ def test_equal_keys_evict_the_lower_value_class_first(class_0_first: bool) -> No
         policy.release([b3], value=1.0)  # clock 1, key 1/6: makes class 0 first
     policy.release([b1], value=1.5)  # class 1
     policy.release([b2], value=1.0)  # class 0, one step later: same key as b1
-    assert policy.evict_key(b1) == policy.evict_key(b2)
+    assert b1.evict_key == b2.evict_key
     expected = [b3, b2, b1] if class_0_first else [b2, b1]
     assert list(policy)[-len(expected) :] == expected  # iteration follows take's order
     assert [policy.take(1)[0] for _ in expected] == expected  # one block at a time
@@ -332,9 +332,9 @@ def test_a_release_mixing_hashless_and_keyed_blocks_keys_each_keyed_one() -> Non
     b1.block_hash, b3.block_hash, b4.block_hash = b"1", b"3", b"4"
     policy.release([b1, b2, b3], value=4.0)  # b2 hashless: to the head, unkeyed
     # keys: clock / span + weight * class / 2 = k / 4 + 2 for the k-th keyed block
-    assert [policy.evict_key(b1), policy.evict_key(b3)] == pytest.approx([1 / 4 + 2, 2 / 4 + 2])
+    assert [b1.evict_key, b3.evict_key] == pytest.approx([1 / 4 + 2, 2 / 4 + 2])
     policy.release([b4], value=4.0)  # the clock went on from 2
-    assert policy.evict_key(b4) == pytest.approx(3 / 4 + 2)
+    assert b4.evict_key == pytest.approx(3 / 4 + 2)
     assert [b.block_id for b in policy] == [2, 1, 3, 4]
     policy.check_integrity()
 
@@ -378,10 +378,6 @@ def test_a_floor_set_by_hand() -> None:
             KVCacheManager(config(64, FULL, MAMBA), 512, hybrid_floor_tokens=bad)
 
 
-def key(pool: BlockPool, block: KVCacheBlock) -> float:
-    return pool.policy.evict_key(block)  # type: ignore[attr-defined]
-
-
 @pytest.mark.parametrize("evict_first", [False, True])
 @pytest.mark.parametrize("value", [None, 3.0])
 def test_free_held_blocks_is_free_blocks_of_blocks_held_once(
@@ -397,8 +393,5 @@ def test_free_held_blocks_is_free_blocks_of_blocks_held_once(
         getattr(pool, free)(blocks[2:][::-1], evict_first=evict_first, value=value)
         assert all(b.ref_cnt == 0 for b in blocks)
         pool.check_integrity()
-    a, b = (
-        [(x.block_id, x.free_class, x.free_class is None or key(p, x)) for x in p.policy]
-        for p in pools
-    )
+    a, b = ([(x.block_id, x.free_class, x.evict_key) for x in p.policy] for p in pools)
     assert a == b and len(a) == 8

@@ -40,3 +40,22 @@ def test_extendleft_by_hand() -> None:
     assert q.popleft_n(2) == [blocks[3], blocks[2]]
     q.extend(blocks[2:4])
     assert _ids(q) == [1, 0, 2, 3]
+
+
+@given(keys=st.lists(st.integers(0, 6), max_size=8), n=st.integers(0, 9), limit=st.integers(-1, 7))
+def test_popleft_keyed_is_popleft_n_of_the_run_at_most_limit(
+    keys: list[int], n: int, limit: int
+) -> None:
+    """``popleft_keyed`` pops what ``popleft_n`` would, up to the first key above ``limit``."""
+    queues = []
+    for _ in range(2):
+        blocks = [KVCacheBlock(i) for i in range(len(keys))]
+        for b, k in zip(blocks, keys, strict=True):
+            b.evict_key = float(k)
+        queues.append(FreeKVCacheBlockQueue(blocks))
+    keyed, plain = queues
+    run = next((i for i, k in enumerate(keys) if k > limit), len(keys))
+    got = [b.block_id for b in keyed.popleft_keyed(n, float(limit))]
+    assert got == [b.block_id for b in plain.popleft_n(min(n, run))]
+    assert _ids(keyed) == _ids(plain)
+    assert keyed.num_free_blocks == plain.num_free_blocks

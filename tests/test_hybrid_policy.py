@@ -284,10 +284,10 @@ def test_freed_units_are_valued_by_hand() -> None:
     run(kv, "a", list(range(32)))
     a_units = [8, 16, 7, 15, 6, 5, 4, 3, 2, 1]  # full ids 1-8, sliding ids 15, 16
     assert [b.block_id for b in pol][:6] == [14, 13, 12, 11, 10, 9]  # dead sliding
-    keyed = [(b.block_id, b.free_class, pol.evict_key(b)) for b in pol if b.free_class is not None]
+    keyed = [(b.block_id, b.free_class, b.evict_key) for b in pol if b.free_class is not None]
     assert keyed == [(i, 3, pytest.approx(k / 63 + 1.5)) for k, i in enumerate(a_units, 1)]
     assert run(kv, "b", [*range(32), *range(100, 104)]) == 32
-    keyed = [(b.block_id, b.free_class, pol.evict_key(b)) for b in pol if b.free_class is not None]
+    keyed = [(b.block_id, b.free_class, b.evict_key) for b in pol if b.free_class is not None]
     b_units = [(14, 2), (13, 2)] + [(i, 3) for i in a_units]
     assert keyed == [
         (i, cls, pytest.approx(clock / 63 + cls / 2))
@@ -320,7 +320,7 @@ def test_tail_states_are_valued_by_what_they_save_by_hand() -> None:
     order += [(3, 3), (2, 3), (1, 3)]
     keys = {i: pytest.approx(clock / 63 + cls / 2) for clock, (i, cls) in enumerate(order, 1)}
     pol = kv.block_pool.policy
-    got = {b.block_id: (b.free_class, pol.evict_key(b)) for b in pol if b.free_class is not None}
+    got = {b.block_id: (b.free_class, b.evict_key) for b in pol if b.free_class is not None}
     assert got == {i: (cls, keys[i]) for i, cls in order}
 
 

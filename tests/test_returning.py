@@ -149,7 +149,7 @@ def test_the_manager_rejects_a_bad_grade(grade: object) -> None:
 
 def keyed(kv: KVCacheManager) -> list[tuple[int, int, float]]:
     return [
-        (b.block_id, b.free_class, kv.block_pool.policy.evict_key(b))
+        (b.block_id, b.free_class, b.evict_key)
         for b in kv.block_pool.policy
         if b.free_class is not None
     ]

@@ -461,7 +461,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         new_queue = [b.block_id for b in pool.policy]
         if self.hybrid:
             keys = {
-                b.block_id: pool.policy.evict_key(b)
+                b.block_id: b.evict_key
                 for b in pool.policy
                 if getattr(b, "free_class", None) is not None
             }

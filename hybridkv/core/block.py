@@ -12,15 +12,15 @@ class KVCacheBlock:
     - ``token_ids``: the block's token ids, recorded when it was cached if the
       pool checks them on hits (a non-cryptographic hash); else None.
     - ``prev_free`` / ``next_free``: intrusive links of the free queue.
-    - ``free_class`` / ``free_tick``: where a cost-aware policy queued the
-      free block: its value class and its release tick (``hybridkv.core.free_ticks``).
+    - ``free_class`` / ``evict_key``: where a cost-aware policy queued the
+      free block (``hybridkv.policy.cost_aware``).
     """
 
     __slots__ = (
         "block_hash",
         "block_id",
+        "evict_key",
         "free_class",
-        "free_tick",
         "group_id",
         "is_null",
         "next_free",
@@ -39,7 +39,7 @@ class KVCacheBlock:
         self.next_free: KVCacheBlock | None = None
         self.is_null = False
         self.free_class: int | None = None
-        self.free_tick: int | None = None
+        self.evict_key = 0.0
 
     def __repr__(self) -> str:
         h = self.block_hash.hex()[:8] if self.block_hash is not None else None

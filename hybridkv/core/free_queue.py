@@ -47,6 +47,27 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks -= n
         return out
 
+    def popleft_keyed(self, n: int, limit: float) -> list[KVCacheBlock]:
+        """Remove and return head blocks while their ``evict_key`` is at most
+        ``limit``, at most ``n`` of them (one pass: a cost-aware policy's class
+        run, ``hybridkv.policy.cost_aware``)."""
+        out: list[KVCacheBlock] = []
+        append = out.append
+        head, end = self.head, self.tail
+        b = head.next_free
+        k = 0
+        while k < n and b is not end and b.evict_key <= limit:  # type: ignore[union-attr]
+            nxt = b.next_free  # type: ignore[union-attr]
+            b.prev_free = b.next_free = None  # type: ignore[union-attr]
+            append(b)  # type: ignore[arg-type]
+            b = nxt
+            k += 1
+        assert b is not None
+        head.next_free = b
+        b.prev_free = head
+        self.num_free_blocks -= k
+        return out
+
     def remove(self, block: KVCacheBlock) -> None:
         """Unlink ``block`` from anywhere in the queue."""
         prev, nxt = block.prev_free, block.next_free

@@ -15,23 +15,21 @@ released ``weight`` pool turnovers later. Blocks released ``evict_first``
 (no kept hit point needs them) and hashless blocks are reused before every
 keyed block, newest first (as under LRU).
 
-Keys only grow within a class, so each class is a FIFO of release ticks
-(``TickQueue``: a run of blocks enters in C, a hit leaves a tombstone) and
-the next block to reuse is the smallest of the class heads; keys are computed
-from ticks only there: ``take`` costs O(number of classes) per run it pops.
+Keys only grow within a class, so each class is an LRU queue (O(1) release
+and hit removal) and the next block to reuse is the smallest of the class
+heads: ``take`` costs O(number of classes) per block.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import sys
 from collections.abc import Iterable, Iterator
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.eviction import EvictionPolicy
+from hybridkv.core.free_queue import FreeKVCacheBlockQueue
 from hybridkv.core.free_stack import FreeBlockStack
-from hybridkv.core.free_ticks import TickQueue
 
 #: ``value`` of blocks released without one (ranked like a unit saving one
 #: token per page).
@@ -67,9 +65,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         self.first = FreeBlockStack(blocks)  # evict-first and hashless blocks
         for b in blocks:
             b.free_class = _NO_CLASS
-        self.classes: dict[int, TickQueue] = {}
-        #: Per class, ``weight * class / 2``: what its keys add to ``tick / span``.
-        self._bonus: dict[int, float] = {}
+        self.classes: dict[int, FreeKVCacheBlockQueue] = {}
         self.span = max(1, len(blocks))
         self.clock = 0  # keyed blocks released so far
         self._free = len(blocks)
@@ -96,34 +92,35 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         cls = value_class(NEUTRAL_VALUE if value is None else value)
         q = self.classes.get(cls)
         if q is None:
-            q = self.classes[cls] = TickQueue(cls)
-            self._bonus[cls] = self.weight * cls / 2
+            q = self.classes[cls] = FreeKVCacheBlockQueue([])
+        bonus = self.weight * cls / 2
+        span = self.span
+        clock = self.clock
         blocks = blocks if isinstance(blocks, list) else list(blocks)
-        keyed = blocks
         if None in [b.block_hash for b in blocks]:  # hashless ones go first, one by one
             keyed = []
             for b in blocks:
                 if b.block_hash is None:
                     b.free_class = _NO_CLASS
                     first.appendleft(b)
-                else:
-                    keyed.append(b)
-        q.push(keyed, self.clock + 1)  # the k-th keyed block gets tick clock + k
-        self.clock += len(keyed)
+                    continue
+                clock += 1
+                b.free_class = cls
+                b.evict_key = clock / span + bonus
+                keyed.append(b)
+        else:  # the common case: every block keyed
+            keyed = blocks
+            for tick, b in enumerate(blocks, clock + 1):
+                b.free_class = cls
+                b.evict_key = tick / span + bonus
+            clock += len(blocks)
+        q.extend(keyed)
+        self.clock = clock
         self._free += len(blocks)
-
-    def evict_key(self, block: KVCacheBlock) -> float:
-        """The key of a keyed free block (module docstring): ``tick / span +
-        weight * class / 2``."""
-        assert block.free_class is not None and block.free_tick is not None, f"{block} is unkeyed"
-        return block.free_tick / self.span + self._bonus[block.free_class]
 
     def remove(self, block: KVCacheBlock) -> None:
         cls = block.free_class
-        if cls is _NO_CLASS:
-            self.first.remove(block)
-        else:
-            self.classes[cls].remove(block)
+        (self.first if cls is _NO_CLASS else self.classes[cls]).remove(block)
         self._free -= 1
 
     def take(self, n: int) -> list[KVCacheBlock]:
@@ -132,7 +129,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         first = self.first
         k = min(n, first.num_free_blocks)
         out = first.popleft_n(k) if k else []
-        classes, bonus, span = self.classes, self._bonus, self.span
+        classes = self.classes
         while len(out) < n:
             # The class whose head has the smallest (key, class), and the
             # runner-up key: one pass, no sort (this runs per allocation).
@@ -140,10 +137,9 @@ class CostAwareEvictionPolicy(EvictionPolicy):
             best_cls = 0
             q = None
             for cls, cq in classes.items():
-                tick = cq.head_tick()
-                if tick is None:
+                if not cq.num_free_blocks:
                     continue
-                key = tick / span + bonus[cls]
+                key = cq.head.next_free.evict_key  # type: ignore[union-attr]
                 if key < best or (key == best and cls < best_cls):
                     limit = best
                     best, best_cls, q = key, cls, cq
@@ -151,21 +147,14 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                     limit = key
             assert q is not None
             # Pop the run of q's head up to the runner-up's key, at most what is missing.
-            out += q.pop_upto(n - len(out), last_tick_within(limit, span, bonus[best_cls]))
+            out += q.popleft_keyed(n - len(out), limit)
         self._free -= n
         return out
 
     def __iter__(self) -> Iterator[KVCacheBlock]:
         """The free blocks in the order ``take`` reuses them (equal keys: lower class first)."""
         yield from self.first
-        for *_, b in heapq.merge(*map(self._keyed, self.classes.values())):
-            yield b
-
-    def _keyed(self, q: TickQueue) -> Iterator[tuple[float, int, int, KVCacheBlock]]:
-        """``(key, class, tick, block)`` of a class's blocks, oldest first."""
-        span, bonus, cls = self.span, self._bonus[q.cls], q.cls
-        for tick, b in q:
-            yield tick / span + bonus, cls, tick, b
+        yield from heapq.merge(*self.classes.values(), key=lambda b: (b.evict_key, b.free_class))
 
     def check_integrity(self) -> None:
         self.first.check_integrity()
@@ -173,21 +162,11 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         for b in self.first:
             assert b.free_class is _NO_CLASS, f"{b} in the evict-first queue has a class"
         for cls, q in self.classes.items():
-            assert q.cls == cls, f"class {cls}'s queue says {q.cls}"
             q.check_integrity()
             total += q.num_free_blocks
+            last = -math.inf
+            for b in q:
+                assert b.free_class == cls, f"{b} is in class {cls}'s queue, says {b.free_class}"
+                assert b.evict_key >= last, f"class {cls}: keys not in order at {b}"
+                last = b.evict_key
         assert total == self._free, f"free count {self._free} != {total} queued"
-
-
-def last_tick_within(limit: float, span: int, bonus: float) -> int:
-    """The largest tick whose key (``tick / span + bonus``) is at most ``limit``
-    (keys do not decrease with the tick: estimated, then settled with the key's
-    own arithmetic, so it agrees with comparing each key)."""
-    if limit == math.inf:
-        return sys.maxsize
-    t = math.floor((limit - bonus) * span)
-    while (t + 1) / span + bonus <= limit:
-        t += 1
-    while t > 0 and t / span + bonus > limit:
-        t -= 1
-    return t
