@@ -13,11 +13,12 @@
 The unit of a block is the smallest point at or past its end, so a deeper
 block never has a smaller unit: "largest unit, then deepest" is the end
 position, descending, then the group (entries no point covers, *beyond*,
-first). A freed request is thousands of blocks, so nothing here is per
-block in Python: each group's table is cut into *pieces*, index ranges of one
-unit and kind held by this request alone (a few per kept point), and the
-groups' pieces are interleaved by end position with C-level slices and
-``zip``. The result is exactly the block-by-block rule above
+first). A freed request is thousands of blocks, so the only per-block work
+is reading ref counts and hashes (list comprehensions, which read slots about
+twice as fast as ``map(attrgetter)`` on CPython 3.11): each group's table is
+cut into *pieces*, index ranges of one unit and kind held by this request
+alone (a few per kept point), and the groups' pieces are interleaved by end
+position with C-level slices and ``zip``. The result is exactly the block-by-block rule above
 (``tests/test_hybrid_release.py`` checks it against that form)::
 
     group 0 (full)    ........[ P1 ][   E   ]      pieces: index ranges
