@@ -25,7 +25,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator
-from operator import attrgetter
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.eviction import EvictionPolicy
@@ -37,8 +36,6 @@ from hybridkv.core.free_stack import FreeBlockStack
 NEUTRAL_VALUE = 1.0
 #: Key of blocks in the evict-first queue (``free_class`` None).
 _NO_CLASS = None
-
-_hash = attrgetter("block_hash")
 
 
 def value_class(value: float) -> int:
@@ -86,7 +83,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
     ) -> None:
         first = self.first
         if evict_first:
-            blocks = list(blocks)
+            blocks = blocks if isinstance(blocks, list) else list(blocks)
             for b in blocks:
                 b.free_class = _NO_CLASS
             first.extendleft(blocks)
@@ -100,7 +97,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         span = self.span
         clock = self.clock
         blocks = blocks if isinstance(blocks, list) else list(blocks)
-        if None in map(_hash, blocks):  # hashless ones go first, one by one
+        if None in [b.block_hash for b in blocks]:  # hashless ones go first, one by one
             keyed = []
             for b in blocks:
                 if b.block_hash is None:

@@ -231,12 +231,12 @@ class HybridPolicy(CachePolicy):
         points and ``E``, the end of what it cached (``FinalPoints``)."""
         turn = self._returning.pop(request_id, 0)
         factor = self.return_value(turn)
-        states = [st for _, st in tables]
+        managers, states = zip(*tables, strict=True)
         if self.seen is not None and block_hashes is not None:
             m, st = tables[self.full_gid]  # type: ignore[index]
             self.seen.record(m.group_hashes(block_hashes), st.num_cached, turn)
         lcm = self.step
-        end = min(st.num_cached * m.block_size for m, st in tables)
+        end = min([st.num_cached * m.block_size for m, st in tables])
         end -= end % lcm
         points = FinalPoints(
             states[0].kept,
@@ -247,7 +247,6 @@ class HybridPolicy(CachePolicy):
             self.free_point_period,
             num_tokens,
         )
-        managers = [m for m, _ in tables]
         return release_hybrid(
             managers, states, points, self.point_local, factor, self._ranks_by_value
         )

@@ -13,11 +13,12 @@
 The unit of a block is the smallest point at or past its end, so a deeper
 block never has a smaller unit: "largest unit, then deepest" is the end
 position, descending, then the group (entries no point covers, *beyond*,
-first). A freed request is thousands of blocks, so nothing here is per
-block in Python: each group's table is cut into *pieces*, index ranges of one
-unit and kind held by this request alone (a few per kept point), and the
-groups' pieces are interleaved by end position with C-level slices and
-``zip``. The result is exactly the block-by-block rule above
+first). A freed request is thousands of blocks, so the only per-block work
+is reading ref counts and hashes (list comprehensions, which read slots about
+twice as fast as ``map(attrgetter)`` on CPython 3.11): each group's table is
+cut into *pieces*, index ranges of one unit and kind held by this request
+alone (a few per kept point), and the groups' pieces are interleaved by end
+position with C-level slices and ``zip``. The result is exactly the block-by-block rule above
 (``tests/test_hybrid_release.py`` checks it against that form)::
 
     group 0 (full)    ........[ P1 ][   E   ]      pieces: index ranges
@@ -29,17 +30,13 @@ groups' pieces are interleaved by end position with C-level slices and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import chain, filterfalse, groupby, pairwise, repeat
-from operator import attrgetter
+from itertools import chain, groupby, pairwise, repeat
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.policy.base import ReleaseRun
 from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues
 
-_ref_cnt = attrgetter("ref_cnt")
-_hash = attrgetter("block_hash")
-_is_null = attrgetter("is_null")
 _is_one = (1).__eq__
 #: ``bytes.translate`` table: byte 1 stays 1, every other byte becomes 0.
 _ONE_ONLY = bytes(i == 1 for i in range(256))
@@ -73,24 +70,23 @@ def release_hybrid(
     #: Per group: its blocks by table index, block size, pieces of a point,
     #: pieces beyond every point (hashless blocks: kind 1, no value).
     groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]] = []
-    for gid, (m, st) in enumerate(zip(managers, states, strict=True)):
+    for m, st, local in zip(managers, states, point_local, strict=True):
         bs = m.block_size
         full = not m.has_skips
-        first = None if full else m.first_needed_block
-        if point_local[gid]:
-            own_below = m.first_needed_block(points.end)
-        else:
-            own_below = m.first_needed_block(points.top) if points.align else 0  # full: unused
+        first = own_below = None
+        if not full:  # (a full group's kinds do not depend on ``own_below``)
+            first = m.first_needed_block
+            own_below = first(points.end) if local else first(points.top) if points.align else 0
         blocks = st.blocks
         within: list[Piece] = []
         beyond: list[Piece] = []
         spans = points.spans(first, bs, st.num_skipped, len(blocks))
         if spans:
             held = _held_runs(blocks, spans[0][0], spans[-1][1], shared)
-            _cut(blocks, spans, held, full, own_below, within, beyond, dead)
+            _cut(blocks, spans, held, full, own_below or 0, within, beyond, dead)
         if st.retained:  # skipped blocks a kept point holds: few, below the table
             blocks = _with_retained(
-                st, points.unit_of(first, bs), full, own_below, within, beyond, shared, dead
+                st, points.unit_of(first, bs), full, own_below or 0, within, beyond, shared, dead
             )
         groups.append((blocks, bs, within, beyond))
     runs = [ReleaseRun(shared), ReleaseRun(dead, True, held=True)]
@@ -185,17 +181,17 @@ def _held_runs(
     request holds (ref count 1); the others, not null, go to ``shared``
     (a ref count of 0 in a table is the null block's)."""
     seg = blocks[start:stop]
-    refs = list(map(_ref_cnt, seg))
+    refs = [b.ref_cnt for b in seg]  # (a comprehension reads slots faster than ``map``)
     n = len(refs)
     ones = refs.count(1)
     if ones == n:  # the usual tail of a table
         return [(start, stop)]
     if not ones:
-        shared += filterfalse(_is_null, seg) if 0 in refs else seg
+        shared += [b for b in seg if not b.is_null] if 0 in refs else seg
         return []
     k = refs.index(1)
     if ones == n - k:  # others, then only ones
-        shared += filterfalse(_is_null, seg[:k]) if 0 in refs else seg[:k]
+        shared += [b for b in seg[:k] if not b.is_null] if 0 in refs else seg[:k]
         return [(start + k, stop)]
     return _walk_runs(seg, refs, start, shared)
 
@@ -214,7 +210,7 @@ def _walk_runs(
         if j < 0:
             j = n
         if j > i:
-            shared += filterfalse(_is_null, seg[i:j])
+            shared += [b for b in seg[i:j] if not b.is_null]
         if j == n:
             break
         k = mask.find(0, j)
@@ -255,7 +251,7 @@ def _cut(
                 hi = z
             if unit == BEYOND:
                 seg = blocks[lo:hi]
-                if None not in map(_hash, seg):
+                if None not in [b.block_hash for b in seg]:
                     dead += seg  # no kept point's hit needs them
                 else:
                     for i, b in enumerate(seg, lo):

@@ -177,8 +177,10 @@ class FinalPoints:
         free_period: int = 0,
         num_tokens: int | None = None,
     ) -> None:
-        free = range(free_period, end + 1, free_period) if free_period else ()
-        self.kept = sorted({*(p for p in kept if 0 < p <= end), *free})
+        own = {p for p in kept if 0 < p <= end}
+        if free_period:
+            own.update(range(free_period, end + 1, free_period))
+        self.kept = sorted(own)
         self.free_period = free_period
         self.end = end
         self.step = step
