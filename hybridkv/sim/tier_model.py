@@ -47,7 +47,7 @@ from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.policy.cost_aware import value_class
+from hybridkv.policy import value_class
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_index import TierIndex
