@@ -2,15 +2,20 @@
 
 Just before the pool reuses free cached blocks (``BlockPool.on_take``), each
 block the cache policy finds worth it (``CachePolicy.demotion_value``: under
-``hybrid`` the value of the run it was released with, and None, never
-demoted, for a run released ``evict_first``; under ``lru`` every block) is
-stored in the host tier as the unit ``UnitKey(block hash, group)``. The
-copies out of the runner's KV buffers are waited for before
-``get_new_blocks`` returns, so nothing writes the block before its bytes are
-out. What the host tier evicts to make room is written to the disk tier
-(``LedgerTier.spill``), and so does a unit the host tier has no room for (a
-batch larger than what it can evict). ``persist`` writes the device's cached
-blocks and the host's entries to the disk tier (at ``close``).
+``hybrid`` the value of the run it was released with; under ``lru`` None,
+since it writes through) is stored in the host tier as the unit
+``UnitKey(block hash, group)``. The copies out of the runner's KV buffers are
+waited for before ``get_new_blocks`` returns, so nothing writes the block
+before its bytes are out. What the host tier evicts to make room is written
+to the disk tier (``LedgerTier.spill``), and so does a unit the host tier has
+no room for (a batch larger than what it can evict). ``persist`` writes the
+device's cached blocks and the host's entries to the disk tier (at ``close``).
+
+A block ``hybrid`` released ``evict_first`` (no kept point needs it) is
+offered with the value ``SPARE``: the host takes it only into spare room
+(its free bytes and older spare units' bytes, never a valued unit's), it is
+the host's first victim, and it never goes to the disk tier, neither when the
+host has no spare room nor when the host evicts it (``tiers/spare.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from hybridkv.offload.tier_events import TierEvents
 from hybridkv.offload.unit_batches import store_units
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import DiskTier, HostTier, TierFullError, UnitKey
+from hybridkv.tiers.spare import is_spare
 
 logger = logging.getLogger("hybridkv.offload")
 
@@ -73,6 +79,23 @@ class Demotion:
                     events.forget(UnitKey(h, gid), leaving=True)
                 continue
             items.append((UnitKey(h, gid), b.block_id, value))
+        if not items:
+            return
+        # Valued units first, spare ones after they have landed: a spare unit in
+        # flight is pinned, so in one batch it would make a valued unit evict
+        # another valued one in its place.
+        spare = [item for item in items if is_spare(item[2])]
+        if spare:
+            items = [item for item in items if not is_spare(item[2])]
+        for batch in (items, spare) if spare else (items,):
+            self._store(batch)
+        self.flush_spills()
+        self.stats.demoted += len(items) + len(spare)
+
+    def _store(self, items: list[tuple[UnitKey, int, float]]) -> None:
+        """Store ``(key, block id, value)`` units in the host tier and wait; what
+        it has no room for goes to the disk tier (valued units only)."""
+        events = self.events
         if items:
             units = [(key, block) for key, block, _ in items]
             errors = store_units(self.host, self.block_bytes, units, [v for *_, v in items])
@@ -80,7 +103,11 @@ class Demotion:
                 if error is None:
                     if events is not None:
                         events.stored(item[0], "CPU")
-                elif isinstance(error, TierFullError) and self.disk is not None:
+                elif (
+                    isinstance(error, TierFullError)
+                    and self.disk is not None
+                    and not is_spare(item[2])
+                ):
                     # No room in the host (a batch cannot evict its own entries in
                     # flight): the unit goes to the disk tier instead, as a copy.
                     parts = [
@@ -92,8 +119,6 @@ class Demotion:
                         events.queued(item[0])
                 elif events is not None:  # in no tier: forget its fields
                     events.forget(item[0], leaving=True)
-            self.flush_spills()
-            self.stats.demoted += len(items)
 
     def spill(self, key: UnitKey, parts: Any, value: float | None) -> None:
         """``HostTier.spill``: an entry the host evicts is queued for the disk tier

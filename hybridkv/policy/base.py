@@ -30,8 +30,10 @@ says which freed blocks a store shared by replicas gets, and
 ``store_on_compute`` which blocks it gets as soon as a step computes them;
 ``demotion_order(pool)`` ranks the free blocks, and the ``value`` of
 a ``ReleaseRun`` is what a hit on its blocks saves per page, so a tier
-demotes the lowest-ranked first, and a run released
-``evict_first`` (no kept point needs it) is never worth demoting; ``kept_points``
+demotes the lowest-ranked first; ``demotion_value`` says what a lower tier's
+copy of a block the pool reuses is worth: a run released ``evict_first`` (no
+kept point needs it) is offered with the value ``SPARE``, which a tier takes
+only into spare room (``hybridkv/tiers/spare.py``); ``kept_points``
 say which states a request will resume from, hence what to load
 (``docs/architecture.md``, "The cache policy, and a later tier").
 """
@@ -47,6 +49,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.managers.points import Hold
+from hybridkv.tiers.spare import is_spare
 
 
 class ReleaseRun(NamedTuple):
@@ -158,8 +161,10 @@ class CachePolicy(ABC):
 
     def demotion_value(self, block: KVCacheBlock) -> float | None:
         """The free, cached ``block`` is about to be reused: what a lower tier's
-        copy of its unit is worth (its ``ReleaseRun`` value); None: not worth
-        demoting (released ``evict_first``). Read-only."""
+        copy of its unit is worth (its ``ReleaseRun`` value); ``SPARE`` (0.0):
+        only into a tier's spare room, never in place of a valued unit, and the
+        tier's first victim (``hybridkv/tiers/spare.py``); None: not demoted.
+        Read-only."""
         return 1.0
 
     def store_value(self, block: KVCacheBlock) -> float | None:
@@ -169,8 +174,10 @@ class CachePolicy(ABC):
         prefix, a document or a conversation turn becomes shareable. By default
         the demotion rule: under ``hybrid`` the run's release value (a run
         released ``evict_first``, which no kept point needs, is never written),
-        under ``lru`` every block (``LruPolicy``). Read-only."""
-        return self.demotion_value(block)
+        under ``lru`` every block (``LruPolicy``). A unit worth only spare room
+        (``SPARE``) is not written. Read-only."""
+        value = self.demotion_value(block)
+        return None if is_spare(value) else value
 
     def store_on_compute(
         self, request_id: str, kept: tuple[int, ...], num_prompt_tokens: int

@@ -31,6 +31,7 @@ from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
 from hybridkv.policy.returning import SeenPrefixes, grade
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
+from hybridkv.tiers.spare import SPARE
 
 
 class HybridPolicy(CachePolicy):
@@ -252,7 +253,10 @@ class HybridPolicy(CachePolicy):
         )
 
     def demotion_value(self, block: KVCacheBlock) -> float | None:
-        return released_value(block)  # the free set's class of the run's value
+        """The free set's class of the run's value; ``SPARE`` for a run released
+        ``evict_first`` (a tier takes it into spare room only)."""
+        value = released_value(block)
+        return SPARE if value is None else value
 
     def store_on_compute(
         self, request_id: str, kept: tuple[int, ...], num_prompt_tokens: int

@@ -44,7 +44,7 @@ from hybridkv.sim.options import SimOptions
 from hybridkv.sim.percentile import percentiles
 from hybridkv.sim.progress import ProgressLine
 from hybridkv.sim.result import SimResult, TierFigures
-from hybridkv.sim.tier_eviction import Taken, recording
+from hybridkv.sim.tier_eviction import Taken, TakeRecorder, recording
 from hybridkv.sim.tier_model import TieredCache
 from hybridkv.sim.tier_replay import TierReplay
 from hybridkv.sim.trace import OUTPUT_TOKEN_BASE, TraceRequest
@@ -138,6 +138,9 @@ def replay_trace(
         enable_kv_cache_events=tiered and write_through,
         eviction_policy=free_set,
     )
+    policy = manager.coordinator.policy
+    if isinstance(manager.block_pool.policy, TakeRecorder) and not policy.writes_through:
+        manager.block_pool.policy.value_of = policy.demotion_value  # the engine's decision
     tiers: TierReplay | None = None
     if options.host_memory_bytes is not None:
         cache = TieredCache(

@@ -58,7 +58,9 @@ class TierFigures:
     loads, and of the device waiting for them; ``*_used_bytes`` /
     ``host_bytes_by_kind``: what the tiers held at the end; ``*_stores`` /
     ``*_evictions``: units stored in and evicted from each tier;
-    ``demoted_units``: device evictions demoted to the host (``hybrid``)."""
+    ``demoted_units``: device evictions demoted to the host (``hybrid``);
+    ``host_spare_stores`` / ``host_spare_skips``: units offered for spare room
+    only (``hybrid``'s ``evict_first`` blocks) stored, and skipped for want of it."""
 
     disk_memory_bytes: int | None
     tier_hits: int
@@ -78,6 +80,8 @@ class TierFigures:
     disk_stores: int
     disk_evictions: int
     demoted_units: int
+    host_spare_stores: int
+    host_spare_skips: int
 
     @classmethod
     def of(cls, tiers: TierReplay) -> TierFigures:
@@ -103,6 +107,8 @@ class TierFigures:
             disk_stores=disk.stores if disk is not None else 0,
             disk_evictions=disk.evictions if disk is not None else 0,
             demoted_units=cache.demoted,
+            host_spare_stores=cache.host.spare_stores,
+            host_spare_skips=cache.host.spare_skips,
         )
 
 

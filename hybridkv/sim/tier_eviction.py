@@ -3,12 +3,16 @@
 ``hybridkv simulate --host-memory`` under ``hybrid`` demotes what the device
 pool evicts. The pool evicts a cached block when its free set hands it out
 for reuse (``EvictionPolicy.take``), and at that moment the block still has
-its key and the class of its value (``free_class``: the half-octave class of
-what a hit on its unit saves per page; None for a block released
-``evict_first``, which no kept point needs). ``TakeRecorder`` wraps the free
-set the policy chose (passed to ``KVCacheManager`` as its ``eviction_policy``
-factory) and appends ``(group, hash, class)`` of each keyed block it hands
-out to a list; it changes no decision: every call is the inner policy's.
+its key and the class of its value (``free_class``). ``TakeRecorder`` wraps
+the free set the policy chose (passed to ``KVCacheManager`` as its
+``eviction_policy`` factory) and appends ``(group, hash, value)`` of each keyed
+block it hands out to a list, the value being the cache policy's
+``demotion_value`` (the engine's own decision, ``offload/demotion.py``: under
+``hybrid`` the class of the run's value, ``SPARE`` for a run released
+``evict_first``, which a tier takes only into spare room). The policy is built
+after the free set, so ``value_of`` is set once it exists; until then (and for
+a free set that knows no values) each block is worth 1.0. It changes no
+decision: every call is the inner policy's.
 """
 
 from __future__ import annotations
@@ -19,19 +23,23 @@ from typing import Any
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
 
-#: What a taken keyed block was: its group, hash and value class (None: evict-first).
-Taken = tuple[int, bytes, int | None]
+#: What a taken keyed block was: its group, hash and demotion value (None: not demoted).
+Taken = tuple[int, bytes, float | None]
+
+
+def _neutral(block: KVCacheBlock) -> float | None:
+    return 1.0
 
 
 class TakeRecorder(EvictionPolicy):
     """``inner``'s decisions, with each keyed block ``take`` hands out noted in
-    ``sink``. ``classed``: ``inner`` queues blocks by value class (a cost-aware
-    free set); else every block is noted with class 0 (LRU knows no values)."""
+    ``sink`` with ``value_of(block)`` (``CachePolicy.demotion_value``, set by
+    the replay once the policy exists; 1.0 until then)."""
 
-    def __init__(self, inner: EvictionPolicy, sink: list[Taken], classed: bool = True) -> None:
+    def __init__(self, inner: EvictionPolicy, sink: list[Taken]) -> None:
         self.inner = inner
         self.sink = sink
-        self.classed = classed
+        self.value_of: Callable[[KVCacheBlock], float | None] = _neutral
         self.ranks_by_value = inner.ranks_by_value
         #: The value weight ``make_policy`` reads off the free set (0: none).
         self.weight: float = getattr(inner, "weight", 0.0)
@@ -55,10 +63,11 @@ class TakeRecorder(EvictionPolicy):
     def take(self, n: int) -> list[KVCacheBlock]:
         blocks = self.inner.take(n)
         sink = self.sink
+        value_of = self.value_of
         for b in blocks:
             if b.block_hash is not None:
                 assert b.group_id is not None
-                sink.append((b.group_id, b.block_hash, b.free_class if self.classed else 0))
+                sink.append((b.group_id, b.block_hash, value_of(b)))
         return blocks
 
     def __iter__(self) -> Iterator[KVCacheBlock]:
@@ -75,6 +84,6 @@ def recording(
     inner: Any = factory if factory is not None else LRUEvictionPolicy
 
     def build(blocks: list[KVCacheBlock]) -> EvictionPolicy:
-        return TakeRecorder(inner(blocks), sink, classed=factory is not None)
+        return TakeRecorder(inner(blocks), sink)
 
     return build

@@ -9,13 +9,16 @@ units get there is the policy's:
   written to every tier as the device caches it (``BlockStored``), plain LRU
   in every tier; a hit touches the tier that serves it.
 - demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
-  stored in the host with its value class, scaled from per page to per unit
-  byte, and ranked as on the device (``TierIndex``: recency plus value). A
-  block released ``evict_first`` (no kept point needs it) is not demoted, as
-  in the engine (``CachePolicy.demotion_value`` is None for it): on the device
-  such a block is reused first and displaces nothing, while in a tier it would
-  take bytes and push kept units out (on gemma-3-27b's windows, most of what
-  the pool evicts). What the host evicts goes to disk with its class. KV
+  stored in the host with the value the policy gives it
+  (``CachePolicy.demotion_value``, as in the engine): its value class, scaled
+  from per page to per unit byte, and ranked as on the device (``TierIndex``:
+  recency plus value). A block released ``evict_first`` (no kept point needs
+  it) is offered as ``SPARE``: the host takes it only into spare room (free
+  bytes or older spare units', never a valued unit's) and evicts it first
+  (``hybridkv/tiers/spare.py``). On the device such a block is reused first
+  and displaces nothing; demoted at the lowest class it pushed kept units out
+  of a full tier (on gemma-3-27b's windows, most of what the pool evicts).
+  What the host evicts goes to disk with its class, spare units excepted. KV
   blocks and Mamba states share the host's bytes by that ranking alone, with
   no fixed split.
 
@@ -44,11 +47,13 @@ from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
+from hybridkv.policy import value_class
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_index import TierIndex
 from hybridkv.specs import MambaSpec
 from hybridkv.specs.config import KVCacheConfig
+from hybridkv.tiers.spare import is_spare
 
 
 def unit_bytes(config: KVCacheConfig) -> list[int]:
@@ -123,18 +128,23 @@ class TieredCache:
                             tier.store((h, event.group_id), nbytes, 0)
         else:
             cached = self.device_cached
-            for gid, h, cls in taken:
-                if cls is None or h in cached[gid]:  # evict-first; a copy on the device
+            shift = self.class_shift
+            for gid, h, value in taken:
+                if value is None or h in cached[gid]:  # not demoted; a copy on the device
                     continue
                 self.demoted += 1
-                self._demote(self.host, (h, gid), gid, cls + self.class_shift[gid])
+                cls = None if is_spare(value) else value_class(value) + shift[gid]
+                self._demote(self.host, (h, gid), gid, cls)
         taken.clear()
 
-    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int) -> None:
+    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int | None) -> None:
+        """Store ``key`` in ``tier`` (``cls`` None: spare); the host's valued
+        victims go to disk, its spare ones nowhere."""
         victims = tier.store(key, self.unit_bytes[gid], cls)
         if victims and tier is self.host and self.disk is not None:
             for victim, unit in victims:
-                self.disk.store(victim, unit.nbytes, unit.cls)
+                if unit.cls is not None:
+                    self.disk.store(victim, unit.nbytes, unit.cls)
 
     # -- hits -------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ class TierStats:
 
     stores: int = 0  # completed stores
     store_skips: int = 0  # no room (budget or device full)
+    spare_skips: int = 0  # spare-room stores with no spare room (``tiers/spare.py``)
     store_failures: int = 0  # I/O or copy errors (nothing kept)
     loads: int = 0  # completed loads
     load_failures: int = 0  # failed loads (corrupt entries included)

@@ -167,8 +167,7 @@ class HostTier(LedgerTier):
                         skipped: list[Skip] = []
                         for k, key in enumerate(keys):
                             if key in ledger:
-                                if ledger.is_committed(key):
-                                    ledger.touch(key)
+                                ledger.store_again(key, values[k])
                                 continue
                             error = self._reserve(key, nbytes, values[k])
                             if error is not None:

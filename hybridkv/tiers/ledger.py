@@ -11,6 +11,11 @@ Eviction order: the lowest ``ranking(entry)`` first, ties by least recent
 use. ``ranking=None`` is plain LRU (kept in use order, no sort). A policy
 ranks by value per byte with ``value_per_byte``; the value comes from the
 store (``TierStore.store(..., value=...)``).
+
+Spare room (``tiers/spare.py``): an entry stored with the value ``SPARE`` is
+*spare*. It takes only free bytes or older spare entries' bytes, never a
+valued entry's, and spare entries are every store's first victims (least
+recently used first), before the ranking's order.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hybridkv.tiers.key_index import KeyIndex
+from hybridkv.tiers.spare import SpareRoom, is_spare
 
 
 @dataclass(slots=True)
@@ -32,6 +38,7 @@ class EntryInfo:
     last_used: int
     pins: int = 1  # a new entry is pinned by its store
     committed: bool = False
+    spare: bool = False  # stored for spare room only (``tiers/spare.py``)
 
 
 #: Eviction rank of an entry: lower is evicted first.
@@ -60,6 +67,8 @@ class EntryLedger:
         self.evicted: list[EntryInfo] = []
         #: Kept in step with the entries when given (``UnitKey`` keys only).
         self.index = index
+        #: The spare entries, least recently used first.
+        self.spare = SpareRoom()
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
@@ -77,21 +86,29 @@ class EntryLedger:
         entry = self._entries.get(key)
         return entry is not None and entry.committed
 
-    def _victims(self, needed: int) -> list[Hashable] | None:
-        """Unpinned committed keys to drop so that ``needed`` bytes are free."""
+    def _victims(self, needed: int, spare: bool = False) -> list[Hashable] | None:
+        """Unpinned committed keys to drop so that ``needed`` bytes are free: spare
+        entries first, then (unless ``spare``: a spare store) valued ones."""
         free = self.budget_bytes - self.used_bytes
         if free >= needed:
             return []
+        victims, freed = self.spare.victims(needed - free, self.removable)
+        free += freed
+        if free >= needed:
+            return victims
+        if spare:
+            return None
         candidates: Iterable[EntryInfo]
         if self.ranking is None:  # use order: stop at the first entries that make room
-            candidates = (e for e in self._entries.values() if e.committed and e.pins == 0)
+            candidates = (
+                e for e in self._entries.values() if e.committed and e.pins == 0 and not e.spare
+            )
         else:  # O(n log n) per eviction: fine for thousands of entries, not millions
             rank = self.ranking
             candidates = sorted(
-                (e for e in self._entries.values() if e.committed and e.pins == 0),
+                (e for e in self._entries.values() if e.committed and e.pins == 0 and not e.spare),
                 key=lambda e: (rank(e), e.last_used),
             )
-        victims: list[Hashable] = []
         for entry in candidates:
             victims.append(entry.key)
             free += entry.nbytes
@@ -103,20 +120,24 @@ class EntryLedger:
         self, key: Hashable, nbytes: int, value: float | None = None
     ) -> list[Hashable] | None:
         """Add ``key`` (pinned, not committed), evicting what it needs; the
-        evicted keys, or None when there is no room (nothing changed)."""
+        evicted keys, or None when there is no room (nothing changed). A
+        ``SPARE`` value takes spare room only (module docstring)."""
         if key in self._entries:
             raise KeyError(f"{key!r} is already in the tier")
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         if nbytes > self.budget_bytes:
             return None
-        victims = self._victims(nbytes)
+        spare = is_spare(value)
+        victims = self._victims(nbytes, spare)
         if victims is None:
             return None
         self.evicted = [self.remove(victim) for victim in victims]
         self._tick += 1
-        self._entries[key] = EntryInfo(key, nbytes, value, self._tick)
+        self._entries[key] = EntryInfo(key, nbytes, value, self._tick, spare=spare)
         self.used_bytes += nbytes
+        if spare:
+            self.spare.add(key, nbytes)
         if self.index is not None:
             self.index.add(key)
         return victims
@@ -160,6 +181,8 @@ class EntryLedger:
             tick += 1
             e.last_used = tick
             move(e.key)
+            if e.spare:
+                self.spare.touch(e.key)
         self._tick = tick
 
     def unpin_many(self, keys: Iterable[Hashable]) -> None:
@@ -173,8 +196,25 @@ class EntryLedger:
 
     def touch(self, key: Hashable) -> None:
         self._tick += 1
-        self._entries[key].last_used = self._tick
+        entry = self._entries[key]
+        entry.last_used = self._tick
         self._entries.move_to_end(key)
+        if entry.spare:
+            self.spare.touch(key)
+
+    def store_again(self, key: Hashable, value: float | None) -> None:
+        """A store of ``key``, which the tier holds or is storing, with ``value``:
+        a committed entry is touched, except that a spare store leaves a valued
+        entry alone, and a valued store makes a spare entry valued (``value``)."""
+        entry = self._entries[key]
+        if is_spare(value) and not entry.spare:
+            return
+        if entry.spare and not is_spare(value):
+            entry.spare = False
+            entry.value = value
+            self.spare.discard(key)
+        if entry.committed:
+            self.touch(key)
 
     def remove(self, key: Hashable) -> EntryInfo:
         """Drop ``key`` (a store's abort may drop its own pinned, uncommitted entry)."""
@@ -182,6 +222,8 @@ class EntryLedger:
         self.used_bytes -= entry.nbytes
         if self.index is not None:
             self.index.discard(key)
+        if entry.spare:
+            self.spare.discard(key)
         return entry
 
     def removable(self, key: Hashable) -> bool:
@@ -200,6 +242,10 @@ class EntryLedger:
             self.index.check_integrity(self._entries)
         ticks = [e.last_used for e in self._entries.values()]
         assert ticks == sorted(ticks), "use order out of step with last_used"
+        entries = self._entries
+        self.spare.check_integrity(lambda k: entries[k].nbytes if k in entries else None)
+        spare = [k for k, e in entries.items() if e.spare]
+        assert list(self.spare) == spare, "spare entries out of step (or of use order)"
         for key, entry in self._entries.items():
             assert entry.key == key, (entry.key, key)
             assert entry.nbytes >= 0 and entry.pins >= 0, entry

@@ -32,6 +32,7 @@ from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.key_index import KeyIndex
 from hybridkv.tiers.ledger import EntryLedger, Ranking
+from hybridkv.tiers.spare import is_spare
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
 #: ``LedgerTier.spill``: an evicted entry's key, parts (copies the callee owns), value.
@@ -174,8 +175,7 @@ class LedgerTier(TierStore):
         reserved: list[UnitKey],
     ) -> Transfer:
         if key in self._ledger:
-            if self._ledger.is_committed(key):
-                self._ledger.touch(key)
+            self._ledger.store_again(key, value)
             return Transfer(key, "store", Completed())
         error = self._reserve(key, nbytes, value)
         if error is not None:
@@ -192,6 +192,10 @@ class LedgerTier(TierStore):
         """Reserve ``key``'s bytes, evicting (and spilling) what it needs; the error
         (counted, warned once) when there is no room. Under the lock."""
         victims = self._ledger.reserve(key, nbytes, value)
+        if victims is None and is_spare(value) and nbytes <= self.budget_bytes:
+            # Offered for spare room only and there is none: expected, not warned.
+            self.stats.spare_skips += 1
+            return TierFullError(f"{self.medium} tier: no spare room for {nbytes} bytes")
         if victims is None:
             self.stats.store_skips += 1
             why = (
@@ -203,7 +207,7 @@ class LedgerTier(TierStore):
             self._warn_once("full", f"{error}; store skipped (further skips are counted)")
             return error
         for info in self._ledger.evicted:
-            if self.spill is not None:
+            if self.spill is not None and not info.spare:  # a spare entry goes no lower
                 self.spill(info.key, self._read_now(info.key), info.value)  # type: ignore[arg-type]
             self._drop(info.key)  # type: ignore[arg-type]
             if self.on_removed is not None:

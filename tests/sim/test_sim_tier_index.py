@@ -112,20 +112,21 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
     ub = unit_bytes_of(probe)
     gid = max(range(len(ub)), key=lambda g: ub[g])  # the largest unit
     cache = _cache(2 * ub[gid], 10 * ub[gid], False)
-    taken = [(gid, b"old-valuable", 6), (gid, b"cheap", 0), (gid, b"first", None)]
+    # Taken blocks come with the policy's demotion value: 8.0 is class 6, 1.0 class 0.
+    taken = [(gid, b"old-valuable", 8.0), (gid, b"cheap", 1.0), (gid, b"never", None)]
     cache.sync([], taken)
     assert taken == []  # consumed
-    # The evict-first unit is not demoted (as in the engine): it takes no bytes.
-    assert (b"first", gid) not in cache.host and (b"first", gid) not in cache.disk  # type: ignore[operator]
+    # A unit the policy does not demote (None) takes no bytes in any tier.
+    assert (b"never", gid) not in cache.host and (b"never", gid) not in cache.disk  # type: ignore[operator]
     assert cache.demoted == 2
     assert (b"old-valuable", gid) in cache.host and (b"cheap", gid) in cache.host
-    cache.sync([], [(gid, b"new", 6)])  # newer than "old-valuable", as valuable: "cheap" goes
+    cache.sync([], [(gid, b"new", 8.0)])  # newer than "old-valuable", as valuable: "cheap" goes
     assert (b"cheap", gid) in cache.disk  # type: ignore[operator]
     assert (b"old-valuable", gid) in cache.host and (b"new", gid) in cache.host
     unit = cache.disk.units[(b"cheap", gid)]  # type: ignore[union-attr]
     assert unit.cls == 0 + cache.class_shift[gid]  # its class goes down with it
     cache.device_cached[gid][b"kept"] = object()  # type: ignore[index]
-    cache.sync([], [(gid, b"kept", 8)])  # a copy stays on the device: no demotion
+    cache.sync([], [(gid, b"kept", 16.0)])  # a copy stays on the device: no demotion
     assert (b"kept", gid) not in cache.host
     cache.check_integrity()
 
@@ -133,7 +134,7 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
 def test_write_through_stores_every_cached_block_in_every_tier() -> None:
     cache = _cache(1 << 20, 1 << 22, True)
     event = BlockStored([b"a", b"b"], None, list(range(32)), 16, None, 0)
-    cache.sync([event], [(0, b"evicted", 5)])  # evictions are ignored
+    cache.sync([event], [(0, b"evicted", 4.0)])  # evictions are ignored
     for tier in cache.tiers:
         assert (b"a", 0) in tier and (b"b", 0) in tier and (b"evicted", 0) not in tier
     cache.check_integrity()

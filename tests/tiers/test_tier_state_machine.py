@@ -30,6 +30,7 @@ from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.disk_dir import entry_name
 from hybridkv.tiers.ledger import value_per_byte
 from hybridkv.tiers.slab_memory import SlabMemory
+from hybridkv.tiers.spare import SPARE
 
 SALTS = (None, "tenant-a", "tenant-b")
 PROMPTS = 4  # per salt; each gives 2 block keys (a chain) in 2 groups
@@ -90,10 +91,13 @@ class TierMachine(RuleBasedStateMachine):
         self.loads = [(t, f) for t, f in self.loads if not t.done()]
         self.corrupt &= set(self.tier.keys())
 
-    @rule(k=keys, value=st.floats(0, 10))
+    @rule(k=keys, value=st.one_of(st.just(SPARE), st.floats(0, 10)))
     def store(self, k: UnitKey, value: float) -> None:
         content = CONTENT[k]
+        held, spare = set(self.tier.keys()), set(self.tier._ledger.spare)
         transfer = self.tier.store(k, [content[:3], content[3:]], value=value)
+        if value == SPARE:  # spare room only: it evicted spare entries, if any
+            assert held - set(self.tier.keys()) <= spare
         if transfer.done():  # skipped, or a key already held
             assert transfer.error is None or isinstance(transfer.error, TierFullError)
         else:
