@@ -39,15 +39,17 @@ class OffloadStats:
     swapped_tokens: int = 0  # tokens their swap points restore, if every unit stays
     swaps_declined: int = 0  # preemptions the cost model left to recompute
     load_wait_seconds: float = 0.0  # time the scheduler blocked on tier loads
-    #: Per restored hit: from its first copy asked for to its last one landed.
+    #: Per restored hit: from the decision to load it (before its units are pinned
+    #: and its blocks taken) to its blocks entered in the device prefix index.
     load_seconds: list[float] = field(default_factory=list)
 
-    def count_load(self, medium: str, nbytes: int) -> None:
-        """A unit from the ``medium`` tier ("CPU", "DISK", "STORE") landed."""
+    def count_load(self, medium: str, nbytes: int, units: int = 1) -> None:
+        """``units`` units (``nbytes`` in all) from the ``medium`` tier ("CPU",
+        "DISK", "STORE") landed."""
         self.bytes_loaded += nbytes
         if medium == "DISK":
-            self.loads_disk += 1
+            self.loads_disk += units
         elif medium == "STORE":
-            self.loads_store += 1
+            self.loads_store += units
         else:
-            self.loads_cpu += 1
+            self.loads_cpu += units

@@ -162,6 +162,26 @@ class EntryLedger:
             move(e.key)
         self._tick = tick
 
+    def pin_held(self, keys: Sequence[Hashable]) -> list[bool]:
+        """``pin`` and ``touch`` each of ``keys`` that is committed (a load's use);
+        per key, whether it was pinned."""
+        entries = self._entries
+        move = entries.move_to_end
+        tick = self._tick
+        out: list[bool] = []
+        for k in keys:
+            entry = entries.get(k)
+            if entry is not None and entry.committed:
+                entry.pins += 1
+                tick += 1
+                entry.last_used = tick
+                move(k)
+                out.append(True)
+            else:
+                out.append(False)
+        self._tick = tick
+        return out
+
     def unpin_many(self, keys: Iterable[Hashable]) -> None:
         """``unpin`` each of ``keys`` (pinned by ``pin_committed``)."""
         entries = self._entries
