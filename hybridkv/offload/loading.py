@@ -29,7 +29,7 @@ from typing import NamedTuple, TypeVar
 import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
-from hybridkv.coordinators.tiered_hit import tiered_hit_length
+from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
@@ -167,6 +167,8 @@ class Loads:
         if staged is not None:
             self._land(request, staged)
             self.pool.free_blocks(staged.held)
+            # its whole load: from the decision to the blocks indexed and let go (usable)
+            self.stats.load_seconds.append(time.perf_counter() - staged.started)
 
     def _stage(self, request: Request) -> _Staged | None:
         """Hold the blocks of the request's tier hit and start its loads (None: no tier hit)."""
@@ -185,11 +187,30 @@ class Loads:
             if self.lookup is not None:
                 self.lookup.forget()
 
+    def _presence(self, hashes: list[bytes]) -> tuple[Present, Present]:
+        """``present`` and ``on_device`` for one lookup of ``hashes``: each group's
+        blocks on the device and in the tiers found first with set operations (one
+        lock per tier and group), then asked one set test per block."""
+        cached = self.pool.cached
+        found = self.lookup.found if self.lookup is not None else None
+        device: dict[int, set[bytes]] = {}
+        anywhere: dict[int, set[bytes]] = {}
+        for m in self.managers:
+            gid, view = m.group_id, m.group_hashes(hashes)
+            here = device[gid] = cached[gid].keys() & view
+            there = anywhere[gid] = set(here)
+            for tier in self.local:
+                there |= tier.committed_hashes(gid, view)
+            if found:
+                there.update(h for h in view if UnitKey(h, gid) in found)
+        return (lambda g, _i, h: h in anywhere[g]), (lambda g, _i, h: h in device[g])
+
     def _stage_hit(self, request: Request, hashes: list[bytes], limit: int) -> _Staged | None:
-        total = tiered_hit_length(self.managers, hashes, limit, self.present)
+        present, on_device = self._presence(hashes)
+        total = tiered_hit_length(self.managers, hashes, limit, present)
         if total == 0:
             return None
-        device = tiered_hit_length(self.managers, hashes, total, self.on_device)
+        device = tiered_hit_length(self.managers, hashes, total, on_device)
         if device == total:
             return None
         cached = self.pool.cached
@@ -346,7 +367,6 @@ class Loads:
                         request.lora_name,
                         gid,
                     )
-        self.stats.load_seconds.append(time.perf_counter() - staged.started)
         if failed:
             self.stats.load_failures += failed
         else:

@@ -40,7 +40,8 @@ class OffloadStats:
     swaps_declined: int = 0  # preemptions the cost model left to recompute
     load_wait_seconds: float = 0.0  # time the scheduler blocked on tier loads
     #: Per restored hit: from the decision to load it (before its units are pinned
-    #: and its blocks taken) to its blocks entered in the device prefix index.
+    #: and its blocks taken) to its blocks entered in the device prefix index and
+    #: let go (cached and free: the request's lookup adopts them).
     load_seconds: list[float] = field(default_factory=list)
 
     def count_load(self, medium: str, nbytes: int, units: int = 1) -> None:

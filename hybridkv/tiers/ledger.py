@@ -118,7 +118,7 @@ class EntryLedger:
         self._entries[key] = EntryInfo(key, nbytes, value, self._tick)
         self.used_bytes += nbytes
         if self.index is not None:
-            self.index.add(key)
+            self.index.add(key, pending=True)
         return victims
 
     def add_committed(self, key: Hashable, nbytes: int, last_used: int = 0) -> None:
@@ -134,6 +134,8 @@ class EntryLedger:
         assert not entry.committed and entry.pins >= 1, entry
         entry.committed = True
         entry.pins -= 1
+        if self.index is not None:
+            self.index.commit(key)
 
     def pin(self, key: Hashable) -> None:
         self._entries[key].pins += 1

@@ -136,6 +136,14 @@ class LedgerTier(TierStore):
         with self._lock:
             return index.holds_any(group_id, hashes)
 
+    def committed_hashes(self, group_id: int, hashes: Sequence[bytes]) -> set[bytes]:
+        """The ``h`` of ``hashes`` for which ``contains(UnitKey(h, group_id))``, under
+        one lock and with set operations (``KeyIndex.committed``)."""
+        index = self._ledger.index
+        assert index is not None
+        with self._lock:
+            return index.committed(group_id, hashes)
+
     def keys(self) -> list[UnitKey]:
         with self._lock:
             return list(self._ledger.committed_keys())  # type: ignore[arg-type]
