@@ -233,7 +233,10 @@ class HostTier(LedgerTier):
                     raise KeyError(
                         f"load_rows of {e.args[0]!r}: the {self.medium} tier lacks it"
                     ) from None
-            elif pins.released or len(pins.keys) != len(every) or set(pins.keys) != set(every):
+            elif pins.released or (
+                pins.keys != every  # (the same keys in the same order: the caller's case)
+                and (len(pins.keys) != len(every) or set(pins.keys) != set(every))
+            ):
                 raise ValueError("load_rows(pins=): a pin batch held of exactly the keys loaded")
             out: list[Transfer] = []
             try:
