@@ -29,7 +29,7 @@ from typing import NamedTuple, TypeVar
 import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
-from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
+from hybridkv.coordinators.tiered_hit import tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
@@ -37,7 +37,7 @@ from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.store_lookup import StoreLookup
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tier_events import TierEvents
-from hybridkv.offload.tier_lookup import tiers_may_hold
+from hybridkv.offload.tier_lookup import presence, tiers_may_hold
 from hybridkv.offload.tier_pins import TierPins
 from hybridkv.offload.unit_batches import load_units
 from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, TierStore, Transfer, UnitKey
@@ -187,26 +187,9 @@ class Loads:
             if self.lookup is not None:
                 self.lookup.forget()
 
-    def _presence(self, hashes: list[bytes]) -> tuple[Present, Present]:
-        """``present`` and ``on_device`` for one lookup of ``hashes``: each group's
-        blocks on the device and in the tiers found first with set operations (one
-        lock per tier and group), then asked one set test per block."""
-        cached = self.pool.cached
-        found = self.lookup.found if self.lookup is not None else None
-        device: dict[int, set[bytes]] = {}
-        anywhere: dict[int, set[bytes]] = {}
-        for m in self.managers:
-            gid, view = m.group_id, m.group_hashes(hashes)
-            here = device[gid] = cached[gid].keys() & view
-            there = anywhere[gid] = set(here)
-            for tier in self.local:
-                there |= tier.committed_hashes(gid, view)
-            if found:
-                there.update(h for h in view if UnitKey(h, gid) in found)
-        return (lambda g, _i, h: h in anywhere[g]), (lambda g, _i, h: h in device[g])
-
     def _stage_hit(self, request: Request, hashes: list[bytes], limit: int) -> _Staged | None:
-        present, on_device = self._presence(hashes)
+        found = self.lookup.found if self.lookup is not None else set()
+        present, on_device = presence(self.pool.cached, self.managers, self.local, found, hashes)
         total = tiered_hit_length(self.managers, hashes, limit, present)
         if total == 0:
             return None
@@ -238,7 +221,6 @@ class Loads:
             return None
         started = time.perf_counter()  # decided: from here to the blocks indexed is the load
         keys = [_key(UnitKey, (h, g)) for g, _, h in wanted]  # (UnitKey(h, g), without __new__)
-        found = self.lookup.found if self.lookup is not None else ()
         pins = TierPins(self._tiers(), keys, self.store, found)
         try:
             self.pool.touch(keep)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from hybridkv.tiers import TierStore, UnitKey
-from hybridkv.tiers.ledger_tier import LedgerTier, PinBatch
+from hybridkv.tiers.ledger import PinBatch
+from hybridkv.tiers.ledger_tier import LedgerTier
 
 
 class TierPins:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.tiers import HostTier, Transfer, UnitKey
-from hybridkv.tiers.ledger_tier import PinBatch
+from hybridkv.tiers.ledger import PinBatch
 
 
 def _by_group(units: Sequence[tuple[UnitKey, int]]) -> dict[int, list[int]]:

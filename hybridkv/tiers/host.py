@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, cast
 from hybridkv.tiers.base import CopyStats, Parts, UnitKey
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
-from hybridkv.tiers.ledger import Ranking
-from hybridkv.tiers.ledger_tier import LedgerTier, PinBatch
+from hybridkv.tiers.ledger import PinBatch, Ranking
+from hybridkv.tiers.ledger_tier import LedgerTier
 from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory, RowMemory
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 

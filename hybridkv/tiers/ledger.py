@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hybridkv.tiers.key_index import KeyIndex
 
@@ -41,6 +42,18 @@ Ranking = Callable[[EntryInfo], float]
 def value_per_byte(entry: EntryInfo) -> float:
     """A ranking: what a hit on the entry saves per byte it holds (no value: 0)."""
     return (entry.value or 0.0) / entry.nbytes
+
+
+class PinBatch:
+    """The keys one ``LedgerTier.pin_batch`` call pinned (each once); ``held``: per
+    key asked, whether the tier held it; ``released`` once undone or taken over."""
+
+    __slots__ = ("held", "keys", "released")
+
+    def __init__(self, keys: list[Any], held: list[bool]) -> None:
+        self.keys = keys
+        self.held = held
+        self.released = False
 
 
 class EntryLedger:

@@ -31,21 +31,8 @@ from hybridkv.tiers.base import (
 from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.key_index import KeyIndex
-from hybridkv.tiers.ledger import EntryLedger, Ranking
+from hybridkv.tiers.ledger import EntryLedger, PinBatch, Ranking
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
-
-
-class PinBatch:
-    """The keys one ``LedgerTier.pin_batch`` call pinned (each once); ``held``: per
-    key asked, whether the tier held it; ``released`` once undone or taken over."""
-
-    __slots__ = ("held", "keys", "released")
-
-    def __init__(self, keys: list[UnitKey], held: list[bool]) -> None:
-        self.keys = keys
-        self.held = held
-        self.released = False
-
 
 #: ``LedgerTier.spill``: an evicted entry's key, parts (copies the callee owns), value.
 Spill = Callable[[UnitKey, Sequence[Any], "float | None"], None]
