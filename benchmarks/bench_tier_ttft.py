@@ -21,17 +21,20 @@ TTFT is the wall time of ``generate(max_tokens=1)``, each engine warmed up
 first (a short prompt, and on the restarted engine one cold document too: the
 first steps at a new length pay one-time costs that are not the tier's).
 
-Also the host tier's copies, load and store apart (``HostTier.copies``: from
-each ``load_rows`` / ``store_rows`` call to the landing of its last copy, the
-tier's bookkeeping and the copy thread's hand-off included): loads of the host
-hits (the median and the best hit), stores of the run (each document's first
-write-through under ``lru``, its demotions under ``hybrid``: the largest). Against
-a memcpy of as many bytes measured in the same run, twice: *from memory*
-(source and destination evicted from the caches first by writing a buffer
-larger than the last-level cache, as the tier's copies find them) and *in
-cache* (the same buffers copied again at once, best of 5: an upper bound the
-tier's copies cannot see at these sizes). Beside them the whole load of a
-hit: from its blocks held to its blocks in the device index.
+Also the host tier's copies against a memcpy of as many bytes measured in the
+same run, twice: *from memory* (source and destination evicted from the caches
+first by writing a buffer larger than the last-level cache, as the tier's
+copies find them) and *in cache* (the same buffers copied again at once, best
+of 5: an upper bound the tier's copies cannot see at these sizes). *The host
+copy* (the issue's target) is a hit's whole load (``OffloadStats.load_seconds``):
+from the decision to load it (its lookup done and the load found cheaper than
+recomputing) to its blocks entered in the device prefix index, usable: the
+units pinned, the blocks taken, the copy job made, the copies, and the landing
+(tier and device bookkeeping) all included; the median hit and the best. Beside
+it the tier's own copy call (``HostTier.copies``: from the ``load_rows`` call to
+the landing of its last copy, with its CPU time), and the stores of the run
+(each document's first write-through under ``lru``, its demotions under
+``hybrid``: the largest).
 Targets (issue 45): host hit >= 5x faster than cold, disk after restart >= 3x,
 host copy >= 70 % of memcpy. ``--write`` saves ``benchmarks/results/tiers-ttft.md``.
 """
@@ -112,7 +115,7 @@ def memcpy_seconds(nbytes: int, repeat: int = 5) -> tuple[Clocks, Clocks]:
 
 
 def copy_row(
-    name: str, nbytes: int, took: tuple[float | None, float], cold: Clocks, warm: Clocks
+    name: str, nbytes: int, took: tuple[float | None, float | None], cold: Clocks, warm: Clocks
 ) -> str:
     """A table row: bytes, then per clock (wall, CPU) ms, GB/s and the share of each
     memcpy's bandwidth (its time over ours); a clock given as None is left blank."""
@@ -195,7 +198,9 @@ def run(args: Any) -> list[str]:
         disk_loads = again.tiers.stats.loads_disk
         disk_load_s = sum(again.tiers.stats.load_seconds)
         again.close()
-    loaded, nbytes, load_s, copy_s = sorted(loads, key=lambda x: x[3][0])[len(loads) // 2]
+    loaded, nbytes, load_s, _ = sorted(loads, key=lambda x: x[2])[len(loads) // 2]
+    best_load = min(x[2] for x in loads)
+    _, _, _, copy_s = sorted(loads, key=lambda x: x[3][0])[len(loads) // 2]
     best = min(loads, key=lambda x: x[3][0])
     cpu_median = statistics.median(x[3][1] for x in loads)
     unit = nbytes // max(1, loaded)  # the mean unit
@@ -232,15 +237,36 @@ def run(args: Any) -> list[str]:
         "in cache | CPU ms | GB/s | vs memcpy from memory | vs memcpy in cache |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         copy_row(
-            f"load, the median hit ({loaded} units of {unit:,} B)",
+            f"**the host copy**: a hit's whole load (decided -> blocks indexed), the median "
+            f"hit ({loaded} units of {unit:,} B)",
+            nbytes,
+            (load_s, None),
+            cold_mem,
+            warm_mem,
+        ),
+        copy_row(
+            f"**the host copy**, the best hit (of {len(loads)})",
+            nbytes,
+            (best_load, None),
+            cold_mem,
+            warm_mem,
+        ),
+        copy_row(
+            "the tier's copy call (load_rows -> last copy landed), the median hit",
             nbytes,
             copy_s,
             cold_mem,
             warm_mem,
         ),
-        copy_row(f"load, the best hit (of {len(loads)})", best[1], best[3], cold_mem, warm_mem),
         copy_row(
-            f"load, the median CPU time (of {len(loads)})",
+            f"the tier's copy call, the best hit (of {len(loads)})",
+            best[1],
+            best[3],
+            cold_mem,
+            warm_mem,
+        ),
+        copy_row(
+            f"the tier's copy call, the median CPU time (of {len(loads)})",
             nbytes,
             (None, cpu_median),
             cold_mem,
@@ -253,13 +279,9 @@ def run(args: Any) -> list[str]:
             store_cold,
             store_warm,
         ),
-        f"| whole load of the median hit (blocks held -> indexed) | {nbytes:,} | "
-        f"{load_s * 1e3:.2f} | {nbytes / load_s / 1e9 if load_s else 0:.2f} | "
-        f"{cold_mem[0] / load_s * 100 if load_s else 0:.0f} % | "
-        f"{warm_mem[0] / load_s * 100 if load_s else 0:.0f} % | | | | |",
         "",
         "Targets: host hit >= 5x faster than cold, disk after restart >= 3x, host copy "
-        ">= 70 % of memcpy.",
+        "(a hit's whole load) >= 70 % of memcpy from memory.",
     ]
 
 

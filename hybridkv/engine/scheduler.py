@@ -161,6 +161,7 @@ class Scheduler:
                 budget = self._admit(scheduled, budget, wait=True)
         if self.tiers is not None:
             waited = self.tiers.stats.load_wait_seconds - waited
+            self.tiers.start_loads()  # the loads left in flight copy during the step
         self._scheduled_at = time.perf_counter()
         return SchedulerOutput(tuple(scheduled), tuple(preempted), waited)
 

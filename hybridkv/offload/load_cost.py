@@ -8,8 +8,8 @@ The model, in seconds::
 - ``load_bandwidth`` (bytes/s) starts at ``LoadCostPrior``'s figure for the
   device (stated there) and then follows what this engine measures: each
   restored hit staged and landed within one step (``TieredCache.prepare``)
-  gives ``bytes loaded / (first copy asked -> last copy landed)``, Python work
-  per unit included, folded in as an exponential moving average (``ALPHA``).
+  gives ``bytes loaded / (decided -> blocks usable)`` (``OffloadStats.load_seconds``:
+  pins, copies and landing included), folded in as an exponential moving average (``ALPHA``).
   (A hit that lands a step or more later is not measured: its time would
   include the steps in between.) Hits the step
   waited for on the copy stream (CUDA) are not measured: the host did not see
@@ -65,7 +65,7 @@ class LoadCost:
         self.step_samples = 0
 
     def observe_load(self, nbytes: int, seconds: float) -> None:
-        """A hit's ``nbytes`` landed ``seconds`` after its first copy was asked for."""
+        """A hit's ``nbytes`` were usable ``seconds`` after its load was decided."""
         if nbytes > 0 and seconds > 0:
             bw = nbytes / seconds
             self.load_bandwidth += ALPHA * (bw - self.load_bandwidth)

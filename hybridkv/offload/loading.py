@@ -22,9 +22,9 @@ stays out of the index, so those tokens are recomputed, never read stale.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -37,21 +37,24 @@ from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.store_lookup import StoreLookup
 from hybridkv.offload.stream_order import StreamOrder
 from hybridkv.offload.tier_events import TierEvents
-from hybridkv.offload.tier_lookup import tiers_may_hold
+from hybridkv.offload.tier_lookup import presence, tiers_may_hold
+from hybridkv.offload.tier_pins import TierPins
 from hybridkv.offload.unit_batches import load_units
 from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, TierStore, Transfer, UnitKey
 
+T = TypeVar("T")
 #: ``(request, units to load as (group, block index, hash), tokens gained) -> bool``.
 WorthLoading = Callable[[Request, list[tuple[int, int, bytes]], int], bool]
 
 
 class _Load(NamedTuple):
-    """One unit being copied into ``block`` from the ``medium`` tier."""
+    """Units of one group copied into ``blocks`` from the ``medium`` tier by one
+    transfer: a host-tier row batch (a group's units at once), else one unit."""
 
     group_id: int
-    position: int  # the block's index in the group's table
-    block_hash: bytes
-    block: KVCacheBlock
+    positions: list[int]  # each block's index in the group's table, ascending
+    hashes: list[bytes]
+    blocks: list[KVCacheBlock]
     transfer: Transfer | None  # None: the unit left its tier before the load began
     medium: str  # "CPU" (host), "DISK", "STORE"
 
@@ -63,19 +66,34 @@ class _Staged:
     held: list[KVCacheBlock]
     loads: list[_Load]
     gained: int  # tokens past the device hit, if every load lands
-    started: float  # when the first copy was asked for
+    started: float  # when the loads were decided (before their units were pinned)
 
 
-def _runs(loads: list[_Load]) -> Iterator[list[_Load]]:
-    """``loads`` split into runs of consecutive blocks of one group, in order."""
-    run: list[_Load] = []
-    for ld in loads:
-        if run and (ld.group_id != run[-1].group_id or ld.position != run[-1].position + 1):
-            yield run
-            run = []
-        run.append(ld)
-    if run:
-        yield run
+#: A run of consecutive blocks of one group: (group, first position, hashes, blocks).
+_Run = tuple[int, int, list[bytes], list[KVCacheBlock]]
+
+
+def _runs(ld: _Load) -> Iterator[_Run]:
+    """``ld``'s units split into runs of consecutive blocks, in order."""
+    pos, n = ld.positions, len(ld.positions)
+    if pos[-1] - pos[0] == n - 1:  # (ascending and distinct: one run)
+        yield ld.group_id, pos[0], ld.hashes, ld.blocks
+        return
+    start = 0
+    for k in range(1, n + 1):
+        if k == n or pos[k] != pos[k - 1] + 1:
+            yield ld.group_id, pos[start], ld.hashes[start:k], ld.blocks[start:k]
+            start = k
+
+
+_key = tuple.__new__  # ``_key(UnitKey, (h, g))``: ``UnitKey(h, g)`` at a third less cost
+
+
+def _pick(items: list[T], at: Sequence[int]) -> list[T]:
+    """``items[j]`` for each ``j`` of ``at`` (a range: a slice)."""
+    if isinstance(at, range) and at.step == 1:
+        return items[at.start : at.stop]
+    return [items[j] for j in at]
 
 
 class Loads:
@@ -149,6 +167,8 @@ class Loads:
         if staged is not None:
             self._land(request, staged)
             self.pool.free_blocks(staged.held)
+            # its whole load: from the decision to the blocks indexed and let go (usable)
+            self.stats.load_seconds.append(time.perf_counter() - staged.started)
 
     def _stage(self, request: Request) -> _Staged | None:
         """Hold the blocks of the request's tier hit and start its loads (None: no tier hit)."""
@@ -168,23 +188,28 @@ class Loads:
                 self.lookup.forget()
 
     def _stage_hit(self, request: Request, hashes: list[bytes], limit: int) -> _Staged | None:
-        total = tiered_hit_length(self.managers, hashes, limit, self.present)
+        found = self.lookup.found if self.lookup is not None else set()
+        present, on_device = presence(self.pool.cached, self.managers, self.local, found, hashes)
+        total = tiered_hit_length(self.managers, hashes, limit, present)
         if total == 0:
             return None
-        device = tiered_hit_length(self.managers, hashes, total, self.on_device)
+        device = tiered_hit_length(self.managers, hashes, total, on_device)
         if device == total:
             return None
         cached = self.pool.cached
         keep: list[KVCacheBlock] = []
         wanted: list[tuple[int, int, bytes]] = []
+        spans: list[tuple[int, int, int]] = []  # (group, start, end) of its units in wanted
         for m in self.managers:
-            gid, view = m.group_id, m.group_hashes(hashes)
+            gid, view, start = m.group_id, m.group_hashes(hashes), len(wanted)
             for i in range(m.first_needed_block(total), total // m.block_size):
                 b = cached[gid].get(view[i])
                 if b is not None:
                     keep.append(b)
                 else:
                     wanted.append((gid, i, view[i]))
+            if len(wanted) > start:
+                spans.append((gid, start, len(wanted)))
         need = len(wanted) + sum(1 for b in keep if b.ref_cnt == 0)
         if need > self.pool.num_free_blocks:
             self.stats.skipped_no_room += 1
@@ -194,100 +219,124 @@ class Loads:
         ):
             self.stats.skipped_slower += 1
             return None
-        pins = self._pin([UnitKey(h, g) for g, _, h in wanted])
+        started = time.perf_counter()  # decided: from here to the blocks indexed is the load
+        keys = [_key(UnitKey, (h, g)) for g, _, h in wanted]  # (UnitKey(h, g), without __new__)
+        pins = TierPins(self._tiers(), keys, self.store, found)
         try:
             self.pool.touch(keep)
             blocks = self.pool.get_new_blocks(len(wanted))  # may demote: the pins hold ours
-            started = time.perf_counter()
-            loads = self._start_loads(wanted, blocks)
+            loads = self._start_loads(wanted, spans, keys, pins, blocks)
         finally:
-            for tier, key in pins:
-                tier.unpin(key)
+            pins.release()  # what no load took over
         return _Staged(keep + blocks, loads, total - device, started)
 
     def _tiers(self) -> list[TierStore]:
         return [*self.local] if self.store is None else [*self.local, self.store]
 
-    def _holds(self, tier: TierStore, key: UnitKey) -> bool:
-        if tier is self.store:
-            return self.lookup is not None and key in self.lookup.found
-        return tier.contains(key)
-
-    def _pin(self, keys: list[UnitKey]) -> list[tuple[TierStore, UnitKey]]:
-        pinned: list[tuple[TierStore, UnitKey]] = []
-        tiers = self._tiers()
-        for key in keys:
-            for tier in tiers:
-                if self._holds(tier, key):
-                    tier.pin(key)
-                    pinned.append((tier, key))
-                    break
-        return pinned
-
     def _start_loads(
-        self, wanted: list[tuple[int, int, bytes]], blocks: list[KVCacheBlock]
+        self,
+        wanted: list[tuple[int, int, bytes]],
+        spans: list[tuple[int, int, int]],
+        keys: list[UnitKey],
+        pins: TierPins,
+        blocks: list[KVCacheBlock],
     ) -> list[_Load]:
-        """One batch per tier: host units straight into the device buffers
-        (``load_units``: rows on the CPU), the others read into them on the CPU
-        (through host memory elsewhere)."""
-        tiers = self._tiers()
-        items: list[list[tuple[UnitKey, Any]]] = [[] for _ in tiers]
-        where: list[tuple[int, int]] = []
-        for (gid, _, h), b in zip(wanted, blocks, strict=True):
-            key = UnitKey(h, gid)
-            k = next((j for j, tier in enumerate(tiers) if self._holds(tier, key)), -1)
-            if k < 0:  # it left its tier meanwhile: a failed load
-                where.append((-1, -1))
-                continue
-            where.append((k, len(items[k])))
-            if tiers[k] is self.host:  # a block id: load_units picks rows or parts
-                items[k].append((key, b.block_id))
-                continue
-            parts = self.block_bytes.parts(gid, b.block_id)  # read on the CPU, or bytes
-            into = [p.numpy() for p in parts] if parts[0].device.type == "cpu" else None
-            items[k].append((key, into))
-        started = [
-            (
-                []
-                if not its
-                else load_units(tier, self.block_bytes, its)
-                if tier is self.host
-                else tier.load_many(its)
+        """Start the loads of ``wanted`` (pinned in tier ``pins.where[j]``) into
+        ``blocks``: the host tier's straight into the device buffers, each group's
+        as one batch (``load_units``: rows on the CPU, taking the host's pins
+        over); the others' read into them on the CPU (through host memory
+        elsewhere), one batch per tier."""
+        tiers, where = self._tiers(), pins.where
+        host = 0 if self.host is not None else None  # the host tier is the first
+        loads: list[_Load] = []
+        host_groups: list[tuple[int, Sequence[int]]] = []  # (group, units in wanted)
+        other: list[list[int]] = [[] for _ in tiers]
+        for gid, start, end in spans:
+            here = where[start:end]
+            buckets: dict[int, Sequence[int]]
+            if here.count(here[0]) == len(here):  # the common case: one tier holds them all
+                buckets = {here[0]: range(start, end)}
+            else:
+                buckets = {}
+                for j, k in enumerate(here, start):
+                    buckets.setdefault(k, []).append(j)  # type: ignore[attr-defined]
+            for k, units in buckets.items():
+                if k == host:
+                    host_groups.append((gid, units))
+                elif k >= 0:
+                    other[k].extend(units)
+                else:  # none holds them (they left their tier): failed loads
+                    loads += [self._load(wanted, blocks, [j], None, "CPU") for j in units]
+        if host_groups:
+            assert self.host is not None
+            started = load_units(
+                self.host,
+                self.block_bytes,
+                [
+                    (g, _pick(keys, js), [b.block_id for b in _pick(blocks, js)])
+                    for g, js in host_groups
+                ],
+                wake=False,  # the scheduler waits at once, or calls wake() before its step
+                pins=pins.batches[0],
             )
-            for tier, its in zip(tiers, items, strict=True)
-        ]
-        loads = []
-        for (gid, i, h), b, (k, j) in zip(wanted, blocks, where, strict=True):
-            t = None if k < 0 else started[k][j]
-            loads.append(_Load(gid, i, h, b, t, "CPU" if k < 0 else tiers[k].medium))
+            for (_, js), group_spans in zip(host_groups, started, strict=True):
+                for t, a, b in group_spans:
+                    loads.append(self._load(wanted, blocks, js[a:b], t, "CPU"))
+        for k, units in enumerate(other):
+            if not units:
+                continue
+            items = []
+            for j in units:  # read on the CPU, or bytes
+                parts = self.block_bytes.parts(wanted[j][0], blocks[j].block_id)
+                items.append(
+                    (keys[j], [p.numpy() for p in parts] if parts[0].device.type == "cpu" else None)
+                )
+            for j, t in zip(units, tiers[k].load_many(items), strict=True):
+                loads.append(self._load(wanted, blocks, [j], t, tiers[k].medium))
         return loads
+
+    @staticmethod
+    def _load(
+        wanted: list[tuple[int, int, bytes]],
+        blocks: list[KVCacheBlock],
+        units: Sequence[int],
+        transfer: Transfer | None,
+        medium: str,
+    ) -> _Load:
+        """The load of ``wanted[j]`` into ``blocks[j]`` for each ``j`` of ``units``
+        (all of one group)."""
+        mine = _pick(wanted, units)
+        return _Load(
+            mine[0][0],
+            [w[1] for w in mine],
+            [w[2] for w in mine],
+            _pick(blocks, units),
+            transfer,
+            medium,
+        )
 
     def _land(self, request: Request, staged: _Staged) -> None:
         """Wait for the loads; enter each landed block into the device prefix index."""
         tokens = request.live_token_ids
         failed = 0
-        pool = self.pool
-        landed: list[_Load] = []
+        pool, unit_bytes = self.pool, self.block_bytes.unit_bytes
+        runs: list[_Run] = []
         for ld in staged.loads:
-            ok = ld.transfer is not None and self.order.after(ld.transfer)
-            if (
-                ok
-                and ld.medium != "CPU"
-                and ld.transfer is not None
-                and ld.transfer.result is not None
-            ):
-                self._copy_in(ld)
-            if not ok:
-                failed += 1
+            t = ld.transfer
+            if t is None or not self.order.after(t):
+                failed += len(ld.blocks)
                 continue
-            landed.append(ld)
-            self.stats.count_load(ld.medium, self.block_bytes.unit_bytes[ld.group_id])
-        for run in _runs(landed):  # consecutive blocks of one group: one cache_run each
-            gid, first, n = run[0].group_id, run[0].position, len(run)
+            if ld.medium != "CPU" and t.result is not None:
+                self._copy_in(ld)
+            n = len(ld.blocks)
+            self.stats.count_load(ld.medium, unit_bytes[ld.group_id] * n, n)
+            runs.extend(_runs(ld))
+        runs.sort(key=lambda r: (r[0], r[1]))  # each group in order (events: parents first)
+        for gid, first, hashes, blocks in runs:
+            n = len(blocks)
             bs = self.managers[gid].block_size
-            hashes = [ld.block_hash for ld in run]
             run_tokens = tokens[first * bs : (first + n) * bs]
-            new = pool.cache_run([ld.block for ld in run], hashes, gid, run_tokens, bs, 0, n)
+            new = pool.cache_run(blocks, hashes, gid, run_tokens, bs, 0, n)
             if new and pool.enable_kv_cache_events:
                 parent = self.managers[gid].group_hashes(request.live_block_hashes)
                 for k in new:
@@ -300,7 +349,6 @@ class Loads:
                         request.lora_name,
                         gid,
                     )
-        self.stats.load_seconds.append(time.perf_counter() - staged.started)
         if failed:
             self.stats.load_failures += failed
         else:
@@ -316,11 +364,17 @@ class Loads:
 
     def _copy_in(self, ld: _Load) -> None:
         """A disk or store load read into host memory (a non-CPU device): copy it in."""
-        assert ld.transfer is not None
-        parts = self.block_bytes.parts(ld.group_id, ld.block.block_id)
+        assert ld.transfer is not None and len(ld.blocks) == 1
+        parts = self.block_bytes.parts(ld.group_id, ld.blocks[0].block_id)
         for dst, src in zip(parts, ld.transfer.result, strict=True):
             if isinstance(src, memoryview | bytes):
                 dst.copy_(torch.tensor(bytearray(src), dtype=torch.uint8))
+
+    def wake(self) -> None:
+        """Start the host copies staged without waking its copy thread (a staged
+        request's loads run when the scheduler waits for them, else from here)."""
+        if self.host is not None and self._staged:
+            self.host.wake()
 
     def is_staged(self, request_id: str) -> bool:
         """True while the request's hit is staged (its loads not landed yet)."""
@@ -336,6 +390,8 @@ class Loads:
         for rid, staged in self._staged.items():
             for b in staged.held:
                 assert not b.is_null and b.ref_cnt >= 1, f"{rid}: held block {b} is free"
+            held = {id(b) for b in staged.held}
             for ld in staged.loads:
-                assert ld.block in staged.held, f"{rid}: a load's block is not held"
-                assert ld.block.block_hash is None, f"{rid}: {ld.block} cached before it landed"
+                for b in ld.blocks:
+                    assert id(b) in held, f"{rid}: a load's block is not held"
+                    assert b.block_hash is None, f"{rid}: {b} cached before it landed"

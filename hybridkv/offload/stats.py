@@ -43,15 +43,18 @@ class OffloadStats:
     store_waits: int = 0  # finished outputs held for the store writes in flight (``WriteBarrier``)
     store_wait_seconds: float = 0.0  # their time held
     store_late: int = 0  # of ``store_waits``, those let go with writes still in flight
-    #: Per restored hit: from its first copy asked for to its last one landed.
+    #: Per restored hit: from the decision to load it (before its units are pinned
+    #: and its blocks taken) to its blocks entered in the device prefix index and
+    #: let go (cached and free: the request's lookup adopts them).
     load_seconds: list[float] = field(default_factory=list)
 
-    def count_load(self, medium: str, nbytes: int) -> None:
-        """A unit from the ``medium`` tier ("CPU", "DISK", "STORE") landed."""
+    def count_load(self, medium: str, nbytes: int, units: int = 1) -> None:
+        """``units`` units (``nbytes`` in all) from the ``medium`` tier ("CPU",
+        "DISK", "STORE") landed."""
         self.bytes_loaded += nbytes
         if medium == "DISK":
-            self.loads_disk += 1
+            self.loads_disk += units
         elif medium == "STORE":
-            self.loads_store += 1
+            self.loads_store += units
         else:
-            self.loads_cpu += 1
+            self.loads_cpu += units

@@ -181,6 +181,10 @@ class TieredCache:
             self.cost.observe_load(self.stats.bytes_loaded - nbytes, self.stats.load_seconds[-1])
         return True
 
+    def start_loads(self) -> None:
+        """``Loads.wake``: at the end of a schedule, the loads it left in flight start."""
+        self.loads.wake()
+
     def loading(self, request: Request) -> bool:
         """True while ``request``'s tier loads are staged and not landed."""
         return self.loads.is_staged(request.request_id)

@@ -1,12 +1,14 @@
 """Batches of device blocks' units into and out of the host tier.
 
-``store_units`` and ``load_units`` take units as ``(key, block id)`` and move
-them between the device's KV buffers and the host tier. On the CPU (the host
-tier over a ``SlabMemory``, ``BlockBytes.has_rows``) each group's units of a
-batch move as one ``Rows`` transfer: one gather or scatter per layer and no
-tensor view per unit. Elsewhere (CUDA: ``TorchHostMemory``) each unit moves as
-its parts (one view per layer), in one ``store_many`` / ``load_many`` batch.
-Either way the caller sees one transfer per unit (a group's units share one).
+``store_units`` takes units as ``(key, block id)``, ``load_units`` each
+group's keys and block ids; they move them between the device's KV buffers
+and the host tier. On the CPU (the host tier over a ``SlabMemory``,
+``BlockBytes.has_rows``) each group's units of a batch move as one ``Rows``
+transfer: one gather or scatter per layer and no tensor view per unit.
+Elsewhere (CUDA: ``TorchHostMemory``) each unit moves as its parts (one view
+per layer), in one ``store_many`` / ``load_many`` batch. ``store_units``
+gives one transfer per unit (a group's units share one); ``load_units`` the
+transfers of each group with the units each covers.
 ``start_row_stores`` starts a batch of row stores without waiting for them
 (``HostStores``: write-through and swaps, asynchronous); ``store_units``
 waits (``Demotion``).
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.tiers import HostTier, Transfer, UnitKey
+from hybridkv.tiers.ledger import PinBatch
 
 
 def _by_group(units: Sequence[tuple[UnitKey, int]]) -> dict[int, list[int]]:
@@ -90,20 +93,31 @@ def store_units(
     return out
 
 
+#: A group's units one load covers: ``(transfer, first unit, end)`` (None: not held).
+Span = tuple["Transfer | None", int, int]
+
+
 def load_units(
-    host: HostTier, block_bytes: BlockBytes, units: Sequence[tuple[UnitKey, int]]
-) -> list[Transfer | None]:
-    """Start copying each unit (held by the host tier: pin them first) into its
-    block; the transfer of each unit (None: not held)."""
-    if not rows_ok(host, block_bytes):
-        return host.load_many([(key, block_bytes.parts(key.group_id, b)) for key, b in units])
-    groups = list(_by_group(units).items())
-    batches = [
-        ([units[i][0] for i in at], block_bytes.rows(gid, [units[i][1] for i in at]))
-        for gid, at in groups
-    ]
-    out: list[Transfer | None] = [None] * len(units)
-    for (_, at), transfer in zip(groups, host.load_rows(batches), strict=True):
-        for i in at:
-            out[i] = transfer
-    return out
+    host: HostTier,
+    block_bytes: BlockBytes,
+    groups: Sequence[tuple[int, list[UnitKey], list[int]]],
+    wake: bool = True,
+    pins: PinBatch | None = None,
+) -> list[list[Span]]:
+    """Start copying each group's units ``keys[k]`` (held by the host tier: pin
+    them first) into blocks ``block_ids[k]``. Per group, the transfers and the
+    units each covers: rows on the CPU (``rows_ok``), one transfer for all of
+    them (``wake``, ``pins``: ``HostTier.load_rows``'; the pins are taken over
+    there only); else one per unit."""
+    if not rows_ok(host, block_bytes):  # one batch of every unit's parts
+        items = [
+            (key, block_bytes.parts(gid, b))
+            for gid, keys, ids in groups
+            for key, b in zip(keys, ids, strict=True)
+        ]
+        each = iter(host.load_many(items))
+        return [[(next(each), k, k + 1) for k in range(len(keys))] for _, keys, _ in groups]
+    started = host.load_rows(
+        [(keys, block_bytes.rows(gid, ids)) for gid, keys, ids in groups], wake=wake, pins=pins
+    )
+    return [[(t, 0, len(keys))] for t, (_, keys, _) in zip(started, groups, strict=True)]

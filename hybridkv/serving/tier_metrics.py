@@ -11,8 +11,8 @@ store replicas share, whose own series are ``store_metrics.py``'s):
   ``kv_tier_corrupt_entries_removed`` (entries dropped by a header or checksum
   check);
 - gauge ``kv_tier_used_bytes`` (the store: bytes waiting in its write queue);
-- histogram ``kv_tier_load_seconds`` (per restored hit: first copy asked for to
-  last one landed; label ``model_name`` only);
+- histogram ``kv_tier_load_seconds`` (per restored hit: from the decision to load
+  it to its blocks indexed and usable; label ``model_name`` only);
 - counters ``kv_tier_load_wait_seconds`` (time the scheduler blocked on tier
   loads, its steps' ``load_wait``) and ``kv_tier_swaps`` (preempted requests
   swapped out to the host tier); label ``model_name`` only.
@@ -83,7 +83,7 @@ class TierMetrics:
         )
         self._load = Histogram(
             P + "kv_tier_load_seconds",
-            "Per restored tier hit: first copy asked for to last one landed.",
+            "Per restored tier hit: from the decision to load it to its blocks usable.",
             ["model_name"],
             buckets=_LOAD_BUCKETS,
             registry=registry,

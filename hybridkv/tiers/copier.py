@@ -5,8 +5,11 @@ return value or exception. ``ThreadCopier`` runs jobs one at a time in
 submission order on one thread (CPU copies release the GIL in memcpy and
 numpy, file I/O in the kernel); a thread that waits for a job runs the queued
 jobs up to it itself, so a wait never pays the copy thread's wake-up (on a
-busy machine, milliseconds). ``InlineCopier`` runs them before ``submit``
-returns.
+busy machine, milliseconds). ``queue(fn, *args)`` submits without waking the
+thread: the job runs when someone waits for it, or once ``wake()`` (or a later
+``submit``) wakes the thread. A job its submitter is about to wait for then
+never has the thread contend for the GIL and the lock while the waiter runs
+it. ``InlineCopier`` runs them before ``submit`` returns.
 
 ``BatchCopier`` wraps either: inside ``with copier.collect():`` every
 ``submit`` joins one batch that runs as a single job when the block ends, and
@@ -27,7 +30,8 @@ from hybridkv.tiers.transfer import Completed, Completion
 
 
 class Copier(Protocol):
-    """Runs a tier's copy jobs; ``threaded``: on another thread."""
+    """Runs a tier's copy jobs; ``threaded``: on another thread. (A copier may
+    also have ``queue(fn, *args)`` and ``wake()``: ``ThreadCopier``'s.)"""
 
     threaded: bool
 
@@ -39,10 +43,10 @@ class Copier(Protocol):
 class _Job:
     """One job of a ``ThreadCopier``: run once, by the copy thread or a waiter."""
 
-    __slots__ = ("args", "callbacks", "done", "error", "fn", "result")
+    __slots__ = ("args", "callbacks", "done", "error", "fn", "result", "seq")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.fn, self.args = fn, args
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], seq: int) -> None:
+        self.fn, self.args, self.seq = fn, args, seq
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -91,32 +95,57 @@ class ThreadCopier:
         self._queue: deque[_Job] = deque()
         self._running = False  # a job is being run (by the thread or a waiter)
         self._idle = threading.Condition(self._lock)  # notified when a job ends
+        self._work = threading.Condition(self._lock)  # the thread's: jobs to run, or close
+        self._seq = 0  # jobs added so far (each job's ``seq``: its number)
+        self._wake_upto = 0  # the thread runs the jobs up to this number (``queue`` leaves it)
         self._closed = False
         self._name = name
         self._thread: threading.Thread | None = None  # started by the first job
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Completion:
-        job = _Job(fn, args)
+        return self._add(fn, args, wake=True)
+
+    def queue(self, fn: Callable[..., Any], *args: Any) -> Completion:
+        """``submit`` without waking the thread (module docstring)."""
+        return self._add(fn, args, wake=False)
+
+    def wake(self) -> None:
+        """Wake the thread for the jobs ``queue`` left to it."""
+        with self._lock:
+            if self._wake_upto < self._seq:
+                self._wake_upto = self._seq
+                self._work.notify()
+
+    def _add(self, fn: Callable[..., Any], args: tuple[Any, ...], wake: bool) -> Completion:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the copier is closed")
             if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
+            self._seq += 1
+            job = _Job(fn, args, self._seq)
             self._queue.append(job)
-            self._idle.notify_all()
+            if wake:
+                self._wake_upto = self._seq
+                self._work.notify()
         return JobCompletion(self, job)
+
+    def _thread_may_run(self) -> bool:
+        """True when the head job is one the thread was woken for (under the lock)."""
+        return bool(self._queue) and self._queue[0].seq <= self._wake_upto
 
     def _next(self, block: bool) -> _Job | None:
         """Claim the next job (under the lock); None when closed and empty, or
-        when another thread runs one (``block``: wait for one instead)."""
+        when another thread runs one (``block``, the copy thread: wait to be
+        woken for one instead; it leaves the jobs ``queue`` left alone)."""
         while True:
-            if not self._running and self._queue:
+            if not self._running and (self._thread_may_run() if block else self._queue):
                 self._running = True
                 return self._queue.popleft()
             if not block or (self._closed and not self._queue):
                 return None
-            self._idle.wait()
+            self._work.wait()
 
     def _run(self, job: _Job) -> None:
         try:
@@ -128,10 +157,12 @@ class ThreadCopier:
             job.done.set()
             callbacks, job.callbacks = job.callbacks, []
             self._idle.notify_all()
+            if self._thread_may_run():
+                self._work.notify()  # the thread may have waited for this run to end
         for callback in callbacks:
             callback()
 
-    def _work(self) -> None:
+    def _serve(self) -> None:
         while True:
             with self._lock:
                 job = self._next(block=True)
@@ -156,6 +187,8 @@ class ThreadCopier:
         """Run every job still queued, then stop the thread."""
         with self._lock:
             self._closed = True
+            self._wake_upto = self._seq  # (close runs every job still queued)
+            self._work.notify()
             self._idle.notify_all()
             thread = self._thread
         if thread is not None and threading.current_thread() is not thread:
@@ -241,9 +274,10 @@ class BatchCopier:
         return ItemCompletion(self._batch, len(self._batch.jobs) - 1, self.threaded)
 
     @contextmanager
-    def collect(self) -> Iterator[None]:
+    def collect(self, wake: bool = True) -> Iterator[None]:
         """Collect the jobs submitted in the block; submit them as one when it ends
-        (none of them if the block raises)."""
+        (none of them if the block raises). ``wake=False``: through the inner
+        copier's ``queue`` where it has one (its thread is not woken for them)."""
         assert self._batch is None, "collect() does not nest"
         batch = self._batch = _Batch()
         try:
@@ -254,10 +288,19 @@ class BatchCopier:
         else:
             self._batch = None
             if batch.jobs:
-                parent = self.inner.submit(batch.run)
+                submit = self.inner.submit
+                if not wake:
+                    submit = getattr(self.inner, "queue", submit)
+                parent = submit(batch.run)
                 batch.parent = parent
                 if parent.threaded:
                     parent.add_done_callback(batch.fire)  # type: ignore[attr-defined]
+
+    def wake(self) -> None:
+        """The inner copier's ``wake`` (where it has one): run what ``queue`` left."""
+        wake = getattr(self.inner, "wake", None)
+        if wake is not None:
+            wake()
 
     def close(self) -> None:
         self.inner.close()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from hybridkv.tiers.base import CopyStats, Parts, UnitKey
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
-from hybridkv.tiers.ledger import Ranking
+from hybridkv.tiers.ledger import PinBatch, Ranking
 from hybridkv.tiers.ledger_tier import LedgerTier
 from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory, RowMemory
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
@@ -194,37 +194,66 @@ class HostTier(LedgerTier):
                 raise
             return [(self._started(t), skipped) for t, skipped in out]
 
-    def load_rows(self, batches: Sequence[tuple[Sequence[UnitKey], Rows]]) -> list[Transfer]:
+    def load_rows(
+        self,
+        batches: Sequence[tuple[Sequence[UnitKey], Rows]],
+        wake: bool = True,
+        pins: PinBatch | None = None,
+    ) -> list[Transfer]:
         """Copy each batch's ``keys[k]`` entry into row ``k`` of its ``Rows``: one
         transfer per batch, one scatter per part, all in one job. Every key must be
         held (``KeyError`` otherwise, nothing pinned): pin them first when anything
-        may evict them meanwhile."""
+        may evict them meanwhile. ``pins``: a ``pin_batch`` of exactly these keys,
+        whose pins the transfers take over (no second pin, no unpin). ``wake=False``:
+        the copy thread is not woken for the job (``ThreadCopier.queue``): it runs
+        when a transfer is waited for, or at ``wake()``; for a caller that waits at
+        once, or wakes the tier itself."""
         self._check_open()
         slab = self._slab()
         clock = _Clock(len(batches))
         with self._lock:
             ledger, entries = self._ledger, self._entries
+            slots: list[list[int]] = []
             for keys, rows in batches:
+                found = [entries.get(key) for key in keys]
+                if None in found:
+                    missing = keys[found.index(None)]
+                    raise KeyError(f"load_rows of {missing!r}: the {self.medium} tier lacks it")
                 sizes = rows.sizes
-                for key in keys:
-                    entry = entries.get(key)
-                    if entry is None or not ledger.is_committed(key):
-                        raise KeyError(f"load_rows of {key!r}: the {self.medium} tier lacks it")
-                    if entry[1] != sizes:
-                        raise ValueError(f"{key!r}: parts of {entry[1]}, rows {sizes}")
+                if {e[1] for e in found} - {sizes}:  # type: ignore[index]
+                    bad = next(e[1] for e in found if e[1] != sizes)  # type: ignore[index]
+                    raise ValueError(f"an entry has parts of {bad}, the rows {sizes}")
+                slots.append([e[0] for e in found])  # type: ignore[index]
+            every = [key for keys, _ in batches for key in keys]
+            if pins is None:
+                try:
+                    ledger.pin_committed(every)  # (all or nothing: KeyError if one is in flight)
+                except KeyError as e:
+                    raise KeyError(
+                        f"load_rows of {e.args[0]!r}: the {self.medium} tier lacks it"
+                    ) from None
+            elif pins.released or (
+                pins.keys != every  # (the same keys in the same order: the caller's case)
+                and (len(pins.keys) != len(every) or set(pins.keys) != set(every))
+            ):
+                raise ValueError("load_rows(pins=): a pin batch held of exactly the keys loaded")
             out: list[Transfer] = []
-            with self._copier.collect():
-                for keys, rows in batches:
-                    if not keys:
-                        out.append(Transfer(None, "load", Completed(), keys=()))
-                        clock.remaining -= 1
-                        continue
-                    slots = [entries[key][0] for key in keys]
-                    completion = slab.load_rows(slots, rows, self._copier)
-                    settle = self._row_settler(False, sum(rows.sizes) * len(keys), clock)
-                    out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
-            for transfer in out:  # (the copies may run meanwhile: the pins are ours)
-                ledger.pin_committed(transfer.keys)
+            try:
+                with self._copier.collect(wake):
+                    for (keys, rows), at in zip(batches, slots, strict=True):
+                        if not keys:
+                            out.append(Transfer(None, "load", Completed(), keys=()))
+                            clock.remaining -= 1
+                            continue
+                        completion = slab.load_rows(at, rows, self._copier)
+                        settle = self._row_settler(False, sum(rows.sizes) * len(keys), clock)
+                        out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
+            except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
+                if pins is None:
+                    ledger.unpin_many(every)
+                raise
+            if pins is not None:
+                self._take_batch(pins)  # the transfers hold its pins now
             return [self._started(t) for t in out]
 
     def _row_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:

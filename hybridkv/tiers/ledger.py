@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hybridkv.tiers.key_index import KeyIndex
 from hybridkv.tiers.spare import SpareRoom, is_spare
@@ -48,6 +49,18 @@ Ranking = Callable[[EntryInfo], float]
 def value_per_byte(entry: EntryInfo) -> float:
     """A ranking: what a hit on the entry saves per byte it holds (no value: 0)."""
     return (entry.value or 0.0) / entry.nbytes
+
+
+class PinBatch:
+    """The keys one ``LedgerTier.pin_batch`` call pinned (each once); ``held``: per
+    key asked, whether the tier held it; ``released`` once undone or taken over."""
+
+    __slots__ = ("held", "keys", "released")
+
+    def __init__(self, keys: list[Any], held: list[bool]) -> None:
+        self.keys = keys
+        self.held = held
+        self.released = False
 
 
 class EntryLedger:
@@ -139,7 +152,7 @@ class EntryLedger:
         if spare:
             self.spare.add(key, nbytes)
         if self.index is not None:
-            self.index.add(key)
+            self.index.add(key, pending=True)
         return victims
 
     def add_committed(self, key: Hashable, nbytes: int, last_used: int = 0) -> None:
@@ -155,6 +168,8 @@ class EntryLedger:
         assert not entry.committed and entry.pins >= 1, entry
         entry.committed = True
         entry.pins -= 1
+        if self.index is not None:
+            self.index.commit(key)
 
     def pin(self, key: Hashable) -> None:
         self._entries[key].pins += 1
@@ -184,6 +199,26 @@ class EntryLedger:
             if e.spare:
                 self.spare.touch(e.key)
         self._tick = tick
+
+    def pin_held(self, keys: Sequence[Hashable]) -> list[bool]:
+        """``pin`` and ``touch`` each of ``keys`` that is committed (a load's use);
+        per key, whether it was pinned."""
+        entries = self._entries
+        move = entries.move_to_end
+        tick = self._tick
+        out: list[bool] = []
+        for k in keys:
+            entry = entries.get(k)
+            if entry is not None and entry.committed:
+                entry.pins += 1
+                tick += 1
+                entry.last_used = tick
+                move(k)
+                out.append(True)
+            else:
+                out.append(False)
+        self._tick = tick
+        return out
 
     def unpin_many(self, keys: Iterable[Hashable]) -> None:
         """``unpin`` each of ``keys`` (pinned by ``pin_committed``)."""

@@ -31,7 +31,7 @@ from hybridkv.tiers.base import (
 from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.key_index import KeyIndex
-from hybridkv.tiers.ledger import EntryLedger, Ranking
+from hybridkv.tiers.ledger import EntryLedger, PinBatch, Ranking
 from hybridkv.tiers.spare import is_spare
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
@@ -65,7 +65,8 @@ class LedgerTier(TierStore):
         self._copier = BatchCopier(copier)
         self._lock = threading.RLock()
         self._in_flight: set[Transfer] = set()
-        self._pins: Counter[Hashable] = Counter()  # pin() calls not undone yet
+        self._pins: dict[Hashable, int] = {}  # pin() calls not undone yet
+        self._batches: set[PinBatch] = set()  # pin_batch() calls not undone nor taken over
         self._warned: set[str] = set()
         self._closed = False
 
@@ -122,6 +123,14 @@ class LedgerTier(TierStore):
         assert index is not None
         with self._lock:
             return index.holds_any(group_id, hashes)
+
+    def committed_hashes(self, group_id: int, hashes: Sequence[bytes]) -> set[bytes]:
+        """The ``h`` of ``hashes`` for which ``contains(UnitKey(h, group_id))``, under
+        one lock and with set operations (``KeyIndex.committed``)."""
+        index = self._ledger.index
+        assert index is not None
+        with self._lock:
+            return index.committed(group_id, hashes)
 
     def keys(self) -> list[UnitKey]:
         with self._lock:
@@ -245,18 +254,44 @@ class LedgerTier(TierStore):
             if not self._ledger.is_committed(key):
                 raise KeyError(f"pin of {key!r}, which the {self.medium} tier does not hold")
             self._ledger.pin(key)
-            self._pins[key] += 1
+            self._pins[key] = self._pins.get(key, 0) + 1
 
     def unpin(self, key: UnitKey) -> None:
         with self._lock:
             if key not in self._ledger:
                 raise KeyError(f"unpin of {key!r}, which the {self.medium} tier does not hold")
-            if self._pins[key] == 0:
+            n = self._pins.get(key, 0)
+            if n == 0:
                 raise ValueError(f"unpin of {key!r}, which no pin() holds")
             self._ledger.unpin(key)
-            self._pins[key] -= 1
-            if not self._pins[key]:
+            if n == 1:
                 del self._pins[key]
+            else:
+                self._pins[key] = n - 1
+
+    def pin_batch(self, keys: Sequence[UnitKey]) -> PinBatch:
+        """``pin`` each of ``keys`` the tier holds (and ``touch`` it: a load is a
+        use), under one lock; the batch names them. Undo it with ``unpin_batch``,
+        or hand it to a load that takes its pins over (``HostTier.load_rows``)."""
+        with self._lock:
+            self._check_open()
+            held = self._ledger.pin_held(keys)
+            batch = PinBatch([k for k, h in zip(keys, held, strict=True) if h], held)
+            self._batches.add(batch)
+            return batch
+
+    def unpin_batch(self, batch: PinBatch) -> None:
+        """Undo ``pin_batch`` (``ValueError`` if undone or taken over already)."""
+        with self._lock:
+            self._take_batch(batch)
+            self._ledger.unpin_many(batch.keys)
+
+    def _take_batch(self, batch: PinBatch) -> None:
+        """Forget ``batch`` as held (under the lock): its pins are released or taken over."""
+        if batch not in self._batches:
+            raise ValueError(f"a pin batch of {len(batch.keys)} keys this tier does not hold")
+        self._batches.discard(batch)
+        batch.released = True
 
     def evict(self, key: UnitKey) -> bool:
         with self._lock:
@@ -269,6 +304,10 @@ class LedgerTier(TierStore):
                 self.on_removed(key)
             return True
 
+    def wake(self) -> None:
+        """Start the copies queued without waking the copy thread (``load_rows(wake=False)``)."""
+        self._copier.wake()
+
     def poll(self) -> None:
         with self._lock:
             pending = list(self._in_flight)
@@ -280,6 +319,8 @@ class LedgerTier(TierStore):
             self._ledger.check_integrity()
             # Each entry's pins: its pin() calls + its transfers not settled yet.
             expected: Counter[Hashable] = Counter(self._pins)
+            for batch in self._batches:
+                expected.update(batch.keys)
             # (A transfer leaves _in_flight and releases its pin in one step, under the lock.)
             expected.update(k for t in self._in_flight for k in t.keys)
             for k in self._ledger.pinned_keys() | set(expected):

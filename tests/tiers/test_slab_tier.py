@@ -153,3 +153,35 @@ def test_row_batches_need_a_slab() -> None:
     assert not t.takes_rows
     with pytest.raises(ValueError, match="SlabMemory"):
         t.load_rows([(keys(1), Rows(device(), [0]))])
+
+
+def test_a_pin_batch_is_taken_over_by_its_load() -> None:
+    """``pin_batch`` pins what the tier holds (one pin each, checked by
+    ``check_integrity``); a ``load_rows(pins=)`` of exactly those keys takes the
+    pins over and releases them as it settles; any other use is refused."""
+    dev = device()
+    gate = GateCopier()
+    t = tier(4, gate)
+    ((stored, _),) = t.store_rows([(keys(1, 2), Rows(dev, [0, 1]), [1.0, 1.0])])
+    gate.run()
+    assert stored.wait()
+    batch = t.pin_batch(keys(2, 7, 1))
+    assert batch.held == [True, False, True] and batch.keys == keys(2, 1)
+    assert not t.evict(key(1))  # pinned
+    t.check_integrity()
+    out = tuple(np.zeros_like(a) for a in dev)
+    with pytest.raises(ValueError, match="exactly the keys"):
+        t.load_rows([(keys(1), Rows(out, [3]))], pins=batch)
+    (loaded,) = t.load_rows([(keys(1, 2), Rows(out, [3, 4]))], pins=batch)
+    assert batch.released and not t.evict(key(1))  # the transfer holds the pin now
+    t.check_integrity()
+    with pytest.raises(ValueError, match="does not hold"):
+        t.unpin_batch(batch)  # taken over: nothing to undo
+    gate.run()
+    assert loaded.wait() and t.evict(key(1)) and t.evict(key(2))
+    for a, b in zip(out, dev, strict=True):
+        np.testing.assert_array_equal(a[[3, 4]], b[[0, 1]])
+    again = t.pin_batch(keys(3))
+    assert again.keys == [] and again.held == [False]
+    t.unpin_batch(again)
+    t.check_integrity()

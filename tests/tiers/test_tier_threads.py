@@ -128,3 +128,36 @@ def test_a_wait_with_a_timeout_does_not_run_the_job() -> None:
     queued.wait(None)
     assert blocker.outcome() == (True, None)
     copier.close()
+
+
+def test_a_queued_job_waits_for_its_waiter_or_a_wake() -> None:
+    """``queue`` leaves a job to whoever waits for it (run in the waiter's thread,
+    the copy thread never woken for it); ``wake`` hands the rest to the thread. A
+    job submitted before a queued one is still the thread's."""
+    copier = ThreadCopier("test-copy")
+    where = threading.current_thread().name
+    first = copier.queue(lambda: threading.current_thread().name)
+    with pytest.raises(TimeoutError):
+        first.wait(0.05)  # (a wait with a timeout does not run it: nobody did)
+    first.wait(None)
+    assert first.outcome() == (where, None)
+    gate = threading.Event()
+    woken = copier.submit(gate.wait, 10)  # the thread's, though a queued job follows
+    later = copier.queue(lambda: threading.current_thread().name)
+    gate.set()
+    woken.wait(5)
+    with pytest.raises(TimeoutError):
+        later.wait(0.05)
+    copier.wake()
+    later.wait(5)  # with a timeout: the thread ran it
+    assert later.outcome() == ("test-copy", None)
+    copier.close()
+
+
+def test_close_runs_the_queued_jobs() -> None:
+    copier = ThreadCopier("test-copy")
+    ran: list[int] = []
+    copier.queue(ran.append, 1)
+    copier.queue(ran.append, 2)
+    copier.close()
+    assert ran == [1, 2]
