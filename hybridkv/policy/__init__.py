@@ -18,7 +18,7 @@ from hybridkv.core.eviction import PolicyFactory
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.policy.base import Admission, CachePolicy, ComputeStores, ReleaseRun, Shed
-from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
+from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, value_class
 from hybridkv.policy.hybrid import HybridPolicy
 from hybridkv.policy.lru import LruPolicy
 from hybridkv.policy.options import HybridOptions
@@ -113,4 +113,5 @@ __all__ = [
     "check_cache_policy",
     "eviction_factory",
     "make_policy",
+    "value_class",
 ]

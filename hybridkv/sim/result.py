@@ -45,6 +45,7 @@ from hybridkv.sim.options import label_of
 
 if TYPE_CHECKING:
     from hybridkv.sim.tier_replay import TierReplay
+    from hybridkv.sim.tier_swap import SimSwap
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,12 @@ class TierFigures:
     loads, and of the device waiting for them; ``*_used_bytes`` /
     ``host_bytes_by_kind``: what the tiers held at the end; ``*_stores`` /
     ``*_evictions``: units stored in and evicted from each tier;
-    ``demoted_units``: device evictions demoted to the host (``hybrid``)."""
+    ``demoted_units``: device evictions demoted to the host (``hybrid``);
+    ``preemption_mode`` and the swap figures (``sim/tier_swap.py``): ``swaps``
+    (the other preemptions recomputed), ``swaps_declined`` (the cost model chose
+    recompute), ``swapped_units`` / ``swapped_bytes`` (stored in the host by
+    swaps), ``swapped_tokens`` (swap points summed), ``swap_saved_s`` (the cost
+    model's estimate at each decision, summed)."""
 
     disk_memory_bytes: int | None
     tier_hits: int
@@ -78,10 +84,20 @@ class TierFigures:
     disk_stores: int
     disk_evictions: int
     demoted_units: int
+    preemption_mode: str | None = None
+    swaps: int = 0
+    swaps_declined: int = 0
+    swapped_units: int = 0
+    swapped_bytes: int = 0
+    swapped_tokens: int = 0
+    swap_saved_s: float = 0.0
 
     @classmethod
-    def of(cls, tiers: TierReplay) -> TierFigures:
-        """The figures of a finished replay's tiers."""
+    def of(
+        cls, tiers: TierReplay, swap: SimSwap | None = None, mode: str | None = None
+    ) -> TierFigures:
+        """The figures of a finished replay's tiers (and its swaps, ``mode``: the
+        replay's ``preemption_mode``)."""
         cache = tiers.cache
         disk = cache.disk
         return cls(
@@ -103,6 +119,8 @@ class TierFigures:
             disk_stores=disk.stores if disk is not None else 0,
             disk_evictions=disk.evictions if disk is not None else 0,
             demoted_units=cache.demoted,
+            preemption_mode=mode,
+            **({} if swap is None else swap.figures()),
         )
 
 
