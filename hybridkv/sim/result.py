@@ -64,7 +64,7 @@ class TierFigures:
     (the other preemptions recomputed), ``swaps_declined`` (the cost model chose
     recompute), ``swapped_units`` / ``swapped_bytes`` (stored in the host by
     swaps), ``swapped_tokens`` (swap points summed), ``swap_saved_s`` (the cost
-    model's estimate at each decision, summed)."""
+    model's estimate at each decision, summed: not the replay's own saving)."""
 
     disk_memory_bytes: int | None
     tier_hits: int

@@ -38,8 +38,12 @@ Figures (``TierFigures``): ``swaps``, ``swaps_declined`` (the cost model chose
 recompute), ``swapped_units`` / ``swapped_bytes`` (new stores),
 ``swapped_tokens`` (swap points summed) and ``swap_saved_s``: for each swap,
 ``recompute(point) - 2 * load(bytes of its units)`` as ``LoadCost`` estimated
-it at the decision (an estimate: the realized effect is the makespan and TTFT
-against a ``--preemption-mode recompute`` run).
+it at the decision. It is the engine's estimate, not what the replay saved:
+where the device still holds a swapped request's blocks at its resume (freed,
+not yet reused), nothing is reloaded and nothing was saved, and under
+``recompute`` a resume reloads whatever demotion put in the tiers too. The
+realized effect is the makespan and TTFT against a ``--preemption-mode
+recompute`` run.
 """
 
 from __future__ import annotations
