@@ -28,6 +28,9 @@ again. Two things are *not* saved, and are recomputed on resume:
     Mamba     |    |    | s3 | run|      state s3 kept: P = 3 blocks; the
                                          running state and block 3 recomputed
 
+The decision's parts are ``swap_decision.py``'s (torch-free: the simulator
+calls them too, ``hybridkv/sim/tier_swap.py``).
+
 **When.** With ``preemption_mode`` ``"swap"`` always; with None when
 ``LoadCost`` finds ``2 * load(bytes of P's units)`` (out now, back on
 resume) below ``recompute(P)``; with ``"recompute"`` never (vLLM's names and
@@ -42,16 +45,22 @@ then the resume recomputes what is missing.
 from __future__ import annotations
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
-from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
+from hybridkv.coordinators.tiered_hit import Present
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.load_cost import LoadCost
 from hybridkv.offload.stats import OffloadStats
+from hybridkv.offload.swap_decision import (
+    PREEMPTION_MODES,
+    may_swap,
+    swap_point,
+    swap_units,
+    worth_swapping,
+)
 from hybridkv.offload.write_through import HostStores
 from hybridkv.tiers import DiskTier, UnitKey
 
-#: ``SchedulerConfig.preemption_mode`` values (None: the cost model decides).
-PREEMPTION_MODES = ("swap", "recompute")
+__all__ = ["PREEMPTION_MODES", "Swap"]
 
 
 class Swap:
@@ -83,33 +92,24 @@ class Swap:
     def swap_point(self, request: Request) -> int:
         """Tokens of ``request`` a swap can restore (module docstring)."""
         request.bind_hasher(self.manager.hasher)
-        limit = min(request.num_computed_tokens, request.num_tokens - 1)
-        return tiered_hit_length(self.managers, request.live_block_hashes, limit, self.present)
+        return swap_point(self.managers, request, self.present)
 
     def units(self, request: Request, point: int) -> list[tuple[int, int, bytes]]:
         """``(group, block index, hash)`` of every unit a hit at ``point`` needs."""
-        hashes = request.live_block_hashes
-        out = []
-        for m in self.managers:
-            view = m.group_hashes(hashes)
-            for i in range(m.first_needed_block(point), point // m.block_size):
-                out.append((m.group_id, i, view[i]))
-        return out
+        return swap_units(self.managers, request.live_block_hashes, point)
 
     def swap_out(self, request: Request, mode: str | None = None) -> bool:
         """``request`` is being preempted (its blocks not freed yet): store the
         units of its swap point in the host tier if ``mode`` (``"swap"``,
         ``"recompute"``, None) or the cost model says so. True if it was swapped."""
-        if mode not in (None, *PREEMPTION_MODES):
-            raise ValueError(f"preemption_mode must be None or one of {PREEMPTION_MODES}")
-        if mode == "recompute":
+        if not may_swap(mode):
             return False
         point = self.swap_point(request)
         if point == 0:
             return False
         units = self.units(request, point)
         nbytes = sum(self.unit_bytes[gid] for gid, _, _ in units)
-        if mode is None and not self.cost.load_cheaper(nbytes, point, copies=2):
+        if not worth_swapping(mode, self.cost, nbytes, point):
             self.stats.swaps_declined += 1
             return False
         blocks: list[tuple[int, KVCacheBlock]] = []

@@ -7,7 +7,9 @@
 (budget, host, policy) triple is replayed, in that order. ``--host-memory``
 (and ``--disk`` below it) model tiers under the device pool
 (``hybridkv.sim.tier_model``); with them, ``--plot`` draws hit rate against
-host memory. ``--return-bonus``, ``--return-grade``, ``--value-weight``
+host memory, and ``--preemption-mode`` (``swap`` | ``recompute``; default: the
+engine's cost model) decides what a preempted request does
+(``hybridkv.sim.tier_swap``). ``--return-bonus``, ``--return-grade``, ``--value-weight``
 and ``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is
 repeated for every combination, to try them on one's own trace;
 ``--tuning key=value`` overrides ``HybridTuning`` for every ``hybrid`` run.
@@ -28,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybridkv.offload.swap_decision import PREEMPTION_MODES
 from hybridkv.policy.options import check_return_grade
 from hybridkv.policy.tuning import DEFAULT_TUNING, parse_tuning
 from hybridkv.report.units import MEMORY_UNITS, parse_memory
@@ -79,6 +82,16 @@ def add_simulate_parser(sub: Any) -> None:
         "hybrid: what the host evicts); a disk hit is read at the disk->host bandwidth "
         f"({_links('disk_to_host_bandwidth')}) then copied to the device. Sources: pinned "
         "PCIe copy figures and NVMe datasheets, hybridkv/sim/devices.py",
+    )
+    p.add_argument(
+        "--preemption-mode",
+        choices=PREEMPTION_MODES,
+        help="with --host-memory, what a preempted request does (the engine's "
+        "preemption_mode): swap stores the units of its longest held hit in the host tier "
+        "and its resume loads them; recompute recomputes. Default: as the engine with it "
+        "unset, swap when twice the copy time at the device's host->device bandwidth is "
+        "below the cost model's prefill time of those tokens. Without --host-memory, "
+        "recompute (swap is an error)",
     )
     p.add_argument("--requests", help="replay only the first N requests")
     p.add_argument(
@@ -221,6 +234,8 @@ def _prepare(
     (disk,) = _tier_sizes(args.disk, "--disk")
     if args.disk is not None and args.host_memory is None:
         raise ValueError("--disk is the tier below the host: give --host-memory too")
+    if args.preemption_mode == "swap" and args.host_memory is None:
+        raise ValueError("--preemption-mode swap needs a host tier to swap to: give --host-memory")
     if args.plot and args.host_memory is not None and len(set(hosts)) < 2:
         raise ValueError(
             "--plot draws hit rate against host memory: give --host-memory at least 2 sizes"
@@ -235,6 +250,7 @@ def _prepare(
         "max_model_len": _int(args.max_model_len, "--max-model-len"),
         "hash_algo": args.hash_algo,
         "disk_bytes": disk,
+        "preemption_mode": args.preemption_mode,
     }
     bonuses = _knobs(args.return_bonus, "--return-bonus")
     grades: list[str | None] = [None]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridkv.core.hashing import HASH_ALGOS
+from hybridkv.offload.swap_decision import PREEMPTION_MODES
 from hybridkv.policy import CACHE_POLICIES, HybridOptions
 from hybridkv.policy.options import check_floor_knob, check_hybrid_knob, check_return_grade
 from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning, parse_tuning
@@ -96,6 +97,9 @@ class SimOptions:
     host_memory_bytes: int | None = None
     #: The modeled disk tier's bytes, below the host (None: none).
     disk_bytes: int | None = None
+    #: ``swap`` | ``recompute`` | None: the engine's ``preemption_mode``
+    #: (None: its cost model decides; ``sim/tier_swap.py``). No host tier: recompute.
+    preemption_mode: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory")
@@ -110,6 +114,13 @@ class SimOptions:
             _positive(self.disk_bytes, "disk")
             if self.host_memory_bytes is None:
                 raise ValueError("disk is the tier below the host: set host_memory too")
+        if self.preemption_mode not in (None, *PREEMPTION_MODES):
+            raise ValueError(
+                f"preemption_mode must be one of {', '.join(PREEMPTION_MODES)}, "
+                f"got {self.preemption_mode!r}"
+            )
+        if self.preemption_mode == "swap" and self.host_memory_bytes is None:
+            raise ValueError("preemption_mode swap needs a host tier to swap to: set host_memory")
         if self.policy not in CACHE_POLICIES:
             raise ValueError(
                 f"policy must be one of {', '.join(CACHE_POLICIES)}, got {self.policy!r}"

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
-from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
+from hybridkv.engine.scheduler import SchedulerOutput
 from hybridkv.layouts import ModelLayout
 from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.policy import eviction_factory
@@ -47,6 +47,7 @@ from hybridkv.sim.result import SimResult, TierFigures
 from hybridkv.sim.tier_eviction import Taken, TakeRecorder, recording
 from hybridkv.sim.tier_model import TieredCache
 from hybridkv.sim.tier_replay import TierReplay
+from hybridkv.sim.tier_swap import scheduler_for, swap_of
 from hybridkv.sim.trace import OUTPUT_TOKEN_BASE, TraceRequest
 from hybridkv.specs import MambaSpec
 
@@ -158,8 +159,10 @@ def replay_trace(
             cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks
         )
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
-    scheduler = Scheduler(
+    swap = swap_of(tiers, options, cost)
+    scheduler = scheduler_for(
         manager,
+        swap,
         max_num_seqs=options.max_num_seqs,
         max_num_batched_tokens=options.max_num_batched_tokens,
         defer_pending_hits=has_mamba,
@@ -271,7 +274,7 @@ def replay_trace(
         floor_tokens=options.floor_tokens,
         tuning=options.tuning,
         host_memory_bytes=options.host_memory_bytes,
-        tiers=TierFigures.of(tiers) if tiers is not None else None,
+        tiers=TierFigures.of(tiers, swap, options.preemption_mode) if tiers is not None else None,
         memory_bytes=options.memory_bytes,
         device=cost.device.name,
         arrivals=options.arrivals,

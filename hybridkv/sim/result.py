@@ -45,6 +45,7 @@ from hybridkv.sim.options import label_of
 
 if TYPE_CHECKING:
     from hybridkv.sim.tier_replay import TierReplay
+    from hybridkv.sim.tier_swap import SimSwap
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,12 @@ class TierFigures:
     ``*_evictions``: units stored in and evicted from each tier;
     ``demoted_units``: device evictions demoted to the host (``hybrid``);
     ``host_spare_stores`` / ``host_spare_skips``: units offered for spare room
-    only (``hybrid``'s ``evict_first`` blocks) stored, and skipped for want of it."""
+    only (``hybrid``'s ``evict_first`` blocks) stored, and skipped for want of it;
+    ``preemption_mode`` and the swap figures (``sim/tier_swap.py``): ``swaps``
+    (the other preemptions recomputed), ``swaps_declined`` (the cost model chose
+    recompute), ``swapped_units`` / ``swapped_bytes`` (stored in the host by
+    swaps), ``swapped_tokens`` (swap points summed), ``swap_saved_s`` (the cost
+    model's estimate at each decision, summed: not the replay's own saving)."""
 
     disk_memory_bytes: int | None
     tier_hits: int
@@ -82,10 +88,20 @@ class TierFigures:
     demoted_units: int
     host_spare_stores: int
     host_spare_skips: int
+    preemption_mode: str | None = None
+    swaps: int = 0
+    swaps_declined: int = 0
+    swapped_units: int = 0
+    swapped_bytes: int = 0
+    swapped_tokens: int = 0
+    swap_saved_s: float = 0.0
 
     @classmethod
-    def of(cls, tiers: TierReplay) -> TierFigures:
-        """The figures of a finished replay's tiers."""
+    def of(
+        cls, tiers: TierReplay, swap: SimSwap | None = None, mode: str | None = None
+    ) -> TierFigures:
+        """The figures of a finished replay's tiers (and its swaps, ``mode``: the
+        replay's ``preemption_mode``)."""
         cache = tiers.cache
         disk = cache.disk
         return cls(
@@ -109,6 +125,8 @@ class TierFigures:
             demoted_units=cache.demoted,
             host_spare_stores=cache.host.spare_stores,
             host_spare_skips=cache.host.spare_skips,
+            preemption_mode=mode,
+            **({} if swap is None else swap.figures()),
         )
 
 

@@ -2,7 +2,8 @@
 
 Columns: layout, memory budget (decimal units, as typed in ``--memory 80GB``),
 policy, token hit rate, full-attention match (``SimResult.full_match_rate``),
-prefill tokens computed, preemptions, modeled TTFT
+prefill tokens computed, preemptions (with tiers: how many were swapped to
+the host, and the bytes), modeled TTFT
 p50/p99 and output throughput, cached blocks at the end per kind, and the
 wall time of the replay here.
 """
@@ -43,6 +44,14 @@ def _tier_cells(r: SimResult, with_disk: bool) -> list[str]:
         disk = t.disk_memory_bytes
         cells += [memory_label(disk) if disk else "-", f"{100 * r.disk_hit_rate:.2f}%"]
     return [*cells, f"{100 * r.total_hit_rate:.2f}%", f"{100 * r.load_wait_share:.1f}%"]
+
+
+def _swap_cell(r: SimResult) -> str:
+    """Swapped preemptions and the bytes they stored (``-``: no tiers)."""
+    t = r.tiers
+    if t is None:
+        return "-"
+    return f"{t.swaps:,} ({memory_label(t.swapped_bytes)})" if t.swaps else "0"
 
 
 def render_results(results: Sequence[SimResult], trace: str) -> str:
@@ -100,6 +109,10 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
         headers[at:at] = tier_headers
         for r, row in zip(results, rows, strict=True):
             row[at:at] = _tier_cells(r, with_disk)
+        at = headers.index("preempt") + 1
+        headers.insert(at, "swapped")
+        for r, row in zip(results, rows, strict=True):
+            row.insert(at, _swap_cell(r))
     lines = [head, *format_table(headers, rows, left=("cached blocks",))]
     lines += [
         "  (full match: what full attention alone matched; the hit falls short of it where",
@@ -112,6 +125,7 @@ def render_results(results: Sequence[SimResult], trace: str) -> str:
             "  (host, disk: modeled tiers under the device pool; + host / + disk hits: prompt",
             "   tokens they add to the device hit at first admission, loaded, not computed;",
             "   load wait: the share of the makespan the device waited for loads, included in",
-            "   TTFT and throughput)",
+            "   TTFT and throughput; swapped: preemptions swapped to the host, and the bytes",
+            "   stored, the others recomputed)",
         ]
     return "\n".join(lines) + "\n"

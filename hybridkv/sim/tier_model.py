@@ -137,14 +137,20 @@ class TieredCache:
                 self._demote(self.host, (h, gid), gid, cls)
         taken.clear()
 
-    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int | None) -> None:
+    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int | None) -> bool:
         """Store ``key`` in ``tier`` (``cls`` None: spare); the host's valued
-        victims go to disk, its spare ones nowhere."""
+        victims go to disk, its spare ones nowhere. False if the tier refused it."""
         victims = tier.store(key, self.unit_bytes[gid], cls)
-        if victims and tier is self.host and self.disk is not None:
+        if victims and tier is self.host and self.disk is not None and not self.write_through:
             for victim, unit in victims:
                 if unit.cls is not None:
                     self.disk.store(victim, unit.nbytes, unit.cls)
+        return victims is not None
+
+    def store_host(self, key: tuple[bytes, int], gid: int, cls: int) -> bool:
+        """Store a unit in the host (a swap, ``sim/tier_swap.py``), with value class
+        ``cls``; under demotion the host's victims go to disk. False if refused."""
+        return self._demote(self.host, key, gid, cls)
 
     # -- hits -------------------------------------------------------------------
 
