@@ -106,7 +106,7 @@ def main() -> None:
     biggest = max(sizes) * args.units
     fp = ModelFingerprint("bench", "bench-layout", ("bfloat16",), 16, ("bench-group",))
     rows = []
-    with MooncakeMaster(lease_ms=100) as master:
+    with MooncakeMaster(lease_ms=5000) as master:
         pool = max(256 << 20, 4 * biggest)
         lender = None
         if not args.local:
