@@ -36,7 +36,7 @@ from typing import Any
 
 from hybridkv.common.env import quiet_mooncake
 from hybridkv.common.extras import require
-from hybridkv.tiers.base import TierError
+from hybridkv.tiers.base import TierError, TierFullError
 from hybridkv.tiers.store_url import StoreURL
 
 logger = logging.getLogger("hybridkv.tiers")
@@ -48,6 +48,18 @@ JOIN_RETRY_SECONDS = 5.0
 #: ``put`` codes: stored; not stored because the store had no room (its
 #: ``NO_AVAILABLE_HANDLE``); not asked because the master is unreachable.
 OK, NO_ROOM, UNREACHABLE = 0, -200, -1
+
+
+def put_error(code: int) -> OSError | None:
+    """The error of a ``put`` code (None: ``OK``): ``TierFullError`` for ``NO_ROOM``,
+    ``ConnectionError`` for ``UNREACHABLE``, else ``OSError`` naming it."""
+    if code == OK:
+        return None
+    if code == NO_ROOM:
+        return TierFullError(f"STORE tier: the store had no room ({code})")
+    if code == UNREACHABLE:
+        return ConnectionError("STORE tier: the store is unreachable")
+    return OSError(f"STORE tier: put failed with code {code}")
 
 
 class StoreUnreachable(TierError):

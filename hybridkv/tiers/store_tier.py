@@ -10,26 +10,22 @@ removed and counted (``corrupt_removed``).
 
 - **Objects travel through registered memory** (``store_io.py``; URL field
   ``zerocopy``, on by default): a write is assembled (header + parts) in the
-  tier's registered staging region by one copy from the pool rows and put from
-  there; a load is read into it, checked there, and copied from there into
-  ``into`` (``store_reads.py``). ``zerocopy=0``: the copying path.
-- **Writes never delay a step.** ``store_many`` builds each unit's object right
-  away (the device block may be reused as soon as it returns) and hands the
-  batch to the write thread, which asks which objects the store already has
-  (one ``batch_is_exist``) and puts the others (one ``batch_put_from``). The
-  bytes waiting there are bounded by ``queue_bytes`` (the staging region's
-  write part); past it, or when that part has no free range this long, a store
-  is skipped (``TierFullError``, counted: ``store_skips``,
-  ``store_stats.staging_skips``), never waited for.
+  staging region by one copy from the pool rows and put from there; a load is
+  read into it, checked there, then copied into ``into`` (``store_reads.py``).
+- **Writes never delay a step.** ``store_many`` builds each unit's object at
+  once (the block may be reused as soon as it returns) and hands the batch to
+  the write thread (with ``send=False``: at the next ``send``, all held batches
+  as one; ``store_held.py``), which asks which objects the store already has
+  (one ``batch_is_exist``) and puts the others (one ``batch_put_from``). Past
+  ``queue_bytes`` waiting (the staging's write part), or with no free range
+  that long, a store is skipped (``TierFullError``, counted), never waited for.
 - **The store evicts, not us.** A put the store has no room for (its
   ``NO_AVAILABLE_HANDLE``) is skipped and counted (``store_skips``); the store
-  frees room by its own rule (leases, the master's watermark), and what it
-  dropped is a miss here.
-- **Reads** run on their own thread (never behind writes): one
-  ``batch_get_into`` per ``load_many`` (in rounds when the read part cannot
-  hold the batch at once), each object checked, then copied into ``into``. An
-  object that is gone is a failed load; one larger than the whole read part is
-  a failed load too (a miss, counted: ``store_stats.staging_misses``).
+  frees room by its own rule (leases, watermark); what it dropped is a miss.
+- **Reads** run on their own thread (never behind writes): one ``batch_get_into``
+  per ``load_many`` (in rounds if the read staging cannot hold it), each object
+  checked, then copied into ``into``. An object gone, or larger than the whole
+  read staging (``store_stats.staging_misses``), is a failed load (a miss).
 - **Lookups** (``contains_many``) are one ``batch_is_exist``. The store may drop
   an entry between a lookup and its load: that load then fails (recompute).
 - **Its evictions are watched** (``store_watch.py``): an object this tier wrote
@@ -39,11 +35,10 @@ removed and counted (``corrupt_removed``).
 - **Outages** (``StoreClient``): while the master is unreachable, lookups say
   no, loads fail and stores are skipped at once, with one warning per outage.
 
-``budget_bytes`` / ``used_bytes`` are the write queue's (the store's own
-capacity is the sum of the segments its replicas lend). ``pin`` is a local
-count only: the store does not know it, so a pinned entry may still go
-(its load then fails). ``keys()`` lists the entries this tier wrote and saw
-land and has not found gone since (at most ``_REMEMBERED``), not other replicas'.
+``budget_bytes`` / ``used_bytes`` are the write queue's (the store's capacity
+is the sum of the segments its replicas lend). ``pin`` is a local count: the
+store does not know it (a pinned entry may go; its load then fails). ``keys()``:
+the entries this tier wrote, saw land and has not found gone (``_REMEMBERED``).
 """
 
 from __future__ import annotations
@@ -67,7 +62,8 @@ from hybridkv.tiers.base import (
 from hybridkv.tiers.batch_item import BatchItem, Outcome
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.memory import byte_view
-from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient
+from hybridkv.tiers.store_client import OK, StoreClient, put_error
+from hybridkv.tiers.store_held import HeldPuts
 from hybridkv.tiers.store_io import Staged, store_io
 from hybridkv.tiers.store_reads import read_batch
 from hybridkv.tiers.store_stats import StoreStats
@@ -117,6 +113,7 @@ class MooncakeTier(TierStore):
         self._pins: Counter[UnitKey] = Counter()
         self._watch = StoreWatch(client, self.name, self.store_stats, _REMEMBERED, sweep)
         self._warned: set[str] = set()
+        self._held = HeldPuts()
         zc = client.url.zerocopy if zero_copy is None else zero_copy
         self.io = store_io(client, zc, queue_bytes, client.url.staging)  # registered now
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-put")
@@ -168,9 +165,11 @@ class MooncakeTier(TierStore):
             self._writer.submit(self._watch.sweep)
         return gone
 
-    def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
-        """Build each unit's object now, put the batch on the write thread (module
-        docstring)."""
+    def store_many(
+        self, items: Sequence[tuple[UnitKey, Parts, float | None]], send: bool = True
+    ) -> list[Transfer]:
+        """Build each unit's object now; put the batch on the write thread now, or with
+        ``send=False`` at the next ``send`` (module docstring)."""
         self._check_open()
         up = self.client.healthy()
         out: list[Transfer | BatchItem] = []
@@ -199,7 +198,7 @@ class MooncakeTier(TierStore):
                 out.append(item)
         if not batch:
             return out  # type: ignore[return-value]  # only skipped stores
-        future = self._writer.submit(self._put, batch)
+        future = self._held.hold(batch)
         transfers: list[Transfer] = []
         for entry in out:
             if isinstance(entry, BatchItem):
@@ -207,7 +206,15 @@ class MooncakeTier(TierStore):
                 key = batch[entry.index][0]
                 entry = self._track(Transfer(key, "store", entry, self._settle_store))
             transfers.append(entry)
+        if send:
+            self.send()
         return transfers
+
+    def send(self) -> None:
+        """Put every batch ``store_many(send=False)`` held, as one job on the write thread."""
+        held = self._held.take()
+        if held:
+            self._writer.submit(HeldPuts.run, held, self._put)
 
     def load_many(
         self, items: Sequence[tuple[UnitKey, Sequence[Any] | None]]
@@ -288,6 +295,7 @@ class MooncakeTier(TierStore):
         memory, then leave the store (``owns_client``)."""
         if self._closed:
             return
+        self.send()
         self._writer.shutdown(wait=True)
         self._reader.shutdown(wait=True)
         self.poll()
@@ -315,15 +323,7 @@ class MooncakeTier(TierStore):
             answers = {key: there[i] for i, (key, _) in enumerate(batch)}
             self._watch.checked([w for w in watched if w[0] not in put_back], answers)
         for i, code in zip(send, codes, strict=True):
-            if code == OK:
-                continue
-            if code == NO_ROOM:
-                error: OSError = TierFullError(f"STORE tier: the store had no room ({code})")
-            elif code == UNREACHABLE:
-                error = ConnectionError("STORE tier: the store is unreachable")
-            else:
-                error = OSError(f"STORE tier: put failed with code {code}")
-            out[i] = (None, error)
+            out[i] = (None, put_error(code))
         with self._lock:
             self.store_stats.put_batches += 1
             self.store_stats.already_there += len(batch) - len(send)

@@ -174,3 +174,24 @@ def test_ranges_take_align_give_back_and_merge() -> None:
     r.give(c)
     r.check_integrity()
     assert r.taken_bytes == 0 and r.take(10 * ALIGN) == 0  # merged back into one range
+
+
+def test_held_batches_are_copied_at_once_and_put_as_one_at_send(tier: MooncakeTier) -> None:
+    """``store_many(send=False)`` (a request's free, one call per run): each call's units
+    are copied into staging at once (the block may be reused) and wait for ``send``,
+    which puts every held batch as one."""
+    src = [np.frombuffer(bytearray(parts(70 + i)[0]), np.uint8) for i in range(3)]
+    first = tier.store_many([(key(70), [src[0]], None)], send=False)
+    second = tier.store_many([(key(71), [src[1]], None), (key(72), [src[2]], None)], send=False)
+    want = [s.tobytes() for s in src]
+    for s in src:
+        s[:] = 0  # the pool rows reused before the batch is sent
+    assert not any(t.done() for t in [*first, *second])
+    assert tier.store_stats.put_batches == 0
+    tier.send()
+    assert all(t.wait() for t in [*first, *second])
+    assert tier.store_stats.put_batches == 1 and tier.stats.stores == 3
+    for i in range(3):
+        into = [np.zeros(len(want[i]), np.uint8)]
+        (t,) = tier.load_many([(key(70 + i), into)])
+        assert t is not None and t.wait() and into[0].tobytes() == want[i]
