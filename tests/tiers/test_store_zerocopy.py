@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from tier_factories import fingerprint, key
+from tier_factories import fingerprint, key, tier_on
 
 from hybridkv.tiers import CorruptEntryError, MooncakeTier, TierFullError, entry_file
 from hybridkv.tiers.store_io import CopyingIO, StagedIO
@@ -29,10 +29,7 @@ def shared(mooncake_master: MooncakeMaster) -> Iterator[MooncakeTier]:
 
 @pytest.fixture
 def tier(shared: MooncakeTier) -> Iterator[MooncakeTier]:
-    t = MooncakeTier(shared.fingerprint, shared.client, 1 << 20, owns_client=False)
-    yield t
-    t.check_integrity()
-    t.close()
+    yield from tier_on(shared)
 
 
 def parts(i: int, n: int = 3000) -> list[bytes]:
