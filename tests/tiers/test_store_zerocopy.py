@@ -192,3 +192,15 @@ def test_held_batches_are_copied_at_once_and_put_as_one_at_send(tier: MooncakeTi
         into = [np.zeros(len(want[i]), np.uint8)]
         (t,) = tier.load_many([(key(70 + i), into)])
         assert t is not None and t.wait() and into[0].tobytes() == want[i]
+
+
+def test_an_object_larger_than_its_into_is_a_failed_load_and_removed(tier: MooncakeTier) -> None:
+    """The room a load gives an object is its expected size (header + into's parts): a
+    larger object under the name (another layout's, forged) does not fit, is refused by
+    the client, and counts as corrupt, like a checksum failure."""
+    assert tier.client.put([tier.name(key(80))], [bytearray(8000)]) == [0]
+    into = [np.zeros(100, np.uint8)]
+    (t,) = tier.load_many([(key(80), into)])
+    assert t is not None and not t.wait() and isinstance(t.error, CorruptEntryError)
+    assert tier.stats.corrupt_removed == 1 and not into[0].any()
+    assert tier.contains_many([key(80)]) == [False]
