@@ -12,10 +12,12 @@ Two moments write (``docs/tiers.md``, "What is written, and when"):
   ``hybrid`` a run released with a value, never one released
   ``evict_first``; under ``lru`` every block).
 
-Each is written as ``UnitKey(hash, group)``: its bytes are copied at once and
-the store tier puts them from its own thread, so the step never waits for the
-network. A request's free comes in several calls (one per released run): its
-units go out as one batch (one existence check and one put) at the next
+Each is written as ``UnitKey(hash, group)``: its bytes are copied at once (into
+the store tier's staging memory: one copy from the pool rows) and the store
+tier puts them from its own thread, so the step never waits for the network. A
+request's free comes in several calls (one per released run): each call's
+units are copied at once but held by the store tier (``store_many(send=False)``)
+and go out as one batch (one existence check and one put) at the next
 ``flush`` (``barrier``, any ``settle``, the next step's ``TieredCache.poll``).
 Another replica's next turn of the same conversation, or another request on
 the same document, then finds it there.
@@ -76,36 +78,33 @@ class StoreWrites:
         self._written: OrderedDict[UnitKey, float] = OrderedDict()  # key -> when, oldest first
         self._epoch = store.client.epoch
         self._pending: list[Transfer] = []
-        self._freed: list[tuple[UnitKey, list[Any], float]] = []  # taken, not yet sent
         #: ``REWRITE_SECONDS`` for this engine (a test may shorten it).
         self.rewrite_seconds = REWRITE_SECONDS
 
     def on_free(self, blocks: list[KVCacheBlock]) -> None:
         """``BlockPool.on_free``: take the freed blocks worth sharing
         (``CachePolicy.store_value``). A request's free comes in several calls (one
-        per released run): their bytes are copied now and sent as one batch at the
-        next ``flush``."""
+        per released run): their bytes are copied now (by the store tier) and sent
+        as one batch at the next ``flush``."""
         value_of = self.policy.store_value
-        self._freed.extend(self._take([(b, value_of) for b in blocks], own=True))
+        self._send(self._take([(b, value_of) for b in blocks]), send=False)
 
     def write(self, blocks: list[tuple[KVCacheBlock, Valuation]]) -> None:
         """Write each cached ``(block, valuation)`` whose valuation gives a value
         (None: not written), unless written recently (module docstring): its bytes
         are copied now, the put runs on the store tier's thread."""
         self.settle()
-        self._send(self._take(blocks, own=False))
+        self._send(self._take(blocks))
 
     def flush(self) -> None:
         """Send what the frees took since the last flush, as one batch."""
-        items, self._freed = self._freed, []
-        self._send(items)
+        self.store.send()
 
     def _take(
-        self, blocks: list[tuple[KVCacheBlock, Valuation]], own: bool
+        self, blocks: list[tuple[KVCacheBlock, Valuation]]
     ) -> list[tuple[UnitKey, list[Any], float]]:
         """The units to write: each block not written recently whose valuation gives a
-        value, with its bytes (``own``: copied, for a later send; else views, sent at
-        once, since the store tier copies them)."""
+        value, with views of its bytes (the store tier copies them at once)."""
         items = []
         now = time.monotonic()
         written = self._written
@@ -121,9 +120,7 @@ class StoreWrites:
             if value is None:
                 continue
             parts = [
-                (p.numpy().copy() if own else p.numpy())
-                if p.device.type == "cpu"
-                else p.cpu().numpy()
+                p.numpy() if p.device.type == "cpu" else p.cpu().numpy()
                 for p in self.block_bytes.parts(gid, b.block_id)
             ]
             items.append((key, parts, value))
@@ -135,9 +132,9 @@ class StoreWrites:
             self._written.popitem(last=False)
         return items
 
-    def _send(self, items: list[tuple[UnitKey, list[Any], float]]) -> None:
+    def _send(self, items: list[tuple[UnitKey, list[Any], float]], send: bool = True) -> None:
         if items:
-            self._pending.extend(self.store.store_many(items))
+            self._pending.extend(self.store.store_many(items, send=send))
             self.stats.store_writes += len(items)
 
     def barrier(self) -> WriteBarrier:
@@ -172,6 +169,5 @@ class StoreWrites:
                 self.events.store_left(key)
 
     def check_integrity(self) -> None:
-        """The remembered keys stay bounded; each unit taken from a free is remembered."""
+        """The remembered keys stay bounded."""
         assert len(self._written) <= REMEMBERED
-        assert all(key in self._written for key, _, _ in self._freed)

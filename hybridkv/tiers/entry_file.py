@@ -135,7 +135,9 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def parse_header(data: bytes, digest: bytes, key: UnitKey, file_size: int) -> tuple[int, ...]:
+def parse_header(
+    data: bytes | memoryview, digest: bytes, key: UnitKey, file_size: int
+) -> tuple[int, ...]:
     """The part sizes of an entry whose first bytes are ``data``; ``CorruptEntryError``
     unless the header names ``digest`` and ``key`` and the file has its length."""
     if len(data) < _FIXED.size:
@@ -178,14 +180,14 @@ def read_entry(path: Path, digest: bytes, key: UnitKey) -> tuple[memoryview, ...
 
 
 def check_entry(
-    data: bytes, digest: bytes, key: UnitKey, name: str = "an entry"
+    data: bytes | memoryview, digest: bytes, key: UnitKey, name: str = "an entry"
 ) -> tuple[memoryview, ...]:
-    """The parts of a whole entry ``data`` (read-only views) after checking its header
-    and checksum (``CorruptEntryError``, naming ``name``)."""
-    sizes = parse_header(data, digest, key, len(data))
-    start = len(data) - sum(sizes)
+    """The parts of a whole entry ``data`` (views of it, read-only for ``bytes``) after
+    checking its header and checksum (``CorruptEntryError``, naming ``name``)."""
     view = memoryview(data)
-    header = data[:start]
+    sizes = parse_header(view, digest, key, view.nbytes)
+    start = view.nbytes - sum(sizes)
+    header = bytes(view[:start])
     if _checksum(header, [view[start:]]) != header[_CHECKSUM_AT : _CHECKSUM_AT + 16]:
         raise CorruptEntryError(f"checksum mismatch in {name}")
     out = []

@@ -36,7 +36,7 @@ from typing import Any
 
 from hybridkv.common.env import quiet_mooncake
 from hybridkv.common.extras import require
-from hybridkv.tiers.base import TierError
+from hybridkv.tiers.base import TierError, TierFullError
 from hybridkv.tiers.store_url import StoreURL
 
 logger = logging.getLogger("hybridkv.tiers")
@@ -48,6 +48,18 @@ JOIN_RETRY_SECONDS = 5.0
 #: ``put`` codes: stored; not stored because the store had no room (its
 #: ``NO_AVAILABLE_HANDLE``); not asked because the master is unreachable.
 OK, NO_ROOM, UNREACHABLE = 0, -200, -1
+
+
+def put_error(code: int) -> OSError | None:
+    """The error of a ``put`` code (None: ``OK``): ``TierFullError`` for ``NO_ROOM``,
+    ``ConnectionError`` for ``UNREACHABLE``, else ``OSError`` naming it."""
+    if code == OK:
+        return None
+    if code == NO_ROOM:
+        return TierFullError(f"STORE tier: the store had no room ({code})")
+    if code == UNREACHABLE:
+        return ConnectionError("STORE tier: the store is unreachable")
+    return OSError(f"STORE tier: put failed with code {code}")
 
 
 class StoreUnreachable(TierError):
@@ -90,6 +102,7 @@ class StoreClient:
         self._closed = False
         self._stop = threading.Event()
         self._joiner: threading.Thread | None = None
+        self._buffers: dict[int, int] = {}  # registered memory: address -> size
 
     @classmethod
     def connect(cls, url: StoreURL) -> StoreClient:
@@ -125,6 +138,8 @@ class StoreClient:
                 return
             with self._lock:
                 if not self._closed:
+                    for address, size in self._buffers.items():
+                        _register(store, address, size)
                     self._store, store = store, None
             if store is not None:  # closed meanwhile: leave at once
                 store.close()
@@ -196,17 +211,15 @@ class StoreClient:
 
     def put(self, names: Sequence[str], buffers: Sequence[Any]) -> list[int]:
         """Store each buffer (a writable, C-contiguous byte buffer) under its name;
-        one code per name (``OK``, ``NO_ROOM``, ``UNREACHABLE``, or the store's error)."""
-        if not names:
-            return []
-        if not self.healthy():
-            return [UNREACHABLE] * len(names)
+        one code per name (``OK``, ``NO_ROOM``, ``UNREACHABLE``, or the store's error).
+        The buffers need not be registered: the client reads them in place over ``tcp``
+        (the copying path, ``zerocopy=0``; over RDMA only registered memory works)."""
         ptrs, sizes = [], []
         for buf in buffers:
             view = memoryview(buf)
             ptrs.append(_address(view))
             sizes.append(view.nbytes)
-        return list(self._store.batch_put_from(list(names), ptrs, sizes))
+        return self.put_from(names, ptrs, sizes)
 
     def get(self, names: Sequence[str]) -> list[bytes | None]:
         """Each object's bytes, or None (not held, or the store unreachable)."""
@@ -215,6 +228,58 @@ class StoreClient:
         if not self.healthy():
             return [None] * len(names)
         return [data or None for data in self._store.get_batch(list(names))]
+
+    def register(self, address: int, size: int) -> None:
+        """Register ``size`` bytes at ``address`` for ``put_from`` / ``get_into`` (now if
+        joined, else when the store is joined); ``TierError`` if the client refuses."""
+        with self._lock:
+            assert address not in self._buffers, "memory registered twice"
+            self._buffers[address] = size
+            if self._store is not None:
+                _register(self._store, address, size)
+
+    def unregister(self, address: int) -> None:
+        """Undo ``register`` (the memory may be freed after this returns)."""
+        with self._lock:
+            self._buffers.pop(address)
+            if self._store is not None and not self._closed:
+                self._store.unregister_buffer(address)
+
+    @property
+    def registered(self) -> dict[int, int]:
+        """The memory registered now: address -> size."""
+        with self._lock:
+            return dict(self._buffers)
+
+    def put_from(
+        self, names: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]
+    ) -> list[int]:
+        """Store ``sizes[i]`` bytes of registered memory at ``ptrs[i]`` under each name
+        (zero-copy); codes as ``put``'s."""
+        if not names:
+            return []
+        if not self.healthy():
+            return [UNREACHABLE] * len(names)
+        return list(self._store.batch_put_from(list(names), list(ptrs), list(sizes)))
+
+    def get_into(
+        self, names: Sequence[str], ptrs: Sequence[int], sizes: Sequence[int]
+    ) -> list[int]:
+        """Read each object into registered memory at ``ptrs[i]`` (room for ``sizes[i]``
+        bytes; zero-copy): per name its length, or a negative code (not held, larger
+        than its room, or ``UNREACHABLE``)."""
+        if not names:
+            return []
+        if not self.healthy():
+            return [UNREACHABLE] * len(names)
+        return list(self._store.batch_get_into(list(names), list(ptrs), list(sizes)))
+
+    def sizes(self, names: Sequence[str]) -> list[int]:
+        """Each object's length, or a negative code (not held; unreachable): one request
+        per name (the client has no batched form)."""
+        if not self.healthy():
+            return [UNREACHABLE] * len(names)
+        return [self._store.get_size(name) for name in names]
 
     def remove(self, name: str, force: bool = False) -> bool:
         """Drop ``name`` from the store (False: not held, being read, or unreachable).
@@ -232,7 +297,15 @@ class StoreClient:
         if self._joiner is not None:
             self._joiner.join()
         if self._store is not None:
+            for address in self._buffers:  # left registered by a tier not closed first
+                self._store.unregister_buffer(address)
             self._store.close()
+
+
+def _register(store: Any, address: int, size: int) -> None:
+    rc = store.register_buffer(address, size)
+    if rc != 0:
+        raise TierError(f"kv_store: registering {size} bytes of staging memory failed (code {rc})")
 
 
 def _address(view: memoryview) -> int:

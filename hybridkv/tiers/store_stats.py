@@ -17,6 +17,8 @@ class StoreStats:
     unreachable: int = 0  # stores and loads answered at once: the master was unreachable
     found_gone: int = 0  # objects this replica wrote and a check found gone (store_watch)
     sweeps: int = 0  # sweeps of the watched keys (one batch_is_exist each)
+    staging_skips: int = 0  # writes skipped: the staging region had no free range for them
+    staging_misses: int = 0  # loads failed: the object is larger than the read staging
     put_seconds: list[float] = field(default_factory=list)  # per put batch
     get_seconds: list[float] = field(default_factory=list)  # per get batch
 

@@ -8,19 +8,24 @@ load checks the header and checksum anyway: an object of another fingerprint or
 key, or with a flipped byte, is a failed load (a miss, recomputed) and is
 removed and counted (``corrupt_removed``).
 
-- **Writes never delay a step.** ``store_many`` copies each unit into a buffer
-  of its own right away (the device block may be reused as soon as it returns)
-  and hands the batch to the write thread, which asks which objects the store
-  already has (one ``batch_is_exist``) and puts the others (one
-  ``batch_put_from``). The bytes waiting there are bounded by ``queue_bytes``;
-  past it a store is skipped (``TierFullError``, counted), never waited for.
+- **Objects travel through registered memory** (``store_io.py``; URL field
+  ``zerocopy``, on by default): a write is assembled (header + parts) in the
+  staging region by one copy from the pool rows and put from there; a load is
+  read into it, checked there, then copied into ``into`` (``store_reads.py``).
+- **Writes never delay a step.** ``store_many`` builds each unit's object at
+  once (the block may be reused as soon as it returns) and hands the batch to
+  the write thread (with ``send=False``: at the next ``send``, all held batches
+  as one; ``store_held.py``), which asks which objects the store already has
+  (one ``batch_is_exist``) and puts the others (one ``batch_put_from``). Past
+  ``queue_bytes`` waiting (the staging's write part), or with no free range
+  that long, a store is skipped (``TierFullError``, counted), never waited for.
 - **The store evicts, not us.** A put the store has no room for (its
   ``NO_AVAILABLE_HANDLE``) is skipped and counted (``store_skips``); the store
-  frees room by its own rule (leases, the master's watermark), and what it
-  dropped is a miss here.
-- **Reads** run on their own thread (never behind writes): one ``get_batch``
-  per ``load_many``, each object checked, then copied into ``into``. An object
-  that is gone is a failed load.
+  frees room by its own rule (leases, watermark); what it dropped is a miss.
+- **Reads** run on their own thread (never behind writes): one ``batch_get_into``
+  per ``load_many`` (in rounds if the read staging cannot hold it), each object
+  checked, then copied into ``into``. An object gone, or larger than the whole
+  read staging (``store_stats.staging_misses``), is a failed load (a miss).
 - **Lookups** (``contains_many``) are one ``batch_is_exist``. The store may drop
   an entry between a lookup and its load: that load then fails (recompute).
 - **Its evictions are watched** (``store_watch.py``): an object this tier wrote
@@ -30,11 +35,10 @@ removed and counted (``corrupt_removed``).
 - **Outages** (``StoreClient``): while the master is unreachable, lookups say
   no, loads fail and stores are skipped at once, with one warning per outage.
 
-``budget_bytes`` / ``used_bytes`` are the write queue's (the store's own
-capacity is the sum of the segments its replicas lend). ``pin`` is a local
-count only: the store does not know it, so a pinned entry may still go
-(its load then fails). ``keys()`` lists the entries this tier wrote and saw
-land and has not found gone since (at most ``_REMEMBERED``), not other replicas'.
+``budget_bytes`` / ``used_bytes`` are the write queue's (the store's capacity
+is the sum of the segments its replicas lend). ``pin`` is a local count: the
+store does not know it (a pinned entry may go; its load then fails). ``keys()``:
+the entries this tier wrote, saw land and has not found gone (``_REMEMBERED``).
 """
 
 from __future__ import annotations
@@ -58,7 +62,10 @@ from hybridkv.tiers.base import (
 from hybridkv.tiers.batch_item import BatchItem, Outcome
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.memory import byte_view
-from hybridkv.tiers.store_client import NO_ROOM, OK, UNREACHABLE, StoreClient
+from hybridkv.tiers.store_client import OK, StoreClient, put_error
+from hybridkv.tiers.store_held import HeldPuts
+from hybridkv.tiers.store_io import Staged, store_io
+from hybridkv.tiers.store_reads import read_batch
 from hybridkv.tiers.store_stats import StoreStats
 from hybridkv.tiers.store_url import parse_store_url
 from hybridkv.tiers.store_watch import StoreWatch
@@ -84,10 +91,13 @@ class MooncakeTier(TierStore):
         queue_bytes: int,
         owns_client: bool = True,
         sweep: float = 0.0,
+        zero_copy: bool | None = None,
     ) -> None:
         """``owns_client``: ``close`` closes ``client`` too (leaving the store takes
         the client 1-2 s); False for tiers of several fingerprints on one client.
-        ``sweep``: seconds between sweeps of the watched keys (0: none)."""
+        ``sweep``: seconds between sweeps of the watched keys (0: none).
+        ``zero_copy``: through staging memory (``store_io``; None: the URL's ``zerocopy``):
+        ``queue_bytes`` for writes, the URL's ``staging`` for reads; ``close`` frees it."""
         self.fingerprint = fingerprint
         self.client = client
         self._owns_client = owns_client
@@ -103,6 +113,9 @@ class MooncakeTier(TierStore):
         self._pins: Counter[UnitKey] = Counter()
         self._watch = StoreWatch(client, self.name, self.store_stats, _REMEMBERED, sweep)
         self._warned: set[str] = set()
+        self._held = HeldPuts()
+        zc = client.url.zerocopy if zero_copy is None else zero_copy
+        self.io = store_io(client, zc, queue_bytes, client.url.staging)  # registered now
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-put")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="hybridkv-store-get")
         self._closed = False
@@ -152,12 +165,15 @@ class MooncakeTier(TierStore):
             self._writer.submit(self._watch.sweep)
         return gone
 
-    def store_many(self, items: Sequence[tuple[UnitKey, Parts, float | None]]) -> list[Transfer]:
-        """Copy each unit now, put the batch on the write thread (module docstring)."""
+    def store_many(
+        self, items: Sequence[tuple[UnitKey, Parts, float | None]], send: bool = True
+    ) -> list[Transfer]:
+        """Build each unit's object now; put the batch on the write thread now, or with
+        ``send=False`` at the next ``send`` (module docstring)."""
         self._check_open()
         up = self.client.healthy()
         out: list[Transfer | BatchItem] = []
-        batch: list[tuple[UnitKey, bytearray]] = []
+        batch: list[tuple[UnitKey, Staged]] = []
         with self._lock:
             for key, parts, _ in items:
                 if not up:
@@ -167,24 +183,22 @@ class MooncakeTier(TierStore):
                 views = [byte_view(p, f"part {i}") for i, p in enumerate(parts)]
                 header = entry_file.entry_header(self._digest, key, views)
                 size = len(header) + sum(v.nbytes for v in views)
-                if self._queued + size > self._queue_bytes:
+                staged = None if self._queued + size > self._queue_bytes else self.io.stage(size)
+                if staged is None:
                     self.stats.store_skips += 1
+                    if self._queued + size <= self._queue_bytes:
+                        self.store_stats.staging_skips += 1  # room, but no free range
                     out.append(self._skipped(key, "queue"))
                     continue
-                buf = bytearray(size)
-                buf[: len(header)] = header
-                at = len(header)
-                for v in views:
-                    buf[at : at + v.nbytes] = v
-                    at += v.nbytes
+                staged.fill(header, views)  # the one copy from the pool rows
                 item = BatchItem(len(batch), size)
                 self._queued += size
                 self._queue[item] = size
-                batch.append((key, buf))
+                batch.append((key, staged))
                 out.append(item)
         if not batch:
             return out  # type: ignore[return-value]  # only skipped stores
-        future = self._writer.submit(self._put, batch)
+        future = self._held.hold(batch)
         transfers: list[Transfer] = []
         for entry in out:
             if isinstance(entry, BatchItem):
@@ -192,7 +206,15 @@ class MooncakeTier(TierStore):
                 key = batch[entry.index][0]
                 entry = self._track(Transfer(key, "store", entry, self._settle_store))
             transfers.append(entry)
+        if send:
+            self.send()
         return transfers
+
+    def send(self) -> None:
+        """Put every batch ``store_many(send=False)`` held, as one job on the write thread."""
+        held = self._held.take()
+        if held:
+            self._writer.submit(HeldPuts.run, held, self._put)
 
     def load_many(
         self, items: Sequence[tuple[UnitKey, Sequence[Any] | None]]
@@ -266,47 +288,47 @@ class MooncakeTier(TierStore):
                 assert self._pins[key] >= n, f"{key!r}: a load in flight holds no pin"
             assert all(n > 0 for n in self._pins.values()), "a pin count below 1 is kept"
             self._watch.check_integrity()
+        self.io.check_integrity()
 
     def close(self) -> None:
-        """Wait for the writes and reads in flight, then leave the store."""
+        """Wait for the writes and reads in flight, unregister and free the staging
+        memory, then leave the store (``owns_client``)."""
         if self._closed:
             return
+        self.send()
         self._writer.shutdown(wait=True)
         self._reader.shutdown(wait=True)
         self.poll()
         self._closed = True
+        self.io.close()
         if self._owns_client:
             self.client.close()
 
     # -- the threads' jobs -----------------------------------------------------
 
-    def _put(self, batch: list[tuple[UnitKey, bytearray]]) -> list[Outcome]:
+    def _put(self, batch: list[tuple[UnitKey, Staged]]) -> list[Outcome]:
         started = time.perf_counter()
         names = [self.name(key) for key, _ in batch]
         watched = self._watch.snapshot(key for key, _ in batch)
-        there = self.client.lookup(names)
-        send = [i for i, held in enumerate(there) if held is not True]
-        codes = self.client.put([names[i] for i in send], [batch[i][1] for i in send])
+        sizes = [staged.nbytes for _, staged in batch]
+        try:
+            there = self.client.lookup(names)
+            send = [i for i, held in enumerate(there) if held is not True]
+            codes = self.io.put([names[i] for i in send], [batch[i][1] for i in send])
+        finally:
+            self.io.release([staged for _, staged in batch])
         out: list[Outcome] = [(None, None)] * len(batch)
         if watched:  # a watched key missing is gone, unless this put landed it again
             put_back = {batch[i][0] for i, code in zip(send, codes, strict=True) if code == OK}
             answers = {key: there[i] for i, (key, _) in enumerate(batch)}
             self._watch.checked([w for w in watched if w[0] not in put_back], answers)
         for i, code in zip(send, codes, strict=True):
-            if code == OK:
-                continue
-            if code == NO_ROOM:
-                error: OSError = TierFullError(f"STORE tier: the store had no room ({code})")
-            elif code == UNREACHABLE:
-                error = ConnectionError("STORE tier: the store is unreachable")
-            else:
-                error = OSError(f"STORE tier: put failed with code {code}")
-            out[i] = (None, error)
+            out[i] = (None, put_error(code))
         with self._lock:
             self.store_stats.put_batches += 1
             self.store_stats.already_there += len(batch) - len(send)
             self.store_stats.put_bytes += sum(
-                len(batch[i][1]) for i, code in zip(send, codes, strict=True) if code == OK
+                sizes[i] for i, code in zip(send, codes, strict=True) if code == OK
             )
             self.store_stats.put_seconds.append(time.perf_counter() - started)
         return out
@@ -319,37 +341,18 @@ class MooncakeTier(TierStore):
     ) -> list[Outcome]:
         started = time.perf_counter()
         watched = self._watch.snapshot(keys)
-        found = self.client.get([self.name(k) for k in keys])
-        out: list[Outcome] = []
-        nbytes = 0
-        for key, data, target, into in zip(keys, found, targets, intos, strict=True):
-            if data is None:
-                out.append((None, KeyError(f"STORE tier: {self.name(key)} is not in the store")))
-                continue
-            nbytes += len(data)
-            try:
-                parts = entry_file.check_entry(data, self._digest, key, self.name(key))
-            except CorruptEntryError as e:  # useless to every reader: removed before it settles
-                self.client.remove(self.name(key), force=True)
-                out.append((None, e))
-                continue
-            if target is None:
-                out.append((parts, None))
-                continue
-            if [t.nbytes for t in target] != [p.nbytes for p in parts]:
-                out.append((None, CorruptEntryError("the entry's part sizes differ from into's")))
-                continue
-            for t, p in zip(target, parts, strict=True):
-                t[:] = p
-            out.append((tuple(into or ()), None))
+        names = [self.name(k) for k in keys]
+        read = read_batch(self.io, self._digest, keys, names, targets, intos)
+        for name in read.corrupt:  # useless to every reader: removed before it settles
+            self.client.remove(name, force=True)
         with self._lock:
             self.store_stats.get_batches += 1
-            self.store_stats.get_bytes += nbytes
+            self.store_stats.get_bytes += read.nbytes
+            self.store_stats.staging_misses += read.no_staging
             self.store_stats.get_seconds.append(time.perf_counter() - started)
-        missing = {k for k, data in zip(keys, found, strict=True) if data is None}
-        suspects = [w for w in watched if w[0] in missing]
+        suspects = [w for w in watched if w[0] in read.missing]
         self._watch.ask(suspects)  # a watched key not read: gone, if the store says so
-        return out
+        return read.outcomes
 
     # -- settling --------------------------------------------------------------
 

@@ -18,7 +18,16 @@ segment     bytes this replica lends to the    ``1GiB`` (at least ``16MiB``)
 buffer      the client's local transfer        ``256MiB``
             buffer
 queue       bytes of writes waiting to be      ``256MiB`` (past it, writes are skipped
-            sent (copies taken at the step)    and counted, never waited for)
+            sent (copies taken at the step;    and counted, never waited for)
+            registered staging memory with
+            ``zerocopy=1``)
+staging     registered memory the loads are    ``64MiB`` (a batch larger is read in
+            read into (``zerocopy=1``)         rounds; a unit larger is a miss)
+zerocopy    ``1``: puts and gets go through    ``1``
+            registered staging memory
+            (``store_staging.py``); ``0``:
+            puts from private copies, gets
+            as bytes (the copying path)
 protocol    ``tcp`` or ``rdma``                ``tcp``
 device      RDMA device names (``rdma``)       empty
 local       the address other replicas reach   ``127.0.0.1`` for a loopback master,
@@ -54,8 +63,18 @@ SCHEME = "mooncake"
 DEFAULT_PORT = 50051
 #: The smallest segment the Mooncake client accepts (measured: 8 MiB fails, code -600).
 MIN_SEGMENT = 16 << 20
-_SIZES = {"segment": "1GiB", "buffer": "256MiB", "queue": "256MiB"}
-_FIELDS = {"metadata", "protocol", "device", "local", "sweep", "optional", "finish", *_SIZES}
+_SIZES = {"segment": "1GiB", "buffer": "256MiB", "queue": "256MiB", "staging": "64MiB"}
+_FIELDS = {
+    "metadata",
+    "protocol",
+    "device",
+    "local",
+    "sweep",
+    "optional",
+    "finish",
+    "zerocopy",
+    *_SIZES,
+}
 #: Seconds between two sweeps of the watched keys, by default (``store_watch.py``).
 DEFAULT_SWEEP = 5.0
 #: ``finish``'s default (seconds). A put of one request's units takes milliseconds on a
@@ -83,6 +102,8 @@ class StoreURL:
     sweep: float = DEFAULT_SWEEP
     optional: bool = False
     finish: float = 1.0
+    staging: int = 64 << 20
+    zerocopy: bool = True
 
     @property
     def master(self) -> str:
@@ -142,6 +163,9 @@ def parse_store_url(url: str) -> StoreURL:
     optional = fields.get("optional", "0")
     if optional not in ("0", "1"):
         raise _error(url, f"field 'optional' must be 0 or 1, got {optional!r}")
+    zerocopy = fields.get("zerocopy", "1")
+    if zerocopy not in ("0", "1"):
+        raise _error(url, f"field 'zerocopy' must be 0 or 1, got {zerocopy!r}")
     local = fields.get("local") or ("127.0.0.1" if host in _LOOPBACK else socket.gethostname())
     finish = _seconds(url, fields.get("finish", DEFAULT_FINISH))
     return StoreURL(
@@ -154,6 +178,7 @@ def parse_store_url(url: str) -> StoreURL:
         sweep=sweep,
         optional=optional == "1",
         finish=finish,
+        zerocopy=zerocopy == "1",
         **sizes,
     )
 

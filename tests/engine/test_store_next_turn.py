@@ -40,13 +40,13 @@ def _slow_puts(llm: LLM) -> None:
     """Each batch put of ``llm``'s store tier takes ``SLOW_PUT`` s longer."""
     assert llm.tiers is not None and llm.tiers.store is not None
     client = llm.tiers.store.client
-    put = client.put
+    put = client.put_from  # both paths put through it (zerocopy=0: ``put`` calls it)
 
     def slow(*args: Any) -> Any:
         time.sleep(SLOW_PUT)
         return put(*args)
 
-    client.put = slow  # type: ignore[method-assign]
+    client.put_from = slow  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("family", ["gemma3", "jamba"])

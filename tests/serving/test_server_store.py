@@ -69,13 +69,13 @@ def test_a_next_turn_sent_at_once_to_the_other_replica_hits_the_reply(
 
         def slow_puts(llm: Any) -> None:
             client = llm.tiers.store.client
-            put = client.put
+            put = client.put_from  # both paths put through it
 
             def slow(*args: Any) -> Any:
                 time.sleep(0.3)
                 return put(*args)
 
-            client.put = slow
+            client.put_from = slow
 
         engine_a.call(slow_puts).result(30)
         prompt = " ".join(f"w{i}" for i in range(300, 322))  # BOS + 22 words

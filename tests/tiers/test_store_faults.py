@@ -39,6 +39,14 @@ def test_optional_starts_without_an_unreachable_store_and_joins_it_once_it_is_th
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_client, "JOIN_RETRY_SECONDS", 0.1)
+    registered: list[tuple[int, int]] = []  # the staging memory, registered on the join
+    real_register = store_client._register
+
+    def register(store: object, address: int, size: int) -> None:
+        registered.append((address, size))
+        real_register(store, address, size)
+
+    monkeypatch.setattr(store_client, "_register", register)
     master = MooncakeMaster(lease_ms=300)  # its ports chosen, not started yet
     started = time.monotonic()
     with caplog.at_level(logging.INFO, "hybridkv.tiers"):
@@ -46,6 +54,7 @@ def test_optional_starts_without_an_unreachable_store_and_joins_it_once_it_is_th
         try:
             assert time.monotonic() - started < 5
             assert not tier.client.joined and not tier.client.healthy()
+            assert registered == []  # nothing to register with yet
             # Off: misses and skipped writes, answered at once, nothing raised.
             assert not tier.store(key(1), [b"a" * 500]).wait()
             assert tier.load_many([(key(1), None)]) == [None]
@@ -53,6 +62,8 @@ def test_optional_starts_without_an_unreachable_store_and_joins_it_once_it_is_th
             master.start()
             assert eventually(tier.client.healthy, 30), "not joined once the master was up"
             assert tier.client.joined and tier.client.epoch == 1
+            region = tier.io.region  # type: ignore[attr-defined]  # zerocopy=1: StagedIO
+            assert registered == [(region.address, region.nbytes)]
             assert tier.store(key(2), [b"b" * 500]).wait()
             (t,) = tier.load_many([(key(2), None)])
             assert t is not None and t.wait() and bytes(t.result[0]) == b"b" * 500

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from tier_factories import fingerprint, key
+from tier_factories import fingerprint, key, tier_on
 
 from hybridkv.tiers import (
     CorruptEntryError,
@@ -37,10 +37,7 @@ def shared(mooncake_master: MooncakeMaster) -> Iterator[MooncakeTier]:
 @pytest.fixture
 def tier(shared: MooncakeTier) -> Iterator[MooncakeTier]:
     """A tier with fresh counters on the module's client."""
-    t = MooncakeTier(shared.fingerprint, shared.client, 1 << 20, owns_client=False)
-    yield t
-    t.check_integrity()
-    t.close()
+    yield from tier_on(shared)
 
 
 def parts(i: int) -> list[bytes]:

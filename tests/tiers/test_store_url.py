@@ -16,6 +16,7 @@ def test_defaults_fill_what_is_left_out() -> None:
     assert (url.protocol, url.device, url.local) == ("tcp", "", "127.0.0.1")
     assert url.sweep == 5.0 and not url.optional
     assert url.finish == 1.0
+    assert url.zerocopy and url.staging == 64 << 20
     assert parse_store_url("mooncake://localhost").port == 50051
 
 
@@ -23,7 +24,7 @@ def test_every_field_is_read() -> None:
     url = parse_store_url(
         "mooncake://10.0.0.5:7000?metadata=http://10.0.0.5:9000/metadata&segment=4GiB"
         "&buffer=512MiB&queue=64MiB&protocol=rdma&device=mlx5_0&local=10.0.0.7&sweep=0.5"
-        "&finish=250ms"
+        "&finish=250ms&zerocopy=0&staging=8MiB"
     )
     assert url.master == "10.0.0.5:7000" and url.metadata == "http://10.0.0.5:9000/metadata"
     assert (url.segment, url.buffer, url.queue) == (4 << 30, 512 << 20, 64 << 20)
@@ -32,6 +33,7 @@ def test_every_field_is_read() -> None:
     assert parse_store_url("mooncake://h?sweep=0").sweep == 0.0  # off
     assert parse_store_url("mooncake://h?optional=1").optional
     assert url.finish == 0.25
+    assert not url.zerocopy and url.staging == 8 << 20
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("0", 0.0), ("2s", 2.0), ("0.5", 0.5), ("60", 60)])
@@ -54,6 +56,8 @@ def test_finish_takes_seconds_or_milliseconds(text: str, seconds: float) -> None
         ("mooncake://127.0.0.1:1?sweep=often", "field 'sweep' must be seconds >= 0"),
         ("mooncake://127.0.0.1:1?sweep=nan", "field 'sweep' must be seconds >= 0"),
         ("mooncake://127.0.0.1:1?optional=yes", "field 'optional' must be 0 or 1"),
+        ("mooncake://127.0.0.1:1?zerocopy=on", "field 'zerocopy' must be 0 or 1"),
+        ("mooncake://127.0.0.1:1?staging=lots", "field 'staging'"),
         ("mooncake://127.0.0.1:1?metadata=etcd://x", "field 'metadata' must be an http"),
         ("mooncake://127.0.0.1:1?local=a&local=b", "field 'local' is given twice"),
         ("mooncake://127.0.0.1:1/path", "give only HOST:PORT"),

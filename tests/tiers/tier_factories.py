@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -11,7 +11,7 @@ from hybridkv.planning import get_kv_cache_config
 from hybridkv.specs.attention import FullAttentionSpec, SlidingWindowSpec
 from hybridkv.specs.config import KVCacheConfig
 from hybridkv.specs.mamba import MambaSpec
-from hybridkv.tiers import ModelFingerprint, UnitKey
+from hybridkv.tiers import ModelFingerprint, MooncakeTier, UnitKey
 from hybridkv.tiers.fingerprint import UNIT_LAYOUT
 from hybridkv.tiers.transfer import FutureCompletion
 
@@ -65,3 +65,12 @@ class GateCopier:
 
     def close(self) -> None:
         self.run()
+
+
+def tier_on(shared: MooncakeTier, queue: int = 1 << 20, **kw: Any) -> Iterator[MooncakeTier]:
+    """A fixture's tier on ``shared``'s client with fresh counters: checked and closed
+    after the test."""
+    t = MooncakeTier(shared.fingerprint, shared.client, queue, owns_client=False, **kw)
+    yield t
+    t.check_integrity()
+    t.close()
