@@ -8,8 +8,19 @@ rule (``CostAwareEvictionPolicy``) in bytes::
     key = bytes stored in this tier so far / budget + weight * class / 2
 
 and the unit with the smallest key leaves first. ``weight`` 0 is plain LRU
-(one class). Keys only grow within a class, so each class is an LRU queue and
-an eviction looks at the class heads only: O(classes) per evicted unit.
+(one class). Every valued store counts its bytes on the clock, a store of a
+unit already held too (the device evicted its copy again): the free set's
+clock counts every release, a block released again after a hit included. A
+clock that skipped those ran slower than the device's wherever the host's
+units come back, so the value term outweighed recency there: on the whole
+Mooncake conversation trace (jamba-v0.1, 40 GB + 160 GB) old units of a
+high class held the host while newer ones, which the same bytes on the
+device keep, were evicted (``benchmarks/results/tiers-sim.md``). A hit
+(``touch``) re-keys a unit without counting: on the device a hit takes the
+block out of the free set, and only its release counts.
+
+Keys only grow within a class, so each class is an LRU queue and an
+eviction looks at the class heads only: O(classes) per evicted unit.
 
 A unit stored with no class (``cls`` None) is *spare*
 (``hybridkv/tiers/spare.py``, the engine's rule): the policy offered it for
@@ -57,7 +68,7 @@ class TierIndex:
         self.budget_bytes = budget_bytes
         self.weight = weight
         self.used_bytes = 0
-        self.stored_bytes = 0  # bytes ever stored: the clock of the keys
+        self.stored_bytes = 0  # bytes of every valued store: the clock of the keys
         self.stores = self.evictions = self.refused = 0
         self.spare_stores = self.spare_skips = 0
         self.units: dict[Hashable, Unit] = {}
@@ -100,16 +111,17 @@ class TierIndex:
         self, key: Hashable, nbytes: int, cls: int | None
     ) -> list[tuple[Hashable, Unit]] | None:
         """Hold ``key`` (``nbytes``, value class ``cls``; None: spare, module
-        docstring); a key already held is touched instead (a spare store of a
-        valued key: nothing; a valued store of a spare key makes it valued, as
-        if stored now). The units evicted to make room, in eviction order, or
+        docstring); a key already held is touched instead, its bytes counted on
+        the clock as any valued store's (a spare store of a valued key:
+        nothing; a valued store of a spare key makes it valued, as if stored
+        now). The units evicted to make room, in eviction order, or
         None when nothing was stored: the unit is larger than the budget, or it
         is spare and there is no spare room."""
         unit = self.units.get(key)
         if unit is not None:
             if cls is None and unit.cls is not None:
                 return []
-            if cls is not None and unit.cls is None:
+            if cls is not None:
                 self.stored_bytes += unit.nbytes
             self.touch(key, cls)
             return []

@@ -56,6 +56,7 @@ class Reference:
         if key in self.valued:
             if cls is not None:
                 n = self.valued.pop(key)[0]
+                self.clock += n  # a valued store again counts its bytes
                 self.valued[key] = (n, cls, self.key(cls))
             return []
         if held_spare is not None:

@@ -44,6 +44,7 @@ class Reference:
 
     def store(self, key: int, nbytes: int, cls: int) -> list[int] | None:
         if key in self.units:
+            self.clock += self.units[key][0]  # a store again counts its bytes
             self.touch(key, cls)
             return []
         if nbytes > self.budget:
@@ -96,6 +97,23 @@ def test_weight_zero_is_lru_and_a_weight_keeps_the_valuable() -> None:
     assert [k for k, _ in ranked.store("new", 100, 4)] == ["cheap"]
     assert [k for k, _ in ranked.store("newer", 100, 4)] == ["old-valuable"]
     ranked.check_integrity()
+
+
+def test_a_unit_stored_again_counts_on_the_clock_and_a_hit_does_not() -> None:
+    """The device's clock counts every release, a block released again after a
+    hit too: a unit the device evicts again (a store of a held key) counts its
+    bytes, so a unit used over and over outlasts an old one of a higher class,
+    as it would on the device."""
+    tier = TierIndex("host", 200, 2.0)
+    tier.store("old-valuable", 100, 4)  # key 100 / 200 + 4
+    tier.store("hot", 100, 0)  # key 200 / 200
+    tier.touch("hot")  # a hit: re-keyed, nothing counted
+    assert tier.stored_bytes == 200
+    for _ in range(10):  # loaded, used, evicted by the device and demoted again
+        assert tier.store("hot", 100, 0) == []
+    assert tier.stored_bytes == 1200  # hot's key is now 6, past old-valuable's 4.5
+    assert [k for k, _ in tier.store("new", 100, 0)] == ["old-valuable"]
+    tier.check_integrity()
 
 
 def _cache(host: int, disk: int | None, write_through: bool) -> TieredCache:
