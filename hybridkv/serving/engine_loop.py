@@ -187,9 +187,9 @@ class EngineLoop:
                 while (
                     not (self._stop or self._new or self._aborts or self._calls)
                     and not scheduler.has_unfinished()
-                    and self._held.wait_time() != 0
+                    and (wait := self._held.wait_time()) != 0
                 ):
-                    self._cv.wait(self._held.wait_time())
+                    self._cv.wait(wait)
                 if self._stop:
                     return
                 new, self._new = self._new, []
