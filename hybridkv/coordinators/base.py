@@ -214,9 +214,15 @@ class KVCacheCoordinator(ABC):
             return False
         tables = list(zip(self.managers, states, strict=True))
         pool = self.pool
-        for run in self.policy.release(request_id, tables, block_hashes, num_tokens):  # type: ignore[arg-type]
-            free = pool.free_held_blocks if run.held else pool.free_blocks
-            free(run.blocks, evict_first=run.evict_first, value=run.value)  # type: ignore[arg-type]
+        for blocks, evict_first, value, held in self.policy.release(
+            request_id,
+            tables,  # type: ignore[arg-type]
+            block_hashes,
+            num_tokens,
+        ):
+            if blocks:
+                free = pool.free_held_blocks if held else pool.free_blocks
+                free(blocks, evict_first=evict_first, value=value)  # type: ignore[arg-type]
         return True
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:

@@ -70,36 +70,54 @@ def release_hybrid(
     #: Per group: its blocks by table index, block size, pieces of a point,
     #: pieces beyond every point (hashless blocks: kind 1, no value).
     groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]] = []
+    end, top, align = points.end, points.top, points.align
+    any_beyond = False
+    last_own = 0
+    #: The last cut group's spec, local flag and table range, its spans and
+    #: ``own_below``: the next group of an equal spec (one geometry) shares them.
+    last_key: tuple[object, ...] = ()
+    spans: list[tuple[int, int, int]] = []
     for m, st, local in zip(managers, states, point_local, strict=True):
         bs = m.block_size
-        full = not m.has_skips
-        first = own_below = None
-        if not full:  # (a full group's kinds do not depend on ``own_below``)
-            first = m.first_needed_block
-            own_below = first(points.end) if local else first(points.top) if points.align else 0
         blocks = st.blocks
         within: list[Piece] = []
         beyond: list[Piece] = []
-        spans = points.spans(first, bs, st.num_skipped, len(blocks))
-        if spans:
-            held = _held_runs(blocks, spans[0][0], spans[-1][1], shared)
-            _cut(blocks, spans, held, full, own_below or 0, within, beyond, dead)
+        # (a full group's kinds do not depend on ``own_below``)
+        first = m.first_needed_block if m.has_skips else None
+        own_below = 0
+        start, stop = st.num_skipped, len(blocks)
+        if stop > start:
+            held = _held_runs(blocks, start, stop, shared)
+            if held:
+                key = (m.spec, local, start, stop)
+                if key == last_key:
+                    own_below = last_own
+                else:
+                    if first is not None and (local or align):
+                        own_below = first(end if local else top)
+                    spans = points.spans(first, bs, start, stop)
+                    last_key, last_own = key, own_below
+                _cut(blocks, spans, held, first is None, own_below, within, beyond, dead)
         if st.retained:  # skipped blocks a kept point holds: few, below the table
+            if first is not None and (local or align):
+                own_below = first(end if local else top)
             blocks = _with_retained(
-                st, points.unit_of(first, bs), full, own_below or 0, within, beyond, shared, dead
+                st,
+                points.unit_of(first, bs),
+                first is None,
+                own_below,
+                within,
+                beyond,
+                shared,
+                dead,
             )
+        any_beyond = any_beyond or bool(beyond)
         groups.append((blocks, bs, within, beyond))
     runs = [ReleaseRun(shared), ReleaseRun(dead, True, held=True)]
     # Hashless blocks beyond every point go first, with no value.
-    beyond_lanes: list[Lane] = [
-        (b, bs, [(lo, hi, None) for lo, hi, _, _ in out]) for b, bs, _, out in groups if out
-    ]
-    chunks = _interleave(beyond_lanes) if beyond_lanes else []
+    chunks = _interleave(_unvalued(groups, True)) if any_beyond else []
     if not ranks_by_value:  # recency only: one release, in unit order
-        lanes: list[Lane] = [
-            (b, bs, [(lo, hi, None) for lo, hi, _, _ in p]) for b, bs, p, _ in groups
-        ]
-        chunks += _interleave(lanes)
+        chunks += _interleave(_unvalued(groups, False))
         runs.append(ReleaseRun(list(chain.from_iterable(b for b, _ in chunks)), held=True))
         return runs
     chunks += _interleave(_valued(points, groups, factor))
@@ -114,6 +132,19 @@ def release_hybrid(
     if run:
         runs.append(ReleaseRun(run, False, run_value, True))
     return runs
+
+
+def _unvalued(
+    groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]], beyond: bool
+) -> list[Lane]:
+    """Each group's pieces of a point (``beyond``: beyond every point) as
+    spans with no value."""
+    lanes: list[Lane] = []
+    for blocks, bs, within, out in groups:
+        pieces = out if beyond else within
+        if pieces:
+            lanes.append((blocks, bs, [(lo, hi, None) for lo, hi, _, _ in pieces]))
+    return lanes
 
 
 def _with_retained(
@@ -280,15 +311,18 @@ def _valued(
     (``UnitValues``, times ``factor``), adjacent spans of one value joined."""
     full_units: dict[int, int] = {}
     extra_pages: dict[int, int] = {}
-    for _, _, pieces, _ in groups:
-        for lo, hi, unit, kind in pieces:
+    for g in groups:
+        for lo, hi, unit, kind in g[2]:
             pages = extra_pages if kind else full_units
             pages[unit] = pages.get(unit, 0) + hi - lo
     values = UnitValues(points, full_units, extra_pages)
     known: dict[tuple[int, int], float] = {}
     lanes: list[Lane] = []
     for blocks, bs, pieces, _ in groups:
+        if not pieces:
+            continue
         spans: list[Span] = []
+        last: Span | None = None
         for lo, hi, unit, kind in pieces:
             v = known.get((unit, kind))
             if v is None:
@@ -297,10 +331,10 @@ def _valued(
                 if factor != 1.0:
                     v *= factor
                 known[unit, kind] = v
-            if spans and spans[-1][1] == lo and spans[-1][2] == v:
-                spans[-1] = (spans[-1][0], hi, v)
+            if last is not None and last[1] == lo and last[2] == v:
+                spans[-1] = last = (last[0], hi, v)
             else:
-                spans.append((lo, hi, v))
+                spans.append(last := (lo, hi, v))
         lanes.append((blocks, bs, spans))
     return lanes
 
@@ -320,55 +354,66 @@ def _interleave(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float |
     if not live:
         return []
     bs = live[0][1]
-    if any(lane[1] != bs for lane in live):
-        return _merge_sorted(live)
+    #: Consecutive lanes with equal spans: ``(tables, spans)``.
     bundles: list[tuple[list[list[KVCacheBlock]], list[Span]]] = []
-    for blocks, _, spans in live:
-        if bundles and bundles[-1][1] == spans:
-            bundles[-1][0].append(blocks)
+    tables: list[list[KVCacheBlock]] = []
+    last: list[Span] | None = None
+    for blocks, size, spans in live:
+        if size != bs:
+            return _merge_sorted(live)
+        if spans == last:
+            tables.append(blocks)
         else:
-            bundles.append(([blocks], spans))
-    out: list[tuple[list[KVCacheBlock], float | None]] = []
+            tables = [blocks]
+            bundles.append((tables, spans))
+            last = spans
     if len(bundles) == 1:
-        tables, spans = bundles[0]
-        for lo, hi, v in reversed(spans):
-            out.append((_zipped([t[lo:hi][::-1] for t in tables]), v))
-        return out
-    bounds = sorted({x for _, spans in bundles for lo, hi, _ in spans for x in (lo, hi)})
+        return [(_zipped(tables, lo, hi), v) for lo, hi, v in reversed(bundles[0][1])]
+    edges = set()
+    for _, spans in bundles:
+        for lo, hi, _ in spans:
+            edges.add(lo)
+            edges.add(hi)
+    bounds = sorted(edges)
     ptrs = [len(spans) - 1 for _, spans in bundles]
+    out: list[tuple[list[KVCacheBlock], float | None]] = []
     y = bounds.pop()
     while bounds:  # the elementary range [x, y), from the top
         x = bounds.pop()
         cover: list[list[KVCacheBlock]] = []
         vals: list[float | None] = []
-        for g, (tables, spans) in enumerate(bundles):
+        for g, (tabs, spans) in enumerate(bundles):
             k = ptrs[g]
             while k >= 0 and spans[k][0] >= y:
                 k -= 1
             ptrs[g] = k
             if k >= 0 and spans[k][1] >= y:  # starts at or below x: covers [x, y)
                 v = spans[k][2]
-                for t in tables:
-                    cover.append(t[x:y][::-1])
-                    vals.append(v)
+                cover += tabs
+                vals += [v] * len(tabs)
         if cover:
             if vals.count(vals[0]) == len(vals):
-                out.append((_zipped(cover), vals[0]))
+                out.append((_zipped(cover, x, y), vals[0]))
             else:  # groups of different values at each index: one chunk per run of equal ones
                 cuts = [0, *(i for i in range(1, len(vals)) if vals[i] != vals[i - 1]), len(vals)]
                 parts = [(a, z, vals[a]) for a, z in pairwise(cuts)]
-                for row in zip(*cover, strict=True):
+                for row in zip(*[t[x:y][::-1] for t in cover], strict=True):
                     for a, z, v in parts:
                         out.append((list(row[a:z]), v))
         y = x
     return out
 
 
-def _zipped(slices: list[list[KVCacheBlock]]) -> list[KVCacheBlock]:
-    """Equal-length slices interleaved: the first of each, then the second..."""
-    if len(slices) == 1:
-        return slices[0]
-    return list(chain.from_iterable(zip(*slices, strict=True)))
+def _zipped(tables: list[list[KVCacheBlock]], lo: int, hi: int) -> list[KVCacheBlock]:
+    """The tables' entries ``[lo, hi)``, each reversed, interleaved: entry
+    ``hi - 1`` of each table in turn, then ``hi - 2``... (slice assignment in C)."""
+    if len(tables) == 1:
+        return tables[0][lo:hi][::-1]
+    k = len(tables)
+    out: list[KVCacheBlock] = [None] * (k * (hi - lo))  # type: ignore[list-item]
+    for i, t in enumerate(tables):
+        out[i::k] = t[lo:hi][::-1]
+    return out
 
 
 def _merge_sorted(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:

@@ -329,22 +329,27 @@ class UnitValues:
     ) -> None:
         """``full_units``: full-attention pages by unit point (``FinalPoints``);
         ``extra_pages``: the other groups' pages by unit point."""
-        main = sorted({*points.kept, points.top, points.end} - {0})
+        main = sorted({*points.kept, points.top, points.end})
+        if main and not main[0]:
+            del main[0]
         self.main = main
         self.points = points
         self.extra_pages = extra_pages
         full_pages: dict[int, int] = {}
+        n_main = len(main)
         for unit, n in full_units.items():
-            owner = self.main_owner(unit)
-            if owner is not None:
+            i = bisect_left(main, unit)  # the unit's owner (``main_owner``)
+            if i < n_main:
+                owner = main[i]
                 full_pages[owner] = full_pages.get(owner, 0) + n
         chain: dict[int, float] = {}
         ratio: dict[int, float] = {}
         prev, best = 0, float("inf")
         for m in main:
-            pages = max(1, full_pages.get(m, 0) + extra_pages.get(m, 0))
-            ratio[m] = (m - prev) / pages
-            best = min(best, ratio[m])
+            pages = full_pages.get(m, 0) + extra_pages.get(m, 0)
+            r = ratio[m] = (m - prev) / (pages if pages > 1 else 1)
+            if r < best:
+                best = r
             chain[m] = best
             prev = m
         self.chain = chain
