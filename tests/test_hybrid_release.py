@@ -134,7 +134,7 @@ def _walked(blocks: list[Any], start: int, stop: int, shared: list[Any]) -> Any:
     """``_held_runs`` by its general walk for every table (the path taken when
     shared or null blocks lie between held ones), to check that path everywhere."""
     seg = blocks[start:stop]
-    return release._walk_runs(seg, [b.ref_cnt for b in seg], start, shared)
+    return release._walk_runs(seg, release._counts([b.ref_cnt for b in seg]), start, shared)
 
 
 def _sorted(lanes: Any) -> Any:
@@ -192,3 +192,25 @@ def test_release_matches_the_block_by_block_rule(
         kv.check_integrity()
     assert counter[0] > 50 and counter[1] > 500, counter  # the comparison ran, on real tables
     assert counter[2] > 5, counter  # returning requests (value factor) among them
+
+
+@pytest.mark.parametrize("big", [2, 255, 256, 70_000])
+def test_held_runs_reads_counts_past_a_byte(big: int) -> None:
+    """A block shared by 256 or more holders is shared like one of 2: the same
+    runs and the same shared blocks (``_counts`` caps what does not fit a byte)."""
+    null = KVCacheBlock(0)
+    null.is_null = True
+    blocks = [KVCacheBlock(i + 1) for i in range(9)]
+    refs = [big, 1, 1, 0, big, 1, 2, 1, big]
+    table = [null if r == 0 else b for b, r in zip(blocks, refs, strict=True)]
+    for b, r in zip(table, refs, strict=True):
+        b.ref_cnt = r
+    shared: list[KVCacheBlock] = []
+    assert release._held_runs(table, 0, 9, shared) == [(1, 3), (5, 6), (7, 8)]
+    assert [b.block_id for b in shared] == [1, 5, 7, 9]
+    shared = []
+    assert release._held_runs(table, 4, 9, shared) == [(5, 6), (7, 8)]
+    assert [b.block_id for b in shared] == [5, 7, 9]
+    shared = []
+    assert release._held_runs(table, 0, 3, shared) == [(1, 3)]
+    assert [b.block_id for b in shared] == [1]

@@ -37,7 +37,6 @@ from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.policy.base import ReleaseRun
 from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues
 
-_is_one = (1).__eq__
 #: ``bytes.translate`` table: byte 1 stays 1, every other byte becomes 0.
 _ONE_ONLY = bytes(i == 1 for i in range(256))
 
@@ -196,13 +195,14 @@ def _add(pieces: list[Piece], lo: int, hi: int, unit: int, kind: int) -> None:
     pieces.append((lo, hi, unit, kind))
 
 
-def _ones(refs: list[int]) -> bytes:
-    """``refs`` as bytes: 1 where a ref count is 1, else 0 (in C when every
-    count fits a byte)."""
+def _counts(refs: list[int]) -> bytes:
+    """``refs`` as bytes, each count above 2 as 2 when one does not fit a byte:
+    0 (the null block), 1 (held by this request alone) or more (shared), so
+    that ``count``, ``find`` and ``in`` run in C."""
     try:
-        return bytes(refs).translate(_ONE_ONLY)
+        return bytes(refs)
     except ValueError:  # a count of 256 or more
-        return bytes(map(_is_one, refs))
+        return bytes(map(min, refs, repeat(2)))
 
 
 def _held_runs(
@@ -212,28 +212,29 @@ def _held_runs(
     request holds (ref count 1); the others, not null, go to ``shared``
     (a ref count of 0 in a table is the null block's)."""
     seg = blocks[start:stop]
-    refs = [b.ref_cnt for b in seg]  # (a comprehension reads slots faster than ``map``)
-    n = len(refs)
-    ones = refs.count(1)
+    # (a comprehension reads slots faster than ``map``)
+    counts = _counts([b.ref_cnt for b in seg])
+    n = len(counts)
+    ones = counts.count(1)
     if ones == n:  # the usual tail of a table
         return [(start, stop)]
     if not ones:
-        shared += [b for b in seg if not b.is_null] if 0 in refs else seg
+        shared += [b for b in seg if not b.is_null] if 0 in counts else seg
         return []
-    k = refs.index(1)
+    k = counts.find(1)
     if ones == n - k:  # others, then only ones
-        shared += [b for b in seg[:k] if not b.is_null] if 0 in refs else seg[:k]
+        shared += [b for b in seg[:k] if not b.is_null] if counts.find(0, 0, k) >= 0 else seg[:k]
         return [(start + k, stop)]
-    return _walk_runs(seg, refs, start, shared)
+    return _walk_runs(seg, counts, start, shared)
 
 
 def _walk_runs(
-    seg: list[KVCacheBlock], refs: list[int], start: int, shared: list[KVCacheBlock]
+    seg: list[KVCacheBlock], counts: bytes, start: int, shared: list[KVCacheBlock]
 ) -> list[tuple[int, int]]:
-    """``_held_runs`` of ``seg`` (table entries from ``start``; ``refs``: their
-    ref counts) by a walk over its runs of ones and others."""
-    mask = _ones(refs)
-    n = len(refs)
+    """``_held_runs`` of ``seg`` (table entries from ``start``; ``counts``: their
+    ref counts, ``_counts``) by a walk over its runs of ones and others."""
+    mask = counts.translate(_ONE_ONLY)
+    n = len(counts)
     runs = []
     i = 0
     while i < n:
