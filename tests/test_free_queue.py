@@ -59,21 +59,3 @@ def test_popleft_keyed_is_popleft_n_of_the_run_at_most_limit(
     assert got == [b.block_id for b in plain.popleft_n(min(n, run))]
     assert _ids(keyed) == _ids(plain)
     assert keyed.num_free_blocks == plain.num_free_blocks
-
-
-@given(start=st.integers(0, 4), added=st.integers(0, 6), tick=st.integers(1, 50))
-def test_extend_keyed_is_extend_with_each_block_stamped(start: int, added: int, tick: int) -> None:
-    """Block ``i`` gets the class and the key ``(tick + i) / span + bonus``, and
-    the queue is ``extend``'s."""
-    keyed_blocks = [KVCacheBlock(i) for i in range(start + added)]
-    plain_blocks = [KVCacheBlock(i) for i in range(start + added)]
-    keyed = FreeKVCacheBlockQueue(keyed_blocks[:start])
-    plain = FreeKVCacheBlockQueue(plain_blocks[:start])
-    keyed.extend_keyed(keyed_blocks[start:], 3, tick, 7, 1.5)
-    plain.extend(plain_blocks[start:])
-    assert _ids(keyed) == _ids(plain)
-    assert keyed.num_free_blocks == start + added
-    for i, b in enumerate(keyed_blocks[start:]):
-        assert b.free_class == 3
-        assert b.evict_key == (tick + i) / 7 + 1.5
-    assert all(b.free_class is None for b in keyed_blocks[:start])

@@ -112,28 +112,6 @@ class FreeKVCacheBlockQueue:
         self.tail.prev_free = last
         self.num_free_blocks += len(blocks)
 
-    def extend_keyed(
-        self, blocks: list[KVCacheBlock], free_class: int, tick: int, span: int, bonus: float
-    ) -> None:
-        """``extend`` by ``blocks``, stamping block ``i`` with ``free_class`` and
-        the eviction key ``(tick + i) / span + bonus`` in the same pass (a
-        cost-aware policy's release, ``hybridkv.policy.cost_aware``); the keys
-        must not be below the tail's."""
-        if not blocks:
-            return
-        last = self.tail.prev_free
-        assert last is not None
-        for b in blocks:
-            b.free_class = free_class
-            b.evict_key = tick / span + bonus
-            tick += 1
-            last.next_free = b
-            b.prev_free = last
-            last = b
-        last.next_free = self.tail
-        self.tail.prev_free = last
-        self.num_free_blocks += len(blocks)
-
     def extendleft(self, blocks: list[KVCacheBlock]) -> None:
         """``appendleft`` each of ``blocks`` in turn: the last one ends up first."""
         if not blocks:

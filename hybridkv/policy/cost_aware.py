@@ -108,10 +108,13 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                 b.free_class = cls
                 b.evict_key = clock / span + bonus
                 keyed.append(b)
-            q.extend(keyed)
-        else:  # the common case: every block keyed, stamped as it is queued
-            q.extend_keyed(blocks, cls, clock + 1, span, bonus)
+        else:  # the common case: every block keyed
+            keyed = blocks
+            for tick, b in enumerate(blocks, clock + 1):
+                b.free_class = cls
+                b.evict_key = tick / span + bonus
             clock += len(blocks)
+        q.extend(keyed)
         self.clock = clock
         self._free += len(blocks)
 
