@@ -21,7 +21,7 @@ from factories import chunked, full, mamba, manager, req, swa
 
 from hybridkv import KVCacheManager
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.policy import release
+from hybridkv.policy import interleave, release
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues, release_order
 
@@ -138,15 +138,15 @@ def _walked(blocks: list[Any], start: int, stop: int, shared: list[Any]) -> Any:
 
 
 def _sorted(lanes: Any) -> Any:
-    """``_interleave`` by its sort (the path of different block sizes) always."""
+    """``interleave`` by its sort (the path of different block sizes) always."""
     live = [lane for lane in lanes if lane[2]]
-    return release._merge_sorted(live) if live else []
+    return interleave.merge_sorted(live) if live else []
 
 
 PATHS = {
     "bulk": {},
     "walked": {"_held_runs": _walked},
-    "sorted": {"_interleave": _sorted},
+    "sorted": {"interleave": _sorted},
 }
 
 

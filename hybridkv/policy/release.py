@@ -18,8 +18,9 @@ is reading ref counts and hashes (list comprehensions, which read slots about
 twice as fast as ``map(attrgetter)`` on CPython 3.11): each group's table is
 cut into *pieces*, index ranges of one unit and kind held by this request
 alone (a few per kept point), and the groups' pieces are interleaved by end
-position with C-level slices and ``zip``. The result is exactly the block-by-block rule above
-(``tests/test_hybrid_release.py`` checks it against that form)::
+position with C-level slices (``hybridkv.policy.interleave``). The result is
+exactly the block-by-block rule above (``tests/test_hybrid_release.py`` checks
+it against that form)::
 
     group 0 (full)    ........[ P1 ][   E   ]      pieces: index ranges
     group 1 (window)  ..........[P1][   E   ]      of one unit and kind
@@ -30,11 +31,12 @@ position with C-level slices and ``zip``. The result is exactly the block-by-blo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import chain, groupby, pairwise, repeat
+from itertools import chain, repeat
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.policy.base import ReleaseRun
+from hybridkv.policy.interleave import Lane, Span, interleave
 from hybridkv.policy.retention import BEYOND, FinalPoints, UnitValues
 
 #: ``bytes.translate`` table: byte 1 stays 1, every other byte becomes 0.
@@ -43,10 +45,6 @@ _ONE_ONLY = bytes(i == 1 for i in range(256))
 #: Table indices ``[lo, hi)`` of one unit and kind (0: full attention, 1: a
 #: block other points may need, 2: a tail point's own state).
 Piece = tuple[int, int, int, int]
-#: Index ranges ``[lo, hi)`` and the value they are released with.
-Span = tuple[int, int, "float | None"]
-#: One group's side of an interleave: blocks by table index, block size, spans.
-Lane = tuple[list[KVCacheBlock], int, list[Span]]
 
 
 def release_hybrid(
@@ -114,12 +112,12 @@ def release_hybrid(
         groups.append((blocks, bs, within, beyond))
     runs = [ReleaseRun(shared), ReleaseRun(dead, True, held=True)]
     # Hashless blocks beyond every point go first, with no value.
-    chunks = _interleave(_unvalued(groups, True)) if any_beyond else []
+    chunks = interleave(_unvalued(groups, True)) if any_beyond else []
     if not ranks_by_value:  # recency only: one release, in unit order
-        chunks += _interleave(_unvalued(groups, False))
+        chunks += interleave(_unvalued(groups, False))
         runs.append(ReleaseRun(list(chain.from_iterable(b for b, _ in chunks)), held=True))
         return runs
-    chunks += _interleave(_valued(points, groups, factor))
+    chunks += interleave(_valued(points, groups, factor))
     run: list[KVCacheBlock] = []
     run_value: float | None = None
     for blocks, v in chunks:
@@ -338,97 +336,3 @@ def _valued(
                 spans.append(last := (lo, hi, v))
         lanes.append((blocks, bs, spans))
     return lanes
-
-
-def _interleave(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:
-    """The lanes' spans as ``(blocks, value)`` chunks in release order: end
-    position descending, then group (lane) order.
-
-    With one block size, consecutive lanes with the same spans (groups of one
-    kind: their tables zip at every index) go as one, and the indices are cut
-    where any span starts or ends; each elementary range is one reversed
-    slice, or, where several groups hold it, their reversed slices zipped
-    (one chunk per run of groups of one value at each index). Different block
-    sizes merge by a sort.
-    """
-    live = [lane for lane in lanes if lane[2]]
-    if not live:
-        return []
-    bs = live[0][1]
-    #: Consecutive lanes with equal spans: ``(tables, spans)``.
-    bundles: list[tuple[list[list[KVCacheBlock]], list[Span]]] = []
-    tables: list[list[KVCacheBlock]] = []
-    last: list[Span] | None = None
-    for blocks, size, spans in live:
-        if size != bs:
-            return _merge_sorted(live)
-        if spans == last:
-            tables.append(blocks)
-        else:
-            tables = [blocks]
-            bundles.append((tables, spans))
-            last = spans
-    if len(bundles) == 1:
-        return [(_zipped(tables, lo, hi), v) for lo, hi, v in reversed(bundles[0][1])]
-    edges = set()
-    for _, spans in bundles:
-        for lo, hi, _ in spans:
-            edges.add(lo)
-            edges.add(hi)
-    bounds = sorted(edges)
-    ptrs = [len(spans) - 1 for _, spans in bundles]
-    out: list[tuple[list[KVCacheBlock], float | None]] = []
-    y = bounds.pop()
-    while bounds:  # the elementary range [x, y), from the top
-        x = bounds.pop()
-        cover: list[list[KVCacheBlock]] = []
-        vals: list[float | None] = []
-        for g, (tabs, spans) in enumerate(bundles):
-            k = ptrs[g]
-            while k >= 0 and spans[k][0] >= y:
-                k -= 1
-            ptrs[g] = k
-            if k >= 0 and spans[k][1] >= y:  # starts at or below x: covers [x, y)
-                v = spans[k][2]
-                cover += tabs
-                vals += [v] * len(tabs)
-        if cover:
-            if vals.count(vals[0]) == len(vals):
-                out.append((_zipped(cover, x, y), vals[0]))
-            else:  # groups of different values at each index: one chunk per run of equal ones
-                cuts = [0, *(i for i in range(1, len(vals)) if vals[i] != vals[i - 1]), len(vals)]
-                parts = [(a, z, vals[a]) for a, z in pairwise(cuts)]
-                for row in zip(*[t[x:y][::-1] for t in cover], strict=True):
-                    for a, z, v in parts:
-                        out.append((list(row[a:z]), v))
-        y = x
-    return out
-
-
-def _zipped(tables: list[list[KVCacheBlock]], lo: int, hi: int) -> list[KVCacheBlock]:
-    """The tables' entries ``[lo, hi)``, each reversed, interleaved: entry
-    ``hi - 1`` of each table in turn, then ``hi - 2``... (slice assignment in C)."""
-    if len(tables) == 1:
-        return tables[0][lo:hi][::-1]
-    k = len(tables)
-    out: list[KVCacheBlock] = [None] * (k * (hi - lo))  # type: ignore[list-item]
-    for i, t in enumerate(tables):
-        out[i::k] = t[lo:hi][::-1]
-    return out
-
-
-def _merge_sorted(lanes: Sequence[Lane]) -> list[tuple[list[KVCacheBlock], float | None]]:
-    """``_interleave`` for lanes of different block sizes: every block's end
-    position keyed (then its lane), one sort."""
-    keys: list[int] = []
-    blocks: list[KVCacheBlock] = []
-    values: list[float | None] = []
-    n = len(lanes)
-    for g, (table, bs, spans) in enumerate(lanes):
-        for lo, hi, v in spans:
-            # key = end position x n + (n - 1 - lane): descending is deepest first, then lane order
-            keys += range((lo + 1) * bs * n + n - 1 - g, (hi + 1) * bs * n, bs * n)
-            blocks += table[lo:hi]
-            values += repeat(v, hi - lo)
-    order = sorted(range(len(keys)), key=keys.__getitem__, reverse=True)
-    return [([blocks[i] for i in same], v) for v, same in groupby(order, values.__getitem__)]
