@@ -7,8 +7,12 @@ needs the state at the hit point, and the running state at 48 is not a kept
 snapshot: the swap restores exactly up to the last kept state (32 under
 ``lru``, which keeps every boundary; at most that under ``hybrid``), never past
 it, with the bytes computed before; a reload whose copies fail is recomputed,
-never read stale. The load-or-recompute model decides (``preemption_mode``
-None) and ``"recompute"`` never swaps.
+never read stale. ``"recompute"`` never swaps; with ``preemption_mode`` None
+the swap rule copies only units the pool's reuse would lose (under ``lru``,
+not written through yet here), when the cost model finds it cheaper; under
+``hybrid`` the pool demotes them on reuse, so nothing is copied
+(``test_swap_rule.py``). The scheduler calls ``swap_out`` once the request's
+blocks are freed.
 """
 
 from __future__ import annotations
@@ -53,10 +57,11 @@ def test_a_swap_restores_up_to_the_last_kept_mamba_state(
     assert point % MAMBA_BLOCK == 0 and 0 < point <= 48
     if policy == "lru":
         assert point == MAMBA_BLOCK  # every boundary's state is kept
+    kv.free(r)  # as the scheduler preempts: freed, then offered to the swap
+    assert tiers.swap.swap_point(r) == point
     assert tiers.swap_out(r, "swap")
     assert tiers.stats.swaps == 1 and tiers.stats.swapped_tokens == point
     assert tiers.stats.swapped_units == 2  # the state at 32 and one attention block
-    kv.free(r)
     _evict_and_wipe(kv, buffers)
     r.num_computed_tokens = 0  # resumed
     assert tiers.prepare(r, wait=True)
@@ -73,23 +78,34 @@ def test_a_swap_restores_up_to_the_last_kept_mamba_state(
 
 
 @pytest.mark.parametrize(
-    ("mode", "seconds_per_token", "swapped"),
-    [(None, 1.0, True), (None, 1e-12, False), ("recompute", 1.0, False), ("swap", 1e-12, True)],
+    ("policy", "mode", "seconds_per_token", "swapped"),
+    [
+        ("lru", None, 1.0, True),  # lost on reuse, recompute dear: copied
+        ("lru", None, 1e-12, False),  # recompute cheap: declined
+        ("lru", "recompute", 1.0, False),
+        ("lru", "swap", 1e-12, True),
+        ("hybrid", None, 1.0, False),  # demoted on reuse: nothing to copy
+        ("hybrid", "swap", 1e-12, True),
+    ],
 )
-def test_the_mode_or_the_cost_model_decides(
-    mode: str | None, seconds_per_token: float, swapped: bool, host_memory: MakeMemory
+def test_the_mode_or_the_rule_decides(
+    policy: str, mode: str | None, seconds_per_token: float, swapped: bool, host_memory: MakeMemory
 ) -> None:
-    kv, _, tiers, _ = tiered_manager("tiny-jamba", max_len=MAX_LEN, make_memory=host_memory)
+    kv, _, tiers, _ = tiered_manager(
+        "tiny-jamba", policy=policy, max_len=MAX_LEN, make_memory=host_memory
+    )
     tiers.cost.observe_step(100, 100, 100 * seconds_per_token)  # recompute: measured
     r = Request("a", toks(48 + 8))
     admit(kv, r)
     r.num_computed_tokens = 48
     stores = tiers.host.stats.stores
+    kv.free(r)
     assert tiers.swap_out(r, mode) == swapped
     tiers.pending.wait_all()
     assert (tiers.host.stats.stores > stores) == swapped
-    assert tiers.stats.swaps_declined == (mode is None and not swapped)
-    kv.free(r)
+    assert tiers.stats.swaps_declined == (mode is None and policy == "lru" and not swapped)
+    assert tiers.stats.swaps_unneeded == (mode is None and policy == "hybrid")
+    tiers.check_integrity()
     tiers.close()
 
 
@@ -116,8 +132,8 @@ def test_a_failed_reload_recomputes(host_memory: MakeMemory) -> None:
     r = Request("a", toks(48 + 8))
     admit(kv, r)
     r.num_computed_tokens = 48
-    assert tiers.swap_out(r, "swap")
     kv.free(r)
+    assert tiers.swap_out(r, "swap")
     _evict_and_wipe(kv, buffers)
     copier.fail = True  # every load's copy fails
     r.num_computed_tokens = 0
