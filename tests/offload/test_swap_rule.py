@@ -26,8 +26,8 @@ import pytest
 from factories import admit, toks
 from tier_helpers import computed, fill, tiered_manager
 
-from hybridkv import Request
-from hybridkv.offload import BlockBytes
+from hybridkv import KVCacheManager, Request
+from hybridkv.offload import BlockBytes, TieredCache
 from hybridkv.offload.swap_decision import Decision, SwapPlan
 from hybridkv.sim.devices import device_profile
 from hybridkv.sim.tier_model import TieredCache as SimTieredCache
@@ -136,9 +136,7 @@ def test_with_room_only_in_spare_no_valued_unit_is_evicted(
     tiers.close()
 
 
-def test_with_free_room_copies_are_stored_as_spare(
-    host_memory: MakeMemory, tmp_path: Path
-) -> None:
+def test_with_free_room_copies_are_stored_as_spare(host_memory: MakeMemory, tmp_path: Path) -> None:
     kv, tiers, valued = _lru_with_host_of(1, host_memory, tmp_path)
     r = _preempted(kv, "a", toks(48 + 8), 48)
     assert tiers.swap_out(r, None)
@@ -158,26 +156,32 @@ def test_with_free_room_copies_are_stored_as_spare(
     tiers.close()
 
 
-def _sim_plan(kv: object, tiers: object, mode: str | None, r: Request) -> SwapPlan | None:
+def _sim_plan(
+    kv: KVCacheManager, tiers: TieredCache, mode: str | None, r: Request
+) -> SwapPlan | None:
     """The simulator's plan for ``r`` on ``kv``'s device state, its host holding
     the engine host's keys."""
-    config = kv.kv_cache_config  # type: ignore[attr-defined]
     cache = SimTieredCache(
-        config,
-        kv.coordinator.managers,  # type: ignore[attr-defined]
-        kv.block_pool.cached,  # type: ignore[attr-defined]
+        kv.kv_cache_config,
+        kv.coordinator.managers,
+        kv.block_pool.cached,
         1 << 16,
         device_profile("h100"),
         1 << 30,
         None,
-        kv.coordinator.policy.writes_through,  # type: ignore[attr-defined]
+        kv.coordinator.policy.writes_through,
         0.0,
     )
-    assert cache.unit_bytes == tiers.block_bytes.unit_bytes  # type: ignore[attr-defined]
-    for key in tiers.host.keys():  # type: ignore[attr-defined]
-        assert cache.host.store(tuple(key), cache.unit_bytes[key.group_id], 0) == []
-    sim = SimSwap(cache, mode, tiers.cost, kv.coordinator.policy)  # type: ignore[attr-defined]
-    return sim.plan(r, kv.hasher)  # type: ignore[attr-defined]
+    assert cache.unit_bytes == tiers.block_bytes.unit_bytes
+    assert tiers.host is not None
+    held = tiers.host.keys()
+    for key in held:
+        assert (
+            cache.host.store((key.block_hash, key.group_id), cache.unit_bytes[key.group_id], 0)
+            == []
+        )
+    sim = SimSwap(cache, mode, tiers.cost, kv.coordinator.policy)
+    return sim.plan(r, kv.hasher)
 
 
 @pytest.mark.parametrize("policy", ["lru", "hybrid"])
