@@ -25,7 +25,7 @@ from tier_helpers import fill, tiered_manager
 
 from hybridkv import Request
 from hybridkv.offload import BlockBytes
-from hybridkv.offload.load_cost import MIN_PREFILL_TOKENS, LoadCost
+from hybridkv.offload.load_cost import ALPHA, MIN_PREFILL_TOKENS, LoadCost, LoadCostPrior
 from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 128
@@ -117,9 +117,12 @@ def test_the_cost_model() -> None:
     assert cost.recompute_seconds(10) is None
     cost.observe_step(100, 100, 1.0)  # 10 ms per token
     assert cost.recompute_seconds(10) == pytest.approx(0.1)
+    prior = LoadCostPrior().cpu
+    assert cost.load_bandwidth == prior  # the start figure, until a load is measured
     cost.observe_load(1000, 1e-6)  # 1 GB/s measured, averaged into the prior
     bw = cost.load_bandwidth
-    assert 0.65e9 < bw < 1e9
+    assert bw == pytest.approx(prior + ALPHA * (1e9 - prior))
+    assert LoadCost(cuda=True).load_bandwidth == LoadCostPrior().cuda
     assert cost.load_cheaper(int(bw * 0.05), 10)  # 50 ms of copy vs 100 ms of recompute
     assert not cost.load_cheaper(int(bw * 0.05), 10, copies=2)  # out and back: 100 ms
     assert not cost.load_cheaper(int(bw * 0.2), 10)
