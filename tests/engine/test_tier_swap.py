@@ -2,7 +2,7 @@
 
 A device pool too small for the batch forces preemptions; with
 ``preemption_mode="swap"`` each preempted request's units (up to its swap
-point) go to the host tier first, and its resume restores them through the
+point) go to the host tier once it is freed, and its resume restores them through the
 normal load path (or finds them still on the device). Tiny Jamba (Mamba +
 full attention; a Mamba group's swap point is its last kept state, 32-token
 blocks) and tiny Gemma 3 (sliding window + full attention), under both cache
