@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pytest
 from factories import admit, toks
-from tier_helpers import fill, tiered_manager
+from tier_helpers import assert_restored, evict_and_wipe, fill, tiered_manager
 
 from hybridkv import Request
 from hybridkv.offload import BlockBytes
@@ -32,13 +32,6 @@ MAX_LEN = 128
 MAMBA_BLOCK = 32  # tiny-jamba's planned block size (every group's)
 #: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
 MakeMemory = Callable[[BlockBytes, int], HostMemory]
-
-
-def _evict_and_wipe(kv: object, buffers: object) -> None:
-    pool = kv.block_pool  # type: ignore[attr-defined]
-    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))  # waits for the swap's stores
-    for buf in buffers.buffers:  # type: ignore[attr-defined]
-        buf.zero_()
 
 
 @pytest.mark.parametrize("policy", ["lru", "hybrid"])
@@ -62,16 +55,12 @@ def test_a_swap_restores_up_to_the_last_kept_mamba_state(
     assert tiers.swap_out(r, "swap")
     assert tiers.stats.swaps == 1 and tiers.stats.swapped_tokens == point
     assert tiers.stats.swapped_units == 2  # the state at 32 and one attention block
-    _evict_and_wipe(kv, buffers)
+    evict_and_wipe(kv, buffers)
     r.num_computed_tokens = 0  # resumed
     assert tiers.prepare(r, wait=True)
     blocks, resumed = kv.get_computed_blocks(r)
     assert resumed == point  # exactly the swap point: the running state was not saved
-    for gid, table in enumerate(blocks.blocks):
-        for b in table:
-            if not b.is_null:
-                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
-                assert got == want[(gid, b.block_hash)]
+    assert_restored(tiers, blocks, want)
     tiers.check_integrity()
     kv.check_integrity()
     tiers.close()
@@ -137,7 +126,7 @@ def test_a_failed_reload_recomputes(host_memory: MakeMemory) -> None:
     r.num_computed_tokens = 48
     kv.free(r)
     assert tiers.swap_out(r, "swap")
-    _evict_and_wipe(kv, buffers)
+    evict_and_wipe(kv, buffers)
     copier.fail = True  # every load's copy fails
     r.num_computed_tokens = 0
     assert tiers.prepare(r, wait=True)

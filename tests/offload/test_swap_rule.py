@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from factories import admit, toks
-from tier_helpers import computed, fill, tiered_manager
+from tier_helpers import assert_restored, computed, evict_and_wipe, fill, tiered_manager
 
 from hybridkv import KVCacheManager, Request
 from hybridkv.offload import BlockBytes, TieredCache
@@ -37,13 +37,6 @@ from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 128
 MakeMemory = Callable[[BlockBytes, int], HostMemory]
-
-
-def _evict_and_wipe(kv: object, buffers: object) -> None:
-    pool = kv.block_pool  # type: ignore[attr-defined]
-    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))  # demotes what it reuses
-    for buf in buffers.buffers:  # type: ignore[attr-defined]
-        buf.zero_()
 
 
 def _preempted(kv: object, rid: str, tokens: list[int], computed_to: int) -> Request:
@@ -73,16 +66,12 @@ def test_a_fast_link_copies_nothing_the_pool_demotes_on_reuse(host_memory: MakeM
     assert not tiers.swap_out(r, None)
     assert tiers.stats.swaps == 0 and tiers.stats.swaps_unneeded == 1
     assert tiers.host.keys() == []
-    _evict_and_wipe(kv, buffers)  # the pool reuses every block before the resume
+    evict_and_wipe(kv, buffers)  # the pool reuses every block before the resume
     r.num_computed_tokens = 0
     assert tiers.prepare(r, wait=True)
     blocks, resumed = kv.get_computed_blocks(r)
     assert resumed == plan.point  # demotion kept what a swap would have copied
-    for gid, table in enumerate(blocks.blocks):
-        for b in table:
-            if not b.is_null:
-                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
-                assert got == want[(gid, b.block_hash)]
+    assert_restored(tiers, blocks, want)
     tiers.check_integrity()
     kv.check_integrity()
     tiers.close()
