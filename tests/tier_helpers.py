@@ -118,6 +118,26 @@ def fill(kv: KVCacheManager, tiers: TieredCache, r: Request, seed: int = 0) -> d
     return out
 
 
+def evict_and_wipe(kv: KVCacheManager, buffers: KVCacheBuffers) -> None:
+    """The pool reuses every free block (waiting for the stores still reading
+    them, demoting what the policy demotes), then every KV buffer is zeroed: only
+    what the tiers hold can come back."""
+    pool = kv.block_pool
+    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))
+    for buf in buffers.buffers:
+        buf.zero_()
+
+
+def assert_restored(tiers: TieredCache, blocks: Any, want: dict[Any, bytes]) -> None:
+    """Each non-null block of ``blocks`` (a hit's ``KVCacheBlocks``) holds the bytes
+    ``want`` recorded for its ``(group, hash)`` (``fill``)."""
+    for gid, table in enumerate(blocks.blocks):
+        for b in table:
+            if not b.is_null:
+                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
+                assert got == want[(gid, b.block_hash)]
+
+
 def compute(kv: KVCacheManager, tiers: TieredCache, r: Request) -> dict[Any, bytes]:
     """Admit ``r``, fill its blocks with random bytes, run its step (``computed``)
     and free it: its cached blocks' bytes by ``(group, hash)``."""

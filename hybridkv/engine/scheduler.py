@@ -32,9 +32,10 @@ KV); only when nothing else can run does the step wait for the loads of the
 first such request (wherever it is in the queue: its held blocks may be what
 the requests ahead of it lack), and that wait is the step's ``load_wait`` (and
 ``OffloadStats.load_wait_seconds``).
-A preempted request may be swapped out first (``tiers.swap_out``:
-``preemption_mode``, or the cost model): its units go to the host tier and its
-resume loads them back like any tier hit. After each step the tiers see what
+A preempted request may be swapped out once freed (``tiers.swap_out``:
+``preemption_mode``, or the swap rule, ``offload/swap_decision.py``): units its
+resume needs go to the host tier and its resume loads them back like any tier
+hit. After each step the tiers see what
 was computed (``tiers.after_step``: a write-through policy stores it, and the
 step's time per token feeds the cost model).
 
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.core.request import Request
 from hybridkv.engine.engine_request import EngineRequest, RequestStatus
 
 if TYPE_CHECKING:
@@ -222,14 +224,19 @@ class Scheduler:
             pending.update((g, b) for b in ids[g][s.start // bs : last] if b)
 
     def _preempt(self, req: EngineRequest) -> None:
-        if self.tiers is not None:
-            self.tiers.swap_out(req.core, self.preemption_mode)  # to the host tier, if worth it
-        self.manager.free(req.core)
+        self.manager.free(req.core)  # its blocks carry their release values now
+        self._swap_out(req.core)
         req.core.num_computed_tokens = 0
         req.core.num_preemptions += 1
         req.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1
         self.waiting.appendleft(req)
+
+    def _swap_out(self, request: Request) -> None:
+        """The preempted ``request`` is freed, its computed count not yet reset: its
+        units go to the host tier if the swap decision says so (``tiers.swap_out``)."""
+        if self.tiers is not None:
+            self.tiers.swap_out(request, self.preemption_mode)
 
     def update(
         self, out: SchedulerOutput, sampled: dict[str, int], now: float

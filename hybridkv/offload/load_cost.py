@@ -6,7 +6,8 @@ The model, in seconds::
     recompute(tokens) = tokens * seconds_per_prefill_token
 
 - ``load_bandwidth`` (bytes/s) starts at ``LoadCostPrior``'s figure for the
-  device (stated there) and then follows what this engine measures: each
+  device (each with its source there: a measured CPU reading, a published
+  pinned-copy figure on CUDA) and then follows what this engine measures: each
   restored hit staged and landed within one step (``TieredCache.prepare``)
   gives ``bytes loaded / (decided -> blocks usable)`` (``OffloadStats.load_seconds``:
   pins, copies and landing included), folded in as an exponential moving average (``ALPHA``).
@@ -25,9 +26,17 @@ The model, in seconds::
 
 Two decisions use it (``TieredCache``): a tier hit is loaded only if
 ``load(its unit bytes) < recompute(its tokens past the device hit)`` (else the
-tokens are recomputed and ``skipped_slower`` counts it); a preempted request is
-swapped out only if ``2 * load(bytes)`` (out now, back on resume) is below
-``recompute(tokens)``.
+tokens are recomputed and ``skipped_slower`` counts it); a preempted request's
+units the pool would lose are copied only if ``2 * load(their bytes)`` (out
+now, back on resume) is below ``recompute(the tokens they keep)``
+(``swap_decision.py``).
+
+The start figure matters between the first measured prefill step and the first
+measured load, and more if it is too low: a load it declines is not made, so
+it is not measured either, and the figure stays. Measured against it: on the
+CPU a unit of 16 tokens of the demo's Gemma 3 270M (48 KiB) loads in about
+6 us at the prior and recomputes in about 65 ms (``tiers-ttft.md``'s cold
+prefill, 8.4 s for 2,048 tokens), so no CPU model near it declines a load.
 """
 
 from __future__ import annotations
@@ -44,9 +53,12 @@ MIN_PREFILL_TOKENS = 16
 class LoadCostPrior:
     """Load bandwidths used until the engine has measured its own (bytes/s)."""
 
-    #: The CPU engine's host-tier loads of the demo's Gemma 3 270M, 2k tokens,
-    #: 48 KiB units (benchmarks/results/tiers-ttft.md, 2026-11-27): 0.65 GB/s.
-    cpu: float = 0.65e9
+    #: The CPU engine's whole host-tier load (decided -> blocks usable, what
+    #: ``observe_load`` measures), median hit of the demo's Gemma 3 270M, 2k
+    #: tokens, 288 units of 48 KiB: 8.49 GB/s (benchmarks/results/tiers-ttft.md,
+    #: the 2026-11-27 21:41-21:57 UTC reading, ``bench_tier_ttft.py``; was 0.65
+    #: GB/s before that session's faster load path).
+    cpu: float = 8.49e9
     #: Pinned host-to-device copies over PCIe Gen4 x16 (the simulator's A100
     #: profile, sim/devices.py; a Gen5 H100 is faster): 25 GB/s.
     cuda: float = 25e9

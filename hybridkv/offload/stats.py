@@ -39,6 +39,7 @@ class OffloadStats:
     swapped_units: int = 0  # units those swaps stored (the others were in a tier)
     swapped_tokens: int = 0  # tokens their swap points restore, if every unit stays
     swaps_declined: int = 0  # preemptions the cost model left to recompute
+    swaps_unneeded: int = 0  # preemptions whose units the pool's reuse would not lose
     load_wait_seconds: float = 0.0  # time the scheduler blocked on tier loads
     store_waits: int = 0  # finished outputs held for the store writes in flight (``WriteBarrier``)
     store_wait_seconds: float = 0.0  # their time held

@@ -197,8 +197,8 @@ class TieredCache:
         self._staged_in.pop(request.request_id, None)
 
     def swap_out(self, request: Request, mode: str | None) -> bool:
-        """``Swap.swap_out``: ``request`` is being preempted (blocks not yet freed);
-        ``mode``: ``SchedulerConfig.preemption_mode``."""
+        """``Swap.swap_out``: ``request`` was preempted (its blocks freed, its
+        computed count not yet reset); ``mode``: ``SchedulerConfig.preemption_mode``."""
         if self.swap is None or self.demotion is None:
             return False  # no host tier (the store alone): preemption recomputes
         swapped = self.swap.swap_out(request, mode)

@@ -39,6 +39,7 @@ from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
 from hybridkv.offload.unit_batches import rows_ok, start_row_stores
 from hybridkv.tiers import HostTier, TierFullError, Transfer, UnitKey
+from hybridkv.tiers.spare import is_spare
 
 #: Where a unit the host tier has no room for goes: ``(key, parts, value)``.
 Overflow = Callable[[UnitKey, list[Any], "float | None"], None]
@@ -49,7 +50,8 @@ class HostStores:
     """Asynchronous stores of device blocks into the host tier: each registered in
     ``pending`` (the block's reuse waits for it) and announced by ``events`` once
     landed; a unit the host has no room for (a batch never evicts its own entries
-    in flight) goes to ``overflow`` (the disk tier), else nowhere.
+    in flight) goes to ``overflow`` (the disk tier), else nowhere; a unit stored
+    as ``SPARE`` (spare room only, ``tiers/spare.py``) goes nowhere.
 
     On the CPU (``rows_ok``: a ``SlabMemory`` host) a batch moves as rows: one
     transfer per group, one gather per layer, on the copy thread
@@ -96,7 +98,7 @@ class HostStores:
         value: float | None,
     ) -> int:
         """Per unit: its store in flight (a transfer) registered with ``pending`` and
-        ``events``, a unit skipped for room (``TierFullError``) sent to ``overflow``,
+        ``events``, a valued unit skipped for room (``TierFullError``) sent to ``overflow``,
         or nothing (held already). Returns the stores started."""
         started = 0
         reading: dict[Transfer, list[KVCacheBlock]] = {}  # a row batch's one transfer
@@ -107,7 +109,7 @@ class HostStores:
                 if self.events is not None:
                     self.events.storing(key, outcome, "CPU")
             elif isinstance(outcome, TierFullError):
-                if self.overflow is not None:
+                if self.overflow is not None and not is_spare(value):
                     self.overflow(key, self.block_bytes.parts(gid, b.block_id), value)
             else:
                 assert outcome is None, f"a store of {key!r} failed to start: {outcome!r}"

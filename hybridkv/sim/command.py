@@ -8,7 +8,7 @@
 (and ``--disk`` below it) model tiers under the device pool
 (``hybridkv.sim.tier_model``); with them, ``--plot`` draws hit rate against
 host memory, and ``--preemption-mode`` (``swap`` | ``recompute``; default: the
-engine's cost model) decides what a preempted request does
+engine's swap rule) decides what a preempted request does
 (``hybridkv.sim.tier_swap``). ``--return-bonus``, ``--return-grade``, ``--value-weight``
 and ``--floor-tokens`` (comma lists too) tune ``hybrid``: each ``hybrid`` run is
 repeated for every combination, to try them on one's own trace;
@@ -89,9 +89,12 @@ def add_simulate_parser(sub: Any) -> None:
         help="with --host-memory, what a preempted request does (the engine's "
         "preemption_mode): swap stores the units of its longest held hit in the host tier "
         "and its resume loads them; recompute recomputes. Default: as the engine with it "
-        "unset, swap when twice the copy time at the device's host->device bandwidth is "
-        "below the cost model's prefill time of those tokens. Without --host-memory, "
-        "recompute (swap is an error)",
+        "unset, the swap rule: only units the device's reuse would lose (free, in no tier, "
+        "not demoted by the policy) are copied, into the host's spare room only, when twice "
+        "their copy time at the device's host->device bandwidth is below the cost model's "
+        "prefill time of the tokens they keep; under hybrid (which demotes what the pool "
+        "reuses) that is nothing, as recompute. Without --host-memory, recompute (swap is an "
+        "error)",
     )
     p.add_argument("--requests", help="replay only the first N requests")
     p.add_argument(

@@ -159,7 +159,7 @@ def replay_trace(
             cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks
         )
     has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
-    swap = swap_of(tiers, options, cost)
+    swap = swap_of(tiers, options, cost, policy)
     scheduler = scheduler_for(
         manager,
         swap,

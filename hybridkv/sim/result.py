@@ -64,7 +64,8 @@ class TierFigures:
     only (``hybrid``'s ``evict_first`` blocks) stored, and skipped for want of it;
     ``preemption_mode`` and the swap figures (``sim/tier_swap.py``): ``swaps``
     (the other preemptions recomputed), ``swaps_declined`` (the cost model chose
-    recompute), ``swapped_units`` / ``swapped_bytes`` (stored in the host by
+    recompute), ``swaps_unneeded`` (the pool's reuse would lose none of its
+    units: nothing copied), ``swapped_units`` / ``swapped_bytes`` (stored in the host by
     swaps), ``swapped_tokens`` (swap points summed), ``swap_saved_s`` (the cost
     model's estimate at each decision, summed: not the replay's own saving)."""
 
@@ -91,6 +92,7 @@ class TierFigures:
     preemption_mode: str | None = None
     swaps: int = 0
     swaps_declined: int = 0
+    swaps_unneeded: int = 0
     swapped_units: int = 0
     swapped_bytes: int = 0
     swapped_tokens: int = 0

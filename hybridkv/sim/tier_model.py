@@ -147,9 +147,10 @@ class TieredCache:
                     self.disk.store(victim, unit.nbytes, unit.cls)
         return victims is not None
 
-    def store_host(self, key: tuple[bytes, int], gid: int, cls: int) -> bool:
+    def store_host(self, key: tuple[bytes, int], gid: int, cls: int | None) -> bool:
         """Store a unit in the host (a swap, ``sim/tier_swap.py``), with value class
-        ``cls``; under demotion the host's victims go to disk. False if refused."""
+        ``cls`` (None: spare, into spare room only); under demotion the host's
+        valued victims go to disk. False if refused."""
         return self._demote(self.host, key, gid, cls)
 
     # -- hits -------------------------------------------------------------------

@@ -1,18 +1,24 @@
 """``SimSwap``: swap preemption in ``hybridkv simulate`` (``--preemption-mode``).
 
-The engine's decision (``hybridkv/offload/swap.py``), called, not copied.
-When the scheduler preempts a running request, before its blocks are freed
-(``SwapScheduler._preempt``):
+The engine's decision (``hybridkv/offload/swap_decision.py``: ``plan_swap``),
+called, not copied. When the scheduler preempts a running request, after its
+blocks are freed (so each carries its release value) and before its computed
+count is reset (``SwapScheduler._swap_out``, the engine's hook):
 
 1. ``may_swap(mode)``: ``"recompute"`` never swaps;
-2. ``swap_point``: the longest hit of at most its computed tokens (and one
+2. the swap point: the longest hit of at most its computed tokens (and one
    short of all its tokens) whose units are each on the device or in a tier,
-   by the coordinator's rule; ``swap_units``: the units that hit needs (the
-   full-attention blocks, the window's, the chunk's, the Mamba state at the
-   point: a Mamba group resumes from its last kept state);
-3. ``worth_swapping``: ``"swap"`` always; None (the default, as the engine
-   with ``preemption_mode`` unset) when ``LoadCost`` finds ``2 * load(bytes)``
-   (out now, back on resume) below ``recompute(point)``.
+   by the coordinator's rule; its units: the full-attention blocks, the
+   window's, the chunk's, the Mamba state at the point;
+3. each unit's fate if the pool reused its block before the resume
+   (``fate``: in a tier; kept, since a running request holds the block or the
+   policy demotes it on reuse; lost, since it is free and not demoted);
+4. the default (no ``--preemption-mode``, as the engine with
+   ``preemption_mode`` unset) copies only the lost units, as spare (the
+   host's free bytes and older spare units' only: ``TierIndex``'s spare room),
+   when ``LoadCost`` finds ``2 * load(their bytes)`` below recomputing the
+   tokens they keep; ``swap`` copies every unit no tier holds, valued
+   (``point / units`` prefill tokens saved per unit), whatever the link.
 
 The ``LoadCost`` is the engine's class with the device profile's figures:
 its load bandwidth is the profile's host->device link
@@ -23,27 +29,25 @@ tokens from position 0 (``CostModel.step``). Like the engine's figure it is
 linear in tokens (a long context's recompute costs more), which errs toward
 recomputing.
 
-A swap stores in the host tier the units of the swap point that no tier
-holds yet (``TieredCache.store_host``: under ``hybrid`` with the value class
-of the engine's value, ``point / units`` prefill tokens saved per unit, scaled
-to the unit's bytes as demotion does, and the host's victims going to disk;
-under ``lru`` class 0, plain LRU). Units a tier holds already are not copied
-again (nor touched), as in the engine. Stores cost no modeled time (a
-device-to-host copy off the critical path, as demotion and write-through
-here). On resume the request is an ordinary waiting one: its device hit, then
-what the tiers hold past it, loaded (``TierReplay``: ``reloaded_tokens``); a
-unit the host evicted meanwhile is recomputed from there.
+A copy is stored in the host (``TieredCache.store_host``): a spare one into
+spare room only (else skipped: ``host_spare_skips``); a valued one under
+``hybrid`` with the value class of its value scaled to the unit's bytes as
+demotion does, the host's victims going to disk, under ``lru`` class 0, plain
+LRU. Stores cost no modeled time (a device-to-host copy off the critical
+path, as demotion and write-through here). On resume the request is an
+ordinary waiting one: its device hit, then what the tiers hold past it,
+loaded (``TierReplay``: ``reloaded_tokens``); a unit evicted meanwhile is
+recomputed from there.
 
 Figures (``TierFigures``): ``swaps``, ``swaps_declined`` (the cost model chose
-recompute), ``swapped_units`` / ``swapped_bytes`` (new stores),
-``swapped_tokens`` (swap points summed) and ``swap_saved_s``: for each swap,
-``recompute(point) - 2 * load(bytes of its units)`` as ``LoadCost`` estimated
-it at the decision. It is the engine's estimate, not what the replay saved:
-where the device still holds a swapped request's blocks at its resume (freed,
-not yet reused), nothing is reloaded and nothing was saved, and under
-``recompute`` a resume reloads whatever demotion put in the tiers too. The
-realized effect is the makespan and TTFT against a ``--preemption-mode
-recompute`` run.
+recompute), ``swaps_unneeded`` (nothing would be lost: no copy),
+``swapped_units`` / ``swapped_bytes`` (new stores), ``swapped_tokens`` (swap
+points summed) and ``swap_saved_s``: for each swap, ``recompute(saved tokens)
+- 2 * load(weighed bytes)`` as ``LoadCost`` estimated it at the decision
+(``estimated_saving``). It is the engine's estimate, not what the replay
+saved: where the device still holds a swapped request's blocks at its resume,
+nothing is reloaded and nothing was saved. The realized effect is the hit
+rate, makespan and TTFT against a ``--preemption-mode recompute`` run.
 """
 
 from __future__ import annotations
@@ -51,16 +55,26 @@ from __future__ import annotations
 from typing import Any
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
-from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.scheduler import Scheduler
 from hybridkv.offload.load_cost import LoadCost, LoadCostPrior
-from hybridkv.offload.swap_decision import may_swap, swap_point, swap_units, worth_swapping
+from hybridkv.offload.swap_decision import (
+    Decision,
+    Fate,
+    SwapPlan,
+    device_fate,
+    estimated_saving,
+    may_swap,
+    plan_swap,
+)
 from hybridkv.policy import value_class
+from hybridkv.policy.base import CachePolicy
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.options import SimOptions
 from hybridkv.sim.tier_model import TieredCache
 from hybridkv.sim.tier_replay import TierReplay
+from hybridkv.tiers.spare import is_spare
 
 
 def profile_load_cost(cost: CostModel, max_num_batched_tokens: int) -> LoadCost:
@@ -72,14 +86,18 @@ def profile_load_cost(cost: CostModel, max_num_batched_tokens: int) -> LoadCost:
 
 
 class SimSwap:
-    """Swap preemption over one replay's tiers (module docstring)."""
+    """Swap preemption over one replay's tiers (module docstring). ``policy``:
+    the device's cache policy (its ``demotion_value`` decides what is lost)."""
 
-    def __init__(self, cache: TieredCache, mode: str | None, load_cost: LoadCost) -> None:
+    def __init__(
+        self, cache: TieredCache, mode: str | None, load_cost: LoadCost, policy: CachePolicy
+    ) -> None:
         may_swap(mode)  # a bad mode is a ValueError here, before any replay
         self.cache = cache
         self.mode = mode
         self.load_cost = load_cost
-        self.swaps = self.swaps_declined = 0
+        self.policy = policy
+        self.swaps = self.swaps_declined = self.swaps_unneeded = 0
         self.swapped_units = self.swapped_bytes = self.swapped_tokens = 0
         self.swap_saved_s = 0.0
 
@@ -88,6 +106,7 @@ class SimSwap:
         return {
             "swaps": self.swaps,
             "swaps_declined": self.swaps_declined,
+            "swaps_unneeded": self.swaps_unneeded,
             "swapped_units": self.swapped_units,
             "swapped_bytes": self.swapped_bytes,
             "swapped_tokens": self.swapped_tokens,
@@ -98,61 +117,81 @@ class SimSwap:
         cache = self.cache
         return h in cache.device_cached[gid] or any((h, gid) in t for t in cache.tiers)
 
-    def swap_out(self, request: Request, hasher: Any) -> bool:
-        """``request`` is being preempted (its blocks not freed yet): store its
-        swap point's units in the host if the mode or the cost model says so.
-        True if it was swapped."""
-        if not may_swap(self.mode):
-            return False
+    def fate(self, gid: int, i: int, h: bytes) -> Fate:
+        """``swap_decision.Fate`` of a present unit: in a tier, else on the device."""
+        cache = self.cache
+        if any((h, gid) in t for t in cache.tiers):
+            return Fate.IN_TIER
+        block = cache.device_cached[gid][h]
+        assert isinstance(block, KVCacheBlock)
+        return device_fate(block, self.policy)
+
+    def plan(self, request: Request, hasher: Any) -> SwapPlan | None:
+        """``plan_swap`` for the freed ``request`` over this replay's state. Read-only."""
         request.bind_hasher(hasher)
         cache = self.cache
-        point = swap_point(cache.managers, request, self._present)
-        if point == 0:
+        return plan_swap(
+            cache.managers,
+            request,
+            self.mode,
+            self._present,
+            self.fate,
+            cache.unit_bytes,
+            self.load_cost,
+        )
+
+    def swap_out(self, request: Request, hasher: Any) -> bool:
+        """``request`` was preempted (its blocks freed, its computed count not yet
+        reset): store the units ``plan`` picks in the host. True if it was swapped."""
+        plan = self.plan(request, hasher)
+        if plan is None:
             return False
-        units = swap_units(cache.managers, request.live_block_hashes, point)
+        if plan.decision is not Decision.SWAP:
+            if plan.decision is Decision.DECLINED:
+                self.swaps_declined += 1
+            else:
+                self.swaps_unneeded += 1
+            return False
+        cache = self.cache
         unit_bytes = cache.unit_bytes
-        nbytes = sum(unit_bytes[gid] for gid, _, _ in units)
-        cost = self.load_cost
-        if not worth_swapping(self.mode, cost, nbytes, point):
-            self.swaps_declined += 1
-            return False
-        per_unit = point / max(1, len(units))
-        for gid, _, h in units:
-            key = (h, gid)
-            if any(key in t for t in cache.tiers):
-                continue
-            cls = 0 if cache.write_through else value_class(per_unit) + cache.class_shift[gid]
-            if cache.store_host(key, gid, cls):
+        spare = is_spare(plan.value)
+        for gid, _, h in plan.copies:
+            if spare:
+                cls = None
+            else:
+                cls = 0 if cache.write_through else value_class(plan.value) + cache.class_shift[gid]
+            if cache.store_host((h, gid), gid, cls):
                 self.swapped_units += 1
                 self.swapped_bytes += unit_bytes[gid]
         self.swaps += 1
-        self.swapped_tokens += point
-        recompute = cost.recompute_seconds(point)
-        if recompute is not None:
-            self.swap_saved_s += recompute - 2 * cost.load_seconds(nbytes)
+        self.swapped_tokens += plan.point
+        saving = estimated_saving(plan, self.load_cost)
+        if saving is not None:
+            self.swap_saved_s += saving
         return True
 
 
 class SwapScheduler(Scheduler):
-    """The engine's ``Scheduler``, each preempted request first offered to
-    ``swap`` (the engine's ``tiers.swap_out`` call, at the same point)."""
+    """The engine's ``Scheduler``, each preempted request offered to ``swap``
+    once freed (the engine's ``tiers.swap_out`` call, at the same point)."""
 
     def __init__(self, manager: KVCacheManager, *, swap: SimSwap, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.swap = swap
 
-    def _preempt(self, req: EngineRequest) -> None:
-        self.swap.swap_out(req.core, self.manager.hasher)
-        super()._preempt(req)
+    def _swap_out(self, request: Request) -> None:
+        self.swap.swap_out(request, self.manager.hasher)
 
 
-def swap_of(tiers: TierReplay | None, options: SimOptions, cost: CostModel) -> SimSwap | None:
+def swap_of(
+    tiers: TierReplay | None, options: SimOptions, cost: CostModel, policy: CachePolicy
+) -> SimSwap | None:
     """The replay's ``SimSwap``: None without a host tier or under ``recompute``
     (the scheduler is then the engine's, unchanged)."""
     if tiers is None or not may_swap(options.preemption_mode):
         return None
     load = profile_load_cost(cost, options.max_num_batched_tokens)
-    return SimSwap(tiers.cache, options.preemption_mode, load)
+    return SimSwap(tiers.cache, options.preemption_mode, load, policy)
 
 
 def scheduler_for(

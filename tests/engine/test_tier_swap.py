@@ -2,12 +2,14 @@
 
 A device pool too small for the batch forces preemptions; with
 ``preemption_mode="swap"`` each preempted request's units (up to its swap
-point) go to the host tier first, and its resume restores them through the
+point) go to the host tier once it is freed, and its resume restores them through the
 normal load path (or finds them still on the device). Tiny Jamba (Mamba +
 full attention; a Mamba group's swap point is its last kept state, 32-token
 blocks) and tiny Gemma 3 (sliding window + full attention), under both cache
 policies: every output equals transformers' greedy tokens (logits within
-1e-4), the integrity checks hold, and the counters show the swaps.
+1e-4), the integrity checks hold, and the counters show the swaps. With
+``preemption_mode`` unset under ``hybrid`` the swap rule copies nothing (the
+pool demotes what it reuses), and the outputs match too.
 """
 
 from __future__ import annotations
@@ -67,4 +69,27 @@ def test_swapped_requests_match_transformers(case: tuple, policy: str) -> None:
     # A swap point is a kept boundary (a Mamba state is kept only at block ends).
     step = max(g.kv_cache_spec.block_size for g in llm.kv_cache_config.kv_cache_groups)
     assert stats.swapped_tokens % step == 0
+    llm.close()
+
+
+def test_the_default_rule_copies_nothing_hybrid_demotes(case: tuple) -> None:
+    """``preemption_mode`` None under ``hybrid``: every preempted request's units
+    are demoted if the pool reuses them, so none is copied (the swap rule,
+    ``offload/swap_decision.py``), and the outputs still match transformers."""
+    ckpt, kw, memory, length, count, n = case
+    llm = LLM(
+        ckpt,
+        block_size=4,
+        kv_cache_memory_bytes=memory["hybrid"],
+        cache_policy="hybrid",
+        kv_offloading_size=TIER_GIB,
+        **kw,
+    )
+    prompts = [random_prompt(length, 10 + i) for i in range(count)]
+    check_against_hf(ckpt, llm, prompts, n)
+    assert llm.tiers is not None
+    stats = llm.tiers.stats
+    assert llm.scheduler.num_preemptions > 0
+    assert stats.swaps == 0 and stats.swapped_units == 0 and stats.swaps_declined == 0
+    assert stats.swaps_unneeded > 0
     llm.close()

@@ -7,8 +7,12 @@ needs the state at the hit point, and the running state at 48 is not a kept
 snapshot: the swap restores exactly up to the last kept state (32 under
 ``lru``, which keeps every boundary; at most that under ``hybrid``), never past
 it, with the bytes computed before; a reload whose copies fail is recomputed,
-never read stale. The load-or-recompute model decides (``preemption_mode``
-None) and ``"recompute"`` never swaps.
+never read stale. ``"recompute"`` never swaps; with ``preemption_mode`` None
+the swap rule copies only units the pool's reuse would lose (under ``lru``,
+not written through yet here), when the cost model finds it cheaper; under
+``hybrid`` the pool demotes them on reuse, so nothing is copied
+(``test_swap_rule.py``). The scheduler calls ``swap_out`` once the request's
+blocks are freed.
 """
 
 from __future__ import annotations
@@ -17,24 +21,17 @@ from collections.abc import Callable
 
 import pytest
 from factories import admit, toks
-from tier_helpers import fill, tiered_manager
+from tier_helpers import assert_restored, evict_and_wipe, fill, tiered_manager
 
 from hybridkv import Request
 from hybridkv.offload import BlockBytes
-from hybridkv.offload.load_cost import MIN_PREFILL_TOKENS, LoadCost
+from hybridkv.offload.load_cost import ALPHA, MIN_PREFILL_TOKENS, LoadCost, LoadCostPrior
 from hybridkv.tiers.memory import HostMemory
 
 MAX_LEN = 128
 MAMBA_BLOCK = 32  # tiny-jamba's planned block size (every group's)
 #: ``conftest.host_memory``: ``(block_bytes, budget bytes) -> the host tier's memory``.
 MakeMemory = Callable[[BlockBytes, int], HostMemory]
-
-
-def _evict_and_wipe(kv: object, buffers: object) -> None:
-    pool = kv.block_pool  # type: ignore[attr-defined]
-    pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))  # waits for the swap's stores
-    for buf in buffers.buffers:  # type: ignore[attr-defined]
-        buf.zero_()
 
 
 @pytest.mark.parametrize("policy", ["lru", "hybrid"])
@@ -53,43 +50,51 @@ def test_a_swap_restores_up_to_the_last_kept_mamba_state(
     assert point % MAMBA_BLOCK == 0 and 0 < point <= 48
     if policy == "lru":
         assert point == MAMBA_BLOCK  # every boundary's state is kept
+    kv.free(r)  # as the scheduler preempts: freed, then offered to the swap
+    assert tiers.swap.swap_point(r) == point
     assert tiers.swap_out(r, "swap")
     assert tiers.stats.swaps == 1 and tiers.stats.swapped_tokens == point
     assert tiers.stats.swapped_units == 2  # the state at 32 and one attention block
-    kv.free(r)
-    _evict_and_wipe(kv, buffers)
+    evict_and_wipe(kv, buffers)
     r.num_computed_tokens = 0  # resumed
     assert tiers.prepare(r, wait=True)
     blocks, resumed = kv.get_computed_blocks(r)
     assert resumed == point  # exactly the swap point: the running state was not saved
-    for gid, table in enumerate(blocks.blocks):
-        for b in table:
-            if not b.is_null:
-                got = b"".join(bytes(p.numpy()) for p in tiers.block_bytes.parts(gid, b.block_id))
-                assert got == want[(gid, b.block_hash)]
+    assert_restored(tiers, blocks, want)
     tiers.check_integrity()
     kv.check_integrity()
     tiers.close()
 
 
 @pytest.mark.parametrize(
-    ("mode", "seconds_per_token", "swapped"),
-    [(None, 1.0, True), (None, 1e-12, False), ("recompute", 1.0, False), ("swap", 1e-12, True)],
+    ("policy", "mode", "seconds_per_token", "swapped"),
+    [
+        ("lru", None, 1.0, True),  # lost on reuse, recompute dear: copied
+        ("lru", None, 1e-12, False),  # recompute cheap: declined
+        ("lru", "recompute", 1.0, False),
+        ("lru", "swap", 1e-12, True),
+        ("hybrid", None, 1.0, False),  # demoted on reuse: nothing to copy
+        ("hybrid", "swap", 1e-12, True),
+    ],
 )
-def test_the_mode_or_the_cost_model_decides(
-    mode: str | None, seconds_per_token: float, swapped: bool, host_memory: MakeMemory
+def test_the_mode_or_the_rule_decides(
+    policy: str, mode: str | None, seconds_per_token: float, swapped: bool, host_memory: MakeMemory
 ) -> None:
-    kv, _, tiers, _ = tiered_manager("tiny-jamba", max_len=MAX_LEN, make_memory=host_memory)
+    kv, _, tiers, _ = tiered_manager(
+        "tiny-jamba", policy=policy, max_len=MAX_LEN, make_memory=host_memory
+    )
     tiers.cost.observe_step(100, 100, 100 * seconds_per_token)  # recompute: measured
     r = Request("a", toks(48 + 8))
     admit(kv, r)
     r.num_computed_tokens = 48
     stores = tiers.host.stats.stores
+    kv.free(r)
     assert tiers.swap_out(r, mode) == swapped
     tiers.pending.wait_all()
     assert (tiers.host.stats.stores > stores) == swapped
-    assert tiers.stats.swaps_declined == (mode is None and not swapped)
-    kv.free(r)
+    assert tiers.stats.swaps_declined == (mode is None and policy == "lru" and not swapped)
+    assert tiers.stats.swaps_unneeded == (mode is None and policy == "hybrid")
+    tiers.check_integrity()
     tiers.close()
 
 
@@ -101,9 +106,12 @@ def test_the_cost_model() -> None:
     assert cost.recompute_seconds(10) is None
     cost.observe_step(100, 100, 1.0)  # 10 ms per token
     assert cost.recompute_seconds(10) == pytest.approx(0.1)
+    prior = LoadCostPrior().cpu
+    assert cost.load_bandwidth == prior  # the start figure, until a load is measured
     cost.observe_load(1000, 1e-6)  # 1 GB/s measured, averaged into the prior
     bw = cost.load_bandwidth
-    assert 0.65e9 < bw < 1e9
+    assert bw == pytest.approx(prior + ALPHA * (1e9 - prior))
+    assert LoadCost(cuda=True).load_bandwidth == LoadCostPrior().cuda
     assert cost.load_cheaper(int(bw * 0.05), 10)  # 50 ms of copy vs 100 ms of recompute
     assert not cost.load_cheaper(int(bw * 0.05), 10, copies=2)  # out and back: 100 ms
     assert not cost.load_cheaper(int(bw * 0.2), 10)
@@ -116,9 +124,9 @@ def test_a_failed_reload_recomputes(host_memory: MakeMemory) -> None:
     r = Request("a", toks(48 + 8))
     admit(kv, r)
     r.num_computed_tokens = 48
-    assert tiers.swap_out(r, "swap")
     kv.free(r)
-    _evict_and_wipe(kv, buffers)
+    assert tiers.swap_out(r, "swap")
+    evict_and_wipe(kv, buffers)
     copier.fail = True  # every load's copy fails
     r.num_computed_tokens = 0
     assert tiers.prepare(r, wait=True)

@@ -1,8 +1,12 @@
 """``simulate --preemption-mode``: swap preemption, the engine's decision.
 
-- The decision is the engine's cost model on the device profile: a slow link
-  recomputes every preemption, a fast one swaps each that has a swap point;
-  ``swap`` swaps whatever the link; ``recompute`` is the replay without swaps.
+- The default is the engine's swap rule (``offload/swap_decision.py``): a
+  unit the pool demotes on reuse (``hybrid``) or a tier holds (``lru``
+  written through) is not copied, whatever the link, so on a fast link the
+  default replays ``recompute`` figure for figure; ``swap`` swaps whatever the
+  link; ``recompute`` is the replay without swaps.
+- What the rule does copy (under ``lru``, units the host dropped) goes into
+  spare room only: a swap store never evicts a valued unit.
 - The ``LoadCost`` the replay uses carries the profile's link and the cost
   model's prefill time per token.
 - A swapped request's units are all in a tier right after its swap, and it
@@ -21,6 +25,7 @@ import random
 import pytest
 
 from hybridkv.layouts import shipped_layout
+from hybridkv.offload.swap_decision import swap_units
 from hybridkv.sim import (
     CostModel,
     SimOptions,
@@ -78,34 +83,66 @@ def test_the_load_cost_carries_the_profiles_link_and_prefill_time(layout) -> Non
     assert load.seconds_per_token == pytest.approx(cost.step([(0, 8192)]).seconds / 8192)
 
 
+def _without_swaps(r):
+    """``r`` with its wall time and the swap decision's own counters zeroed."""
+    assert r.tiers is not None
+    tiers = dataclasses.replace(r.tiers, preemption_mode=None, swaps_declined=0, swaps_unneeded=0)
+    return dataclasses.replace(r, replay_seconds=0, tiers=tiers)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_a_slow_link_recomputes_and_a_fast_one_swaps(write_trace, layout, policy) -> None:
-    slow = replay(write_trace, layout, policy, None, SLOW).tiers
+def test_a_fast_link_copies_nothing_the_tiers_keep(write_trace, layout, policy) -> None:
+    """The old rule swapped every preemption on a fast link; the pool demotes
+    (``hybrid``) or the host holds (``lru``, unbounded) every unit, so the rule
+    copies nothing and the replay is the recompute replay."""
     fast = replay(write_trace, layout, policy, None, FAST)
-    assert slow is not None and fast.tiers is not None
-    assert slow.swaps == 0 and slow.swaps_declined > 0 and slow.swapped_bytes == 0
-    assert fast.preemptions > 0 and fast.tiers.swaps > 0 and fast.tiers.swaps_declined == 0
-    assert fast.tiers.swap_saved_s > 0
+    assert fast.tiers is not None and fast.preemptions > 0
+    assert fast.tiers.swaps == 0 and fast.tiers.swapped_bytes == 0
+    assert fast.tiers.swaps_unneeded > 0 and fast.tiers.swaps_declined == 0
+    never = replay(write_trace, layout, policy, "recompute", FAST)
+    assert _without_swaps(fast) == _without_swaps(never)
     forced = replay(write_trace, layout, policy, "swap", SLOW).tiers
     assert forced is not None and forced.swaps > 0 and forced.swaps_declined == 0
     assert forced.swap_saved_s < 0  # the cost model said it would cost time
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_copies_take_spare_room_only(write_trace, layout, monkeypatch) -> None:
+    """``lru`` with a host that turns over: units of a preempted request the host
+    dropped would be lost on reuse; on a fast link they are copied, as spare,
+    and no valued unit leaves the host for them."""
+    store_host = tier_model.TieredCache.store_host
+    calls: list[bool] = []
+
+    def checked(self, key, gid, cls):
+        assert cls is None, "the rule's copies are spare"
+        valued = {k for k, u in self.host.units.items() if u.cls is not None}
+        ok = store_host(self, key, gid, cls)
+        assert valued <= set(self.host.units), "a swap copy evicted a valued unit"
+        calls.append(ok)
+        return ok
+
+    monkeypatch.setattr(tier_model.TieredCache, "store_host", checked)
+    r = replay(write_trace, layout, "lru", None, FAST, host=60_000)
+    t = r.tiers
+    assert t is not None and t.swaps > 0 and calls
+    assert t.swapped_units == sum(calls) and t.host_spare_skips == len(calls) - sum(calls)
+    assert t.host_used_bytes <= 60_000
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_recompute_never_swaps_and_the_slow_link_replays_it(write_trace, layout, policy) -> None:
-    """The cost model declining every swap is the recompute replay, figure for figure."""
+    """A slow link: the rule declines or finds nothing to copy at every
+    preemption, and that is the recompute replay, figure for figure."""
     never = replay(write_trace, layout, policy, "recompute", SLOW)
     declined = replay(write_trace, layout, policy, None, SLOW)
     assert never.tiers is not None and declined.tiers is not None
-    assert never.tiers.swaps == never.tiers.swaps_declined == 0
-    assert never.tiers.preemption_mode == "recompute" and declined.tiers.swaps_declined > 0
-    assert dataclasses.replace(
-        never, replay_seconds=0, tiers=dataclasses.replace(never.tiers, preemption_mode=None)
-    ) == dataclasses.replace(
-        declined, replay_seconds=0, tiers=dataclasses.replace(declined.tiers, swaps_declined=0)
-    )
+    assert never.tiers.swaps == never.tiers.swaps_declined == never.tiers.swaps_unneeded == 0
+    assert never.tiers.preemption_mode == "recompute" and declined.tiers.swaps == 0
+    assert declined.tiers.swaps_declined + declined.tiers.swaps_unneeded > 0
+    assert _without_swaps(never) == _without_swaps(declined)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -124,9 +161,7 @@ def test_a_swapped_request_resumes_with_its_swap_point(
             point = self.swapped_tokens - before
             assert point > 0
             # Every unit of the swap point is in a tier now, not only on the device.
-            for gid, _, h in tier_swap.swap_units(
-                self.cache.managers, request.live_block_hashes, point
-            ):
+            for gid, _, h in swap_units(self.cache.managers, request.live_block_hashes, point):
                 assert any((h, gid) in t for t in self.cache.tiers)
             points[request.request_id] = point
         return swapped
