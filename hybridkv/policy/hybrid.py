@@ -127,7 +127,7 @@ class HybridPolicy(CachePolicy):
         #: How often returning and first prompts are continued: scales the bonus.
         self.rates: ContinuationRates | None = (
             ContinuationRates(
-                max(1, self.seen.capacity // 2),
+                tuning.learn_window,
                 tuning.learn_window,
                 tuning.learn_min_observed,
                 tuning.returning_share,

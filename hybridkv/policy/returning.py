@@ -175,30 +175,32 @@ class ContinuationRates:
     header. ``record`` notes a freed prompt by that sample, with its class
     (returning or first); ``observe`` looks a new prompt's samples up, deepest
     first, and credits the deepest noted prompt it holds (each noted prompt
-    is credited once: continued at all, not how often). A prompt with fewer
-    blocks than that run is not noted: a continuation of it could not be seen,
-    and counting it would lower its class's rate for the detector's blind spot
-    (short first prompts), not for what the traffic does.
+    is credited once: continued at all, not how often). A noted prompt that
+    ``horizon`` later noted prompts have passed without a continuation
+    *expires*: not continued. A class's rate counts only prompts so resolved
+    (a prompt noted a moment ago is neither), so both classes are measured
+    over the same horizon. A prompt with fewer blocks than its sample run is
+    not noted: a continuation of it could not be seen, and counting it would
+    lower its class's rate for the detector's blind spot (short first
+    prompts), not for what the traffic does.
 
-    Counts are kept over the last ``window`` to ``2 x window`` noted prompts
-    (all four halved when ``window`` more were noted); at most ``capacity``
-    noted prompts wait for a continuation (the oldest are forgotten, counted
-    as not continued). ``grade()`` is ``clamp(log_r(rate_returning /
-    rate_first), 0, 1)`` with ``r = full_ratio``: 0 where returning prompts are
-    continued no more often than first ones, 1 from ``full_ratio`` times as
-    often. While a class has fewer than ``min_observed`` noted prompts, the
-    last grade measured holds (1 before any: the flat bonus, the prior): a
-    class that has become rare (every prompt returning) keeps what was known.
+    Counts are halved each ``window`` noted prompts (they cover the last
+    ``window`` to ``2 x window``). ``grade()`` is ``clamp(log_r(rate_returning
+    / rate_first), 0, 1)`` with ``r = full_ratio``: 0 where returning prompts
+    are continued no more often than first ones, 1 from ``full_ratio`` times
+    as often. While a class has fewer than ``min_observed`` resolved prompts,
+    the last grade holds (1 before any: the flat bonus, the prior), so a class
+    that has become rare (every prompt returning) keeps what was known.
     """
 
     __slots__ = (
         "_continued",
-        "_noted",
+        "_expired",
         "_pending",
         "_share",
         "_since_halving",
-        "capacity",
         "full_ratio",
+        "horizon",
         "min_observed",
         "share",
         "stride",
@@ -207,7 +209,7 @@ class ContinuationRates:
 
     def __init__(
         self,
-        capacity: int,
+        horizon: int = DEFAULT_TUNING.learn_window,
         window: int = DEFAULT_TUNING.learn_window,
         min_observed: int = DEFAULT_TUNING.learn_min_observed,
         share: float = DEFAULT_TUNING.returning_share,
@@ -216,28 +218,28 @@ class ContinuationRates:
     ) -> None:
         if not full_ratio > 1:
             raise ValueError(f"full_ratio must be > 1, got {full_ratio!r}")
-        if capacity < 1 or window < 1 or min_observed < 0 or stride < 1:
+        if horizon < 1 or window < 1 or min_observed < 0 or stride < 1:
             raise ValueError(
-                "capacity, window and stride must be >= 1 and min_observed >= 0, got "
-                f"{capacity!r}, {window!r}, {stride!r}, {min_observed!r}"
+                "horizon, window and stride must be >= 1 and min_observed >= 0, got "
+                f"{horizon!r}, {window!r}, {stride!r}, {min_observed!r}"
             )
-        self.capacity = capacity
+        self.horizon = horizon
         self.window = window
         self.min_observed = min_observed
         self.share = share
         self.stride = stride
         self.full_ratio = full_ratio
-        #: Sample hash -> class (True: returning) of a noted prompt not yet continued.
+        #: Sample hash -> class (True: returning) of a noted prompt not yet resolved.
         self._pending: dict[int, bool] = {}
-        #: Noted and continued prompts per class (index: returning).
-        self._noted = [0.0, 0.0]
+        #: Continued and expired prompts per class (index: returning).
         self._continued = [0.0, 0.0]
+        self._expired = [0.0, 0.0]
         self._since_halving = 0
         #: The last grade measured (the prior, 1, before any).
         self._share = 1.0
 
     def __len__(self) -> int:
-        """Noted prompts waiting for a continuation."""
+        """Noted prompts not resolved yet."""
         return len(self._pending)
 
     def _sample(self, hashes: Sequence[bytes], block_size: int, num_tokens: int) -> int | None:
@@ -251,7 +253,8 @@ class ContinuationRates:
         self, hashes: Sequence[bytes], block_size: int, num_tokens: int, returning: bool
     ) -> None:
         """Note a freed prompt of ``num_tokens`` (``hashes``: its whole cached
-        blocks of ``block_size`` tokens, chained), called returning or not."""
+        blocks of ``block_size`` tokens, chained), called returning or not;
+        the oldest pending prompt past the horizon expires."""
         last = self._sample(hashes, block_size, num_tokens)
         if last is None:
             return
@@ -259,19 +262,19 @@ class ContinuationRates:
         key = hash(hashes[last])
         pending.pop(key, None)  # re-noted: it moves to the newest place
         pending[key] = returning
-        if len(pending) > self.capacity:
-            del pending[next(iter(pending))]
-        self._noted[returning] += 1
+        if len(pending) > self.horizon:
+            oldest = next(iter(pending))
+            self._expired[pending.pop(oldest)] += 1
         self._since_halving += 1
         if self._since_halving >= self.window:
             self._since_halving = 0
-            self._noted = [n / 2 for n in self._noted]
             self._continued = [n / 2 for n in self._continued]
+            self._expired = [n / 2 for n in self._expired]
         self._update()
 
     def observe(self, hashes: Sequence[bytes]) -> bool | None:
         """A new prompt (``hashes``: its whole blocks, chained): credit the
-        deepest noted prompt it continues; that prompt's class (None: none)."""
+        deepest pending prompt it continues; that prompt's class (None: none)."""
         pending = self._pending
         if not pending:
             return None
@@ -285,12 +288,13 @@ class ContinuationRates:
         return None
 
     def rate(self, returning: bool) -> float | None:
-        """The share of noted prompts of the class that were continued (None:
-        fewer than ``min_observed`` noted)."""
-        noted = self._noted[returning]
-        if noted < max(1, self.min_observed):
+        """The share of the class's resolved prompts that were continued
+        (None: fewer than ``min_observed`` resolved)."""
+        cont = self._continued[returning]
+        resolved = cont + self._expired[returning]
+        if resolved < max(1, self.min_observed):
             return None
-        return self._continued[returning] / noted
+        return cont / resolved
 
     def grade(self) -> float:
         """What share of the return bonus returning prompts earn (class docstring)."""
@@ -309,8 +313,6 @@ class ContinuationRates:
             self._share = math.log2(ret / first) / math.log2(self.full_ratio)
 
     def check_integrity(self) -> None:
-        assert len(self._pending) <= self.capacity, "more prompts pending than the capacity"
-        for noted, cont in zip(self._noted, self._continued, strict=True):
-            assert cont >= 0, "a negative count"
-            assert noted >= 0, "a negative count"
+        assert len(self._pending) <= self.horizon, "more prompts pending than the horizon"
+        assert min(self._continued + self._expired) >= 0, "a negative count"
         assert 0 <= self._share <= 1, f"grade {self._share} out of [0, 1]"
