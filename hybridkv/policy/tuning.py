@@ -59,7 +59,7 @@ class HybridTuning:
     #: unchanged from sampling every block; cache.md).
     sample_blocks: int = 8
     #: Continuation ratio (returning / first) that earns the whole return bonus
-    #: (``ContinuationRates``; conversation Jamba 40 GB: 2 lost 1.1 points, 1.41 0.24).
+    #: (``ContinuationRates``; 1.2-2 gave the same hit rates on the cells tried).
     return_rate_full: float = 1.41
     #: Turns beyond this count as this one (``turn`` / ``log-turn`` grades).
     max_turn: int = 16
@@ -89,7 +89,7 @@ class HybridTuning:
     #: Value returning prompts' units longer (``SeenPrefixes``).
     learn_returning: bool = True
     #: Scale the return bonus by measured continuation rates (``ContinuationRates``;
-    #: off: the flat bonus; multiturn Bamba 8 GB 50.39 -> 58.01 %, policy-ablation.md).
+    #: off: the flat bonus; multiturn Bamba 8 GB 50.39 -> 58.26 %, policy-ablation.md).
     learn_return_rates: bool = True
 
     def __post_init__(self) -> None:
