@@ -223,12 +223,8 @@ class ContinuationRates:
                 "horizon, window and stride must be >= 1 and min_observed >= 0, got "
                 f"{horizon!r}, {window!r}, {stride!r}, {min_observed!r}"
             )
-        self.horizon = horizon
-        self.window = window
-        self.min_observed = min_observed
-        self.share = share
-        self.stride = stride
-        self.full_ratio = full_ratio
+        self.horizon, self.window, self.min_observed = horizon, window, min_observed
+        self.share, self.stride, self.full_ratio = share, stride, full_ratio
         #: Sample hash -> class (True: returning) of a noted prompt not yet resolved.
         self._pending: dict[int, bool] = {}
         #: Continued and expired prompts per class (index: returning).
