@@ -2,8 +2,10 @@
 
 Built from the groups' geometry (block sizes, which tokens a query skips) and
 ``HybridOptions``. It owns the online learners: where requests branch
-(``TailAlignment``, with its ``FineAlignment``) and the prompts the cache has
-seen (``SeenPrefixes``); the snapshot floor's spacing is fixed by cost
+(``TailAlignment``, with its ``FineAlignment``), the prompts the cache has
+seen (``SeenPrefixes``) and how often returning and first prompts are
+continued (``ContinuationRates``, which scales the return bonus); the snapshot
+floor's spacing is fixed by cost
 (``floor_spacing``). Its hooks (``CachePolicy``) take plain data; it never
 changes a manager.
 """
