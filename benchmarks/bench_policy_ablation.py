@@ -68,6 +68,7 @@ LEARNERS = (
     "learn_tail_alignment",
     "learn_fine_alignment",
     "learn_returning",
+    "learn_return_rates",
 )
 #: The runs of one cell: label -> (policy, tuning text or None).
 RUNS: dict[str, tuple[str, str | None]] = {

@@ -2,8 +2,10 @@
 
 Built from the groups' geometry (block sizes, which tokens a query skips) and
 ``HybridOptions``. It owns the online learners: where requests branch
-(``TailAlignment``, with its ``FineAlignment``) and the prompts the cache has
-seen (``SeenPrefixes``); the snapshot floor's spacing is fixed by cost
+(``TailAlignment``, with its ``FineAlignment``), the prompts the cache has
+seen (``SeenPrefixes``) and how often returning and first prompts are
+continued (``ContinuationRates``, which scales the return bonus); the snapshot
+floor's spacing is fixed by cost
 (``floor_spacing``). Its hooks (``CachePolicy``) take plain data; it never
 changes a manager.
 """
@@ -28,7 +30,7 @@ from hybridkv.policy.cost_aware import released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
-from hybridkv.policy.returning import SeenPrefixes, grade
+from hybridkv.policy.returning import ContinuationRates, SeenPrefixes, grade
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
 from hybridkv.tiers.spare import SPARE
@@ -124,6 +126,19 @@ class HybridPolicy(CachePolicy):
         #: A returning request's units are valued ``2 ** (bonus x grade(turn) / weight)``
         #: higher; ``return_factor`` is that factor at a grade of 1 (turn 1).
         self.return_factor = 2.0 ** (bonus / value_weight) if self.seen is not None else 1.0
+        #: How often returning and first prompts are continued: scales the bonus.
+        self.rates: ContinuationRates | None = (
+            ContinuationRates(
+                tuning.learn_window,
+                tuning.learn_window,
+                tuning.learn_min_observed,
+                tuning.returning_share,
+                tuning.sample_blocks,
+                tuning.return_rate_full,
+            )
+            if self.seen is not None and tuning.learn_return_rates
+            else None
+        )
         self._grade = options.return_grade
         self._max_turn = tuning.max_turn
         self._returning: dict[str, int] = {}
@@ -160,6 +175,8 @@ class HybridPolicy(CachePolicy):
         resumed request matches its own progress, no branch to learn from."""
         turn = adm.returning
         if self.seen is not None:
+            if self.rates is not None and not adm.resumed:
+                self.rates.observe(self._full_hashes(adm.block_hashes))
             if turn is None:
                 turn = self._returning_turn(adm.block_hashes, adm.num_prompt_tokens)
             if turn:
@@ -173,16 +190,20 @@ class HybridPolicy(CachePolicy):
         """The prompt's turn if it continues what the cache has held, else 0."""
         assert self.seen is not None and self.full_gid is not None
         bs = self.block_sizes[self.full_gid]
+        return self.seen.returning(self._full_hashes(block_hashes), bs, num_prompt_tokens)
+
+    def _full_hashes(self, block_hashes: list[bytes]) -> list[bytes]:
+        """The full-attention group's block hashes from the request's."""
         k = self._full_stride
-        hashes = block_hashes if k == 1 else block_hashes[k - 1 :: k]
-        return self.seen.returning(hashes, bs, num_prompt_tokens)
+        return block_hashes if k == 1 else block_hashes[k - 1 :: k]
 
     def return_value(self, turn: int) -> float:
         """What a returning request's units are worth more, by its turn (1.0
         for turn 0: not returning)."""
         if not turn:
             return 1.0
-        return self.return_factor ** grade(self._grade, turn, self._max_turn)
+        share = 1.0 if self.rates is None else self.rates.grade()
+        return self.return_factor ** (share * grade(self._grade, turn, self._max_turn))
 
     def _observe_branch(
         self, branch: int, num_tokens: int, block_hashes: list[bytes], packed_prompt: bytes
@@ -235,7 +256,11 @@ class HybridPolicy(CachePolicy):
         managers, states = zip(*tables, strict=True)
         if self.seen is not None and block_hashes is not None:
             m, st = tables[self.full_gid]  # type: ignore[index]
-            self.seen.record(m.group_hashes(block_hashes), st.num_cached, turn)
+            hashes = m.group_hashes(block_hashes)
+            self.seen.record(hashes, st.num_cached, turn)
+            if self.rates is not None:
+                n = st.num_cached
+                self.rates.record(hashes[:n], m.block_size, n * m.block_size, bool(turn))
         lcm = self.step
         end = min([st.num_cached * m.block_size for m, st in tables])
         end -= end % lcm
@@ -280,3 +305,5 @@ class HybridPolicy(CachePolicy):
         assert self._returning.keys() <= live, "a freed request is still marked returning"
         if self.seen is not None:
             self.seen.check_integrity()
+        if self.rates is not None:
+            self.rates.check_integrity()
