@@ -21,12 +21,13 @@ import torch
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stream_order import StreamOrder
+from hybridkv.offload.tier_ranking import tier_rules
 from hybridkv.offload.tiered_cache import TieredCache
 from hybridkv.planning import KVCacheBuffers
 from hybridkv.policy import HybridOptions
 from hybridkv.policy.options import for_host_tier
 from hybridkv.specs import KVCacheConfig
-from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, MooncakeTier, value_per_byte
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, MooncakeTier
 from hybridkv.tiers.disk_dir import check_writable
 from hybridkv.tiers.fingerprint import UNIT_LAYOUT
 from hybridkv.tiers.memory import HostMemory
@@ -133,7 +134,7 @@ def build_tiered_cache(
     fingerprint = ModelFingerprint.from_kv_cache_config(
         config, weights_identity(model_dir), f"{ENGINE_UNIT_LAYOUT}+{backend}"
     )
-    ranking = value_per_byte if manager.policy.ranks_tiers else None
+    host_rule, disk_rule = tier_rules(manager) or (None, None)
     device = buffers.buffers[0].device if buffers.buffers else torch.device("cpu")
     block_bytes = BlockBytes(config, buffers)
     host = disk = store = None
@@ -146,11 +147,11 @@ def build_tiered_cache(
                 if block_bytes.has_rows
                 else TorchHostMemory(device)
             )
-            host = HostTier(fingerprint, budget, memory, ranking)
+            host = HostTier(fingerprint, budget, memory, host_rule)
         if disk_cache_dir is not None:
             assert disk_cache_size is not None
             disk = DiskTier(
-                fingerprint, disk_cache_dir, int(disk_cache_size * GIB), ranking=ranking
+                fingerprint, disk_cache_dir, int(disk_cache_size * GIB), ranking=disk_rule
             )
         if settings.kv_store is not None:
             store = MooncakeTier.connect(fingerprint, settings.kv_store)

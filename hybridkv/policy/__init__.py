@@ -18,7 +18,12 @@ from hybridkv.core.eviction import PolicyFactory
 from hybridkv.managers import spec_manager_map
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.policy.base import Admission, CachePolicy, ComputeStores, ReleaseRun, Shed
-from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, value_class
+from hybridkv.policy.cost_aware import (
+    CostAwareEvictionPolicy,
+    class_shift,
+    unit_class,
+    value_class,
+)
 from hybridkv.policy.hybrid import HybridPolicy
 from hybridkv.policy.lru import LruPolicy
 from hybridkv.policy.options import HybridOptions
@@ -111,7 +116,9 @@ __all__ = [
     "Shed",
     "auto_value_weight",
     "check_cache_policy",
+    "class_shift",
     "eviction_factory",
     "make_policy",
+    "unit_class",
     "value_class",
 ]

@@ -45,6 +45,21 @@ def value_class(value: float) -> int:
     return math.floor(2 * math.log2(value))
 
 
+def class_shift(page_bytes: int, unit_bytes: int) -> int:
+    """Half-octave classes a tier unit of ``unit_bytes`` gains against a device
+    page of ``page_bytes``: a value per page is worth more per byte in a unit
+    smaller than the page (a Mamba state unpadded, one group's layers)."""
+    return math.floor(2 * math.log2(page_bytes / unit_bytes))
+
+
+def unit_class(value: float | None, unit_bytes: int, page_bytes: int) -> int:
+    """A tier unit's value class (``tiers.ranking``): the class of its value per
+    device page (None: ``NEUTRAL_VALUE``), shifted to its own bytes."""
+    return value_class(NEUTRAL_VALUE if value is None else value) + class_shift(
+        page_bytes, unit_bytes
+    )
+
+
 def released_value(block: KVCacheBlock) -> float | None:
     """The value a free block was released with, to its half-octave class
     (the class's lower bound); None for an evict-first or hashless block."""

@@ -1,26 +1,19 @@
 """``TierIndex``: one modeled tier of ``hybridkv simulate`` (host RAM or disk).
 
 A byte budget of hit units keyed ``(block hash, group)``, each with its size
-and a *value class* (``policy.cost_aware.value_class`` of what a hit on it
-saves per byte it holds here). Its eviction order is the device free set's
-rule (``CostAwareEvictionPolicy``) in bytes::
+and a *value class* (``policy.unit_class``: half-octaves of what a hit on it
+saves per byte it holds here). Valued units leave in the order of
+``tiers.ranking.RankedUnits``, the engine's rule too (``RankedLedger``)::
 
-    key = bytes stored in this tier so far / budget + weight * class / 2
+    key = bytes of valued stores so far / budget + weight * class / 2
 
-and the unit with the smallest key leaves first. ``weight`` 0 is plain LRU
-(one class). Every valued store counts its bytes on the clock, a store of a
-unit already held too (the device evicted its copy again): the free set's
-clock counts every release, a block released again after a hit included. A
-clock that skipped those ran slower than the device's wherever the host's
-units come back, so the value term outweighed recency there: on the whole
-Mooncake conversation trace (jamba-v0.1, 40 GB + 160 GB) old units of a
-high class held the host while newer ones, which the same bytes on the
-device keep, were evicted (``benchmarks/results/tiers-sim.md``). A hit
-(``touch``) re-keys a unit without counting: on the device a hit takes the
-block out of the free set, and only its release counts.
-
-Keys only grow within a class, so each class is an LRU queue and an
-eviction looks at the class heads only: O(classes) per evicted unit.
+smallest first (``weight`` 0: plain LRU, one class). Every valued store counts
+its bytes on the clock, a store of a unit already held too (the device evicted
+its copy again), as the device free set counts every release. A hit counts
+nothing: with ``hits_to_spare`` (the host under ``hybrid``) the unit moves to
+spare room, since the device now holds it and demotes it back when it evicts
+it again; otherwise (the disk, or ``lru``'s write-through host) it is re-keyed
+now. Each pick of a victim costs O(log n).
 
 A unit stored with no class (``cls`` None) is *spare*
 (``hybridkv/tiers/spare.py``, the engine's rule): the policy offered it for
@@ -39,11 +32,10 @@ instantaneous in its bookkeeping, so nothing is ever pinned here.
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import NamedTuple
 
+from hybridkv.tiers.ranking import RankedUnits
 from hybridkv.tiers.spare import SpareRoom
 
 
@@ -59,7 +51,9 @@ class Unit(NamedTuple):
 class TierIndex:
     """One tier's units, budget and eviction order (module docstring)."""
 
-    def __init__(self, name: str, budget_bytes: int, weight: float) -> None:
+    def __init__(
+        self, name: str, budget_bytes: int, weight: float, hits_to_spare: bool = False
+    ) -> None:
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
             raise ValueError(f"{name} budget must be an integer >= 1 byte, got {budget_bytes!r}")
         if not weight >= 0:
@@ -67,13 +61,18 @@ class TierIndex:
         self.name = name
         self.budget_bytes = budget_bytes
         self.weight = weight
+        self.hits_to_spare = hits_to_spare
         self.used_bytes = 0
-        self.stored_bytes = 0  # bytes of every valued store: the clock of the keys
         self.stores = self.evictions = self.refused = 0
         self.spare_stores = self.spare_skips = 0
         self.units: dict[Hashable, Unit] = {}
-        self.classes: dict[int, OrderedDict[Hashable, None]] = {}
+        self.ranked = RankedUnits(budget_bytes, weight)
         self.spare = SpareRoom()
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of every valued store so far: the clock of the keys."""
+        return self.ranked.clock
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self.units
@@ -81,49 +80,39 @@ class TierIndex:
     def __len__(self) -> int:
         return len(self.units)
 
-    def _key(self, cls: int) -> float:
-        return self.stored_bytes / self.budget_bytes + self.weight * cls / 2
-
-    def touch(self, key: Hashable, cls: int | None = None) -> None:
-        """A hit on ``key`` (or a new copy of it, of class ``cls``): it is
-        re-queued as if stored now, without using bytes (a spare unit: last of
-        the spare units to go)."""
+    def touch(self, key: Hashable) -> None:
+        """A hit on ``key``: a spare unit is used (last of the spare units to
+        go); a valued one moves to spare room (``hits_to_spare``) or is re-keyed
+        now, without counting (module docstring)."""
         unit = self.units[key]
-        if unit.cls is None and cls is None:
+        if unit.cls is None:
             self.spare.touch(key)
-            return
-        new_cls = unit.cls if cls is None else cls
-        assert new_cls is not None
-        self._unqueue(key, unit.cls)
-        self.units[key] = Unit(unit.nbytes, new_cls, self._key(new_cls))
-        self.classes.setdefault(new_cls, OrderedDict())[key] = None
-
-    def _unqueue(self, key: Hashable, cls: int | None) -> None:
-        if cls is None:
-            self.spare.discard(key)
-            return
-        queue = self.classes[cls]
-        del queue[key]
-        if not queue:
-            del self.classes[cls]
+        elif self.hits_to_spare:
+            self.ranked.discard(key)
+            self.units[key] = Unit(unit.nbytes, None, 0.0)
+            self.spare.add(key, unit.nbytes)
+        else:
+            self.units[key] = unit._replace(key=self.ranked.touch(key))
 
     def store(
         self, key: Hashable, nbytes: int, cls: int | None
     ) -> list[tuple[Hashable, Unit]] | None:
         """Hold ``key`` (``nbytes``, value class ``cls``; None: spare, module
-        docstring); a key already held is touched instead, its bytes counted on
-        the clock as any valued store's (a spare store of a valued key:
-        nothing; a valued store of a spare key makes it valued, as if stored
-        now). The units evicted to make room, in eviction order, or
-        None when nothing was stored: the unit is larger than the budget, or it
-        is spare and there is no spare room."""
+        docstring); a key already held is stored again: a valued store counts
+        its bytes on the clock and keys it now with ``cls`` (a spare key becomes
+        valued), a spare store changes nothing but a spare key's use order. The
+        units evicted to make room, in eviction order, or None when nothing was
+        stored: the unit is larger than the budget, or it is spare and there is
+        no spare room."""
         unit = self.units.get(key)
         if unit is not None:
-            if cls is None and unit.cls is not None:
+            if cls is None:
+                if unit.cls is None:
+                    self.spare.touch(key)
                 return []
-            if cls is not None:
-                self.stored_bytes += unit.nbytes
-            self.touch(key, cls)
+            if unit.cls is None:
+                self.spare.discard(key)
+            self.units[key] = Unit(unit.nbytes, cls, self.ranked.store(key, unit.nbytes, cls))
             return []
         if nbytes > self.budget_bytes:
             self.refused += 1
@@ -132,10 +121,11 @@ class TierIndex:
         if victims is None:
             self.spare_skips += 1
             return None
-        for victim, unit in victims:
-            self._unqueue(victim, unit.cls)
+        for victim, gone in victims:
+            if gone.cls is None:
+                self.spare.discard(victim)
             del self.units[victim]
-            self.used_bytes -= unit.nbytes
+            self.used_bytes -= gone.nbytes
         self.evictions += len(victims)
         self.used_bytes += nbytes
         self.stores += 1
@@ -144,45 +134,26 @@ class TierIndex:
             self.spare.add(key, nbytes)
             self.spare_stores += 1
             return victims
-        self.stored_bytes += nbytes
-        self.units[key] = Unit(nbytes, cls, self._key(cls))
-        self.classes.setdefault(cls, OrderedDict())[key] = None
+        self.units[key] = Unit(nbytes, cls, self.ranked.store(key, nbytes, cls))
         return victims
 
     def _victims(self, needed: int, spare: bool = False) -> list[tuple[Hashable, Unit]] | None:
-        """The units to drop so that ``needed`` bytes are free (picked without
-        removing any): spare units first, least recently used first, then
-        (unless ``spare``: a spare store, None when spare room is short) valued
-        units, smallest key first."""
+        """The units to drop so that ``needed`` bytes are free: spare units
+        first, least recently used first, then (unless ``spare``: a spare
+        store, None when spare room is short) valued units in ranked order.
+        Valued victims leave the order; nothing else changes."""
         free = self.budget_bytes - self.used_bytes
         if free >= needed:
             return []
         keys, freed = self.spare.victims(needed - free)
         out = [(k, self.units[k]) for k in keys]
         free += freed
-        if free >= needed:
-            return out
-        if spare:
-            return None
-        heads = {cls: iter(q) for cls, q in self.classes.items()}
-        nxt = {cls: next(it) for cls, it in heads.items()}
-        while free < needed:
-            best_cls, best = None, math.inf
-            for cls, key in nxt.items():
-                k = self.units[key].key
-                if k < best or (k == best and best_cls is not None and cls < best_cls):
-                    best_cls, best = cls, k
-            assert best_cls is not None, "the budget holds the unit, so victims exist"
-            key = nxt[best_cls]
-            unit = self.units[key]
-            out.append((key, unit))
-            free += unit.nbytes
-            following = next(heads[best_cls], None)
-            if following is None:
-                del nxt[best_cls]
-            else:
-                nxt[best_cls] = following
-        return out
+        if free >= needed or spare:
+            return out if free >= needed else None
+        units = self.units
+        ranked = self.ranked.take(needed - free, lambda k: units[k].nbytes)
+        assert ranked is not None, "the budget holds the unit, so victims exist"
+        return out + [(k, units[k]) for k in ranked]
 
     def bytes_by(self, kind_of: dict[int, str]) -> dict[str, int]:
         """Bytes held per kind, given each group's kind (``kind_of[group]``)."""
@@ -193,22 +164,17 @@ class TierIndex:
         return out
 
     def check_integrity(self) -> None:
-        """The bytes add up, the budget holds, every unit is queued once in its
-        class (or, spare, in the spare units) and each class's keys do not
-        decrease."""
+        """The bytes add up, the budget holds, every valued unit is ranked with
+        its class and key, and every spare one is in spare room."""
         assert 0 <= self.used_bytes <= self.budget_bytes, (self.used_bytes, self.budget_bytes)
         assert self.used_bytes == sum(u.nbytes for u in self.units.values())
-        queued = 0
-        for cls, queue in self.classes.items():
-            assert queue, f"{self.name}: empty class {cls} kept"
-            last = -math.inf
-            for key in queue:
-                unit = self.units[key]
-                assert unit.cls == cls, f"{self.name}: {key!r} queued in {cls}, says {unit.cls}"
-                assert unit.key >= last, f"{self.name}: class {cls} keys out of order"
-                last = unit.key
-            queued += len(queue)
+        self.ranked.check_integrity()
         units = self.units
+        valued = {k for k, u in units.items() if u.cls is not None}
+        assert len(valued) == len(self.ranked), f"{self.name}: ranked units out of step"
+        for k in valued:
+            assert self.ranked.class_of(k) == units[k].cls, f"{self.name}: {k!r} class"
+            assert self.ranked.key_of(k) == units[k].key, f"{self.name}: {k!r} key"
         self.spare.check_integrity(
             lambda k: units[k].nbytes if k in units and units[k].cls is None else None
         )
@@ -216,5 +182,3 @@ class TierIndex:
         assert spare == len(self.spare), (
             f"{self.name}: {spare} spare units, {len(self.spare)} queued"
         )
-        queued += spare
-        assert queued == len(units), f"{self.name}: {queued} queued, {len(units)} held"

@@ -39,7 +39,6 @@ the host when the device evicts it again.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -47,7 +46,7 @@ from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.policy import value_class
+from hybridkv.policy import class_shift, value_class
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_index import TierIndex
@@ -104,12 +103,13 @@ class TieredCache:
         self.write_through = write_through
         self.unit_bytes = unit_bytes(config)
         #: Half-octave classes a unit gains per byte against a device page.
-        self.class_shift = [math.floor(2 * math.log2(page_bytes / u)) for u in self.unit_bytes]
+        self.class_shift = [class_shift(page_bytes, u) for u in self.unit_bytes]
         self.kind_of = {
             i: "mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "kv"
             for i, g in enumerate(config.kv_cache_groups)
         }
-        self.host = TierIndex("host", host_bytes, weight)
+        # Under demotion a host hit's unit is on the device until it is demoted again.
+        self.host = TierIndex("host", host_bytes, weight, hits_to_spare=not write_through)
         self.disk = TierIndex("disk", disk_bytes, weight) if disk_bytes is not None else None
         self.tiers = [t for t in (self.host, self.disk) if t is not None]
         self.demoted = 0  # units the device evicted that went to the host

@@ -20,7 +20,8 @@ from hybridkv.tiers.base import (
 from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.host import HostTier
-from hybridkv.tiers.ledger import EntryInfo, value_per_byte
+from hybridkv.tiers.ledger import EntryInfo
+from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.store_tier import MooncakeTier
 from hybridkv.tiers.transfer import Transfer
 
@@ -31,11 +32,11 @@ __all__ = [
     "HostTier",
     "ModelFingerprint",
     "MooncakeTier",
+    "RankRule",
     "TierError",
     "TierFullError",
     "TierStats",
     "TierStore",
     "Transfer",
     "UnitKey",
-    "value_per_byte",
 ]

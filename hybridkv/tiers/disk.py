@@ -41,9 +41,9 @@ from hybridkv.tiers.disk_dir import (
     parse_entry_name,
 )
 from hybridkv.tiers.fingerprint import ModelFingerprint
-from hybridkv.tiers.ledger import Ranking
 from hybridkv.tiers.ledger_tier import LedgerTier
 from hybridkv.tiers.memory import byte_view
+from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.transfer import Completion
 
 
@@ -58,7 +58,7 @@ class DiskTier(LedgerTier):
         directory: str | os.PathLike[str],
         budget_bytes: int,
         copier: Copier | None = None,
-        ranking: Ranking | None = None,
+        ranking: RankRule | None = None,
     ) -> None:
         super().__init__(
             fingerprint,

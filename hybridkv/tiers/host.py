@@ -5,7 +5,7 @@ reused by size, never more than the budget held). Copies run asynchronously
 through a ``HostMemory``: ``BytesMemory`` (bytes-like parts, a copy thread;
 no torch) or ``TorchHostMemory`` (tensors; on CUDA pinned buffers and a copy
 stream, on the CPU a copy thread). Eviction follows the ledger's order:
-least recently used, or the caller's ``ranking`` (``ledger.value_per_byte``).
+least recently used, or the caller's ``ranking`` (``tiers/ranking.py``).
 
     tier = HostTier(fingerprint, 8 << 30)
     t = tier.store(UnitKey(block_hash, group_id), [k_page, v_page], value=saved)
@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any, cast
 from hybridkv.tiers.base import CopyStats, Parts, UnitKey
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
-from hybridkv.tiers.ledger import PinBatch, Ranking
+from hybridkv.tiers.ledger import PinBatch
 from hybridkv.tiers.ledger_tier import LedgerTier
 from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory, RowMemory
+from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class HostTier(LedgerTier):
         fingerprint: ModelFingerprint,
         budget_bytes: int,
         memory: HostMemory | None = None,
-        ranking: Ranking | None = None,
+        ranking: RankRule | None = None,
         copier: Copier | None = None,
     ) -> None:
         self._memory: HostMemory = memory if memory is not None else BytesMemory()

@@ -7,10 +7,10 @@ is evicted or aborted. Count first, then act: ``reserve`` picks every victim
 it needs before it removes any, and returns None (changing nothing) when the
 unpinned, committed entries cannot make room.
 
-Eviction order: the lowest ``ranking(entry)`` first, ties by least recent
-use. ``ranking=None`` is plain LRU (kept in use order, no sort). A policy
-ranks by value per byte with ``value_per_byte``; the value comes from the
-store (``TierStore.store(..., value=...)``).
+Eviction order: least recently used first (kept in use order, no sort). A
+tier under ``hybrid`` keeps a ``RankedLedger`` instead (``tiers/ranked_ledger.py``:
+the rule of ``tiers/ranking.py``, the simulator's too); the value comes from
+the store (``TierStore.store(..., value=...)``).
 
 Spare room (``tiers/spare.py``): an entry stored with the value ``SPARE`` is
 *spare*. It takes only free bytes or older spare entries' bytes, never a
@@ -21,7 +21,7 @@ recently used first), before the ranking's order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +42,6 @@ class EntryInfo:
     spare: bool = False  # stored for spare room only (``tiers/spare.py``)
 
 
-#: Eviction rank of an entry: lower is evicted first.
-Ranking = Callable[[EntryInfo], float]
-
-
-def value_per_byte(entry: EntryInfo) -> float:
-    """A ranking: what a hit on the entry saves per byte it holds (no value: 0)."""
-    return (entry.value or 0.0) / entry.nbytes
-
-
 class PinBatch:
     """The keys one ``LedgerTier.pin_batch`` call pinned (each once); ``held``: per
     key asked, whether the tier held it; ``released`` once undone or taken over."""
@@ -66,13 +57,10 @@ class PinBatch:
 class EntryLedger:
     """Accounting of one tier (module docstring). Not thread-safe: the tier locks."""
 
-    def __init__(
-        self, budget_bytes: int, ranking: Ranking | None = None, index: KeyIndex | None = None
-    ) -> None:
+    def __init__(self, budget_bytes: int, index: KeyIndex | None = None) -> None:
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise ValueError(f"budget_bytes must be an int >= 0, got {budget_bytes!r}")
         self.budget_bytes = budget_bytes
-        self.ranking = ranking
         self.used_bytes = 0
         self._entries: OrderedDict[Hashable, EntryInfo] = OrderedDict()  # least recent first
         self._tick = 0
@@ -111,17 +99,10 @@ class EntryLedger:
             return victims
         if spare:
             return None
-        candidates: Iterable[EntryInfo]
-        if self.ranking is None:  # use order: stop at the first entries that make room
-            candidates = (
-                e for e in self._entries.values() if e.committed and e.pins == 0 and not e.spare
-            )
-        else:  # O(n log n) per eviction: fine for thousands of entries, not millions
-            rank = self.ranking
-            candidates = sorted(
-                (e for e in self._entries.values() if e.committed and e.pins == 0 and not e.spare),
-                key=lambda e: (rank(e), e.last_used),
-            )
+        # use order: stop at the first entries that make room
+        candidates = (
+            e for e in self._entries.values() if e.committed and e.pins == 0 and not e.spare
+        )
         for entry in candidates:
             victims.append(entry.key)
             free += entry.nbytes

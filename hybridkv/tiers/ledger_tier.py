@@ -31,7 +31,9 @@ from hybridkv.tiers.base import (
 from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.key_index import KeyIndex
-from hybridkv.tiers.ledger import EntryLedger, PinBatch, Ranking
+from hybridkv.tiers.ledger import PinBatch
+from hybridkv.tiers.ranked_ledger import ledger_for
+from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.spare import is_spare
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
@@ -57,11 +59,11 @@ class LedgerTier(TierStore):
         fingerprint: ModelFingerprint,
         budget_bytes: int,
         copier: Copier,
-        ranking: Ranking | None = None,
+        ranking: RankRule | None = None,
     ) -> None:
         self.fingerprint = fingerprint
         self.stats = TierStats()
-        self._ledger = EntryLedger(budget_bytes, ranking, KeyIndex())
+        self._ledger = ledger_for(budget_bytes, ranking, KeyIndex())
         self._copier = BatchCopier(copier)
         self._lock = threading.RLock()
         self._in_flight: set[Transfer] = set()

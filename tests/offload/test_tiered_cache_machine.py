@@ -46,8 +46,9 @@ from hybridkv import KVCacheManager, Request
 from hybridkv.coordinators.tiered_hit import tiered_hit_length
 from hybridkv.layouts import shipped_layout
 from hybridkv.offload import BlockBytes, TieredCache
+from hybridkv.offload.tier_ranking import tier_rules
 from hybridkv.planning import allocate_kv_cache, plan_kv_cache
-from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, UnitKey, value_per_byte
+from hybridkv.tiers import DiskTier, HostTier, ModelFingerprint, UnitKey
 from hybridkv.tiers.disk_dir import entry_name
 from hybridkv.tiers.torch_memory import TorchHostMemory
 
@@ -106,12 +107,12 @@ class TieredCacheMachine(RuleBasedStateMachine):
         self.kv = KVCacheManager(self.config, MAX_LEN, cache_policy=self.policy, **kw)
         self.buffers = allocate_kv_cache(self.config)
         fp = ModelFingerprint.from_kv_cache_config(self.config, model)
-        ranking = value_per_byte if self.kv.policy.ranks_tiers else None
+        host_rule, disk_rule = tier_rules(self.kv) or (None, None)
         self.host_copier, self.disk_copier = LazyCopier(), LazyCopier()
-        host = HostTier(fp, self.host_budget, TorchHostMemory("cpu"), ranking, self.host_copier)
+        host = HostTier(fp, self.host_budget, TorchHostMemory("cpu"), host_rule, self.host_copier)
         disk = None
         if self.disk_budget is not None:
-            disk = DiskTier(fp, self.root, self.disk_budget, self.disk_copier, ranking)
+            disk = DiskTier(fp, self.root, self.disk_budget, self.disk_copier, disk_rule)
         self.tiers = TieredCache(self.kv, BlockBytes(self.config, self.buffers), host, disk)
         self.managers = self.kv.coordinator.managers
         self.garbage = 0

@@ -116,6 +116,38 @@ def test_a_unit_stored_again_counts_on_the_clock_and_a_hit_does_not() -> None:
     tier.check_integrity()
 
 
+def test_a_hit_moves_the_unit_to_spare_room_until_the_device_demotes_it_again() -> None:
+    """Under demotion (``hits_to_spare``) a host hit loads the unit onto the
+    device: its host copy is kept in spare room only (evicted first, never in
+    place of a valued unit) until the device evicts it and stores it again,
+    which makes it valued and counts its bytes."""
+    tier = TierIndex("host", 300, 2.0, hits_to_spare=True)
+    tier.store("loaded", 100, 4)
+    tier.store("cheap", 100, 0)
+    tier.store("other", 100, 0)
+    tier.touch("loaded")  # a hit: the device holds it now
+    assert tier.units["loaded"].cls is None and "loaded" in tier.spare
+    assert tier.stored_bytes == 300  # a hit counts nothing
+    # It was the most valuable unit; now it is the first to go.
+    assert [k for k, _ in tier.store("new", 100, 0)] == ["loaded"]
+    tier.check_integrity()
+    tier.store("again", 100, 4)  # evicts "cheap" (the oldest of the lowest keys)
+    tier.touch("again")
+    assert tier.store("again", 100, 6) == []  # demoted again: valued, counted, no copy
+    assert tier.units["again"].cls == 6 and "again" not in tier.spare
+    assert tier.stored_bytes == 600
+    assert [k for k, _ in tier.store("newer", 100, 0)] == ["other"]
+    tier.check_integrity()
+
+    kept = TierIndex("disk", 200, 2.0)  # without it a hit re-keys the unit now
+    kept.store("a", 100, 0)
+    kept.store("b", 100, 0)
+    kept.touch("a")
+    assert kept.units["a"].cls == 0
+    assert [k for k, _ in kept.store("c", 100, 0)] == ["b"]
+    kept.check_integrity()
+
+
 def _cache(host: int, disk: int | None, write_through: bool) -> TieredCache:
     layout = shipped_layout("tiny-jamba")
     config = plan_kv_cache(layout, 3 << 20, block_size=16).kv_cache_config
@@ -130,6 +162,9 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
     ub = unit_bytes_of(probe)
     gid = max(range(len(ub)), key=lambda g: ub[g])  # the largest unit
     cache = _cache(2 * ub[gid], 10 * ub[gid], False)
+    # A host hit's unit is on the device until it is demoted again; not so on disk.
+    assert cache.host.hits_to_spare and not cache.disk.hits_to_spare  # type: ignore[union-attr]
+    assert not _cache(1 << 30, None, True).host.hits_to_spare  # lru: write-through
     # Taken blocks come with the policy's demotion value: 8.0 is class 6, 1.0 class 0.
     taken = [(gid, b"old-valuable", 8.0), (gid, b"cheap", 1.0), (gid, b"never", None)]
     cache.sync([], taken)

@@ -6,12 +6,14 @@ import logging
 import subprocess
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pytest
 from tier_factories import GateCopier, fingerprint, key
 
-from hybridkv.tiers import HostTier, TierFullError, value_per_byte
+from hybridkv.policy import unit_class
+from hybridkv.tiers import HostTier, RankRule, TierFullError
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.memory import BytesMemory
 from hybridkv.tiers.transfer import Completion
@@ -72,7 +74,7 @@ def test_lru_by_default_and_a_ranking_hook() -> None:
     assert sorted(tier.keys()) == sorted([key(0), key(2), key(3)])
     assert tier.stats.evictions == 1
 
-    ranked = inline_tier(30, ranking=value_per_byte)
+    ranked = inline_tier(30, ranking=RankRule(1.0, partial(unit_class, page_bytes=10)))
     for i, value in enumerate((5.0, 1.0, 9.0)):
         assert ranked.store(key(i), [bytes(10)], value=value).wait()
     assert ranked.store(key(3), [bytes(20)], value=2.0).wait()  # drops values 1 and 5

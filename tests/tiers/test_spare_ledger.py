@@ -11,14 +11,20 @@ with no room apart (no warning) and never spills a spare entry.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import pytest
 import torch
 
+from hybridkv.policy import unit_class
 from hybridkv.tiers import HostTier, ModelFingerprint, TierFullError, UnitKey
-from hybridkv.tiers.ledger import EntryLedger, value_per_byte
+from hybridkv.tiers.ledger import EntryLedger
+from hybridkv.tiers.ranked_ledger import RankedLedger, ledger_for
+from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.spare import SPARE, SpareRoom
 from hybridkv.tiers.torch_memory import TorchHostMemory
+
+RULE = RankRule(2.0, partial(unit_class, page_bytes=4))
 
 
 def committed(ledger: EntryLedger, key: str, nbytes: int, value: float | None = None) -> None:
@@ -26,9 +32,9 @@ def committed(ledger: EntryLedger, key: str, nbytes: int, value: float | None = 
     ledger.commit(key)
 
 
-@pytest.mark.parametrize("ranking", [None, value_per_byte])
+@pytest.mark.parametrize("ranking", [None, RULE])
 def test_a_spare_entry_takes_only_free_or_spare_bytes(ranking) -> None:  # type: ignore[no-untyped-def]
-    ledger = EntryLedger(8, ranking=ranking)
+    ledger = ledger_for(8, ranking)
     committed(ledger, "none", 3)  # no value: ranks 0, still not spare
     committed(ledger, "cheap", 3, value=0.001)
     committed(ledger, "s1", 2, value=SPARE)
@@ -41,9 +47,9 @@ def test_a_spare_entry_takes_only_free_or_spare_bytes(ranking) -> None:  # type:
     ledger.check_integrity()
 
 
-@pytest.mark.parametrize("ranking", [None, value_per_byte])
+@pytest.mark.parametrize("ranking", [None, RULE])
 def test_spare_entries_are_the_first_victims(ranking) -> None:  # type: ignore[no-untyped-def]
-    ledger = EntryLedger(9, ranking=ranking)
+    ledger = ledger_for(9, ranking)
     committed(ledger, "old", 3, value=1.0)
     committed(ledger, "s1", 3, value=SPARE)
     committed(ledger, "s2", 3, value=SPARE)
@@ -56,7 +62,7 @@ def test_spare_entries_are_the_first_victims(ranking) -> None:  # type: ignore[n
 
 
 def test_a_later_value_wins_upward_only() -> None:
-    ledger = EntryLedger(6, ranking=value_per_byte)
+    ledger = RankedLedger(6, RULE)
     committed(ledger, "a", 3, value=SPARE)
     ledger.store_again("a", 4.0)  # valued now
     assert not ledger.get("a").spare and ledger.get("a").value == 4.0  # type: ignore[union-attr]

@@ -1,10 +1,18 @@
-"""``EntryLedger``: count first, then act; use order; a ranking; pins."""
+"""``EntryLedger``: count first, then act; use order; a ranking (``RankedLedger``); pins."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from hybridkv.tiers.ledger import EntryLedger, value_per_byte
+from hybridkv.policy import unit_class
+from hybridkv.tiers.ledger import EntryLedger
+from hybridkv.tiers.ranked_ledger import RankedLedger
+from hybridkv.tiers.ranking import RankRule
+
+#: Classes of value per byte against a 4-byte page, 1 turnover per class step of 2.
+RULE = RankRule(2.0, partial(unit_class, page_bytes=4))
 
 
 def committed(ledger: EntryLedger, key: str, nbytes: int, value: float | None = None) -> None:
@@ -25,12 +33,12 @@ def test_reserve_picks_victims_in_use_order_or_changes_nothing() -> None:
     ledger.check_integrity()
 
 
-def test_a_ranking_goes_first_then_use_order() -> None:
-    ledger = EntryLedger(12, ranking=value_per_byte)
-    committed(ledger, "cheap", 4, value=1.0)
-    committed(ledger, "dear", 4, value=40.0)
-    committed(ledger, "none", 4)  # no value ranks 0: first out
-    assert ledger.reserve("new", 8, value=2.0) == ["none", "cheap"]
+def test_a_ranking_keys_value_and_recency() -> None:
+    ledger = RankedLedger(12, RULE)
+    committed(ledger, "cheap", 4, value=1.0)  # class 0, key 4 / 12
+    committed(ledger, "dear", 4, value=40.0)  # class 10, key 8 / 12 + 10
+    committed(ledger, "none", 4)  # no value: the neutral 1.0, key 12 / 12
+    assert ledger.reserve("new", 8, value=2.0) == ["cheap", "none"]
     ledger.check_integrity()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -25,16 +26,20 @@ from tier_factories import GateCopier, fingerprint
 
 from hybridkv.core.hashing import BlockHasher
 from hybridkv.core.request import Request
+from hybridkv.policy import unit_class
 from hybridkv.tiers import CorruptEntryError, HostTier, TierFullError, Transfer, UnitKey
 from hybridkv.tiers.disk import DiskTier
 from hybridkv.tiers.disk_dir import entry_name
-from hybridkv.tiers.ledger import value_per_byte
+from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.slab_memory import SlabMemory
 from hybridkv.tiers.spare import SPARE
 
 SALTS = (None, "tenant-a", "tenant-b")
 PROMPTS = 4  # per salt; each gives 2 block keys (a chain) in 2 groups
 _HASHER = BlockHasher(4)
+
+#: The engine host's rule (a hit moves the unit to spare room), classes against 64 bytes.
+RULE = RankRule(1.0, partial(unit_class, page_bytes=64), hits_to_spare=True)
 
 
 def _keys() -> dict[UnitKey, bytes]:
@@ -179,7 +184,7 @@ class HostTierMachine(TierMachine):
     budget = 160
 
     def _open(self) -> HostTier:
-        ranking = value_per_byte if id(self) % 2 else None
+        ranking = RULE if (id(self) >> 4) % 2 else None  # (ids are 16-byte aligned)
         return HostTier(fingerprint(), self.budget, copier=self.gate, ranking=ranking)
 
 
@@ -189,7 +194,7 @@ class SlabTierMachine(TierMachine):
     budget = 3 * 128
 
     def _open(self) -> HostTier:
-        ranking = value_per_byte if id(self) % 2 else None
+        ranking = RULE if (id(self) >> 4) % 2 else None  # (ids are 16-byte aligned)
         memory = SlabMemory((64, 64), self.budget)
         return HostTier(fingerprint(), self.budget, memory, copier=self.gate, ranking=ranking)
 
