@@ -51,7 +51,15 @@ class Rows:
         """The units at positions ``keep`` of this batch."""
         if len(keep) == len(self.index):
             return self
-        return Rows(self.arrays, [self.index[k] for k in keep])
+        return self.at([self.index[k] for k in keep])
+
+    def at(self, index: Sequence[int]) -> Rows:
+        """These arrays at rows ``index``: a new batch without checking the arrays
+        again (they were, when this one was made): a load makes one per group."""
+        out = object.__new__(Rows)
+        for name, value in (("arrays", self.arrays), ("index", index), ("sizes", self.sizes)):
+            object.__setattr__(out, name, value)
+        return out
 
 
 def _index(rows: list[int], limit: int, what: str) -> slice | np.ndarray:
