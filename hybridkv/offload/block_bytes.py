@@ -64,12 +64,15 @@ class BlockBytes:
         ]
         n = config.num_blocks
         #: Per group, per layer: ``[num_blocks, part bytes]`` numpy views (CPU buffers only).
-        self._rows: list[tuple[object, ...]] | None = None
+        self._rows: list[Rows] | None = None  # (each with no index: ``Rows.at`` gives one)
         if all(b.device.type == "cpu" for b in buffers.buffers):
             self._rows = [
-                tuple(
-                    buf.as_strided((n, nbytes), (stride, 1), offset).numpy()
-                    for buf, offset, stride, nbytes in rows
+                Rows(
+                    tuple(
+                        buf.as_strided((n, nbytes), (stride, 1), offset).numpy()
+                        for buf, offset, stride, nbytes in rows
+                    ),
+                    (),
                 )
                 for rows in self._layout
             ]
@@ -82,7 +85,7 @@ class BlockBytes:
     def rows(self, group_id: int, block_ids: list[int]) -> Rows:
         """Group ``group_id``'s units of ``block_ids``, as rows of the KV buffers."""
         assert self._rows is not None, "rows() needs the KV buffers in CPU memory"
-        return Rows(self._rows[group_id], block_ids)
+        return self._rows[group_id].at(block_ids)
 
     def parts(self, group_id: int, block_id: int) -> list[torch.Tensor]:
         """Group ``group_id``'s unit of block ``block_id``: one flat uint8 view per layer."""

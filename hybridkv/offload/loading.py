@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -33,6 +31,16 @@ from hybridkv.coordinators.tiered_hit import tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
+from hybridkv.offload.staged_loads import (
+    Load,
+    Run,
+    Staged,
+    block_ids,
+    load_of,
+    pick,
+    runs,
+    unit_keys,
+)
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.store_lookup import StoreLookup
 from hybridkv.offload.stream_order import StreamOrder
@@ -40,60 +48,10 @@ from hybridkv.offload.tier_events import TierEvents
 from hybridkv.offload.tier_lookup import presence, tiers_may_hold
 from hybridkv.offload.tier_pins import TierPins
 from hybridkv.offload.unit_batches import load_units
-from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, TierStore, Transfer, UnitKey
+from hybridkv.tiers import DiskTier, HostTier, MooncakeTier, TierStore, UnitKey
 
-T = TypeVar("T")
 #: ``(request, units to load as (group, block index, hash), tokens gained) -> bool``.
 WorthLoading = Callable[[Request, list[tuple[int, int, bytes]], int], bool]
-
-
-class _Load(NamedTuple):
-    """Units of one group copied into ``blocks`` from the ``medium`` tier by one
-    transfer: a host-tier row batch (a group's units at once), else one unit."""
-
-    group_id: int
-    positions: list[int]  # each block's index in the group's table, ascending
-    hashes: list[bytes]
-    blocks: list[KVCacheBlock]
-    transfer: Transfer | None  # None: the unit left its tier before the load began
-    medium: str  # "CPU" (host), "DISK", "STORE"
-
-
-@dataclass
-class _Staged:
-    """A request's hit being restored: the blocks held for it and the loads."""
-
-    held: list[KVCacheBlock]
-    loads: list[_Load]
-    gained: int  # tokens past the device hit, if every load lands
-    started: float  # when the loads were decided (before their units were pinned)
-
-
-#: A run of consecutive blocks of one group: (group, first position, hashes, blocks).
-_Run = tuple[int, int, list[bytes], list[KVCacheBlock]]
-
-
-def _runs(ld: _Load) -> Iterator[_Run]:
-    """``ld``'s units split into runs of consecutive blocks, in order."""
-    pos, n = ld.positions, len(ld.positions)
-    if pos[-1] - pos[0] == n - 1:  # (ascending and distinct: one run)
-        yield ld.group_id, pos[0], ld.hashes, ld.blocks
-        return
-    start = 0
-    for k in range(1, n + 1):
-        if k == n or pos[k] != pos[k - 1] + 1:
-            yield ld.group_id, pos[start], ld.hashes[start:k], ld.blocks[start:k]
-            start = k
-
-
-_key = tuple.__new__  # ``_key(UnitKey, (h, g))``: ``UnitKey(h, g)`` at a third less cost
-
-
-def _pick(items: list[T], at: Sequence[int]) -> list[T]:
-    """``items[j]`` for each ``j`` of ``at`` (a range: a slice)."""
-    if isinstance(at, range) and at.step == 1:
-        return items[at.start : at.stop]
-    return [items[j] for j in at]
 
 
 class Loads:
@@ -125,7 +83,7 @@ class Loads:
         self.lookup = None if store is None else StoreLookup(store, self.managers, self.present)
         self.events = events
         self.stats = stats
-        self._staged: dict[str, _Staged] = {}
+        self._staged: dict[str, Staged] = {}
 
     def present(self, group_id: int, _index: int, block_hash: bytes) -> bool:
         if block_hash in self.pool.cached[group_id]:
@@ -170,7 +128,7 @@ class Loads:
             # its whole load: from the decision to the blocks indexed and let go (usable)
             self.stats.load_seconds.append(time.perf_counter() - staged.started)
 
-    def _stage(self, request: Request) -> _Staged | None:
+    def _stage(self, request: Request) -> Staged | None:
         """Hold the blocks of the request's tier hit and start its loads (None: no tier hit)."""
         if self.lookup is None and not any(t.used_bytes for t in self.local):
             return None  # the tiers hold nothing (nor anything in flight): no lookup
@@ -187,7 +145,7 @@ class Loads:
             if self.lookup is not None:
                 self.lookup.forget()
 
-    def _stage_hit(self, request: Request, hashes: list[bytes], limit: int) -> _Staged | None:
+    def _stage_hit(self, request: Request, hashes: list[bytes], limit: int) -> Staged | None:
         found = self.lookup.found if self.lookup is not None else set()
         present, on_device = presence(self.pool.cached, self.managers, self.local, found, hashes)
         total = tiered_hit_length(self.managers, hashes, limit, present)
@@ -220,7 +178,7 @@ class Loads:
             self.stats.skipped_slower += 1
             return None
         started = time.perf_counter()  # decided: from here to the blocks indexed is the load
-        keys = [_key(UnitKey, (h, g)) for g, _, h in wanted]  # (UnitKey(h, g), without __new__)
+        keys = unit_keys(wanted)
         pins = TierPins(self._tiers(), keys, self.store, found)
         try:
             self.pool.touch(keep)
@@ -228,7 +186,7 @@ class Loads:
             loads = self._start_loads(wanted, spans, keys, pins, blocks)
         finally:
             pins.release()  # what no load took over
-        return _Staged(keep + blocks, loads, total - device, started)
+        return Staged(keep + blocks, loads, total - device, started)
 
     def _tiers(self) -> list[TierStore]:
         return [*self.local] if self.store is None else [*self.local, self.store]
@@ -240,7 +198,7 @@ class Loads:
         keys: list[UnitKey],
         pins: TierPins,
         blocks: list[KVCacheBlock],
-    ) -> list[_Load]:
+    ) -> list[Load]:
         """Start the loads of ``wanted`` (pinned in tier ``pins.where[j]``) into
         ``blocks``: the host tier's straight into the device buffers, each group's
         as one batch (``load_units``: rows on the CPU, taking the host's pins
@@ -248,7 +206,7 @@ class Loads:
         elsewhere), one batch per tier."""
         tiers, where = self._tiers(), pins.where
         host = 0 if self.host is not None else None  # the host tier is the first
-        loads: list[_Load] = []
+        loads: list[Load] = []
         host_groups: list[tuple[int, Sequence[int]]] = []  # (group, units in wanted)
         other: list[list[int]] = [[] for _ in tiers]
         for gid, start, end in spans:
@@ -266,22 +224,19 @@ class Loads:
                 elif k >= 0:
                     other[k].extend(units)
                 else:  # none holds them (they left their tier): failed loads
-                    loads += [self._load(wanted, blocks, [j], None, "CPU") for j in units]
+                    loads += [load_of(wanted, blocks, [j], None, "CPU") for j in units]
         if host_groups:
             assert self.host is not None
             started = load_units(
                 self.host,
                 self.block_bytes,
-                [
-                    (g, _pick(keys, js), [b.block_id for b in _pick(blocks, js)])
-                    for g, js in host_groups
-                ],
+                [(g, pick(keys, js), block_ids(pick(blocks, js))) for g, js in host_groups],
                 wake=False,  # the scheduler waits at once, or calls wake() before its step
                 pins=pins.batches[0],
             )
             for (_, js), group_spans in zip(host_groups, started, strict=True):
                 for t, a, b in group_spans:
-                    loads.append(self._load(wanted, blocks, js[a:b], t, "CPU"))
+                    loads.append(load_of(wanted, blocks, js[a:b], t, "CPU"))
         for k, units in enumerate(other):
             if not units:
                 continue
@@ -292,35 +247,15 @@ class Loads:
                     (keys[j], [p.numpy() for p in parts] if parts[0].device.type == "cpu" else None)
                 )
             for j, t in zip(units, tiers[k].load_many(items), strict=True):
-                loads.append(self._load(wanted, blocks, [j], t, tiers[k].medium))
+                loads.append(load_of(wanted, blocks, [j], t, tiers[k].medium))
         return loads
 
-    @staticmethod
-    def _load(
-        wanted: list[tuple[int, int, bytes]],
-        blocks: list[KVCacheBlock],
-        units: Sequence[int],
-        transfer: Transfer | None,
-        medium: str,
-    ) -> _Load:
-        """The load of ``wanted[j]`` into ``blocks[j]`` for each ``j`` of ``units``
-        (all of one group)."""
-        mine = _pick(wanted, units)
-        return _Load(
-            mine[0][0],
-            [w[1] for w in mine],
-            [w[2] for w in mine],
-            _pick(blocks, units),
-            transfer,
-            medium,
-        )
-
-    def _land(self, request: Request, staged: _Staged) -> None:
+    def _land(self, request: Request, staged: Staged) -> None:
         """Wait for the loads; enter each landed block into the device prefix index."""
         tokens = request.live_token_ids
         failed = 0
         pool, unit_bytes = self.pool, self.block_bytes.unit_bytes
-        runs: list[_Run] = []
+        landed: list[Run] = []
         for ld in staged.loads:
             t = ld.transfer
             if t is None or not self.order.after(t):
@@ -330,9 +265,9 @@ class Loads:
                 self._copy_in(ld)
             n = len(ld.blocks)
             self.stats.count_load(ld.medium, unit_bytes[ld.group_id] * n, n)
-            runs.extend(_runs(ld))
-        runs.sort(key=lambda r: (r[0], r[1]))  # each group in order (events: parents first)
-        for gid, first, hashes, blocks in runs:
+            landed.extend(runs(ld))
+        landed.sort(key=lambda r: (r[0], r[1]))  # each group in order (events: parents first)
+        for gid, first, hashes, blocks in landed:
             n = len(blocks)
             bs = self.managers[gid].block_size
             run_tokens = tokens[first * bs : (first + n) * bs]
@@ -362,7 +297,7 @@ class Loads:
                 self.stats.disk_hits += 1
                 self.stats.disk_hit_tokens += staged.gained
 
-    def _copy_in(self, ld: _Load) -> None:
+    def _copy_in(self, ld: Load) -> None:
         """A disk or store load read into host memory (a non-CPU device): copy it in."""
         assert ld.transfer is not None and len(ld.blocks) == 1
         parts = self.block_bytes.parts(ld.group_id, ld.blocks[0].block_id)

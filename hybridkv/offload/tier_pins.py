@@ -60,6 +60,10 @@ class TierPins:
                     assert isinstance(tier, LedgerTier), type(tier).__name__
                     batch = self.batches[k] = tier.pin_batch(asked)
                     held = batch.held
+                if all(held):  # the common case: this tier holds every key left
+                    for i in todo:
+                        self.where[i] = k
+                    break
                 rest = []
                 for i, h in zip(todo, held, strict=True):
                     if h:

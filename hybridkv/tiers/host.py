@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from hybridkv.tiers.base import CopyStats, Parts, UnitKey
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
 RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
 #: A unit ``store_rows`` skipped: its position in its batch, and why.
 Skip = tuple[int, BaseException]
+#: An entry's slot, and its parts' sizes (``HostTier._entries``' values).
+_SLOT, _SIZES = itemgetter(0), itemgetter(1)
 
 
 class _Clock:
@@ -215,17 +219,17 @@ class HostTier(LedgerTier):
         with self._lock:
             ledger, entries = self._ledger, self._entries
             slots: list[list[int]] = []
-            for keys, rows in batches:
-                found = [entries.get(key) for key in keys]
+            for keys, rows in batches:  # (C-level maps: this runs once per unit)
+                found = list(map(entries.get, keys))
                 if None in found:
                     missing = keys[found.index(None)]
                     raise KeyError(f"load_rows of {missing!r}: the {self.medium} tier lacks it")
                 sizes = rows.sizes
-                if {e[1] for e in found} - {sizes}:  # type: ignore[index]
+                if set(map(_SIZES, found)) - {sizes}:  # type: ignore[arg-type]
                     bad = next(e[1] for e in found if e[1] != sizes)  # type: ignore[index]
                     raise ValueError(f"an entry has parts of {bad}, the rows {sizes}")
-                slots.append([e[0] for e in found])  # type: ignore[index]
-            every = [key for keys, _ in batches for key in keys]
+                slots.append(list(map(_SLOT, found)))  # type: ignore[arg-type]
+            every = list(chain.from_iterable(keys for keys, _ in batches))
             if pins is None:
                 try:
                     ledger.pin_committed(every)  # (all or nothing: KeyError if one is in flight)

@@ -20,7 +20,7 @@ recently used first), before the ranking's order.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -183,31 +183,32 @@ class EntryLedger:
 
     def pin_held(self, keys: Sequence[Hashable]) -> list[bool]:
         """``pin`` and ``touch`` each of ``keys`` that is committed (a load's use);
-        per key, whether it was pinned."""
-        entries = self._entries
-        move = entries.move_to_end
+        per key, whether it was pinned. (One pass per unit; the lookups and the
+        moves in use order are C-level maps.)"""
+        entries, spare = self._entries, self.spare
         tick = self._tick
         out: list[bool] = []
-        for k in keys:
-            entry = entries.get(k)
+        held: list[Hashable] = []
+        for k, entry in zip(keys, map(entries.get, keys), strict=True):
             if entry is not None and entry.committed:
                 entry.pins += 1
                 tick += 1
                 entry.last_used = tick
-                move(k)
+                if entry.spare:
+                    spare.touch(k)
+                held.append(k)
                 out.append(True)
             else:
                 out.append(False)
+        deque(map(entries.move_to_end, held), maxlen=0)
         self._tick = tick
         return out
 
     def unpin_many(self, keys: Iterable[Hashable]) -> None:
-        """``unpin`` each of ``keys`` (pinned by ``pin_committed``)."""
-        entries = self._entries
-        for k in keys:
-            entry = entries[k]
+        """``unpin`` each of ``keys`` (pinned by ``pin_committed`` or ``pin_held``)."""
+        for entry in map(self._entries.__getitem__, keys):
             if entry.pins <= (0 if entry.committed else 1):
-                raise ValueError(f"unpin of {k!r}, which no pin() holds")
+                raise ValueError(f"unpin of {entry.key!r}, which no pin() holds")
             entry.pins -= 1
 
     def touch(self, key: Hashable) -> None:

@@ -18,6 +18,7 @@ import threading
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
+from itertools import compress
 from typing import Any
 
 from hybridkv.tiers.base import (
@@ -278,7 +279,7 @@ class LedgerTier(TierStore):
         with self._lock:
             self._check_open()
             held = self._ledger.pin_held(keys)
-            batch = PinBatch([k for k, h in zip(keys, held, strict=True) if h], held)
+            batch = PinBatch(list(compress(keys, held)), held)
             self._batches.add(batch)
             return batch
 

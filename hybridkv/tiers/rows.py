@@ -20,7 +20,7 @@ rows are large it is copied run by run instead (``MIN_RUN_BYTES``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,8 @@ class Rows:
 
     arrays: tuple[Any, ...]
     index: Sequence[int]
+    #: Each part's bytes (the same for every unit of the batch).
+    sizes: tuple[int, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         for j, a in enumerate(self.arrays):
@@ -43,35 +45,41 @@ class Rows:
                 raise ValueError(f"Rows.arrays[{j}] must be a 2-D uint8 numpy array")
             if a.strides[1] != 1:
                 raise ValueError(f"Rows.arrays[{j}]: each row's bytes must be contiguous")
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        """Each part's bytes (the same for every unit of the batch)."""
-        return tuple(a.shape[1] for a in self.arrays)
+        object.__setattr__(self, "sizes", tuple(a.shape[1] for a in self.arrays))
 
     def subset(self, keep: Sequence[int]) -> Rows:
         """The units at positions ``keep`` of this batch."""
         if len(keep) == len(self.index):
             return self
-        return Rows(self.arrays, [self.index[k] for k in keep])
+        return self.at([self.index[k] for k in keep])
+
+    def at(self, index: Sequence[int]) -> Rows:
+        """These arrays at rows ``index``: a new batch without checking the arrays
+        again (they were, when this one was made): a load makes one per group."""
+        out = object.__new__(Rows)
+        for name, value in (("arrays", self.arrays), ("index", index), ("sizes", self.sizes)):
+            object.__setattr__(out, name, value)
+        return out
 
 
-def _index(a: np.ndarray) -> slice | np.ndarray:
-    """An ascending run of consecutive rows as a slice, a descending one as a
-    reversed slice (``step=-1``), anything else as the array itself."""
-    n = a.size
-    if n == 1 or (n > 1 and int(a[-1]) - int(a[0]) == n - 1 and bool((np.diff(a) == 1).all())):
-        return slice(int(a[0]), int(a[0]) + n)
-    if n > 1 and int(a[0]) - int(a[-1]) == n - 1 and bool((np.diff(a) == -1).all()):
-        return slice(int(a[0]), int(a[-1]) - 1 if int(a[-1]) > 0 else None, -1)
-    return a
-
-
-def _rows(rows: Sequence[int], limit: int, what: str) -> np.ndarray:
-    a = np.asarray(rows, dtype=np.int64)
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= limit):
+def _index(rows: list[int], limit: int, what: str) -> slice | np.ndarray:
+    """``rows`` (ints, not empty) as an index of the first axis: an ascending run
+    of consecutive rows as a slice, a descending one as a reversed slice
+    (``step=-1``), anything else as an int64 array; ``IndexError`` for a row
+    outside ``[0, limit)``. A run is found with one list comparison (a C loop);
+    only an index that is no run pays numpy calls (each about 1 us)."""
+    n, first, last = len(rows), rows[0], rows[-1]
+    out: slice | np.ndarray
+    if last - first == n - 1 and rows == list(range(first, last + 1)):
+        lo, hi, out = first, last, slice(first, last + 1)
+    elif first - last == n - 1 and rows == list(range(first, last - 1, -1)):
+        lo, hi, out = last, first, slice(first, last - 1 if last > 0 else None, -1)
+    else:
+        a = np.asarray(rows, dtype=np.int64)
+        lo, hi, out = int(a.min()), int(a.max()), a
+    if lo < 0 or hi >= limit:
         raise IndexError(f"a {what} row outside [0, {limit})")
-    return a
+    return out
 
 
 #: A gather copies run by run (a slice copy per run of rows consecutive on both
@@ -86,16 +94,21 @@ def _rows(rows: Sequence[int], limit: int, what: str) -> np.ndarray:
 MIN_RUN_BYTES = 16 << 10
 
 
-def _runs(d: np.ndarray, s: np.ndarray) -> list[tuple[int, int, int]]:
+def _ints(rows: Sequence[int]) -> list[int]:
+    """``rows`` as a new list of Python ints (a list of ints is copied in C)."""
+    return list(rows) if isinstance(rows, list) else np.asarray(rows, dtype=np.int64).tolist()
+
+
+def _runs(d: list[int], s: list[int]) -> list[tuple[int, int, int]]:
     """``(destination row, source row, length)`` of each run of pairs that both
     ascend by one row."""
-    if d.size == 1:
-        return [(int(d[0]), int(s[0]), 1)]
-    breaks = np.flatnonzero((np.diff(d) != 1) | (np.diff(s) != 1)) + 1
+    if len(d) == 1:
+        return [(d[0], s[0], 1)]
+    da, sa = np.asarray(d), np.asarray(s)
+    breaks = np.flatnonzero((np.diff(da) != 1) | (np.diff(sa) != 1)) + 1
     starts = [0, *breaks.tolist()]
-    ends = [*breaks.tolist(), int(d.size)]
-    dl, sl = d.tolist(), s.tolist()
-    return [(dl[a], sl[a], b - a) for a, b in zip(starts, ends, strict=True)]
+    ends = [*breaks.tolist(), len(d)]
+    return [(d[a], s[a], b - a) for a, b in zip(starts, ends, strict=True)]
 
 
 def copy_rows(
@@ -116,20 +129,21 @@ def copy_rows(
         raise ValueError(f"{len(dst_rows)} destination rows for {len(src_rows)} source rows")
     if not dst_rows:
         return 0
-    d = _rows(dst_rows, dst[0].shape[0], "destination")
-    s = _rows(src_rows, src[0].shape[0], "source")
-    if d.size > 1 and d[0] > d[-1]:  # pair them with the destination ascending
-        d, s = d[::-1], s[::-1]
-    di, si = _index(d), _index(s)
+    d, s = _ints(dst_rows), _ints(src_rows)
+    if len(d) > 1 and d[0] > d[-1]:  # pair them with the destination ascending
+        d.reverse()
+        s.reverse()
+    di = _index(d, dst[0].shape[0], "destination")
+    si = _index(s, src[0].shape[0], "source")
     runs = None if isinstance(si, slice) else _runs(d, s)
     total = 0
     for dj, sj, n in zip(dst, src, sizes, strict=True):
         if n > dj.shape[1] or n > sj.shape[1]:
             raise ValueError(f"{n} bytes a row: rows of {sj.shape[1]} -> {dj.shape[1]} bytes")
-        if runs is not None and n * d.size >= min_run_bytes * len(runs):
+        if runs is not None and n * len(d) >= min_run_bytes * len(runs):
             for d0, s0, k in runs:
                 dj[d0 : d0 + k, :n] = sj[s0 : s0 + k, :n]
         else:
             dj[di, :n] = sj[si, :n]
-        total += n * d.size
+        total += n * len(d)
     return total

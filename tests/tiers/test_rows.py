@@ -70,3 +70,14 @@ def test_bad_batches_are_refused() -> None:
         Rows((np.zeros((4, 8), np.float32),), [0])
     with pytest.raises(ValueError, match="contiguous"):
         Rows((a[:, ::2],), [0])
+
+
+def test_rows_at_another_index_keeps_the_arrays_and_sizes() -> None:
+    """``Rows.at`` (a load's batch per group) is the same arrays at new rows, the
+    sizes carried over; ``subset`` goes through it."""
+    a, b = np.zeros((6, 8), np.uint8), np.zeros((6, 4), np.uint8)
+    template = Rows((a, b), ())
+    rows = template.at([4, 1, 2])
+    assert rows.arrays == (a, b) and list(rows.index) == [4, 1, 2] and rows.sizes == (8, 4)
+    assert rows == Rows((a, b), [4, 1, 2]) and template.index == ()
+    assert list(rows.subset([2, 0]).index) == [2, 4] and rows.subset([2, 0]).sizes == (8, 4)

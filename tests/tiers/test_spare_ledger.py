@@ -61,6 +61,19 @@ def test_spare_entries_are_the_first_victims(ranking) -> None:  # type: ignore[n
     ledger.check_integrity()
 
 
+def test_a_batch_pin_is_a_use_of_a_spare_entry() -> None:
+    """``pin_held`` (a load's ``pin_batch``) touches a spare entry in the spare
+    order too: the entry just loaded is the last spare victim, not the first."""
+    ledger = EntryLedger(6)
+    committed(ledger, "s1", 3, value=SPARE)
+    committed(ledger, "s2", 3, value=SPARE)
+    assert ledger.pin_held(["s1", "gone"]) == [True, False]
+    ledger.check_integrity()  # the spare order follows the use order
+    ledger.unpin_many(["s1"])
+    assert ledger.reserve("new", 3, 1.0) == ["s2"]
+    ledger.check_integrity()
+
+
 def test_a_later_value_wins_upward_only() -> None:
     ledger = RankedLedger(6, RULE)
     committed(ledger, "a", 3, value=SPARE)
