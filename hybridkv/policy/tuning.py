@@ -91,6 +91,9 @@ class HybridTuning:
     #: Scale the return bonus by measured continuation rates (``ContinuationRates``;
     #: off: the flat bonus; multiturn Bamba 8 GB 50.39 -> 58.26 %, policy-ablation.md).
     learn_return_rates: bool = True
+    #: Drop the value bonus of free blocks older than every hit of the last
+    #: pool's worth (``ReuseHorizon``; multiturn Scout 64 GB, policy-ablation.md).
+    learn_reuse_horizon: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
