@@ -7,9 +7,11 @@ to (a chat client that left: ``benchmarks/multiturn.py``). This learner
 measures the bet's horizon instead of fixing it. ``ReleaseTimes`` gives each
 new prompt's *gap*: the free set's releases since its deepest prefix sample
 was last released, whether the cache still holds it or not. ``ReuseHorizon``
-keeps the largest of the last ``window`` gaps: a free block released longer
-ago than that has outlived every return the window saw, so the free set drops
-its value bonus and ranks it by recency alone (``CostAwareEvictionPolicy``).
+keeps the largest of the last ``window`` gaps, and the horizon is ``margin``
+times that (a window's largest gap falls short of the longest to come): a free
+block released longer ago has outlived every return the window saw, so the
+free set drops its value bonus and ranks it by recency alone
+(``CostAwareEvictionPolicy``).
 
 Until ``min_observed`` gaps are seen there is no horizon (every bonus holds).
 The window's maximum is kept with a monotone deque: O(1) amortized per gap.
@@ -26,15 +28,18 @@ from collections.abc import Sequence
 class ReuseHorizon:
     """Sliding maximum of the last ``window`` reuse gaps (module docstring)."""
 
-    __slots__ = ("_ages", "count", "min_observed", "window")
+    __slots__ = ("_ages", "count", "margin", "min_observed", "window")
 
-    def __init__(self, window: int, min_observed: int) -> None:
+    def __init__(self, window: int, min_observed: int, margin: float = 1.0) -> None:
         """``window``: gaps remembered (the most recent); ``min_observed``: gaps
-        needed before a horizon is given."""
+        needed before a horizon is given; ``margin``: horizon / largest gap."""
         if window < 1 or min_observed < 1:
             raise ValueError(
                 f"window and min_observed must be >= 1, got {window!r}, {min_observed!r}"
             )
+        if not margin >= 1:
+            raise ValueError(f"margin must be >= 1, got {margin!r}")
+        self.margin = margin
         self.window = window
         self.min_observed = min_observed
         self.count = 0
@@ -54,11 +59,11 @@ class ReuseHorizon:
 
     @property
     def horizon(self) -> float | None:
-        """The largest gap among the last ``window``; None before
+        """``margin`` x the largest gap among the last ``window``; None before
         ``min_observed`` gaps."""
         if self.count < self.min_observed:
             return None
-        return self._ages[0][1]
+        return self.margin * self._ages[0][1]
 
     def check_integrity(self) -> None:
         ages = [a for _, a in self._ages]
