@@ -76,7 +76,7 @@ def eviction_factory(
 
     def build(blocks: list[KVCacheBlock]) -> CostAwareEvictionPolicy:
         reuse = (
-            ReuseHorizon(tuning.learn_window, tuning.learn_min_observed, tuning.reuse_margin)
+            ReuseHorizon(tuning.reuse_window, tuning.learn_min_observed, tuning.reuse_margin)
             if tuning.learn_reuse_horizon
             else None
         )
