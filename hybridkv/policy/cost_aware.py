@@ -180,11 +180,11 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                 elif key < limit:
                     limit = key
             assert q is not None
-            if best < q.head.next_free.evict_key:  # type: ignore[union-attr]
+            if expiry is not None and best < q.head.next_free.evict_key:  # type: ignore[union-attr]
                 # An expired head: its class's expired run, keyed by release alone,
                 # up to the runner-up (one block at least: float rounding).
                 bonus = self.weight * best_cls / 2
-                run = q.popleft_keyed(n - len(out), min(limit, expiry) + bonus)  # type: ignore[type-var]
+                run = q.popleft_keyed(n - len(out), min(limit, expiry) + bonus)
                 out += run or q.popleft_keyed(1, math.inf)
                 continue
             # Pop the run of q's head up to the runner-up's key, at most what is missing.
@@ -198,7 +198,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         expiry = self._expiry()
         yield from heapq.merge(
             *self.classes.values(),
-            key=lambda b: (self._key(b, b.free_class, expiry), b.free_class),
+            key=lambda b: (self._key(b, b.free_class or 0, expiry), b.free_class),
         )
 
     def check_integrity(self) -> None:
