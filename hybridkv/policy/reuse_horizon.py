@@ -43,7 +43,7 @@ class ReuseHorizon:
         self.window = window
         self.min_observed = min_observed
         self.count = 0
-        #: (hit index, age), ages strictly decreasing from the left.
+        #: (index, gap) of the window, gaps strictly decreasing from the left.
         self._ages: deque[tuple[int, float]] = deque()
 
     def observe(self, age: float) -> None:
