@@ -215,3 +215,5 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                 assert b.evict_key >= last, f"class {cls}: keys not in order at {b}"
                 last = b.evict_key
         assert total == self._free, f"free count {self._free} != {total} queued"
+        if self.reuse is not None:
+            self.reuse.check_integrity()
