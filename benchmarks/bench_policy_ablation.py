@@ -69,6 +69,7 @@ LEARNERS = (
     "learn_fine_alignment",
     "learn_returning",
     "learn_return_rates",
+    "learn_reuse_horizon",
 )
 #: The runs of one cell: label -> (policy, tuning text or None).
 RUNS: dict[str, tuple[str, str | None]] = {

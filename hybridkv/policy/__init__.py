@@ -11,8 +11,8 @@ coordinator. Nothing outside this package imports a learner.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.eviction import PolicyFactory
 from hybridkv.managers import spec_manager_map
@@ -27,6 +27,7 @@ from hybridkv.policy.cost_aware import (
 from hybridkv.policy.hybrid import HybridPolicy
 from hybridkv.policy.lru import LruPolicy
 from hybridkv.policy.options import HybridOptions
+from hybridkv.policy.reuse_horizon import ReuseHorizon
 from hybridkv.policy.tuning import DEFAULT_TUNING, HybridTuning
 from hybridkv.specs import ChunkedLocalAttentionSpec, MambaSpec
 from hybridkv.specs.base import KVCacheSpec
@@ -76,7 +77,17 @@ def eviction_factory(
     weight = options.value_weight
     if weight is None:
         weight = auto_value_weight(specs, options.tuning)
-    return partial(CostAwareEvictionPolicy, weight=float(weight))
+    tuning = options.tuning
+
+    def build(blocks: list[KVCacheBlock]) -> CostAwareEvictionPolicy:
+        reuse = (
+            ReuseHorizon(tuning.reuse_window, tuning.learn_min_observed, tuning.reuse_margin)
+            if tuning.learn_reuse_horizon
+            else None
+        )
+        return CostAwareEvictionPolicy(blocks, float(weight), reuse)
+
+    return build
 
 
 def make_policy(
@@ -99,6 +110,7 @@ def make_policy(
         options if options is not None else HybridOptions(),
         getattr(ranking, "weight", 0.0),
         getattr(ranking, "ranks_by_value", False),
+        ranking if isinstance(ranking, CostAwareEvictionPolicy) else None,
     )
 
 

@@ -18,6 +18,12 @@ keyed block, newest first (as under LRU).
 Keys only grow within a class, so each class is an LRU queue (O(1) release
 and hit removal) and the next block to reuse is the smallest of the class
 heads: ``take`` costs O(number of classes) per block.
+
+With a reuse horizon (``reuse``, ``hybridkv.policy.reuse_horizon``; the
+``hybrid`` policy measures it, in this free set's ``clock``), a block of a
+positive class released more than the horizon ago loses its bonus: its key
+falls back to ``released / pool``. Those are the oldest of their class, its
+head run, so each class stays in key order.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.eviction import EvictionPolicy
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
 from hybridkv.core.free_stack import FreeBlockStack
+from hybridkv.policy.reuse_horizon import ReuseHorizon
 
 #: ``value`` of blocks released without one (ranked like a unit saving one
 #: token per page).
@@ -70,9 +77,15 @@ def released_value(block: KVCacheBlock) -> float | None:
 class CostAwareEvictionPolicy(EvictionPolicy):
     """Free blocks ordered by recency plus value (module docstring)."""
 
-    def __init__(self, blocks: list[KVCacheBlock], weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        blocks: list[KVCacheBlock],
+        weight: float = 1.0,
+        reuse: ReuseHorizon | None = None,
+    ) -> None:
         """``weight``: pool turnovers one value doubling is worth (the ``hybrid``
-        policy passes its layout's, ``HybridTuning.value_weight``)."""
+        policy passes its layout's, ``HybridTuning.value_weight``); ``reuse``:
+        the reuse horizon past which a bonus is dropped (None: never dropped)."""
         if not weight >= 0:
             raise ValueError(f"weight must be >= 0, got {weight!r}")
         self.weight = weight
@@ -84,6 +97,8 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         self.span = max(1, len(blocks))
         self.clock = 0  # keyed blocks released so far
         self._free = len(blocks)
+        #: Ages (in ``clock`` ticks) past which bonuses drop (fed by the policy).
+        self.reuse = reuse if weight > 0 else None
 
     @property
     def num_free_blocks(self) -> int:
@@ -138,6 +153,21 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         (self.first if cls is _NO_CLASS else self.classes[cls]).remove(block)
         self._free -= 1
 
+    def _expiry(self) -> float | None:
+        """Blocks of a positive class released (in turnovers) before this have
+        lost their bonus; None: no horizon (yet)."""
+        horizon = None if self.reuse is None else self.reuse.horizon
+        return None if horizon is None else (self.clock - horizon) / self.span
+
+    def _key(self, block: KVCacheBlock, cls: int, expiry: float | None) -> float:
+        """``block``'s key now: its bonus dropped when released before ``expiry``."""
+        key = block.evict_key
+        if expiry is not None and cls > 0:
+            released = key - self.weight * cls / 2
+            if released < expiry:
+                return released
+        return key
+
     def take(self, n: int) -> list[KVCacheBlock]:
         if n > self._free:
             raise ValueError(f"asked for {n} blocks, {self._free} free")
@@ -145,6 +175,7 @@ class CostAwareEvictionPolicy(EvictionPolicy):
         k = min(n, first.num_free_blocks)
         out = first.popleft_n(k) if k else []
         classes = self.classes
+        expiry = self._expiry()
         while len(out) < n:
             # The class whose head has the smallest (key, class), and the
             # runner-up key: one pass, no sort (this runs per allocation).
@@ -154,13 +185,23 @@ class CostAwareEvictionPolicy(EvictionPolicy):
             for cls, cq in classes.items():
                 if not cq.num_free_blocks:
                     continue
-                key = cq.head.next_free.evict_key  # type: ignore[union-attr]
+                head = cq.head.next_free
+                key = head.evict_key  # type: ignore[union-attr]
+                if expiry is not None and cls > 0:
+                    key = self._key(head, cls, expiry)  # type: ignore[arg-type]
                 if key < best or (key == best and cls < best_cls):
                     limit = best
                     best, best_cls, q = key, cls, cq
                 elif key < limit:
                     limit = key
             assert q is not None
+            if expiry is not None and best < q.head.next_free.evict_key:  # type: ignore[union-attr]
+                # An expired head: its class's expired run, keyed by release alone,
+                # up to the runner-up (one block at least: float rounding).
+                bonus = self.weight * best_cls / 2
+                run = q.popleft_keyed(n - len(out), min(limit, expiry) + bonus)
+                out += run or q.popleft_keyed(1, math.inf)
+                continue
             # Pop the run of q's head up to the runner-up's key, at most what is missing.
             out += q.popleft_keyed(n - len(out), limit)
         self._free -= n
@@ -169,7 +210,11 @@ class CostAwareEvictionPolicy(EvictionPolicy):
     def __iter__(self) -> Iterator[KVCacheBlock]:
         """The free blocks in the order ``take`` reuses them (equal keys: lower class first)."""
         yield from self.first
-        yield from heapq.merge(*self.classes.values(), key=lambda b: (b.evict_key, b.free_class))
+        expiry = self._expiry()
+        yield from heapq.merge(
+            *self.classes.values(),
+            key=lambda b: (self._key(b, b.free_class or 0, expiry), b.free_class),
+        )
 
     def check_integrity(self) -> None:
         self.first.check_integrity()
@@ -185,3 +230,5 @@ class CostAwareEvictionPolicy(EvictionPolicy):
                 assert b.evict_key >= last, f"class {cls}: keys not in order at {b}"
                 last = b.evict_key
         assert total == self._free, f"free count {self._free} != {total} queued"
+        if self.reuse is not None:
+            self.reuse.check_integrity()

@@ -26,11 +26,12 @@ from hybridkv.policy.base import (
     Shed,
     Tables,
 )
-from hybridkv.policy.cost_aware import released_value
+from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
 from hybridkv.policy.returning import ContinuationRates, SeenPrefixes, grade
+from hybridkv.policy.reuse_horizon import ReleaseTimes
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
 from hybridkv.tiers.spare import SPARE
@@ -43,7 +44,9 @@ class HybridPolicy(CachePolicy):
     is read); ``hash_block_size``: the request hashes' block size;
     ``num_blocks``: the pool's size; ``value_weight``: the free set's (0:
     recency only, then no returning prompts); ``ranks_by_value``: the free set
-    orders released blocks by their value (else units go in order, no values).
+    orders released blocks by their value (else units go in order, no values);
+    ``free_set``: the pool's cost-aware free set, whose reuse horizon the
+    policy measures in its clock (``ReleaseTimes``; None: none measured).
     """
 
     name = "hybrid"
@@ -58,6 +61,7 @@ class HybridPolicy(CachePolicy):
         options: HybridOptions,
         value_weight: float,
         ranks_by_value: bool,
+        free_set: CostAwareEvictionPolicy | None = None,
     ) -> None:
         tuning = options.tuning
         self.options = options
@@ -142,6 +146,15 @@ class HybridPolicy(CachePolicy):
         self._grade = options.return_grade
         self._max_turn = tuning.max_turn
         self._returning: dict[str, int] = {}
+        #: Reuse gaps for the free set's horizon (``hybridkv.policy.reuse_horizon``).
+        self._free_set = free_set
+        self.release_times: ReleaseTimes | None = (
+            ReleaseTimes(
+                tuning.seen_per_block * num_blocks // tuning.sample_blocks, tuning.sample_blocks
+            )
+            if free_set is not None and free_set.reuse is not None and self.full_gid is not None
+            else None
+        )
         self._ranks_by_value = ranks_by_value
 
     # -- what managers hold --------------------------------------------------
@@ -174,6 +187,13 @@ class HybridPolicy(CachePolicy):
         admission's branch point and prompt feed the branch learners: a
         resumed request matches its own progress, no branch to learn from."""
         turn = adm.returning
+        times = self.release_times
+        if times is not None and not adm.resumed:
+            fs = self._free_set
+            assert fs is not None and fs.reuse is not None
+            gap = times.gap(self._full_hashes(adm.block_hashes), fs.clock)
+            if gap is not None:
+                fs.reuse.observe(gap)
         if self.seen is not None:
             if self.rates is not None and not adm.resumed:
                 self.rates.observe(self._full_hashes(adm.block_hashes))
@@ -254,6 +274,12 @@ class HybridPolicy(CachePolicy):
         turn = self._returning.pop(request_id, 0)
         factor = self.return_value(turn)
         managers, states = zip(*tables, strict=True)
+        if self.release_times is not None and block_hashes is not None:
+            m, st = tables[self.full_gid]  # type: ignore[index]
+            assert self._free_set is not None
+            self.release_times.record(
+                m.group_hashes(block_hashes), st.num_cached, self._free_set.clock
+            )
         if self.seen is not None and block_hashes is not None:
             m, st = tables[self.full_gid]  # type: ignore[index]
             hashes = m.group_hashes(block_hashes)
@@ -305,5 +331,7 @@ class HybridPolicy(CachePolicy):
         assert self._returning.keys() <= live, "a freed request is still marked returning"
         if self.seen is not None:
             self.seen.check_integrity()
+        if self.release_times is not None:
+            self.release_times.check_integrity()
         if self.rates is not None:
             self.rates.check_integrity()

@@ -63,6 +63,13 @@ class HybridTuning:
     return_rate_full: float = 1.41
     #: Turns beyond this count as this one (``turn`` / ``log-turn`` grades).
     max_turn: int = 16
+    #: Reuse horizon = this x the largest of the last ``reuse_window`` return gaps
+    #: (1 lost 0.53 point on mrqa Jamba 4 GB; 2 kept 0.1 of Scout multiturn 64 GB's
+    #: gain; policy-ablation.md "reuse horizon").
+    reuse_margin: float = 1.25
+    #: Return gaps the reuse horizon remembers (256: +1.93 on Scout multiturn 64 GB,
+    #: 64: +3.84; 32: +6.48 but -0.40 on mrqa Jamba 8 GB; policy-ablation.md).
+    reuse_window: int = 64
     # -- online learners (tail alignment, fine alignment) --
     #: Observations each learner remembers (the most recent).
     learn_window: int = 256
@@ -91,6 +98,9 @@ class HybridTuning:
     #: Scale the return bonus by measured continuation rates (``ContinuationRates``;
     #: off: the flat bonus; multiturn Bamba 8 GB 50.39 -> 58.26 %, policy-ablation.md).
     learn_return_rates: bool = True
+    #: Drop the value bonus of free blocks released longer ago than the reuse
+    #: horizon (``ReuseHorizon``; multiturn Scout 64 GB, policy-ablation.md).
+    learn_reuse_horizon: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -106,9 +116,11 @@ class HybridTuning:
                 raise ValueError(f"tuning {f.name} must be an int, got {value!r}")
             if not 0 <= value < float("inf"):
                 raise ValueError(f"tuning {f.name} must be a finite number >= 0, got {value!r}")
-        for name in ("learn_window", "learn_min_observed", "sample_blocks"):
+        for name in ("learn_window", "learn_min_observed", "sample_blocks", "reuse_window"):
             if getattr(self, name) < 1:
                 raise ValueError(f"tuning {name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.reuse_margin >= 1:
+            raise ValueError(f"tuning reuse_margin must be >= 1, got {self.reuse_margin!r}")
         if not self.return_rate_full > 1:
             raise ValueError(f"tuning return_rate_full must be > 1, got {self.return_rate_full!r}")
         if not 0 < self.returning_share <= 1:
