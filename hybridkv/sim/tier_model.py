@@ -34,7 +34,12 @@ too *disk* hit tokens. The units to load are the needed blocks of that hit not
 on the device; their load time is ``(host + disk bytes) / host_to_device +
 disk bytes / disk_to_host`` (the device profile's links, one copy at a time).
 A loaded unit stays where it was (a copy): under ``hybrid`` it comes back to
-the host when the device evicts it again.
+the host when the device evicts it again. The host's copy moves to spare room
+(``TierIndex.touch``) only once the device holds the unit: when the load has
+passed (``landed``), as the engine's request runs only after its loads land.
+A request preempted while its load passes (the simulator models a load as
+the chunks it replaces) leaves the host's copies valued, so its resume finds
+them; moved at admission, they were spare and mostly evicted by then.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class TierLoad(NamedTuple):
     host_bytes: int
     disk_bytes: int
     seconds: float
+    #: Host units the hit loads, to move to spare room once it lands (``landed``).
+    host_units: tuple[tuple[bytes, int], ...] = ()
 
 
 class TieredCache:
@@ -177,6 +184,8 @@ class TieredCache:
             return None
         host_total = max(host_total, device_hit)
         host_b = disk_b = 0
+        later = host.hits_to_spare  # the device does not hold the units yet
+        host_units = []
         for m in managers:
             bs, gid = m.block_size, m.group_id
             hashes = m.group_hashes(block_hashes)
@@ -186,7 +195,10 @@ class TieredCache:
                 if on_device(gid, i, hashes[i]):
                     continue
                 if key in host:
-                    host.touch(key)
+                    if later:
+                        host_units.append(key)
+                    else:
+                        host.touch(key)
                     host_b += nbytes
                 else:
                     assert disk is not None, "a hit unit must be somewhere"
@@ -203,7 +215,16 @@ class TieredCache:
             host_b,
             disk_b,
             seconds,
+            tuple(host_units),
         )
+
+    def landed(self, load: TierLoad) -> None:
+        """``load`` has passed: the device holds its units, so the host's copies
+        (those still held) are hits now (``TierIndex.touch``: to spare room)."""
+        host = self.host
+        for key in load.host_units:
+            if key in host:
+                host.touch(key)
 
     def _presence(
         self, own: Sequence[Sequence[KVCacheBlock]], device_hit: int

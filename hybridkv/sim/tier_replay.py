@@ -18,7 +18,9 @@ device waited for loads. Stores to the tiers (write-through, demotion) are
 device-to-host copies off the critical path, and cost nothing here. A
 preempted request drops the rest of its load; when it resumes, what the tiers
 hold past its device hit is loaded back the same way (``reloaded_tokens``,
-no hit of its prompt: hits count at first admission).
+no hit of its prompt: hits count at first admission). A load that passes
+has landed (``TieredCache.landed``): only then do the host's copies of its
+units count as hits (under ``hybrid``, moved to spare room).
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ class TierReplay:
             load_s += load.seconds * passed / (load.total - load.device_hit)
             if upto >= load.total:
                 del loading[rid]
+                self.cache.landed(load)
             if end > upto:
                 chunks.append((upto, end))
         return chunks, load_s
