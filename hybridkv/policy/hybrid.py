@@ -187,16 +187,18 @@ class HybridPolicy(CachePolicy):
         admission's branch point and prompt feed the branch learners: a
         resumed request matches its own progress, no branch to learn from."""
         turn = adm.returning
-        times = self.release_times
-        if times is not None and not adm.resumed:
-            fs = self._free_set
-            assert fs is not None and fs.reuse is not None
-            gap = times.gap(self._full_hashes(adm.block_hashes), fs.clock)
-            if gap is not None:
-                fs.reuse.observe(gap)
+        times, rates = self.release_times, self.rates
+        if not adm.resumed and (times is not None or rates is not None):
+            hashes = self._full_hashes(adm.block_hashes)
+            if times is not None:
+                fs = self._free_set
+                assert fs is not None and fs.reuse is not None
+                gap = times.gap(hashes, fs.clock)
+                if gap is not None:
+                    fs.reuse.observe(gap)
+            if rates is not None:
+                rates.observe(hashes)
         if self.seen is not None:
-            if self.rates is not None and not adm.resumed:
-                self.rates.observe(self._full_hashes(adm.block_hashes))
             if turn is None:
                 turn = self._returning_turn(adm.block_hashes, adm.num_prompt_tokens)
             if turn:
@@ -274,19 +276,17 @@ class HybridPolicy(CachePolicy):
         turn = self._returning.pop(request_id, 0)
         factor = self.return_value(turn)
         managers, states = zip(*tables, strict=True)
-        if self.release_times is not None and block_hashes is not None:
-            m, st = tables[self.full_gid]  # type: ignore[index]
-            assert self._free_set is not None
-            self.release_times.record(
-                m.group_hashes(block_hashes), st.num_cached, self._free_set.clock
-            )
-        if self.seen is not None and block_hashes is not None:
+        if block_hashes is not None and (self.seen is not None or self.release_times is not None):
             m, st = tables[self.full_gid]  # type: ignore[index]
             hashes = m.group_hashes(block_hashes)
-            self.seen.record(hashes, st.num_cached, turn)
-            if self.rates is not None:
-                n = st.num_cached
-                self.rates.record(hashes[:n], m.block_size, n * m.block_size, bool(turn))
+            if self.release_times is not None:
+                assert self._free_set is not None
+                self.release_times.record(hashes, st.num_cached, self._free_set.clock)
+            if self.seen is not None:
+                self.seen.record(hashes, st.num_cached, turn)
+                if self.rates is not None:
+                    n = st.num_cached
+                    self.rates.record(hashes[:n], m.block_size, n * m.block_size, bool(turn))
         lcm = self.step
         end = min([st.num_cached * m.block_size for m, st in tables])
         end -= end % lcm
