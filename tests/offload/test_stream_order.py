@@ -134,6 +134,10 @@ def test_on_cuda_the_current_stream_waits_for_the_copies() -> None:
     for buf in buffers.buffers:
         buf.zero_()  # queued after the stores on the current stream
     later = Request("b", [*prompt, 1, 2])
+    # The copy stream starts after the work queued on the current stream: a long
+    # sleep there keeps the loads in flight when the step is ordered after them
+    # (without it an H100 finished the copies first, and nothing was left to order).
+    torch.cuda._sleep(1_000_000_000)
     assert tiers.prepare(later, wait=True)
     blocks, hit = kv.get_computed_blocks(later)
     assert hit > 0 and order.stream_waits > 0

@@ -22,6 +22,7 @@
 #                 `setup` unpacks it, so a later lease does not compile what this one did
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md), with
 #                 mamba-ssm on the path when carried (its SSD scan as the yardstick)
+#   bench-tiers   benchmarks/bench_tiers.py: host-tier loads into the GPU against a pinned copy_
 #   tune          research/tune_attention.py --write (the attention kernel's launch sweep)
 #   tune-mamba    research/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep;
 #                 $TUNE_MAMBA_ARGS adds options, e.g. --budget 170: its default 120 s swept
@@ -177,6 +178,13 @@ stage_bench-engine-graphs() {
         --kernel-backend triton --cuda-graphs --write &&
         "$PY" research/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
             --cuda-graphs --write
+}
+
+# The tiers' bandwidth (issue 45/47): host-tier loads into device tensors against a
+# pinned host-to-device copy_ in the same process, besides the CPU cases.
+stage_bench-tiers() {
+    "$PY" benchmarks/bench_tiers.py --sizes 256KiB,4MiB,32MiB --repeats 3 \
+        --out "benchmarks/results/tiers-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr -cd 'A-Za-z0-9-')".md
 }
 
 stage_bench-graphs() {
