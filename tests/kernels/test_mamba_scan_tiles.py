@@ -26,6 +26,7 @@ import torch
 from mamba_oracle import (
     CHUNK_SCENARIOS,
     SCENARIOS,
+    Scenario,
     assert_only_slots_changed,
     clone_views,
     mamba2_oracle,
@@ -43,11 +44,12 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TOL = {"ieee": 1e-5, "tf32x3": 1e-5, "tf32": 1e-2, "bf16": 5e-2}
 
 
-def _relative_errors(p: dict, tail: tuple[int, int, int], tiles: ScanTiles) -> tuple[float, float]:
-    """Max |error| / max |expected| of the outputs and of the saved states (scenario
-    ``chunk_edges``: saves at chunk ends and inside chunks), after checking that
-    nothing outside the saved slots changed."""
-    sc = CHUNK_SCENARIOS[0]
+def _relative_errors(
+    p: dict, tail: tuple[int, int, int], tiles: ScanTiles, sc: Scenario = CHUNK_SCENARIOS[0]
+) -> tuple[float, float]:
+    """Max |error| / max |expected| of the outputs and of the saved states (by default
+    scenario ``chunk_edges``: saves at chunk ends and inside chunks), after checking
+    that nothing outside the saved slots changed."""
     sv = state_views(16, (3, 8), tail, seed=3)
     before = clone_views(sv)
     out = ssd_chunk_scan_fn(
@@ -201,6 +203,9 @@ def test_tiles_must_be_scan_tiles():
         ({"block_p": 8}, r"block_p: must be in \[16, 128\]"),
         ({"block_n": 24}, "block_n: must be a power of two"),
         ({"block_n": True}, "block_n: must be a power of two"),
+        ({"block_m": 8}, r"block_m: must be in \[16, 256\]"),
+        ({"block_k": 96}, "block_k: must be a power of two"),
+        ({"pass_block": 32}, r"pass_block: must be in \[64, 4096\]"),
         ({"num_warps": 32}, r"num_warps: must be in \[1, 16\]"),
         ({"num_stages": 0}, r"num_stages: must be an integer in \[1, 8\]"),
         ({"num_stages": 2.0}, r"num_stages: must be an integer in \[1, 8\]"),
