@@ -85,28 +85,29 @@ def _chunk_cb_kernel(  # type: ignore[no-untyped-def]
     B_ptr, C_ptr, bounds_ptr, cb_ptr,
     num_chunks, d_state, stride_B_t, stride_B_g, stride_C_t, stride_C_g,
     stride_cb_c, stride_cb_g,
-    Q: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    Q: tl.constexpr, BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    # Shared C B^T, one program per (chunk, group): [Q, Q] over all of d_state in steps
-    # of BLOCK_N, summed as the chunk-scan kernel sums it; rows and columns past the
-    # chunk's end are 0 (their C and B rows load as 0).
+    # Shared C B^T, one program per (chunk, group, [BLOCK, BLOCK] tile of the [Q, Q]
+    # product): over all of d_state in steps of BLOCK_N, summed as the chunk-scan kernel
+    # sums it; rows and columns past the chunk's end are 0 (their C and B rows load as 0).
     c = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1).to(tl.int64)
-    i = tl.arange(0, Q)
+    i = (tl.program_id(2) // (Q // BLOCK)) * BLOCK + tl.arange(0, BLOCK)
+    j = (tl.program_id(2) % (Q // BLOCK)) * BLOCK + tl.arange(0, BLOCK)
     start = tl.load(bounds_ptr + c).to(tl.int64)
     end = tl.load(bounds_ptr + num_chunks + c).to(tl.int64)
-    tok = start + i
-    tmask = tok < end
-    B_rows = B_ptr + tok[:, None] * stride_B_t + g * stride_B_g
-    C_rows = C_ptr + tok[:, None] * stride_C_t + g * stride_C_g
-    cb = tl.zeros([Q, Q], tl.float32)
+    imask = start + i < end
+    jmask = start + j < end
+    C_rows = C_ptr + (start + i)[:, None] * stride_C_t + g * stride_C_g
+    B_rows = B_ptr + (start + j)[:, None] * stride_B_t + g * stride_B_g
+    cb = tl.zeros([BLOCK, BLOCK], tl.float32)
     for n0 in range(0, d_state, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        qn = tmask[:, None] & (n[None, :] < d_state)
-        C = tl.load(C_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)  # [Q, BLOCK_N]
-        B = tl.load(B_rows + n[None, :], mask=qn, other=0.0).to(tl.float32)
-        cb = dot(C, tl.trans(B), cb, PRECISION)
-    tl.store(cb_ptr + c * stride_cb_c + g * stride_cb_g + i[:, None] * Q + i[None, :], cb)
+        nmask = n < d_state
+        C = tl.load(C_rows + n[None, :], mask=imask[:, None] & nmask[None, :], other=0.0)
+        B = tl.load(B_rows + n[None, :], mask=jmask[:, None] & nmask[None, :], other=0.0)
+        cb = dot(C.to(tl.float32), tl.trans(B.to(tl.float32)), cb, PRECISION)
+    tl.store(cb_ptr + c * stride_cb_c + g * stride_cb_g + i[:, None] * Q + j[None, :], cb)
 
 
 @triton.jit(do_not_specialize=PER_CALL)
@@ -281,13 +282,15 @@ def _shared_cb(
     precision: str, opts: dict,
 ) -> torch.Tensor:  # fmt: skip
     """``C B^T`` per (chunk, group): fp32 ``[num_chunks, n_groups, Q, Q]``, 0 past a
-    chunk's end, summed over ``d_state`` in blocks of ``block_n`` as in the chunk scan."""
+    chunk's end, summed over ``d_state`` in blocks of ``block_n`` as in the chunk scan,
+    in tiles of up to ``[64, 64]``."""
     num_chunks, (n_groups, d_state) = bounds.shape[1], B.shape[1:]
     cb = torch.empty((num_chunks, n_groups, q, q), dtype=torch.float32, device=B.device)
-    _chunk_cb_kernel[(num_chunks, n_groups)](
+    block = min(q, _RULE_BLOCK_MK)  # tiles of at most [64, 64]: [256, 256] spilled on sm_90
+    _chunk_cb_kernel[(num_chunks, n_groups, (q // block) ** 2)](
         B, C, bounds, cb, num_chunks, d_state,
         B.stride(0), B.stride(1), C.stride(0), C.stride(1), cb.stride(0), cb.stride(1),
-        Q=q, BLOCK_N=block_n, PRECISION=precision, **opts,
+        Q=q, BLOCK=block, BLOCK_N=block_n, PRECISION=precision, **opts,
     )  # fmt: skip
     return cb
 
@@ -326,7 +329,8 @@ def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
         Q=q, BLOCK_P=ch.block_p, BLOCK_N=ch.block_n, BLOCK_K=ch.block_k,
         PRECISION=ch.precision, **ch.opts,
     )  # fmt: skip
-    _state_passing_kernel[(qsl.shape[0] - 1, n_heads, triton.cdiv(head_dim * d_state, ch.pass_block))](
+    pass_blocks = triton.cdiv(head_dim * d_state, ch.pass_block)
+    _state_passing_kernel[(qsl.shape[0] - 1, n_heads, pass_blocks)](
         states, dA_sum, end_save, first, ssm_state, a.initial_state_indices,
         n_heads, head_dim, d_state, states.stride(0), states.stride(1), *sss,
         PASS_BLOCK=ch.pass_block, num_warps=_PASS_WARPS,

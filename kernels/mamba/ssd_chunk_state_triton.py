@@ -133,10 +133,8 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
     emask = e < numel
     s_offs = h * stride_s_h + (e // d_state) * stride_s_p + e % d_state
     init = tl.load(init_ptr + s).to(tl.int64)
-    st = tl.load(
-        state_ptr + tl.maximum(init, 0) * stride_s_slot + s_offs, mask=e < tl.where(init >= 0, numel, 0),
-        other=0.0,
-    ).to(tl.float32)  # fmt: skip
+    init_ptrs = state_ptr + tl.maximum(init, 0) * stride_s_slot + s_offs
+    st = tl.load(init_ptrs, mask=e < tl.where(init >= 0, numel, 0), other=0.0).to(tl.float32)
     # All of the initial state is read before any save may overwrite it.
     tl.debug_barrier()
     st_rows = states_ptr + h * stride_st_h + e

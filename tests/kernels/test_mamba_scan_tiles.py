@@ -122,23 +122,25 @@ def test_shared_cb_matches_in_kernel_product_and_oracle(precision, block_n):
     assert ey < TOL[precision] and es < TOL[precision], (ey, es)
 
 
-def test_shared_cb_kernel_zero_past_chunk_ends():
+@pytest.mark.parametrize("q", [16, 128])
+def test_shared_cb_kernel_zero_past_chunk_ends(q):
     """The buffer itself: C B^T per (chunk, group) over the chunk's tokens, 0 in the
-    rows and columns past its end and in the unused chunks of the bound."""
+    rows and columns past its end and in the unused chunks of the bound; chunk 128 in
+    tiles of 64 (a 102-token chunk: one full tile and three partial ones)."""
     from hybridkv.kernels.mamba.ssd_chunk_scan_triton import _shared_cb
 
     g = torch.Generator().manual_seed(14)
-    B, C = torch.randn((2, 57, 3, 20), generator=g)
-    qsl = torch.tensor([0, 17, 18, 57], dtype=torch.int32)
-    bounds, _ = chunk_layout(qsl, 57, 16)
+    B, C = torch.randn((2, 120, 3, 20), generator=g)
+    qsl = torch.tensor([0, 17, 18, 120], dtype=torch.int32)
+    bounds, _ = chunk_layout(qsl, 120, q)
     # A private launcher, outside the backend table the CUDA test shim routes: on a GPU
     # machine its tensors go to the GPU here, as the chunk scan's do.
     dev = torch.device("cuda" if torch.cuda.is_available() and not INTERPRET else "cpu")
-    cb = _shared_cb(B.to(dev), C.to(dev), bounds.to(dev), 16, 16, "ieee", {"num_warps": 4})
+    cb = _shared_cb(B.to(dev), C.to(dev), bounds.to(dev), q, 16, "ieee", {"num_warps": 4})
     cb = cb.cpu()
-    assert cb.shape == (bounds.shape[1], 3, 16, 16) and cb.dtype == torch.float32
+    assert cb.shape == (bounds.shape[1], 3, q, q) and cb.dtype == torch.float32
     for c, (t0, t1) in enumerate(bounds.T.tolist()):
-        want = torch.zeros(3, 16, 16)
+        want = torch.zeros(3, q, q)
         n = t1 - t0
         want[:, :n, :n] = torch.einsum("igd,jgd->gij", C[t0:t1].double(), B[t0:t1].double())
         torch.testing.assert_close(cb[c].double(), want.double(), atol=1e-5, rtol=1e-5)
