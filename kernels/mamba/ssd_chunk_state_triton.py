@@ -140,16 +140,18 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
     st_rows = states_ptr + h * stride_st_h + e
     c0 = tl.load(first_ptr + s)
     c1 = tl.load(first_ptr + s + 1)
-    # One chunk ahead: chunk c's loads are issued before chunk c - 1's stores.
+    # One chunk ahead: chunk c + 1's loads (its contribution, decay and save slot) are
+    # issued before chunk c's are used, so a step waits for no fresh round trip.
     nxt = tl.load(st_rows + c0 * stride_st_c, mask=e < tl.where(c0 < c1, numel, 0), other=0.0)
+    nxt_dA = tl.load(dA_sum_ptr + c0 * n_heads + h, mask=c0 < c1, other=0.0)
+    nxt_slot = tl.load(end_save_ptr + c0, mask=c0 < c1, other=-1)
     for c in range(c0, c1):
-        contrib = nxt
-        nxt = tl.load(
-            st_rows + (c + 1) * stride_st_c, mask=e < tl.where(c + 1 < c1, numel, 0), other=0.0
-        )
-        decay = tl.exp(tl.load(dA_sum_ptr + c * n_heads + h))
-        slot = tl.load(end_save_ptr + c)
+        contrib, dA, slot = nxt, nxt_dA, nxt_slot
+        more = c + 1 < c1
+        nxt = tl.load(st_rows + (c + 1) * stride_st_c, mask=e < tl.where(more, numel, 0), other=0.0)
+        nxt_dA = tl.load(dA_sum_ptr + (c + 1) * n_heads + h, mask=more, other=0.0)
+        nxt_slot = tl.load(end_save_ptr + c + 1, mask=more, other=-1)
         tl.store(st_rows + c * stride_st_c, st, mask=emask)  # what chunk c starts from
-        st = decay * st + contrib
+        st = tl.exp(dA) * st + contrib
         ptrs = state_ptr + tl.maximum(slot, 0) * stride_s_slot + s_offs
         tl.store(ptrs, st.to(state_ptr.dtype.element_ty), mask=e < tl.where(slot >= 0, numel, 0))
