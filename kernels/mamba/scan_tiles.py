@@ -56,7 +56,8 @@ class ScanTiles:
       ``d_state``) once per (chunk, group) in a kernel of its own, into an fp32
       buffer that the chunk-scan kernel reads, instead of once per (chunk, head,
       block of ``head_dim``) inside it (as mamba-ssm's ``_bmm_chunk_fwd``); the
-      rule (``None``, like ``False``) computes it inside. Same products and sums.
+      rule (``None``) shares it above chunk 64 and computes it inside up to 64
+      (``ssd_chunk_scan_triton.shares_cb``). Same products and sums.
     """
 
     chunk_size: int | None = None

@@ -277,6 +277,14 @@ def _choices(tiles: ScanTiles, q: int, head_dim: int, d_state: int) -> _Choice:
     return _Choice(block_p, block_n, block_m, block_k, pass_block, precision, opts)
 
 
+def shares_cb(tiles: ScanTiles, q: int) -> bool:
+    """Whether C B^T is computed once per (chunk, group) (``_shared_cb``): ``tiles.shared_cb``
+    where set, else above chunk 64, where per head it would be ~40 % of the multiply-adds
+    at chunk 256 (Bamba 9B heads, ``research/mamba_scan_bytes.py``) and the shared buffer
+    a few MB."""
+    return tiles.shared_cb if tiles.shared_cb is not None else q > _RULE_BLOCK_MK
+
+
 def _shared_cb(
     B: torch.Tensor, C: torch.Tensor, bounds: torch.Tensor, q: int, block_n: int,
     precision: str, opts: dict,
@@ -335,8 +343,9 @@ def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
         n_heads, head_dim, d_state, states.stride(0), states.stride(1), *sss,
         PASS_BLOCK=ch.pass_block, num_warps=_PASS_WARPS,
     )  # fmt: skip
-    cb = _shared_cb(B, C, bounds, q, ch.block_n, ch.precision, ch.opts) if tiles.shared_cb else dts
-    cbs = (cb.stride(0), cb.stride(1)) if tiles.shared_cb else (0, 0)
+    shared = shares_cb(tiles, q)
+    cb = _shared_cb(B, C, bounds, q, ch.block_n, ch.precision, ch.opts) if shared else dts
+    cbs = (cb.stride(0), cb.stride(1)) if shared else (0, 0)
     zs = (z.stride(0), z.stride(1)) if z is not None else (0, 0)
     m_blocks = triton.cdiv(q, ch.block_m)
     _chunk_scan_kernel[(num_chunks, n_heads, p_blocks * m_blocks)](
@@ -346,6 +355,6 @@ def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
         zs[0], zs[1], out.stride(0), out.stride(1), *sts, *sss, *cbs,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], Q=q, BLOCK_M=ch.block_m,
         BLOCK_K=ch.block_k, BLOCK_P=ch.block_p, BLOCK_N=ch.block_n, PRECISION=ch.precision,
-        SHARED_CB=bool(tiles.shared_cb), **ch.opts,
+        SHARED_CB=shared, **ch.opts,
     )  # fmt: skip
     return out

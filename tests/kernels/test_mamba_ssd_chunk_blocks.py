@@ -19,7 +19,7 @@ from test_mamba_scan_tiles import TOL, _relative_errors
 from test_mamba_ssd_chunked import _params
 
 from hybridkv.kernels.mamba.scan_tiles import ScanTiles
-from hybridkv.kernels.mamba.ssd_chunk_scan_triton import _choices
+from hybridkv.kernels.mamba.ssd_chunk_scan_triton import _choices, shares_cb
 
 # Lengths 1, 63, 64, 65, 150: sequences start at tokens 0, 1, 64, 128, 193.
 BLOCKED = Scenario(
@@ -53,7 +53,8 @@ TAIL = (2, 20, 20)  # heads, head_dim, d_state
         ScanTiles(chunk_size=64, block_p=16, block_n=16, block_m=16, block_k=32),
         ScanTiles(chunk_size=64, block_m=16, block_k=16, shared_cb=True),
         ScanTiles(chunk_size=64, pass_block=64),
-        ScanTiles(chunk_size=128, block_m=32, block_k=32, pass_block=128),
+        ScanTiles(chunk_size=128, block_m=32, block_k=32, pass_block=128),  # C B^T shared
+        ScanTiles(chunk_size=128, block_m=32, block_k=32, shared_cb=False),
         ScanTiles(chunk_size=64, block_m=16, block_k=16, precision="bf16"),
     ],
     ids=lambda t: t.describe(),
@@ -84,3 +85,9 @@ def test_block_rules():
     small = _choices(ScanTiles(block_m=128, block_k=64), 32, 64, 128)
     assert (small.block_m, small.block_k) == (32, 32)
     assert big.opts == {"num_warps": 4}  # no tile over [64, 64] at chunk 256
+
+
+def test_shared_cb_rule_above_chunk_64():
+    assert shares_cb(ScanTiles(), 128) and not shares_cb(ScanTiles(), 64)
+    assert not shares_cb(ScanTiles(shared_cb=False), 256)
+    assert shares_cb(ScanTiles(shared_cb=True), 64)
