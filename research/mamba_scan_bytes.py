@@ -18,7 +18,8 @@ predictions: they say which phase cannot fit the target, not how fast one will r
 
 Layouts: ours as measured on the 2026-11-28 lease (chunk 64, the [Q, Q] products in
 one block, the state pass in blocks of 64 x 32 waiting three round trips a chunk:
-contribution and decay, chunk end, its save slot), ours now (chunk 64, 128 or 256 in
+contribution and decay, chunk end, its save slot; its kernels computed dt inside the
+chunk-state and chunk-scan kernels, counted here as the dt phase), ours now (chunk 64, 128 or 256 in
 blocks of 64, the pass over flat blocks of 512 one chunk ahead, C B^T shared per
 group above chunk 64), and mamba-ssm's ``mamba_chunk_scan_combined`` (chunk 256, bf16
 dots, its passed states written in the activations' dtype, C B^T once per group).
