@@ -116,7 +116,8 @@ class Plan:
 
 
 # Stage 0 on a GPU: chunk 128/256 at the rules, then one change each from chunk 256's
-# rules (all compile without local memory on sm_90 offline, research/kernel_resources.py).
+# rules (all but block_n 64, 72 bytes, compile without local memory on sm_90 offline,
+# research/kernel_resources.py), and chunk 64's candidates.
 RULE_STAGE = (
     ScanTiles(chunk_size=128), ScanTiles(chunk_size=256),
     ScanTiles(chunk_size=256, block_n=64), ScanTiles(chunk_size=256, block_k=32),
@@ -124,6 +125,9 @@ RULE_STAGE = (
     ScanTiles(chunk_size=256, num_stages=2), ScanTiles(chunk_size=256, pass_block=2048),
     ScanTiles(chunk_size=256, shared_cb=False), ScanTiles(chunk_size=64, shared_cb=True),
     ScanTiles(chunk_size=64, pass_block=2048), ScanTiles(chunk_size=128, block_p=32),
+    # chunk 64's three that compiled without local memory (docs/gpu.md, 2026-11-27)
+    ScanTiles(shared_cb=True, num_stages=2),
+    ScanTiles(block_n=64, num_warps=8, num_stages=2, shared_cb=True),
 )  # fmt: skip
 
 
