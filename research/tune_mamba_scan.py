@@ -123,8 +123,8 @@ RULE_STAGE = (
     ScanTiles(chunk_size=256, block_n=64), ScanTiles(chunk_size=256, block_k=32),
     ScanTiles(chunk_size=256, block_m=128, num_warps=8), ScanTiles(chunk_size=256, block_p=32),
     ScanTiles(chunk_size=256, num_stages=2), ScanTiles(chunk_size=256, pass_block=2048),
-    ScanTiles(chunk_size=256, shared_cb=False), ScanTiles(chunk_size=64, shared_cb=True),
-    ScanTiles(chunk_size=64, pass_block=2048), ScanTiles(chunk_size=128, block_p=32),
+    ScanTiles(chunk_size=256, shared_cb=False), ScanTiles(shared_cb=True),
+    ScanTiles(pass_block=2048), ScanTiles(chunk_size=128, block_p=32),
     # chunk 64's three that compiled without local memory (docs/gpu.md, 2026-11-27)
     ScanTiles(shared_cb=True, num_stages=2),
     ScanTiles(block_n=64, num_warps=8, num_stages=2, shared_cb=True),
