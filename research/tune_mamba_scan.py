@@ -116,8 +116,8 @@ class Plan:
 
 
 # Stage 0 on a GPU: chunk 128/256 at the rules, then one change each from chunk 256's
-# rules (all but block_n 64, 72 bytes, compile without local memory on sm_90 offline,
-# research/kernel_resources.py), and chunk 64's candidates.
+# rules (all but block_n 64 and block_p 32, 48 and 32 bytes, compile without local
+# memory on sm_90 offline, research/kernel_resources.py), and chunk 64's candidates.
 RULE_STAGE = (
     ScanTiles(chunk_size=128), ScanTiles(chunk_size=256),
     ScanTiles(chunk_size=256, block_n=64), ScanTiles(chunk_size=256, block_k=32),
