@@ -43,9 +43,9 @@ from hybridkv.kernels.mamba.scan_tiles import ScanTiles
 from hybridkv.kernels.mamba.ssd_chunk_scan import MIN_TILE as _MIN_TILE
 from hybridkv.kernels.mamba.ssd_chunk_state_triton import (
     PER_CALL,
-    _chunk_cumsum_kernel,
     _chunk_state_kernel,
     _state_passing_kernel,
+    chunk_dt,
     dot,
 )
 
@@ -312,24 +312,18 @@ def launch(a: ScanArgs, q: int, tiles: ScanTiles) -> torch.Tensor:
         return out
     bounds, first = chunk_layout(qsl, num_tokens, q)
     num_chunks = bounds.shape[1]
-    f32 = {"dtype": torch.float32, "device": x.device}
-    states = torch.empty((num_chunks, n_heads, head_dim, d_state), **f32)
-    dts, cums = torch.empty((2, num_chunks, n_heads, q), **f32)
-    dA_sum = torch.empty((num_chunks, n_heads), **f32)
-    end_save = torch.empty((num_chunks,), dtype=torch.int64, device=x.device)
+    states = torch.empty(
+        (num_chunks, n_heads, head_dim, d_state), dtype=torch.float32, device=x.device
+    )
+    dts, cums, dA_sum, end_save = chunk_dt(a, bounds, q)
     ch = _choices(tiles, q, head_dim, d_state)
     p_blocks = triton.cdiv(head_dim, ch.block_p)
     n_blocks = triton.cdiv(d_state, ch.block_n)
-    D, z_, dt_bias = a.optional_ptrs(a.A)
+    D, z_, _ = a.optional_ptrs(a.A)
     flags = a.kernel_flags()
     hpg = n_heads // n_groups
     sts = (states.stride(0), states.stride(1), states.stride(2))
     sss = (ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2))
-    _chunk_cumsum_kernel[(num_chunks, n_heads)](
-        a.dt, a.A, dt_bias, bounds, a.save_state_indices, dts, cums, dA_sum, end_save,
-        num_chunks, n_heads, a.dt.stride(0),
-        DT_SOFTPLUS=flags["DT_SOFTPLUS"], HAS_DT_BIAS=flags["HAS_DT_BIAS"], Q=q,
-    )  # fmt: skip
     _chunk_state_kernel[(num_chunks, n_heads, p_blocks * n_blocks)](
         x, B, bounds, dts, cums, dA_sum, states,
         num_chunks, n_heads, head_dim, d_state, hpg, n_blocks,

@@ -19,10 +19,12 @@ chunk), one chunk ahead, over blocks of ``PASS_BLOCK`` elements of the flattened
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from hybridkv.kernels.mamba._triton_math import softplus
+from hybridkv.kernels.mamba.args import ScanArgs
 
 # Arguments that change from call to call with the batch's token and sequence counts:
 # no recompile per value (Triton would specialise on divisibility by 16).
@@ -155,3 +157,22 @@ def _state_passing_kernel(  # type: ignore[no-untyped-def]
         st = tl.exp(dA) * st + contrib
         ptrs = state_ptr + tl.maximum(slot, 0) * stride_s_slot + s_offs
         tl.store(ptrs, st.to(state_ptr.dtype.element_ty), mask=e < tl.where(slot >= 0, numel, 0))
+
+
+def chunk_dt(
+    a: ScanArgs, bounds: torch.Tensor, q: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Phase 0 for the chunks of ``bounds`` (``chunk_layout``): ``(dts, cums, dA_sum,
+    end_save)`` as laid out in the module docstring."""
+    num_chunks, n_heads = bounds.shape[1], a.dt.shape[1]
+    f32 = {"dtype": torch.float32, "device": a.dt.device}
+    dts, cums = torch.empty((2, num_chunks, n_heads, q), **f32)
+    dA_sum = torch.empty((num_chunks, n_heads), **f32)
+    end_save = torch.empty((num_chunks,), dtype=torch.int64, device=a.dt.device)
+    flags = a.kernel_flags()
+    _chunk_cumsum_kernel[(num_chunks, n_heads)](
+        a.dt, a.A, a.optional_ptrs(a.A)[2], bounds, a.save_state_indices, dts, cums, dA_sum,
+        end_save, num_chunks, n_heads, a.dt.stride(0),
+        DT_SOFTPLUS=flags["DT_SOFTPLUS"], HAS_DT_BIAS=flags["HAS_DT_BIAS"], Q=q,
+    )  # fmt: skip
+    return dts, cums, dA_sum, end_save

@@ -16,10 +16,13 @@ import pytest
 import torch
 from mamba_oracle import Scenario
 from test_mamba_scan_tiles import TOL, _relative_errors
-from test_mamba_ssd_chunked import _params
+from test_mamba_ssd_chunked import KEYS, _params
 
+from hybridkv.kernels.mamba._common import chunk_layout
+from hybridkv.kernels.mamba.args import ScanArgs
 from hybridkv.kernels.mamba.scan_tiles import ScanTiles
 from hybridkv.kernels.mamba.ssd_chunk_scan_triton import _choices, shares_cb
+from hybridkv.kernels.mamba.ssd_chunk_state_triton import chunk_dt
 
 # Lengths 1, 63, 64, 65, 150: sequences start at tokens 0, 1, 64, 128, 193.
 BLOCKED = Scenario(
@@ -91,3 +94,28 @@ def test_shared_cb_rule_above_chunk_64():
     assert shares_cb(ScanTiles(), 128) and not shares_cb(ScanTiles(), 64)
     assert not shares_cb(ScanTiles(shared_cb=False), 256)
     assert shares_cb(ScanTiles(shared_cb=True), 64)
+
+
+@pytest.mark.parametrize(("softplus", "full"), [(True, True), (False, False)])
+def test_phase_0_buffers_match_torch(softplus, full):
+    """dt, its cumulative dA per chunk (0 and flat past a chunk's end, and in the
+    bound's unused chunks), each chunk's log decay and its last token's save slot."""
+    sc = BLOCKED
+    p = _params(sum(sc.lengths), 2, 4, 1, 4, torch.float32, softplus, full, seed=23)
+    a = ScanArgs(
+        *[p[k] for k in KEYS[:6]], p["z"], p["dt_bias"], softplus, torch.zeros(16, 2, 4, 4),
+        *sc.tensors(),
+    )  # fmt: skip
+    qsl, _, save = sc.tensors(torch.int64)
+    bounds, _ = chunk_layout(qsl, int(qsl[-1]), 64)
+    dts, cums, dA_sum, end_save = chunk_dt(a, bounds, 64)
+    dt = p["dt"] + (p["dt_bias"] if full else 0.0)
+    dt = torch.nn.functional.softplus(dt) if softplus else dt
+    for c, (t0, t1) in enumerate(bounds.T.tolist()):
+        want_dt = torch.zeros(64, 2)
+        want_dt[: t1 - t0] = dt[t0:t1]
+        want_cum = torch.cumsum(want_dt * p["A"], 0)
+        torch.testing.assert_close(dts[c].T, want_dt, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(cums[c].T, want_cum, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(dA_sum[c], want_cum[-1], atol=1e-5, rtol=1e-5)
+        assert end_save[c].item() == (save[t1 - 1].item() if t1 > t0 else -1)
