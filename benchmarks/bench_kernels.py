@@ -248,8 +248,14 @@ def _their_chunk_scan(ops, args: list, seqs: int) -> None:
     )
 
 
+#: Our chunk sizes timed per case: the rule's (``DEFAULT_CHUNK_SIZE``, 64) and mamba-ssm's
+#: (issue 47: at 64 the fp32 per-chunk states move ~4x the bytes, research/mamba_scan_bytes.py).
+OUR_CHUNKS = (64, 256)
+
+
 def mamba2_prefill_rows(device: torch.device, quick: bool) -> list[str]:
-    """Chunked vs sequential Mamba2 prefill scan (and mamba-ssm's, where it imports)."""
+    """Chunked (per ``OUR_CHUNKS``) vs sequential Mamba2 prefill scan (and mamba-ssm's,
+    where it imports, timed once per case)."""
     from hybridkv.kernels.mamba import (
         load_mamba_ssm,
         mamba_ssm_available,
@@ -264,26 +270,29 @@ def mamba2_prefill_rows(device: torch.device, quick: bool) -> list[str]:
         for seqs, length, block in cases[:2] if quick else cases:
             args, _ = mamba2_prefill_inputs(seqs, length, shape, block, device)
             ts = timed(partial(ssd_scan_fn, *args, backend="triton"), device, reps=5)
-            ours = partial(ssd_chunk_scan_fn, *args, backend="triton")
-            tc = timed(ours, device)
-            gc, why = graph_seconds(ours, device, calls=4)
-            graphed = f"{gc * 1e3:.3f}" if gc else f"n/a ({why})"
-            # mamba-ssm: (ms, ours / its) plain, then (ms, ours / its) in a graph.
-            theirs = ["n/a (not installed)", "", "n/a", ""]
-            if ops is not None and block is not None:
-                theirs = ["n/a (no checkpoints)", "", "n/a", ""]
-            elif ops is not None:
+            tm = gm = None
+            why_m = "not installed" if ops is None else "no checkpoints"
+            if ops is not None and block is None:
                 call = partial(_their_chunk_scan, ops, args, seqs)
                 tm = timed(call, device)
-                gm, why = graph_seconds(call, device, calls=4)
-                theirs = [f"{tm * 1e3:.3f}", f"{tc / tm:.2f}x",
-                          f"{gm * 1e3:.3f}" if gm else f"n/a ({why})",
-                          f"{gc / gm:.2f}x" if gc and gm else ""]  # fmt: skip
-            saves = f"every {block} + final" if block else "final"
-            cells = [name, f"{seqs} x {length:,}", saves, f"{ts * 1e3:.3f}", f"{tc * 1e3:.3f}",
-                     f"{ts / tc:.1f}x", *theirs[:2], graphed, *theirs[2:]]  # fmt: skip
-            rows.append("| " + " | ".join(cells) + " |")
-            print(rows[-1], flush=True)
+                gm, why_m = graph_seconds(call, device, calls=4)
+            for q in OUR_CHUNKS:
+                ours = partial(ssd_chunk_scan_fn, *args, chunk_size=q, backend="triton")
+                tc = timed(ours, device)
+                gc, why = graph_seconds(ours, device, calls=4)
+                graphed = f"{gc * 1e3:.3f}" if gc else f"n/a ({why})"
+                # mamba-ssm: (ms, ours / its) plain, then (ms, ours / its) in a graph.
+                theirs = [f"n/a ({why_m})", "", "n/a", ""]
+                if tm is not None:
+                    theirs = [f"{tm * 1e3:.3f}", f"{tc / tm:.2f}x",
+                              f"{gm * 1e3:.3f}" if gm else f"n/a ({why_m})",
+                              f"{gc / gm:.2f}x" if gc and gm else ""]  # fmt: skip
+                saves = f"every {block} + final" if block else "final"
+                cells = [name, f"{seqs} x {length:,}", saves, str(q), f"{ts * 1e3:.3f}",
+                         f"{tc * 1e3:.3f}", f"{ts / tc:.1f}x", *theirs[:2], graphed,
+                         *theirs[2:]]  # fmt: skip
+                rows.append("| " + " | ".join(cells) + " |")
+                print(rows[-1], flush=True)
     return rows
 
 
@@ -419,15 +428,15 @@ def main() -> int:
                   "| --- | --- | --- | --- | --- |"]  # fmt: skip
         lines += mamba_rows(dev)
         lines += ["", "## Mamba2 prefill scan (bf16 activations, fp32 states, fresh prompts)", "",
-                  f"Ours: chunk 64; mamba-ssm: `mamba_chunk_scan_combined`, chunk "
-                  f"{MAMBA_SSM_CHUNK}, batch layout, final states only. *In a graph*: per "
-                  "call of 4 replayed from one CUDA graph, the GPU's time without the host's "
-                  "(launches, `chunk_layout`'s torch ops).", "",
-                  "| heads | seqs x tokens | saves | sequential ms | chunked ms | "
+                  "Ours: chunks of 64 (the rule) and 256, tf32x3 dots; mamba-ssm: "
+                  f"`mamba_chunk_scan_combined`, chunk {MAMBA_SSM_CHUNK}, batch layout, final "
+                  "states only. *In a graph*: per call of 4 replayed from one CUDA graph, the "
+                  "GPU's time without the host's (launches, `chunk_layout`'s torch ops).", "",
+                  "| heads | seqs x tokens | saves | chunk | sequential ms | chunked ms | "
                   "sequential / chunked | mamba-ssm ms | chunked / mamba-ssm | "
                   "chunked in a graph ms | mamba-ssm in a graph ms | in a graph: chunked / "
                   "mamba-ssm |",
-                  "| --- " * 11 + "|"]  # fmt: skip
+                  "| --- " * 12 + "|"]  # fmt: skip
         lines += mamba2_prefill_rows(dev, args.quick)
         lines += ["", "## Mamba1 prefill scan (bf16, d_inner 8192, d_state 16, fresh prompts)", "",
                   "| seqs x tokens | sequential ms | chunked ms | sequential / chunked |",

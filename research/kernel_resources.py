@@ -220,13 +220,14 @@ def _cache_write() -> object:
     return reshape_and_cache(key, key, kc, torch.zeros_like(kc), slots, backend="triton")
 
 
-def _mamba2(chunked: bool, tokens: int = 256) -> Callable[[], object]:
+def _mamba2(chunked: bool, tokens: int = 256, chunk: int | None = None) -> Callable[[], object]:
     from bench_kernels import MAMBA2_SHAPES, mamba2_prefill_inputs
 
     def run() -> object:
         args, _ = mamba2_prefill_inputs(1, tokens, MAMBA2_SHAPES["Bamba 9B"], None, "cpu")
-        op = ssd_chunk_scan_fn if chunked else ssd_scan_fn
-        return op(*args, backend="triton")
+        if not chunked:
+            return ssd_scan_fn(*args, backend="triton")
+        return ssd_chunk_scan_fn(*args, chunk_size=chunk, backend="triton")
 
     return run
 
@@ -283,6 +284,7 @@ CASES: dict[str, dict[str, Callable[[], object]]] = {
     },
     "mamba2": {
         "Mamba2 chunked scan, Bamba 9B heads (128 x 64, d_state 128), bf16": _mamba2(True),
+        "Mamba2 chunked scan at chunk 256 (blocks of 64), Bamba 9B heads": _mamba2(True, 512, 256),
         "Mamba2 sequential scan, Bamba 9B heads": _mamba2(False),
     },
     "mamba1": {

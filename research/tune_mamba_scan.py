@@ -6,6 +6,12 @@ For Bamba 9B and Mamba2 2.7B heads (bf16 activations, fp32 states, final saves)
 at 1 x 4,096 and 8 x 512 tokens, a staged sweep over ``ScanTiles``
 (``kernels/mamba/scan_tiles.py``):
 
+0. at the rule's precision (tf32x3, the accuracy the product keeps) first: chunks of
+   128 and 256 in row and position blocks (``block_m``, ``block_k``), the state
+   pass's ``pass_block``, ``shared_cb`` (issue 47: ``research/mamba_scan_bytes.py``
+   puts chunk 256's floor at 1.4x mamba-ssm's, chunk 64's at 2.8x); reported apart,
+   with its own host-cost and per-kernel rows, since the stages below may pick a
+   faster choice that rounds the matmul inputs (tf32, bf16);
 1. ``precision`` (ieee, tf32, tf32x3, bf16) x ``num_warps`` (4, 8), then the best
    of them with ``shared_cb`` (C B^T once per chunk and group, not per head);
 2. ``chunk_size`` (32-256) x ``block_n`` (all of d_state, 64, 32) with the best of 1;
@@ -71,7 +77,8 @@ from hybridkv.kernels.mamba import (  # noqa: E402
     ssd_scan_fn,
 )
 from hybridkv.kernels.mamba.scan_tiles import PRECISIONS, ScanTiles  # noqa: E402
-from hybridkv.kernels.mamba.ssd_chunk_scan_triton import RULE_PRECISION  # noqa: E402
+from hybridkv.kernels.mamba.ssd_chunk_scan import DEFAULT_CHUNK_SIZE  # noqa: E402
+from hybridkv.kernels.mamba.ssd_chunk_scan_triton import RULE_PRECISION, shares_cb  # noqa: E402
 
 # (outputs, states) tolerance per precision, as max |error| / max |sequential value|.
 # Outputs are bf16 in both kernels, so one bf16 rounding (2^-8 ~ 4e-3 of a value)
@@ -104,12 +111,33 @@ class Plan:
     # Try shared_cb with stage 1's best and flipped on the final best (2 candidates).
     # Off in the smoke plan, whose candidate count its test pins.
     shared_cb: bool = False
+    # Stage 0: candidates at the rule's precision, tried first (see the module docstring).
+    rule_stage: tuple[ScanTiles, ...] = ()
+
+
+# Stage 0 on a GPU: chunk 128/256 at the rules, then one change each from chunk 256's
+# rules (all but block_n 64 and block_p 32, 48 and 32 bytes, compile without local
+# memory on sm_90 offline, research/kernel_resources.py), and chunk 64's candidates.
+RULE_STAGE = (
+    ScanTiles(chunk_size=128), ScanTiles(chunk_size=256),
+    ScanTiles(chunk_size=256, block_n=64), ScanTiles(chunk_size=256, block_k=32),
+    ScanTiles(chunk_size=256, block_m=128, num_warps=8), ScanTiles(chunk_size=256, block_p=32),
+    ScanTiles(chunk_size=256, num_stages=2), ScanTiles(chunk_size=256, pass_block=2048),
+    ScanTiles(chunk_size=256, shared_cb=False), ScanTiles(shared_cb=True),
+    ScanTiles(pass_block=2048), ScanTiles(chunk_size=128, block_p=32),
+    # chunk 64's three that compiled without local memory (docs/gpu.md, 2026-11-27)
+    ScanTiles(shared_cb=True, num_stages=2),
+    ScanTiles(block_n=64, num_warps=8, num_stages=2, shared_cb=True),
+)  # fmt: skip
 
 
 GPU_PLAN = Plan(PRECISIONS, (4, 8), (32, 64, 128, 256), (None, 64, 32), (None, 32), (None, 2, 3),
-                (16,), (16, 32, 64), reps=10, warmup=2, shared_cb=True)  # fmt: skip
+                (16,), (16, 32, 64), reps=10, warmup=2, shared_cb=True,
+                rule_stage=RULE_STAGE)  # fmt: skip
 SMOKE_PLAN = Plan(("ieee", "bf16"), (4,), (16, 32), (None, 16), (None, 16), (None, 1), (8,),
-                  (2, 4), reps=1, warmup=0, shared_cb=True)  # fmt: skip
+                  (2, 4), reps=1, warmup=0, shared_cb=True,
+                  rule_stage=(ScanTiles(chunk_size=32, block_m=16, block_k=16),
+                              ScanTiles(chunk_size=32, pass_block=64)))  # fmt: skip
 
 
 class Deadline:
@@ -186,8 +214,12 @@ def stage3(best: ScanTiles, plan: Plan) -> list[ScanTiles]:
 
 
 def flip_shared_cb(best: ScanTiles, plan: Plan) -> list[ScanTiles]:
-    """``best`` with ``shared_cb`` on (off where it is on), if the plan tries it."""
-    return [replace(best, shared_cb=None if best.shared_cb else True)] if plan.shared_cb else []
+    """``best`` with ``shared_cb`` on where it is off (by the rule or set), and off where
+    it is on, if the plan tries it."""
+    q = best.chunk_size or DEFAULT_CHUNK_SIZE
+    want = not shares_cb(best, q)
+    rule = shares_cb(replace(best, shared_cb=None), q)
+    return [replace(best, shared_cb=None if want == rule else want)] if plan.shared_cb else []
 
 
 def _ms(s: float | None) -> str:
@@ -201,9 +233,9 @@ def _errs(r: Result) -> str:
 def sweep_shape(
     name: str, shape: tuple[int, int, int, int], seqs: int, length: int,
     device: torch.device, plan: Plan, deadline: Deadline,
-) -> tuple[str, list[str], list[str], list[str]]:  # fmt: skip
+) -> tuple[str, list[str], list[str], list[str], str]:  # fmt: skip
     """One shape's sweep: (summary row, one detail row per candidate, host-cost rows,
-    per-kernel rows)."""
+    per-kernel rows, the row of stage 0's best at the rule's precision)."""
     args, _ = mamba2_prefill_inputs(seqs, length, shape, None, device)
     state = args[9]
     seq_run = partial(ssd_scan_fn, *args, backend="triton")
@@ -242,6 +274,7 @@ def sweep_shape(
         return min(ok, key=lambda r: r.seconds or 0.0) if ok else fallback
 
     base = measure(ScanTiles(), always=True)  # past the budget too: every shape has its row
+    rule = best_of([base, *(measure(t) for t in plan.rule_stage)], base)
     b1 = best_of([measure(t) for t in stage1(plan)], base)
     b1 = best_of([b1, *(measure(t) for t in flip_shared_cb(b1.tiles, plan))], b1)
     b2 = best_of([measure(t) for t in stage2(b1.tiles, plan)], b1)
@@ -266,8 +299,14 @@ def sweep_shape(
         f"{what} {r.tiles.describe()} | {_ms(r.seconds)} | {_errs(r)} | {r.why or 'ok'} |"
         for r in tried
     ]
+    rule_speed = f"{base.seconds / rule.seconds:.2f}x" if rule.seconds and base.seconds else "-"
+    rule_row = (f"{what} {_ms(base.seconds)} | {rule.tiles.describe()} | {_ms(rule.seconds)} | "
+                f"{rule_speed} | {_errs(rule)} |")  # fmt: skip
     host, phases = [], []
-    for label, r in (("defaults", base), ("best", best)):
+    picks = [("defaults", base), ("best", best)]
+    if rule.tiles != base.tiles and rule.tiles != best.tiles:
+        picks.append((f"best at {RULE_PRECISION}", rule))
+    for label, r in picks:
         if r.seconds is not None:
             h = host_seconds(partial(run, r.tiles), device, plan.reps)
             host.append(f"{what} {label}: {r.tiles.describe()} | {_ms(r.seconds)} | {_ms(h)} | "
@@ -285,7 +324,7 @@ def sweep_shape(
                 phases += [f"{what} {label} | `{k}` | {_ms(t)} | {t / total:.0%} |"
                            for k, t in kernels]  # fmt: skip
     print(row, flush=True)
-    return row, details, host, phases
+    return row, details, host, phases, rule_row
 
 
 def mamba1_rows(device: torch.device, plan: Plan, tiny: bool) -> list[str]:
@@ -318,11 +357,12 @@ def report(device: torch.device, smoke: bool, budget: float | None) -> list[str]
     shapes = TINY_SHAPES if smoke else MAMBA2_SHAPES
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
-    summary, details, host, kernels = [], [], [], []
+    summary, details, host, kernels, rule = [], [], [], [], []
     for label, shape in shapes.items():
         for seqs, length in TINY_CASES if smoke else CASES:
-            row, d, h, k = sweep_shape(label, shape, seqs, length, device, plan, deadline)
+            row, d, h, k, r = sweep_shape(label, shape, seqs, length, device, plan, deadline)
             summary.append(row)
+            rule.append(r)
             details += d
             host += h
             kernels += k
@@ -340,6 +380,10 @@ def report(device: torch.device, smoke: bool, budget: float | None) -> list[str]
         "best vs sequential | best vs defaults | best errors | tried | refused | skipped |",
         "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
         *summary, "",
+        f"## At the rule's precision ({RULE_PRECISION}): stage 0's best", "",
+        "| heads | seqs x tokens | defaults ms | best choice | best ms | vs defaults | errors |",
+        "| --- | --- | ---: | --- | ---: | ---: | --- |",
+        *rule, "",
         "## Host cost (launch-bound where the host time nears the CUDA-event time)", "",
         "| heads | seqs x tokens | choice | CUDA events ms | host issue ms | host / events |",
         "| --- | --- | --- | ---: | ---: | ---: |",

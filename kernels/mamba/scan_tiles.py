@@ -38,7 +38,15 @@ class ScanTiles:
     - ``block_n``: columns of ``d_state`` per program in the chunk-state and
       state-passing kernels and per loop step in the chunk-scan kernel
       (16-256); the rule takes all of ``d_state`` in one block;
-    - ``num_warps``, ``num_stages``: Triton's launch options (all three kernels);
+    - ``block_m``: rows of the chunk per chunk-scan program (16-256; the rule: the
+      chunk up to 64), so that chunks of 128-256 tokens hold no ``[Q, Q]`` tile;
+    - ``block_k``: positions of the chunk per step of the chunk-state kernel and of
+      the chunk-scan kernel's causal loop (16-256; the rule: the chunk up to 64);
+      ``block_m`` and ``block_k`` above the chunk are cut to it;
+    - ``pass_block``: elements of the flattened ``head_dim x d_state`` state per
+      state-passing program (64-4,096; the rule: 512);
+    - ``num_warps``, ``num_stages``: Triton's launch options (the chunk-state,
+      C B^T and chunk-scan kernels; the state pass has its own 4 warps);
     - ``precision``: ``tl.dot``'s inputs, one of ``PRECISIONS``; the rule is
       ``"tf32x3"`` (``ssd_chunk_scan_triton.RULE_PRECISION``). Under Triton's
       interpreter ``"tf32"`` and ``"tf32x3"`` run as fp32 and ``"bf16"`` rounds
@@ -48,12 +56,16 @@ class ScanTiles:
       ``d_state``) once per (chunk, group) in a kernel of its own, into an fp32
       buffer that the chunk-scan kernel reads, instead of once per (chunk, head,
       block of ``head_dim``) inside it (as mamba-ssm's ``_bmm_chunk_fwd``); the
-      rule (``None``, like ``False``) computes it inside. Same products and sums.
+      rule (``None``) shares it above chunk 64 and computes it inside up to 64
+      (``ssd_chunk_scan_triton.shares_cb``). Same products and sums.
     """
 
     chunk_size: int | None = None
     block_p: int | None = None
     block_n: int | None = None
+    block_m: int | None = None
+    block_k: int | None = None
+    pass_block: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
     precision: str | None = None
@@ -63,6 +75,9 @@ class ScanTiles:
         power_of_two("chunk_size", self.chunk_size, 16, 256)
         power_of_two("block_p", self.block_p, 16, 128)
         power_of_two("block_n", self.block_n, 16, 256)
+        power_of_two("block_m", self.block_m, 16, 256)
+        power_of_two("block_k", self.block_k, 16, 256)
+        power_of_two("pass_block", self.pass_block, 64, 4096)
         power_of_two("num_warps", self.num_warps, 1, 16)
         stage_count(self.num_stages)
         if self.precision is not None and self.precision not in PRECISIONS:

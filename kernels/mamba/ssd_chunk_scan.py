@@ -4,24 +4,30 @@ Same contract, arguments and torch reference as ``ssd_scan_fn`` (read its
 docstring): only the Triton path differs. Instead of one program walking a
 sequence token by token, each sequence is cut into chunks of ``Q`` tokens
 counted from its own first token (the last chunk may be shorter; chunks never
-straddle two sequences), and three launches do the work::
+straddle two sequences), and four launches do the work::
 
     seq s:  |  chunk 0  |  chunk 1  |  chunk 2  | c3 |      (Q tokens each)
             h0 -------> h1 -------> h2 -------> h3 --> h4   (state between chunks)
 
-    1. chunk state   (chunk, head, P block):  within-chunk cumulative dA
-       (cum[i] = sum_{j<=i} dt_j A) and the chunk's own contribution to the
-       state at its end, sum_j exp(cum[-1] - cum[j]) dt_j x_j B_j^T  (a
-       [P, Q] @ [Q, N] matmul), plus its log decay cum[-1] (dA_sum);
-    2. state passing (sequence, head, P block): h0 = initial slot (or zeros),
-       h_{k+1} = exp(cum_k[-1]) h_k + contribution_k, a short loop over the
-       sequence's chunks; writes h_k over contribution_k (what chunk k starts
-       from) and saves h_{k+1} where the chunk's last token has a save slot;
-    3. chunk scan    (chunk, head, P block):
+    0. dt            (chunk, head): effective dt and within-chunk cumulative dA
+       (cum[i] = sum_{j<=i} dt_j A) into fp32 buffers, the chunk's log decay
+       cum[-1] (dA_sum) and the save slot of its last token;
+    1. chunk state   (chunk, head, P block x N block): the chunk's own contribution
+       to the state at its end, sum_j exp(cum[-1] - cum[j]) dt_j x_j B_j^T (a
+       [P, Q] @ [Q, N] matmul, ``block_k`` positions a step);
+    2. state passing (sequence, head, block of the flattened P x N state): h0 =
+       initial slot (or zeros), h_{k+1} = exp(cum_k[-1]) h_k + contribution_k, a
+       loop over the sequence's chunks; writes h_k over contribution_k (what chunk k
+       starts from) and saves h_{k+1} where the chunk's last token has a save slot;
+    3. chunk scan    (chunk, head, P block x ``block_m`` rows):
        y_i = exp(cum[i]) C_i h_k  +  sum_{j<=i} (C_i . B_j) exp(cum[i]-cum[j]) dt_j x_j
-       (the second term is the masked [Q, Q] @ [Q, P] matmul), then D skip and
-       silu(z) gate; a save slot on any other token of the chunk gets
+       (the second term is the masked [Q, Q] @ [Q, P] matmul, ``block_k`` columns a
+       step up to the block's last row), then D skip and silu(z) gate; a save slot
+       on any other token of the chunk gets
        exp(cum[i]) h_k + sum_{j<=i} exp(cum[i]-cum[j]) dt_j x_j B_j^T.
+
+    Above chunk 64 a fifth launch computes C B^T once per (chunk, group) for phase 3
+    (``ScanTiles.shared_cb``).
 
 Checkpoints therefore need no alignment between chunks and KV blocks: a
 sequence that resumes mid-block saves its block boundaries wherever they fall
@@ -29,9 +35,9 @@ sequence that resumes mid-block saves its block boundaries wherever they fall
 chunk layout needs no host sync: chunk ``c`` of the batch is found on the
 device from ``query_start_loc``, over a grid sized by the bound
 ``sum_s ceil(len_s / Q) <= (T + S (Q - 1)) // Q``; chunks past the real count
-are empty and do nothing. Math is fp32 (``tl.dot`` at IEEE precision unless
-``ScanTiles.precision`` says otherwise); the per-chunk states live in an fp32
-scratch buffer ``[chunks, heads, P, N]``. ``tiles=ScanTiles(...)``
+are empty and do nothing. Math is fp32 (``tl.dot`` as three tf32 products, about
+fp32's accuracy, unless ``ScanTiles.precision`` says otherwise); the per-chunk states
+live in an fp32 scratch buffer ``[chunks, heads, P, N]``. ``tiles=ScanTiles(...)``
 (``scan_tiles.py``) overrides the launcher's chunk, block, warp, stage and
 precision choices for one call (tuning: ``research/tune_mamba_scan.py``).
 """

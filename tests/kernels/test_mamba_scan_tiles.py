@@ -26,6 +26,7 @@ import torch
 from mamba_oracle import (
     CHUNK_SCENARIOS,
     SCENARIOS,
+    Scenario,
     assert_only_slots_changed,
     clone_views,
     mamba2_oracle,
@@ -43,11 +44,12 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TOL = {"ieee": 1e-5, "tf32x3": 1e-5, "tf32": 1e-2, "bf16": 5e-2}
 
 
-def _relative_errors(p: dict, tail: tuple[int, int, int], tiles: ScanTiles) -> tuple[float, float]:
-    """Max |error| / max |expected| of the outputs and of the saved states (scenario
-    ``chunk_edges``: saves at chunk ends and inside chunks), after checking that
-    nothing outside the saved slots changed."""
-    sc = CHUNK_SCENARIOS[0]
+def _relative_errors(
+    p: dict, tail: tuple[int, int, int], tiles: ScanTiles, sc: Scenario = CHUNK_SCENARIOS[0]
+) -> tuple[float, float]:
+    """Max |error| / max |expected| of the outputs and of the saved states (by default
+    scenario ``chunk_edges``: saves at chunk ends and inside chunks), after checking
+    that nothing outside the saved slots changed."""
     sv = state_views(16, (3, 8), tail, seed=3)
     before = clone_views(sv)
     out = ssd_chunk_scan_fn(
@@ -120,23 +122,25 @@ def test_shared_cb_matches_in_kernel_product_and_oracle(precision, block_n):
     assert ey < TOL[precision] and es < TOL[precision], (ey, es)
 
 
-def test_shared_cb_kernel_zero_past_chunk_ends():
+@pytest.mark.parametrize("q", [16, 128])
+def test_shared_cb_kernel_zero_past_chunk_ends(q):
     """The buffer itself: C B^T per (chunk, group) over the chunk's tokens, 0 in the
-    rows and columns past its end and in the unused chunks of the bound."""
+    rows and columns past its end and in the unused chunks of the bound; chunk 128 in
+    tiles of 64 (a 102-token chunk: one full tile and three partial ones)."""
     from hybridkv.kernels.mamba.ssd_chunk_scan_triton import _shared_cb
 
     g = torch.Generator().manual_seed(14)
-    B, C = torch.randn((2, 57, 3, 20), generator=g)
-    qsl = torch.tensor([0, 17, 18, 57], dtype=torch.int32)
-    bounds, _ = chunk_layout(qsl, 57, 16)
+    B, C = torch.randn((2, 120, 3, 20), generator=g)
+    qsl = torch.tensor([0, 17, 18, 120], dtype=torch.int32)
+    bounds, _ = chunk_layout(qsl, 120, q)
     # A private launcher, outside the backend table the CUDA test shim routes: on a GPU
     # machine its tensors go to the GPU here, as the chunk scan's do.
     dev = torch.device("cuda" if torch.cuda.is_available() and not INTERPRET else "cpu")
-    cb = _shared_cb(B.to(dev), C.to(dev), bounds.to(dev), 16, 16, "ieee", {"num_warps": 4})
+    cb = _shared_cb(B.to(dev), C.to(dev), bounds.to(dev), q, 16, "ieee", {"num_warps": 4})
     cb = cb.cpu()
-    assert cb.shape == (bounds.shape[1], 3, 16, 16) and cb.dtype == torch.float32
+    assert cb.shape == (bounds.shape[1], 3, q, q) and cb.dtype == torch.float32
     for c, (t0, t1) in enumerate(bounds.T.tolist()):
-        want = torch.zeros(3, 16, 16)
+        want = torch.zeros(3, q, q)
         n = t1 - t0
         want[:, :n, :n] = torch.einsum("igd,jgd->gij", C[t0:t1].double(), B[t0:t1].double())
         torch.testing.assert_close(cb[c].double(), want.double(), atol=1e-5, rtol=1e-5)
@@ -201,6 +205,9 @@ def test_tiles_must_be_scan_tiles():
         ({"block_p": 8}, r"block_p: must be in \[16, 128\]"),
         ({"block_n": 24}, "block_n: must be a power of two"),
         ({"block_n": True}, "block_n: must be a power of two"),
+        ({"block_m": 8}, r"block_m: must be in \[16, 256\]"),
+        ({"block_k": 96}, "block_k: must be a power of two"),
+        ({"pass_block": 32}, r"pass_block: must be in \[64, 4096\]"),
         ({"num_warps": 32}, r"num_warps: must be in \[1, 16\]"),
         ({"num_stages": 0}, r"num_stages: must be an integer in \[1, 8\]"),
         ({"num_stages": 2.0}, r"num_stages: must be an integer in \[1, 8\]"),

@@ -171,8 +171,10 @@ def test_bad_input_checked_like_ssd_scan():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_bamba_shapes_bf16():
-    """32 heads x 64, 1 group, d_state 128, chunk 64: chunked vs sequential vs torch."""
+@pytest.mark.parametrize("chunk", [64, 256])
+def test_gpu_bamba_shapes_bf16(chunk):
+    """32 heads x 64, 1 group, d_state 128, chunks of 64 (one block) and 256 (blocks of
+    64, C B^T shared): chunked vs sequential vs torch."""
     dev = torch.device("cuda")
     lengths = (130, 1, 77, 256, 64)
     sc = Scenario(
@@ -190,7 +192,7 @@ def test_gpu_bamba_shapes_bf16():
         big = torch.randn((16, 32, 64, 136), generator=g, device=dev)
         state = big[..., :128]  # slot stride != prod(tail)
         if name == "chunked":
-            out = ssd_chunk_scan_fn(*args, True, state, *idx, chunk_size=64, backend="triton")
+            out = ssd_chunk_scan_fn(*args, True, state, *idx, chunk_size=chunk, backend="triton")
         else:
             be = "torch" if name == "torch" else "triton"
             out = ssd_scan_fn(*args, True, state, *idx, backend=be)
