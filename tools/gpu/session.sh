@@ -22,6 +22,7 @@
 #                 `setup` unpacks it, so a later lease does not compile what this one did
 #   bench-kernels benchmarks/bench_kernels.py --write (results/kernels-<device>.md), with
 #                 mamba-ssm on the path when carried (its SSD scan as the yardstick)
+#   bench-mamba2  bench_kernels.py's Mamba2 prefill rows only (1 x 1k, 1 x 4k), mamba-ssm beside
 #   bench-tiers   benchmarks/bench_tiers.py: host-tier loads into the GPU against a pinned copy_
 #   tune          research/tune_attention.py --write (the attention kernel's launch sweep)
 #   tune-mamba    research/tune_mamba_scan.py --write (the chunked Mamba scans' launch sweep;
@@ -185,6 +186,13 @@ stage_bench-engine-graphs() {
 stage_bench-tiers() {
     "$PY" benchmarks/bench_tiers.py --sizes 256KiB,4MiB,32MiB --repeats 3 \
         --out "benchmarks/results/tiers-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr -cd 'A-Za-z0-9-')".md
+}
+
+# Only the Mamba2 prefill rows of bench_kernels.py (1 x 1k and 1 x 4k, both head shapes:
+# ours at each chunk size and mamba-ssm, as one call and in a graph): a short call's check.
+stage_bench-mamba2() {
+    with_mamba "$PY" -c "import sys, torch; sys.path.insert(0, 'benchmarks'); import bench_kernels as b
+print(chr(10).join(b.mamba2_prefill_rows(torch.device('cuda'), True)))"
 }
 
 stage_bench-graphs() {
