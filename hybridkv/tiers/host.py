@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
@@ -52,6 +53,8 @@ RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
 Skip = tuple[int, BaseException]
 #: An entry's slot, and its parts' sizes (``HostTier._entries``' values).
 _SLOT, _SIZES = itemgetter(0), itemgetter(1)
+#: A batch load's copy, ready to start on the tier's copier, and its bytes.
+_Plan = tuple[Callable[[Copier], Completion], int]
 
 
 class _Clock:
@@ -222,38 +225,17 @@ class HostTier(LedgerTier):
         slab = self._slab()
         clock = _Clock(len(batches))
         with self._lock:
-            ledger, entries = self._ledger, self._entries
-            slots: list[list[int]] = []
+            planned: list[_Plan | None] = []
             for keys, rows in batches:  # (C-level maps: this runs once per unit)
-                found = list(map(entries.get, keys))
-                if None in found:
-                    missing = keys[found.index(None)]
-                    raise KeyError(f"load_rows of {missing!r}: the {self.medium} tier lacks it")
+                found = self._found(keys, "load_rows")
                 sizes = rows.sizes
-                if set(map(_SIZES, found)) - {sizes}:  # type: ignore[arg-type]
-                    bad = next(e[1] for e in found if e[1] != sizes)  # type: ignore[index]
+                if set(map(_SIZES, found)) - {sizes}:
+                    bad = next(e[1] for e in found if e[1] != sizes)
                     raise ValueError(f"an entry has parts of {bad}, the rows {sizes}")
-                slots.append(list(map(_SLOT, found)))  # type: ignore[arg-type]
-            every = list(chain.from_iterable(keys for keys, _ in batches))
-            self._pin_loads(every, pins)
-            out: list[Transfer] = []
-            try:
-                with self._copier.collect(wake):
-                    for (keys, rows), at in zip(batches, slots, strict=True):
-                        if not keys:
-                            out.append(Transfer(None, "load", Completed(), keys=()))
-                            clock.remaining -= 1
-                            continue
-                        completion = slab.load_rows(at, rows, self._copier)
-                        settle = self._batch_settler(False, sum(rows.sizes) * len(keys), clock)
-                        out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
-            except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
-                if pins is None:
-                    ledger.unpin_many(every)
-                raise
-            if pins is not None:
-                self._take_batch(pins)  # the transfers hold its pins now
-            return [self._started(t) for t in out]
+                slots = list(map(_SLOT, found))
+                start = partial(slab.load_rows, slots, rows)
+                planned.append((start, sum(sizes) * len(keys)) if keys else None)
+            return self._start_loads(batches, planned, wake, pins, clock)
 
     def load_parts(
         self,
@@ -271,39 +253,55 @@ class HostTier(LedgerTier):
         self._check_open()
         clock = _Clock(len(batches))
         with self._lock:
-            ledger, entries = self._ledger, self._entries
-            planned: list[tuple[Callable[[Copier], Completion], int] | None] = []
+            planned: list[_Plan | None] = []
             for keys, into in batches:
                 if len(into) != len(keys):
                     raise ValueError(f"{len(keys)} keys and {len(into)} into")
-                found = list(map(entries.get, keys))
-                if None in found:
-                    missing = keys[found.index(None)]
-                    raise KeyError(f"load_parts of {missing!r}: the {self.medium} tier lacks it")
-                nbytes = sum(map(sum, map(_SIZES, found)))  # type: ignore[arg-type]
-                start = self._memory.plan_load_many(found, into)  # type: ignore[arg-type]
+                found = self._found(keys, "load_parts")
+                nbytes = sum(map(sum, map(_SIZES, found)))
+                start = self._memory.plan_load_many(found, into)
                 planned.append((start, nbytes) if keys else None)
-            every = list(chain.from_iterable(keys for keys, _ in batches))
-            self._pin_loads(every, pins)
-            out: list[Transfer] = []
-            try:
-                with self._copier.collect(wake):
-                    for (keys, _), plan in zip(batches, planned, strict=True):
-                        if plan is None:
-                            out.append(Transfer(None, "load", Completed(), keys=()))
-                            clock.remaining -= 1
-                            continue
-                        settle = self._batch_settler(False, plan[1], clock)
-                        out.append(
-                            Transfer(keys[0], "load", plan[0](self._copier), settle, tuple(keys))
-                        )
-            except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
-                if pins is None:
-                    ledger.unpin_many(every)
-                raise
-            if pins is not None:
-                self._take_batch(pins)  # the transfers hold its pins now
-            return [self._started(t) for t in out]
+            return self._start_loads(batches, planned, wake, pins, clock)
+
+    def _found(self, keys: Sequence[UnitKey], what: str) -> list[tuple[Any, tuple[int, ...]]]:
+        """Each key's ``(buffer, sizes)`` (``KeyError`` naming one not held). Under the lock."""
+        found = list(map(self._entries.get, keys))
+        if None in found:
+            missing = keys[found.index(None)]
+            raise KeyError(f"{what} of {missing!r}: the {self.medium} tier lacks it")
+        return found  # type: ignore[return-value]
+
+    def _start_loads(
+        self,
+        batches: Sequence[tuple[Sequence[UnitKey], Any]],
+        planned: list[_Plan | None],
+        wake: bool,
+        pins: PinBatch | None,
+        clock: _Clock,
+    ) -> list[Transfer]:
+        """Pin the batches' keys (or take ``pins`` over) and start each batch's
+        planned copy (None: an empty batch) as one transfer, all in one job. Under
+        the lock."""
+        every = list(chain.from_iterable(keys for keys, _ in batches))
+        self._pin_loads(every, pins)
+        out: list[Transfer] = []
+        try:
+            with self._copier.collect(wake):
+                for (keys, _), plan in zip(batches, planned, strict=True):
+                    if plan is None:
+                        out.append(Transfer(None, "load", Completed(), keys=()))
+                        clock.remaining -= 1
+                        continue
+                    settle = self._batch_settler(False, plan[1], clock)
+                    completion = plan[0](self._copier)
+                    out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
+        except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
+            if pins is None:
+                self._ledger.unpin_many(every)
+            raise
+        if pins is not None:
+            self._take_batch(pins)  # the transfers hold its pins now
+        return [self._started(t) for t in out]
 
     def _pin_loads(self, every: list[UnitKey], pins: PinBatch | None) -> None:
         """Pin (and touch) the keys a batch load copies, all committed (``KeyError``
