@@ -201,9 +201,9 @@ class Loads:
     ) -> list[Load]:
         """Start the loads of ``wanted`` (pinned in tier ``pins.where[j]``) into
         ``blocks``: the host tier's straight into the device buffers, each group's
-        as one batch (``load_units``: rows on the CPU, taking the host's pins
-        over); the others' read into them on the CPU (through host memory
-        elsewhere), one batch per tier."""
+        as one batch (``load_units``: rows on the CPU, parts elsewhere, one
+        transfer per group, taking the host's pins over); the others' read into
+        them on the CPU (through host memory elsewhere), one batch per tier."""
         tiers, where = self._tiers(), pins.where
         host = 0 if self.host is not None else None  # the host tier is the first
         loads: list[Load] = []

@@ -6,9 +6,11 @@ and the host tier. On the CPU (the host tier over a ``SlabMemory``,
 ``BlockBytes.has_rows``) each group's units of a batch move as one ``Rows``
 transfer: one gather or scatter per layer and no tensor view per unit.
 Elsewhere (CUDA: ``TorchHostMemory``) each unit moves as its parts (one view
-per layer), in one ``store_many`` / ``load_many`` batch. ``store_units``
-gives one transfer per unit (a group's units share one); ``load_units`` the
-transfers of each group with the units each covers.
+per layer): stores in one ``store_many`` batch, a transfer per unit; loads
+with ``HostTier.load_parts``, one transfer per group (on CUDA one event after
+its copies). ``store_units`` gives one transfer per unit (a group's units
+share one on the CPU); ``load_units`` the transfers of each group with the
+units each covers.
 ``start_row_stores`` starts a batch of row stores without waiting for them
 (``HostStores``: write-through and swaps, asynchronous); ``store_units``
 waits (``Demotion``).
@@ -106,18 +108,17 @@ def load_units(
 ) -> list[list[Span]]:
     """Start copying each group's units ``keys[k]`` (held by the host tier: pin
     them first) into blocks ``block_ids[k]``. Per group, the transfers and the
-    units each covers: rows on the CPU (``rows_ok``), one transfer for all of
-    them (``wake``, ``pins``: ``HostTier.load_rows``'; the pins are taken over
-    there only); else one per unit."""
-    if not rows_ok(host, block_bytes):  # one batch of every unit's parts
-        items = [
-            (key, block_bytes.parts(gid, b))
-            for gid, keys, ids in groups
-            for key, b in zip(keys, ids, strict=True)
-        ]
-        each = iter(host.load_many(items))
-        return [[(next(each), k, k + 1) for k in range(len(keys))] for _, keys, _ in groups]
-    started = host.load_rows(
-        [(keys, block_bytes.rows(gid, ids)) for gid, keys, ids in groups], wake=wake, pins=pins
-    )
+    units each covers: one transfer for all of them, as rows on the CPU
+    (``rows_ok``: ``HostTier.load_rows``), else as each unit's parts
+    (``HostTier.load_parts``); ``wake``, ``pins``: theirs (the pins are taken
+    over)."""
+    if not rows_ok(host, block_bytes):
+        parted = [(keys, [block_bytes.parts(gid, b) for b in ids]) for gid, keys, ids in groups]
+        started = host.load_parts(parted, wake=wake, pins=pins)
+    else:
+        started = host.load_rows(
+            [(keys, block_bytes.rows(gid, ids)) for gid, keys, ids in groups],
+            wake=wake,
+            pins=pins,
+        )
     return [[(t, 0, len(keys))] for t, (_, keys, _) in zip(started, groups, strict=True)]

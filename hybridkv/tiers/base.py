@@ -102,7 +102,7 @@ class CopyCounts:
 
 @dataclass(slots=True)
 class CopyStats:
-    """A host tier's row-batch copies (``HostTier.store_rows`` / ``load_rows``)."""
+    """A host tier's batch copies (``HostTier.store_rows`` / ``load_rows`` / ``load_parts``)."""
 
     load: CopyCounts = field(default_factory=CopyCounts)
     store: CopyCounts = field(default_factory=CopyCounts)

@@ -19,12 +19,18 @@ moves with one transfer and one gather or scatter per part: ``store_rows`` /
 ``load_rows``. The ledger still keeps one entry per unit (eviction, pins and
 events per unit, as with ``store_many``); only the copies and the transfer
 are per batch.
+
+Over any memory, ``load_parts`` loads batches of entries into parts given per
+entry (the engine on CUDA: device tensors) the same way: one transfer and one
+completion per batch (on CUDA one event after the batch's copies), the pins
+per unit in one pass.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
@@ -47,6 +53,8 @@ RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
 Skip = tuple[int, BaseException]
 #: An entry's slot, and its parts' sizes (``HostTier._entries``' values).
 _SLOT, _SIZES = itemgetter(0), itemgetter(1)
+#: A batch load's copy, ready to start on the tier's copier, and its bytes.
+_Plan = tuple[Callable[[Copier], Completion], int]
 
 
 class _Clock:
@@ -189,7 +197,7 @@ class HostTier(LedgerTier):
                             clock.remaining -= 1
                             continue
                         completion = slab.store_rows(slots, rows.subset(keep), self._copier)
-                        settle = self._row_settler(True, sum(sizes) * len(fresh), clock)
+                        settle = self._batch_settler(True, sum(sizes) * len(fresh), clock)
                         transfer = Transfer(fresh[0], "store", completion, settle, tuple(fresh))
                         out.append((transfer, skipped))
             except BaseException:  # nothing of the job ran: undo the reservations
@@ -217,57 +225,107 @@ class HostTier(LedgerTier):
         slab = self._slab()
         clock = _Clock(len(batches))
         with self._lock:
-            ledger, entries = self._ledger, self._entries
-            slots: list[list[int]] = []
+            planned: list[_Plan | None] = []
             for keys, rows in batches:  # (C-level maps: this runs once per unit)
-                found = list(map(entries.get, keys))
-                if None in found:
-                    missing = keys[found.index(None)]
-                    raise KeyError(f"load_rows of {missing!r}: the {self.medium} tier lacks it")
+                found = self._found(keys, "load_rows")
                 sizes = rows.sizes
-                if set(map(_SIZES, found)) - {sizes}:  # type: ignore[arg-type]
-                    bad = next(e[1] for e in found if e[1] != sizes)  # type: ignore[index]
+                if set(map(_SIZES, found)) - {sizes}:
+                    bad = next(e[1] for e in found if e[1] != sizes)
                     raise ValueError(f"an entry has parts of {bad}, the rows {sizes}")
-                slots.append(list(map(_SLOT, found)))  # type: ignore[arg-type]
-            every = list(chain.from_iterable(keys for keys, _ in batches))
-            if pins is None:
-                try:
-                    ledger.pin_committed(every)  # (all or nothing: KeyError if one is in flight)
-                except KeyError as e:
-                    raise KeyError(
-                        f"load_rows of {e.args[0]!r}: the {self.medium} tier lacks it"
-                    ) from None
-            elif pins.released or (
-                pins.keys != every  # (the same keys in the same order: the caller's case)
-                and (len(pins.keys) != len(every) or set(pins.keys) != set(every))
-            ):
-                raise ValueError("load_rows(pins=): a pin batch held of exactly the keys loaded")
-            out: list[Transfer] = []
-            try:
-                with self._copier.collect(wake):
-                    for (keys, rows), at in zip(batches, slots, strict=True):
-                        if not keys:
-                            out.append(Transfer(None, "load", Completed(), keys=()))
-                            clock.remaining -= 1
-                            continue
-                        completion = slab.load_rows(at, rows, self._copier)
-                        settle = self._row_settler(False, sum(rows.sizes) * len(keys), clock)
-                        out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
-            except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
-                if pins is None:
-                    ledger.unpin_many(every)
-                raise
-            if pins is not None:
-                self._take_batch(pins)  # the transfers hold its pins now
-            return [self._started(t) for t in out]
+                slots = list(map(_SLOT, found))
+                start = partial(slab.load_rows, slots, rows)
+                planned.append((start, sum(sizes) * len(keys)) if keys else None)
+            return self._start_loads(batches, planned, wake, pins, clock)
 
-    def _row_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:
+    def load_parts(
+        self,
+        batches: Sequence[tuple[Sequence[UnitKey], Sequence[Parts]]],
+        wake: bool = True,
+        pins: PinBatch | None = None,
+    ) -> list[Transfer]:
+        """Copy each batch's ``keys[k]`` entry into the parts ``into[k]``, over any
+        memory: one transfer per batch and one completion (on the copy thread one
+        job for every batch; on CUDA each batch's copies queued on the copy stream
+        at once with one event after them), not a transfer, a pin, a stream switch
+        and an event per entry as ``load_many``. Every key must be held and every
+        ``into`` fit its entry (``KeyError`` / ``ValueError`` before anything is
+        pinned or copied). ``wake``, ``pins``: as ``load_rows``."""
+        self._check_open()
+        clock = _Clock(len(batches))
+        with self._lock:
+            planned: list[_Plan | None] = []
+            for keys, into in batches:
+                if len(into) != len(keys):
+                    raise ValueError(f"{len(keys)} keys and {len(into)} into")
+                found = self._found(keys, "load_parts")
+                nbytes = sum(map(sum, map(_SIZES, found)))
+                start = self._memory.plan_load_many(found, into)
+                planned.append((start, nbytes) if keys else None)
+            return self._start_loads(batches, planned, wake, pins, clock)
+
+    def _found(self, keys: Sequence[UnitKey], what: str) -> list[tuple[Any, tuple[int, ...]]]:
+        """Each key's ``(buffer, sizes)`` (``KeyError`` naming one not held). Under the lock."""
+        found = list(map(self._entries.get, keys))
+        if None in found:
+            missing = keys[found.index(None)]
+            raise KeyError(f"{what} of {missing!r}: the {self.medium} tier lacks it")
+        return found  # type: ignore[return-value]
+
+    def _start_loads(
+        self,
+        batches: Sequence[tuple[Sequence[UnitKey], Any]],
+        planned: list[_Plan | None],
+        wake: bool,
+        pins: PinBatch | None,
+        clock: _Clock,
+    ) -> list[Transfer]:
+        """Pin the batches' keys (or take ``pins`` over) and start each batch's
+        planned copy (None: an empty batch) as one transfer, all in one job. Under
+        the lock."""
+        every = list(chain.from_iterable(keys for keys, _ in batches))
+        self._pin_loads(every, pins)
+        out: list[Transfer] = []
+        try:
+            with self._copier.collect(wake):
+                for (keys, _), plan in zip(batches, planned, strict=True):
+                    if plan is None:
+                        out.append(Transfer(None, "load", Completed(), keys=()))
+                        clock.remaining -= 1
+                        continue
+                    settle = self._batch_settler(False, plan[1], clock)
+                    completion = plan[0](self._copier)
+                    out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
+        except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
+            if pins is None:
+                self._ledger.unpin_many(every)
+            raise
+        if pins is not None:
+            self._take_batch(pins)  # the transfers hold its pins now
+        return [self._started(t) for t in out]
+
+    def _pin_loads(self, every: list[UnitKey], pins: PinBatch | None) -> None:
+        """Pin (and touch) the keys a batch load copies, all committed (``KeyError``
+        naming one that is not, nothing pinned); or, given ``pins``, check that it
+        is a held batch of exactly these keys. Under the lock."""
+        if pins is None:
+            try:
+                self._ledger.pin_committed(every)  # (all or nothing)
+            except KeyError as e:
+                lacks = f"a load of {e.args[0]!r}: the {self.medium} tier lacks it"
+                raise KeyError(lacks) from None
+        elif pins.released or (
+            pins.keys != every  # (the same keys in the same order: the caller's case)
+            and (len(pins.keys) != len(every) or set(pins.keys) != set(every))
+        ):
+            raise ValueError("a batch load's pins=: a pin batch held of exactly the keys loaded")
+
+    def _batch_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:
         def settle(transfer: Transfer) -> None:
-            self._settle_rows(transfer, store, nbytes, clock)
+            self._settle_batch(transfer, store, nbytes, clock)
 
         return settle
 
-    def _settle_rows(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
+    def _settle_batch(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
         with self._lock:
             clock.remaining -= 1
             seconds = None if clock.remaining else clock.elapsed()

@@ -90,6 +90,15 @@ class HostMemory(Protocol):
     ) -> Completion:
         """Copy ``buf``'s parts out: into ``into`` (checked), or into new objects."""
 
+    def plan_load_many(
+        self, entries: Sequence[tuple[Any, tuple[int, ...]]], into: Sequence[Sequence[Any]]
+    ) -> Callable[[Copier], Completion]:
+        """Check that entry ``k`` (``(buffer, sizes)``) fits ``into[k]`` (``ValueError``
+        naming the first that does not); return what starts the copies of every
+        entry as *one* completion: one job on the copier (on CUDA, copies queued
+        on the copy stream and one event after them). Nothing is copied until it
+        is called (``HostTier.load_parts`` checks every batch first)."""
+
 
 class RowMemory(HostMemory, Protocol):
     """A ``HostMemory`` of fixed slots that also copies batches of units given as
@@ -188,3 +197,25 @@ class BytesMemory:
             return tuple(into)
 
         return copier.submit(copy_out)
+
+    def plan_load_many(
+        self, entries: Sequence[tuple[Any, tuple[int, ...]]], into: Sequence[Sequence[Any]]
+    ) -> Callable[[Copier], Completion]:
+        moves: list[tuple[Any, Any, int, int]] = []  # (target, buffer, offset, bytes)
+        for k, ((buf, sizes), targets) in enumerate(zip(entries, into, strict=True)):
+            views = [byte_view(t, f"into[{k}][{j}]") for j, t in enumerate(targets)]
+            got = tuple(v.nbytes for v in views)
+            if got != sizes:
+                raise ValueError(f"into[{k}] has parts of {got} bytes; the entry's are {sizes}")
+            if any(v.readonly for v in views):
+                raise ValueError(f"into[{k}] must be writable buffers")
+            off = 0
+            for t, n in zip(targets, sizes, strict=True):
+                moves.append((t, buf, off, n))
+                off += n
+
+        def copy_out() -> None:
+            for target, buf, off, n in moves:
+                copy_bytes(target, 0, buf, off, n)
+
+        return lambda copier: copier.submit(copy_out)

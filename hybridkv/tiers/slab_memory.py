@@ -26,7 +26,7 @@ copy stream).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,26 @@ class SlabMemory:
             return tuple(into or ())
 
         return copier.submit(copy_out)
+
+    def plan_load_many(
+        self, entries: Sequence[tuple[Any, tuple[int, ...]]], into: Sequence[Sequence[Any]]
+    ) -> Callable[[Copier], Completion]:
+        """Each slot's parts into ``into[k]``, all in one job."""
+        moves: list[tuple[np.ndarray, np.ndarray]] = []
+        for k, ((slot, sizes), targets) in enumerate(zip(entries, into, strict=True)):
+            flat = [_flat(t, f"into[{k}][{j}]") for j, t in enumerate(targets)]
+            got = tuple(t.size for t in flat)
+            if got != sizes:
+                raise ValueError(f"into[{k}] has parts of {got} bytes; the entry's are {sizes}")
+            if any(not t.flags.writeable for t in flat):
+                raise ValueError(f"into[{k}] must be writable")
+            moves += [(t, self.slab[j][slot, : t.size]) for j, t in enumerate(flat)]
+
+        def copy_out() -> None:
+            for dst, src in moves:
+                dst[:] = src
+
+        return lambda copier: copier.submit(copy_out)
 
     def store_rows(self, slots: list[int], rows: Rows, copier: Copier) -> Completion:
         """Copy unit ``k`` of ``rows`` into slot ``slots[k]``: one gather per part."""

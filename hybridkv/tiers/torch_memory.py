@@ -19,7 +19,7 @@ back (each part contiguous; its bytes viewed as uint8, so any dtype).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -143,3 +143,28 @@ class TorchHostMemory:
             return tuple(into or ())
 
         return copier.submit(copy_out)
+
+    def plan_load_many(
+        self, entries: Sequence[tuple[Any, tuple[int, ...]]], into: Sequence[Sequence[Any]]
+    ) -> Callable[[Copier], Completion]:
+        """Every entry's parts into ``into``: on CUDA one stream switch, the copies
+        queued back to back and one event after them (not one of each per entry:
+        about 47 us of host work an entry on an H100 host); on the CPU one job."""
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for k, ((buf, sizes), targets) in enumerate(zip(entries, into, strict=True)):
+            flat = [_flat_bytes(t, f"into[{k}][{j}]") for j, t in enumerate(targets)]
+            got = tuple(t.numel() for t in flat)
+            if got != sizes:
+                raise ValueError(f"into[{k}] has parts of {got} bytes; the entry's are {sizes}")
+            off = 0
+            for t, n in zip(flat, sizes, strict=True):
+                pairs.append((t, buf[off : off + n]))
+                off += n
+        if self.cuda:
+            return lambda _copier: self._on_stream(pairs, None, None)
+
+        def copy_out() -> None:
+            for dst, src in pairs:
+                _copy(dst, src)
+
+        return lambda copier: copier.submit(copy_out)

@@ -6,7 +6,7 @@ CUDA event (``tiers/torch_memory.py``). When it is first seen done (by
 ``done()``, ``wait()``, the tier's ``poll()``, or the thread's own callback)
 it *settles* exactly once: the tier releases the entry's pin and commits or
 drops it. After settling, ``error`` is None on success and ``result`` holds
-a load's parts. A *batch* transfer (``HostTier.store_rows`` / ``load_rows``)
+a load's parts. A *batch* transfer (``HostTier.store_rows`` / ``load_rows`` / ``load_parts``)
 covers several entries: ``keys`` names them all, and it settles them at once.
 """
 

@@ -9,7 +9,9 @@ after every step:
   keys are drawn per cache salt (``BlockHasher`` with ``cache_salt``), so a
   hit never crosses salts;
 - an entry with a flipped byte is never served: its load fails and it goes;
-- a restart (disk) serves exactly the entries whose store had completed.
+- a restart (disk) serves exactly the entries whose store had completed;
+- a host tier's batched load (``load_parts``) copies exactly each entry's bytes,
+  and its entries stay pinned until it lands.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class TierMachine(RuleBasedStateMachine):
         self.tier = self._open()
         self.pins: Counter[UnitKey] = Counter()
         self.loads: list[tuple[Transfer, bool]] = []  # and: was its entry flipped
+        self.part_loads: list[tuple[Transfer, list[list[bytearray]]]] = []  # and: its into
         self.stores: list[Transfer] = []
         self.corrupt: set[UnitKey] = set()
 
@@ -105,6 +108,12 @@ class TierMachine(RuleBasedStateMachine):
                 assert t.error is None, t.error
                 assert b"".join(bytes(p) for p in t.result) == CONTENT[t.key]
         self.loads = [(t, f) for t, f in self.loads if not t.done()]
+        for t, into in self.part_loads:
+            if t.done():
+                assert t.error is None, t.error
+                got = [b"".join(bytes(p) for p in parts) for parts in into]
+                assert got == [CONTENT[k] for k in t.keys]
+        self.part_loads = [(t, into) for t, into in self.part_loads if not t.done()]
         self.corrupt &= set(self.tier.keys())
 
     @rule(k=keys, value=st.one_of(st.just(SPARE), st.floats(0, 10)))
@@ -136,6 +145,21 @@ class TierMachine(RuleBasedStateMachine):
         transfers = self.tier.load_many([(k, None) for k in ks])
         assert [t is not None for t in transfers] == held
         self.loads += [(t, t.key in self.corrupt) for t in transfers if t is not None]
+
+    @precondition(lambda self: isinstance(self.tier, HostTier) and bool(self.tier.keys()))
+    @rule(picks=st.lists(PICK, min_size=1, max_size=4), split=st.integers(0, 4))
+    def load_parts_of_held(self, picks: list[int], split: int) -> None:
+        """Held keys loaded in two batches of one ``load_parts`` call (the engine's
+        groups), into parts of the sizes each entry was stored with."""
+        assert isinstance(self.tier, HostTier)
+        held = self.tier.keys()
+        ks = list(dict.fromkeys(pick(held, i) for i in picks))
+        into = [[bytearray(n) for n in self.tier._entries[k][1]] for k in ks]
+        cut = min(split, len(ks))
+        batches = [(ks[:cut], into[:cut]), (ks[cut:], into[cut:])]
+        for (bks, binto), t in zip(batches, self.tier.load_parts(batches), strict=True):
+            assert t.keys == tuple(bks)
+            self.part_loads.append((t, binto))
 
     @rule(n=st.integers(1, 4))
     def copies_land(self, n: int) -> None:
@@ -172,8 +196,8 @@ class TierMachine(RuleBasedStateMachine):
 
     @rule(k=keys)
     def evict(self, k: UnitKey) -> None:
-        flying = [t for t, _ in self.loads] + self.stores
-        busy = k in self.pins or any(t.key == k and not t.done() for t in flying)
+        flying = [t for t, _ in self.loads] + self.stores + [t for t, _ in self.part_loads]
+        busy = k in self.pins or any(k in t.keys and not t.done() for t in flying)
         evicted = self.tier.evict(k)
         assert not (busy and evicted), f"evicted {k} while pinned or in flight"
         if evicted:
@@ -186,6 +210,7 @@ class TierMachine(RuleBasedStateMachine):
         held = set(self.tier.keys())
         assert set(self.pins) <= held, set(self.pins) - held
         assert {t.key for t, _ in self.loads if not t.settled} <= held
+        assert {k for t, _ in self.part_loads if not t.settled for k in t.keys} <= held
 
     def teardown(self) -> None:
         self.tier.close()

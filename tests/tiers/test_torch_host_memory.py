@@ -8,7 +8,7 @@ import torch
 from tier_factories import fingerprint, key
 
 from hybridkv.tiers import HostTier
-from hybridkv.tiers.torch_memory import TorchHostMemory
+from hybridkv.tiers.torch_memory import EventCompletion, TorchHostMemory
 
 
 def parts(device: str) -> list[torch.Tensor]:
@@ -57,4 +57,19 @@ def test_tensors_round_trip_through_pinned_memory_on_cuda() -> None:
     loaded = tier.load(key(3), into=[out])
     assert loaded is not None and loaded.wait()
     assert bool((out == 1.0).all())
+    tier.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned memory, copy stream)")
+def test_a_batched_load_is_one_event_on_cuda() -> None:
+    """``HostTier.load_parts`` on CUDA: every entry's copies on the copy stream,
+    one event for the batch, the device tensors hold the stored bytes."""
+    tier = HostTier(fingerprint(), 1 << 26, TorchHostMemory("cuda"))
+    src = [torch.full((4096,), i, dtype=torch.uint8, device="cuda") for i in range(8)]
+    assert all(t.wait() for t in tier.store_many([(key(i), [s], None) for i, s in enumerate(src)]))
+    out = [torch.zeros_like(s) for s in src]
+    (loaded,) = tier.load_parts([([key(i) for i in range(8)], [[o] for o in out])])
+    assert isinstance(loaded.completion, EventCompletion) and loaded.wait()
+    assert all(bool((o == i).all()) for i, o in enumerate(out))
+    tier.check_integrity()
     tier.close()
