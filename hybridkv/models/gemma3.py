@@ -2,9 +2,10 @@
 
 Sliding-window and full-attention layers (``config.layer_types``), each with
 its own RoPE base (local / global ``rope_parameters``); q/k RMS norms before
-RoPE; scale ``query_pre_attn_scalar ** -0.5``; optional attention and final
-logit softcaps; embeddings scaled by ``sqrt(hidden_size)``; four norms per
-layer (Gemma's ``1 + weight``); GeGLU MLP (tanh GELU).
+RoPE (with the k/v cache write, one ``ops.qk_norm_rope_cache``); scale
+``query_pre_attn_scalar ** -0.5``; optional attention and final logit softcaps;
+embeddings scaled by ``sqrt(hidden_size)``; four norms per layer (Gemma's
+``1 + weight``); GeGLU MLP (tanh GELU).
 
 One forward path for every kernel backend: each layer takes the residual
 ``x`` and ``y = input_layernorm(x)``, and each residual add is one
@@ -77,11 +78,9 @@ class Gemma3Attention(nn.Module):
         q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        cos, sin = self.rotary.for_step(batch, q.dtype)
-        ops = batch.ops
-        q = ops.norm_rope(q, self.q_norm.scale_fp32(), cos, sin, self.q_norm.eps)
-        k = ops.norm_rope(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
-        out = self.attn(q, k, v, batch)
+        scales = (self.q_norm.scale_fp32(), self.k_norm.scale_fp32())
+        cos_sin = self.rotary.for_step(batch, q.dtype)
+        out = self.attn.forward_qk_norm_rope(q, k, v, batch, scales, cos_sin, self.q_norm.eps)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
 

@@ -3,7 +3,9 @@
 The layer finds its inputs in the step's ``ForwardBatch`` by name, writes
 ``k``/``v`` at the slots the manager gave out (``batch.ops.cache_write``) and
 runs ``batch.ops.attention`` over the group's block tables. Its window, chunk,
-softcap and scale are fixed per layer (``AttentionOptions``).
+softcap and scale are fixed per layer (``AttentionOptions``). Gemma's layers call
+``forward_qk_norm_rope`` instead: q and k normed and rotated and k/v written by one
+``batch.ops.qk_norm_rope_cache`` (one kernel on ``triton``), then attention.
 """
 
 from __future__ import annotations
@@ -37,3 +39,23 @@ class PagedAttention(nn.Module):
         ops = batch.ops
         ops.cache_write(k, v, cache.key, cache.value, inputs.slot_mapping)
         return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options, sinks=sinks)
+
+    def forward_qk_norm_rope(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: ForwardBatch,
+        scales: tuple[torch.Tensor, torch.Tensor],
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        eps: float,
+    ) -> torch.Tensor:
+        """``forward`` for q/k before their per-head norms (fp32 ``scales`` of q and k)
+        and RoPE (``cos_sin``): ``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` ->
+        ``[T, Hq, D]``."""
+        inputs = batch.attention[self.layer_name]
+        cache = inputs.cache
+        ops = batch.ops
+        q = ops.qk_norm_rope_cache(q, k, v, *scales, *cos_sin, eps, cache.key, cache.value,
+                                   inputs.slot_mapping)  # fmt: skip
+        return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options)
