@@ -20,7 +20,8 @@ vision tower and projector are ignored on purpose.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -35,6 +36,7 @@ from hybridkv.models.layers import (
     RotaryEmbedding,
     rope_parameters,
 )
+from hybridkv.models.layers.merged_linear import MergeableProjections
 
 _VISION_PREFIXES = (
     "model.vision_tower.",
@@ -49,7 +51,9 @@ _TEXT_PREFIXES = (
 )
 
 
-class Gemma3Attention(nn.Module):
+class Gemma3Attention(MergeableProjections):
+    MERGED: ClassVar[Mapping[str, tuple[str, ...]]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
+
     def __init__(self, config: Any, index: int) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -75,16 +79,19 @@ class Gemma3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.project(x, "qkv_proj")  # [T, H * D] each, views of one GEMM if merged
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         scales = (self.q_norm.scale_fp32(), self.k_norm.scale_fp32())
         cos_sin = self.rotary.for_step(batch, q.dtype)
         out = self.attn.forward_qk_norm_rope(q, k, v, batch, scales, cos_sin, self.q_norm.eps)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
 
-class Gemma3MLP(nn.Module):
+class Gemma3MLP(MergeableProjections):
+    MERGED: ClassVar[Mapping[str, tuple[str, ...]]] = {"gate_up_proj": ("gate_proj", "up_proj")}
+
     def __init__(self, config: Any) -> None:
         super().__init__()
         if config.hidden_activation != "gelu_pytorch_tanh":
@@ -97,7 +104,8 @@ class Gemma3MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, ops: KernelBackend) -> torch.Tensor:
-        return self.down_proj(ops.gelu_tanh_mul(self.gate_proj(x), self.up_proj(x)))
+        gate, up = self.project(x, "gate_up_proj")
+        return self.down_proj(ops.gelu_tanh_mul(gate, up))
 
 
 class Gemma3DecoderLayer(nn.Module):

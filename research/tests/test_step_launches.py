@@ -43,6 +43,6 @@ def test_a_gemma3_decode_step_launches_one_kernel_per_fused_op():
         "unified_attention_kernel": layers,
     }
     total, linear, pow_ = map(int, aten_line.split())
-    assert linear == 7 * layers + 1  # q, k, v, o, gate, up, down; the LM head
+    assert linear == 4 * layers + 1  # qkv (merged), o, gate_up (merged), down; the LM head
     assert pow_ == 0  # no eager norm left
     assert total < 260
