@@ -162,7 +162,8 @@ class StaticStep:
 
     def forward(self, model: Any, ops: Any) -> torch.Tensor:
         """The step over the static tensors: logits ``[seqs, vocab]`` of the rows
-        ``logits_indices`` names (the sampling requests' first). A new
+        ``logits_indices`` names (the sampling requests' first; a decode shape's are
+        ``0..seqs-1``, never refilled, so its rows are taken as they are). A new
         ``StepValues`` each run: the RoPE tables are computed from the static positions
         inside the captured region, never carried over."""
         batch = ForwardBatch(
@@ -176,7 +177,10 @@ class StaticStep:
             step=StepValues(),
             graphed=True,
         )
-        return model.compute_logits(model(batch)[self.logits_indices])
+        hidden = model(batch)
+        if not self.shape.decode:  # a decode step samples every row, in order: no gather
+            hidden = hidden[self.logits_indices]
+        return model.compute_logits(hidden)
 
     def fill(self, work: Sequence[ScheduledRequest], block_ids: Sequence[Any]) -> int:
         """Write ``work``'s values (``block_ids``: the manager's per-group ids of each
