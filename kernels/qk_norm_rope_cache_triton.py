@@ -24,6 +24,7 @@ import triton.language as tl
 
 from hybridkv.kernels.backend import interpreter_enabled
 from hybridkv.kernels.norms_triton import NO_FMA, _norm_rope_row
+from hybridkv.kernels.qk_norm_rope_cache import QKNormRope
 
 
 @triton.jit
@@ -60,15 +61,11 @@ def _qk_norm_rope_cache_kernel(  # type: ignore[no-untyped-def]
             tl.store(vc + d, value, mask=mask)
 
 
-def qk_norm_rope_cache(
+def launch(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    q_scale: torch.Tensor,
-    k_scale: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    eps: float,
+    norm: QKNormRope,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
@@ -76,15 +73,16 @@ def qk_norm_rope_cache(
     """The launch (arguments checked by ``qk_norm_rope_cache.check``): a new ``q_out``."""
     t, hq, d = q.shape
     hkv = k.shape[1]
-    cos, sin = cos.reshape(t, d), sin.reshape(t, d)
+    cos, sin = norm.cos.reshape(t, d), norm.sin.reshape(t, d)
     out = torch.empty((t, hq, d), dtype=q.dtype, device=q.device)
     if t:
         qs, ks, vs = q.stride(), k.stride(), v.stride()
         kcs, vcs = key_cache.stride(), value_cache.stride()
         _qk_norm_rope_cache_kernel[(t, hq + hkv)](
-            q, k, v, q_scale, k_scale, cos, sin, out, key_cache, value_cache, slot_mapping,
-            d, hq, qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], cos.stride(0), sin.stride(0),
-            out.stride(0), out.stride(1), kcs[0], kcs[1], kcs[2], vcs[0], vcs[1], vcs[2], eps,
+            q, k, v, norm.q_scale, norm.k_scale, cos, sin, out, key_cache, value_cache,
+            slot_mapping, d, hq, qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], cos.stride(0),
+            sin.stride(0), out.stride(0), out.stride(1), kcs[0], kcs[1], kcs[2], vcs[0],
+            vcs[1], vcs[2], norm.eps,
             BLOCK_SIZE=key_cache.shape[1], BLOCK_D=triton.next_power_of_2(d),
             RNE_BF16=interpreter_enabled(), **NO_FMA,
         )  # fmt: skip

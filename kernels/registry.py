@@ -45,6 +45,7 @@ from hybridkv.kernels.attention import unified_attention
 from hybridkv.kernels.backend import resolve_backend
 from hybridkv.kernels.cache_write import reshape_and_cache
 from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn, ssd_scan_fn
+from hybridkv.kernels.qk_norm_rope_cache import QKNormRope
 
 #: The ops every backend provides, in ``describe()`` order.
 OPS = (
@@ -198,17 +199,14 @@ class KernelBackend(ABC):
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        q_scale: torch.Tensor,
-        k_scale: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        eps: float,
+        norm: QKNormRope,
         key_cache: torch.Tensor,
         value_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> torch.Tensor:
         """``norm_rope(q)`` returned; ``norm_rope(k)`` and ``v`` written into the caches at
-        ``slot_mapping`` (``cache_write``). The contract: ``qk_norm_rope_cache.py``."""
+        ``slot_mapping`` (``cache_write``), ``norm``: the scales, cos/sin and eps. The
+        contract: ``qk_norm_rope_cache.py``."""
 
     @abstractmethod
     def rope_pairwise(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

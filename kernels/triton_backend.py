@@ -18,6 +18,8 @@ from typing import ClassVar
 
 import torch
 
+from hybridkv.kernels.qk_norm_rope_cache import QKNormRope
+from hybridkv.kernels.qk_norm_rope_cache import check as check_qk_norm_rope_cache
 from hybridkv.kernels.registry import KernelBackend
 from hybridkv.kernels.torch_backend import TorchBackend
 
@@ -84,22 +86,15 @@ class TritonBackend(KernelBackend):
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        q_scale: torch.Tensor,
-        k_scale: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        eps: float,
+        norm: QKNormRope,
         key_cache: torch.Tensor,
         value_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> torch.Tensor:
         from hybridkv.kernels import qk_norm_rope_cache_triton as fused
-        from hybridkv.kernels.qk_norm_rope_cache import check
 
-        check(q, k, v, q_scale, k_scale, cos, sin, key_cache, value_cache, slot_mapping)
-        return fused.qk_norm_rope_cache(
-            q, k, v, q_scale, k_scale, cos, sin, eps, key_cache, value_cache, slot_mapping
-        )
+        check_qk_norm_rope_cache(q, k, v, norm, key_cache, value_cache, slot_mapping)
+        return fused.launch(q, k, v, norm, key_cache, value_cache, slot_mapping)
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         from hybridkv.kernels import norms_triton

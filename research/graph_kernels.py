@@ -134,13 +134,13 @@ def _launches(args: tuple, out: Any) -> bool:
 
 def record(requests: int, model_name: str = "gemma-3-270m") -> list[tuple[str, str]]:
     """``(scope, kernel)`` of every kernel one replayed decode step runs, in order."""
+    from graph_host_ops import queue_decodes
     from launch_count import NO_KERNEL, intercepted
     from random_checkpoint import write_random_checkpoint
     from torch.utils._python_dispatch import TorchDispatchMode
     from triton.runtime.jit import JITFunction
 
-    from hybridkv.engine import LLM, SamplingParams
-    from hybridkv.engine.engine_request import EngineRequest
+    from hybridkv.engine import LLM
     from hybridkv.engine.graphs import EagerReplay, StepGraphs
     from hybridkv.models.layers.rotary import RopeFrequencies
 
@@ -187,12 +187,7 @@ def record(requests: int, model_name: str = "gemma-3-270m") -> list[tuple[str, s
         llm.runner.graphs = StepGraphs(
             llm.runner, requests, llm.max_model_len, graph_factory=Recorded
         )
-        params = SamplingParams(max_tokens=10**6, ignore_eos=True)
-        for i in range(requests):
-            prompt = [(7 * i + j) % 500 + 3 for j in range(40)]
-            llm.scheduler.add_request(
-                EngineRequest(f"p{i}", prompt, params, max_model_len=llm.max_model_len)
-            )
+        queue_decodes(llm, requests, 40)
         for _ in range(3):  # the prefill, then decodes (their graph captured)
             llm.step()
         Recorded.armed = True

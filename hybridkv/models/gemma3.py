@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from hybridkv.kernels import AttentionOptions, KernelBackend
+from hybridkv.kernels import AttentionOptions, KernelBackend, QKNormRope
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.batch import ForwardBatch
@@ -83,9 +83,10 @@ class Gemma3Attention(MergeableProjections):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        scales = (self.q_norm.scale_fp32(), self.k_norm.scale_fp32())
-        cos_sin = self.rotary.for_step(batch, q.dtype)
-        out = self.attn.forward_qk_norm_rope(q, k, v, batch, scales, cos_sin, self.q_norm.eps)
+        cos, sin = self.rotary.for_step(batch, q.dtype)
+        q_scale, k_scale = self.q_norm.scale_fp32(), self.k_norm.scale_fp32()
+        norm = QKNormRope(q_scale, k_scale, cos, sin, self.q_norm.eps)
+        out = self.attn.forward_qk_norm_rope(q, k, v, batch, norm)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
 

@@ -19,7 +19,7 @@ import torch
 from paged_factory import strided_cache_views
 from test_norms_triton import _close
 
-from hybridkv.kernels import reshape_and_cache_ref, reshape_and_cache_triton
+from hybridkv.kernels import QKNormRope, reshape_and_cache_ref, reshape_and_cache_triton
 from hybridkv.kernels.torch_backend import TorchBackend
 from hybridkv.kernels.triton_backend import TritonBackend
 
@@ -71,7 +71,7 @@ def test_fused_is_bit_identical_to_norm_rope_then_cache_write(dtype, hq, hkv, d,
     want_q = TRI.norm_rope(q, qs, cos, sin, EPS)
     reshape_and_cache_triton(TRI.norm_rope(k, ks, cos, sin, EPS), v, wk, wv, slots)
     q_before, k_before = q.clone(), k.clone()
-    got_q = TRI.qk_norm_rope_cache(q, k, v, qs, ks, cos, sin, EPS, kc, vc, slots)
+    got_q = TRI.qk_norm_rope_cache(q, k, v, QKNormRope(qs, ks, cos, sin, EPS), kc, vc, slots)
     assert torch.equal(got_q, want_q)
     assert torch.equal(buf.view(torch.uint8), want_buf.view(torch.uint8))
     assert torch.equal(q, q_before) and torch.equal(k, k_before), "q, k are read only"
@@ -82,8 +82,9 @@ def test_fused_matches_the_torch_reference(dtype):
     q, k, v, (qs, ks), cos, sin, buf, kc, vc, slots = _inputs(7, 4, 1, 256, dtype, True, 2)
     before, ref_buf = buf.clone(), buf.clone()
     rk, rv = _views(ref_buf, kc, vc)
-    want_q = REF.qk_norm_rope_cache(q, k, v, qs, ks, cos, sin, EPS, rk, rv, slots)
-    got_q = TRI.qk_norm_rope_cache(q, k, v, qs, ks, cos, sin, EPS, kc, vc, slots)
+    norm = QKNormRope(qs, ks, cos, sin, EPS)
+    want_q = REF.qk_norm_rope_cache(q, k, v, norm, rk, rv, slots)
+    got_q = TRI.qk_norm_rope_cache(q, k, v, norm, kc, vc, slots)
     _close(got_q, want_q)
     _close(buf, ref_buf)
     # The composed reference is norm_rope and reshape_and_cache, nothing more.
@@ -116,8 +117,10 @@ def test_bad_arguments_are_refused_by_name(change, message, backend):
     q, k, v, (qs, ks), cos, sin, _, kc, vc, slots = _inputs(3, 2, 1, 16, torch.float32, True, 3)
     args = dict(q=q, k=k, v=v, q_scale=qs, k_scale=ks, cos=cos, sin=sin, eps=EPS,
                 key_cache=kc, value_cache=vc, slot_mapping=slots)  # fmt: skip
+    a = change(args)
+    norm = QKNormRope(*(a.pop(n) for n in ("q_scale", "k_scale", "cos", "sin", "eps")))
     with pytest.raises(ValueError, match=message):
-        backend.qk_norm_rope_cache(**change(args))
+        backend.qk_norm_rope_cache(norm=norm, **a)
 
 
 def test_odd_head_size_is_refused():
@@ -125,5 +128,5 @@ def test_odd_head_size_is_refused():
     odd = [x[..., :15] for x in (q, k, v)]
     _, kc7, vc7 = strided_cache_views(6, 4, 1, 15, torch.float32, device=DEVICE)
     with pytest.raises(ValueError, match="head size 15 must be even"):
-        TRI.qk_norm_rope_cache(*odd, qs[:15], ks[:15], cos[..., :15], sin[..., :15], EPS,
-                               kc7, vc7, slots)  # fmt: skip
+        norm = QKNormRope(qs[:15], ks[:15], cos[..., :15], sin[..., :15], EPS)
+        TRI.qk_norm_rope_cache(*odd, norm, kc7, vc7, slots)

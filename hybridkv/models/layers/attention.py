@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hybridkv.kernels import AttentionOptions
+from hybridkv.kernels import AttentionOptions, QKNormRope
 from hybridkv.models.batch import ForwardBatch
 
 
@@ -41,21 +41,13 @@ class PagedAttention(nn.Module):
         return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options, sinks=sinks)
 
     def forward_qk_norm_rope(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        batch: ForwardBatch,
-        scales: tuple[torch.Tensor, torch.Tensor],
-        cos_sin: tuple[torch.Tensor, torch.Tensor],
-        eps: float,
-    ) -> torch.Tensor:
-        """``forward`` for q/k before their per-head norms (fp32 ``scales`` of q and k)
-        and RoPE (``cos_sin``): ``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` ->
-        ``[T, Hq, D]``."""
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
+        norm: QKNormRope,
+    ) -> torch.Tensor:  # fmt: skip
+        """``forward`` for q/k before their per-head norms and RoPE (``norm``): ``q``
+        ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` -> ``[T, Hq, D]``."""
         inputs = batch.attention[self.layer_name]
         cache = inputs.cache
         ops = batch.ops
-        q = ops.qk_norm_rope_cache(q, k, v, *scales, *cos_sin, eps, cache.key, cache.value,
-                                   inputs.slot_mapping)  # fmt: skip
+        q = ops.qk_norm_rope_cache(q, k, v, norm, cache.key, cache.value, inputs.slot_mapping)
         return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options)
