@@ -36,10 +36,23 @@ RESULTS = ROOT / "benchmarks" / "results" / "graph-host-ops.md"
 REQUESTS = 8
 
 
+def queue_decodes(llm: Any, requests: int, length: int) -> None:
+    """Queue ``requests`` requests of ``length``-token prompts (ids below 503) that never
+    stop: the engine's steps after their prefill are decode steps."""
+    from hybridkv.engine import SamplingParams
+    from hybridkv.engine.engine_request import EngineRequest
+
+    params = SamplingParams(max_tokens=10**6, ignore_eos=True)
+    for i in range(requests):
+        prompt = [(7 * i + j) % 500 + 3 for j in range(length)]
+        llm.scheduler.add_request(
+            EngineRequest(f"p{i}", prompt, params, max_model_len=llm.max_model_len)
+        )
+
+
 def _engine(path: Path, graphed: bool) -> Any:
     """An engine with ``REQUESTS`` requests past their prefill (graphed: ``EagerReplay``)."""
-    from hybridkv.engine import LLM, SamplingParams
-    from hybridkv.engine.engine_request import EngineRequest
+    from hybridkv.engine import LLM
     from hybridkv.engine.graphs import EagerReplay, StepGraphs
 
     llm = LLM(path, device="cpu", dtype="float32", kernel_backend="triton",
@@ -48,12 +61,7 @@ def _engine(path: Path, graphed: bool) -> Any:
         llm.runner.graphs = StepGraphs(
             llm.runner, REQUESTS, llm.max_model_len, graph_factory=EagerReplay
         )
-    params = SamplingParams(max_tokens=10**6, ignore_eos=True)
-    for i in range(REQUESTS):
-        prompt = [(7 * i + j) % 500 + 3 for j in range(40)]
-        llm.scheduler.add_request(
-            EngineRequest(f"p{i}", prompt, params, max_model_len=llm.max_model_len)
-        )
+    queue_decodes(llm, REQUESTS, 40)
     for _ in range(4):  # the prefill, then decodes (their graph captured)
         llm.step()
     return llm

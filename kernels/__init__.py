@@ -64,6 +64,7 @@ from hybridkv.kernels.mamba import (
     ssd_scan_fn,
     ssd_state_update,
 )
+from hybridkv.kernels.qk_norm_rope_cache import QKNormRope
 from hybridkv.kernels.registry import KernelBackend, backend_names, get_backend
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "AttentionOptions",
     "KernelBackend",
     "KernelBackendError",
+    "QKNormRope",
     "backend_names",
     "causal_conv1d_fn",
     "causal_conv1d_update",

@@ -30,8 +30,8 @@ def _well_formed(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> bool:
-    """The common case of ``_check``'s conditions, read once each (a step calls this per
-    layer). True implies ``_check`` passes; False says nothing (``_check`` decides)."""
+    """The common case of ``check_write``'s conditions, read once each (a step calls this per
+    layer). True implies ``check_write`` passes; False says nothing (``check_write`` decides)."""
     if not all(type(x) is torch.Tensor for x in (key, value, key_cache, value_cache)):
         return False
     if type(slot_mapping) is not torch.Tensor:
@@ -57,13 +57,14 @@ def _well_formed(
     )
 
 
-def _check(
+def check_write(
     key: torch.Tensor,
     value: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
+    """``ValueError`` naming the first argument of ``reshape_and_cache`` that is wrong."""
     if _well_formed(key, value, key_cache, value_cache, slot_mapping):
         return
     check_tensor("key", key, ndim=3, dtypes=CACHE_DTYPES, unit_last_stride=True)
@@ -121,7 +122,7 @@ def reshape_and_cache(
     is a caller bug and leaves either value). Nothing but the addressed
     ``[Hkv, D]`` rows of the caches changes.
     """
-    _check(key, value, key_cache, value_cache, slot_mapping)
+    check_write(key, value, key_cache, value_cache, slot_mapping)
     impl = _IMPLS[resolve_backend(backend, key.device, allowed=_IMPLS.names)]
     impl(key, value, key_cache, value_cache, slot_mapping)
 

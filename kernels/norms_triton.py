@@ -119,20 +119,17 @@ def _rms_norm_kernel(  # type: ignore[no-untyped-def]
 
 
 @triton.jit
-def _norm_rope_kernel(  # type: ignore[no-untyped-def]
-    x_ptr, scale_ptr, cos_ptr, sin_ptr, out_ptr,
-    D, stride_xt, stride_xh, stride_ct, stride_st, stride_ot, stride_oh, eps,
-    BLOCK_D: tl.constexpr, RNE_BF16: tl.constexpr,
-):  # fmt: skip
-    t = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
+def _norm_rope_row(row, scale_ptr, cos_row, sin_row, D, eps, BLOCK_D: tl.constexpr,  # type: ignore[no-untyped-def]
+                   RNE_BF16: tl.constexpr):  # fmt: skip
+    """One head's Gemma norm then RoPE: the ``[BLOCK_D]`` result (``row``'s dtype) for
+    the ``D`` values at ``row``, with ``cos_row``/``sin_row`` of its token. Shared by
+    ``norm_rope`` and ``qk_norm_rope_cache``: both round exactly as the reference."""
     d = tl.arange(0, BLOCK_D)
     mask = d < D
     half = D // 2
     # rotate_half: position d takes -x[d + D/2] in the first half, x[d - D/2] in the second.
     rot = tl.where(d < half, d + half, d - half)
     sign = tl.where(d < half, -1.0, 1.0)
-    row = x_ptr + t * stride_xt + h * stride_xh
     x = tl.load(row + d, mask=mask, other=0.0)
     dtype = x.dtype
     xf = x.to(tl.float32)
@@ -140,12 +137,27 @@ def _norm_rope_kernel(  # type: ignore[no-untyped-def]
     xn = _round(xf * rstd * tl.load(scale_ptr + d, mask=mask, other=0.0), dtype, RNE_BF16)
     xr = tl.load(row + rot, mask=mask, other=0.0).to(tl.float32)
     xrn = _round(xr * rstd * tl.load(scale_ptr + rot, mask=mask, other=0.0), dtype, RNE_BF16)
-    cos = tl.load(cos_ptr + t * stride_ct + d, mask=mask, other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + t * stride_st + d, mask=mask, other=0.0).to(tl.float32)
+    cos = tl.load(cos_row + d, mask=mask, other=0.0).to(tl.float32)
+    sin = tl.load(sin_row + d, mask=mask, other=0.0).to(tl.float32)
     a = _round(xn.to(tl.float32) * cos, dtype, RNE_BF16)
     b = _round(sign * xrn.to(tl.float32) * sin, dtype, RNE_BF16)
-    out = _round(a.to(tl.float32) + b.to(tl.float32), dtype, RNE_BF16)
-    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, out, mask=mask)
+    return _round(a.to(tl.float32) + b.to(tl.float32), dtype, RNE_BF16)
+
+
+@triton.jit
+def _norm_rope_kernel(  # type: ignore[no-untyped-def]
+    x_ptr, scale_ptr, cos_ptr, sin_ptr, out_ptr,
+    D, stride_xt, stride_xh, stride_ct, stride_st, stride_ot, stride_oh, eps,
+    BLOCK_D: tl.constexpr, RNE_BF16: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    out = _norm_rope_row(
+        x_ptr + t * stride_xt + h * stride_xh, scale_ptr, cos_ptr + t * stride_ct,
+        sin_ptr + t * stride_st, D, eps, BLOCK_D, RNE_BF16,
+    )  # fmt: skip
+    d = tl.arange(0, BLOCK_D)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, out, mask=d < D)
 
 
 @triton.jit

@@ -2,7 +2,8 @@
 
 A backend carries every op the models and the sampler call (``OPS``): paged
 attention and its cache write, the norms (Llama's ``rms_norm``, the fused Gemma
-residual norms) and RoPE (Gemma's norm + RoPE, Llama 4's interleaved form), the
+residual norms) and RoPE (Gemma's norm + RoPE, alone or fused with the q/k pair and
+the cache write; Llama 4's interleaved form), the
 GeGLU activation, greedy sampling and the Mamba ops, plus how linear layers are
 packed (``amx_linears``). Models call ``batch.ops.attention(...)`` and never
 look at a backend's name.
@@ -44,6 +45,7 @@ from hybridkv.kernels.attention import unified_attention
 from hybridkv.kernels.backend import resolve_backend
 from hybridkv.kernels.cache_write import reshape_and_cache
 from hybridkv.kernels.mamba import causal_conv1d_fn, selective_scan_fn, ssd_scan_fn
+from hybridkv.kernels.qk_norm_rope_cache import QKNormRope
 
 #: The ops every backend provides, in ``describe()`` order.
 OPS = (
@@ -52,6 +54,7 @@ OPS = (
     "rms_norm",
     "add_rms_norm",
     "norm_rope",
+    "qk_norm_rope_cache",
     "rope_pairwise",
     "gelu_tanh_mul",
     "greedy",
@@ -189,6 +192,21 @@ class KernelBackend(ABC):
 
         ``x`` may be rotated in place and returned: use the result.
         """
+
+    @abstractmethod
+    def qk_norm_rope_cache(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        norm: QKNormRope,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        """``norm_rope(q)`` returned; ``norm_rope(k)`` and ``v`` written into the caches at
+        ``slot_mapping`` (``cache_write``), ``norm``: the scales, cos/sin and eps. The
+        contract: ``qk_norm_rope_cache.py``."""
 
     @abstractmethod
     def rope_pairwise(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from typing import ClassVar
 import torch
 from torch.nn import functional as F
 
+from hybridkv.kernels import qk_norm_rope_cache
 from hybridkv.kernels.registry import KernelBackend
 
 
@@ -72,6 +73,7 @@ class TorchBackend(KernelBackend):
         "rms_norm": "torch: fp32 norm, cast back, then * weight (Llama)",
         "add_rms_norm": "torch: fp32 norms, residual add in the activations' dtype",
         "norm_rope": "torch: fp32 per-head norm, then rotate_half RoPE",
+        "qk_norm_rope_cache": "torch: norm_rope of q, of k, then cache_write (composed)",
         "rope_pairwise": "torch: fp32 rotation of adjacent pairs (Llama 4)",
         "gelu_tanh_mul": 'torch: F.gelu(approximate="tanh") * up',
         "greedy": "torch: logits.max(-1).indices (in the logits' dtype)",
@@ -100,6 +102,8 @@ class TorchBackend(KernelBackend):
         self, x: torch.Tensor, scale: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
     ) -> torch.Tensor:
         return apply_rope(gemma_rms_norm(x, scale, eps), cos, sin)
+
+    qk_norm_rope_cache = qk_norm_rope_cache.composed
 
     def rope_pairwise(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return apply_rope_pairwise(x, cos, sin)

@@ -2,7 +2,8 @@
 
 CUDA tensors, or CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``,
 tests only). The Gemma path's elementwise ops (residual add + norms, per-head norm +
-RoPE, GeGLU) and Llama's ``rms_norm`` are one Triton kernel each
+RoPE, the q/k norm + RoPE with the cache write, GeGLU) and Llama's ``rms_norm`` are one
+Triton kernel each
 (``norms_triton.py``; as the torch reference, they were 5-10 eager kernels each).
 Llama 4's pairwise RoPE and greedy sampling come from the torch reference
 (``fallbacks``).
@@ -17,6 +18,8 @@ from typing import ClassVar
 
 import torch
 
+from hybridkv.kernels.qk_norm_rope_cache import QKNormRope
+from hybridkv.kernels.qk_norm_rope_cache import check as check_qk_norm_rope_cache
 from hybridkv.kernels.registry import KernelBackend
 from hybridkv.kernels.torch_backend import TorchBackend
 
@@ -33,6 +36,7 @@ class TritonBackend(KernelBackend):
         "ssd_scan": "Triton: chunked SSD for long prefills, else sequential (mamba/scan_choice)",
         "add_rms_norm": "Triton: residual add and both Gemma norms, a program per row",
         "norm_rope": "Triton: per-head Gemma norm then RoPE, a program per (token, head)",
+        "qk_norm_rope_cache": "Triton: q and k norm + RoPE, k and v into the cache, one launch",
         "gelu_tanh_mul": "Triton: GELU (tanh) rounded, times up, a program per row block",
         "rms_norm": "Triton: Llama's norm (fp32, rounded, then * weight), a program per row",
     }
@@ -76,6 +80,21 @@ class TritonBackend(KernelBackend):
         from hybridkv.kernels import norms_triton
 
         return norms_triton.norm_rope(x, scale, cos, sin, eps)
+
+    def qk_norm_rope_cache(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        norm: QKNormRope,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> torch.Tensor:
+        from hybridkv.kernels import qk_norm_rope_cache_triton as fused
+
+        check_qk_norm_rope_cache(q, k, v, norm, key_cache, value_cache, slot_mapping)
+        return fused.launch(q, k, v, norm, key_cache, value_cache, slot_mapping)
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         from hybridkv.kernels import norms_triton

@@ -198,17 +198,35 @@ def launch_counts(events: Any) -> tuple[float, int, int, int]:
     return busy, kernels, launches, graph_launches
 
 
-def gpu_profile(llm: Any, steps: int) -> tuple[float, float, float, float]:
+def kernels_by_name(events: Any, steps: int, top: int = 25) -> list[str]:
+    """Markdown rows: the GPU kernels of ``events`` by name, per step (count and
+    microseconds), most time first, the ``top`` first (names cut to 60 characters)."""
+    count: dict[str, int] = {}
+    time_us: dict[str, float] = {}
+    for e in events:
+        if e.device_type == DeviceType.CUDA:
+            count[e.name] = count.get(e.name, 0) + 1
+            time_us[e.name] = time_us.get(e.name, 0.0) + e.device_time
+    rows = ["| GPU kernel | per step | us per step |", "| --- | ---: | ---: |"]
+    for name in sorted(time_us, key=lambda n: -time_us[n])[:top]:
+        short = name if len(name) <= 60 else name[:57] + "..."
+        rows.append(f"| `{short}` | {count[name] / steps:.1f} | {time_us[name] / steps:.1f} |")
+    return rows
+
+
+def gpu_profile(llm: Any, steps: int) -> tuple[float, float, float, float, list[str]]:
     """Per step over ``steps`` steps: (GPU kernel seconds, kernels the GPU ran, host
-    kernel launches, host graph launches)."""
+    kernel launches, host graph launches, ``kernels_by_name``'s rows)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             llm.step()
         torch.cuda.synchronize()
-    busy, kernels, launches, graphs = launch_counts(prof.events())
-    return busy / steps, kernels / steps, launches / steps, graphs / steps
+    events = prof.events()
+    busy, kernels, launches, graphs = launch_counts(events)
+    by_name = kernels_by_name(events, steps)
+    return busy / steps, kernels / steps, launches / steps, graphs / steps, by_name
 
 
 def main() -> int:
@@ -263,7 +281,7 @@ def main() -> int:
     if prof is None:
         cells += ["-", "-", "-"]
     else:
-        busy, kernels, launches, graph_launches = prof
+        busy, kernels, launches, graph_launches, _ = prof
         cells += [
             f"{busy * 1e3:.2f}",
             f"{kernels:.0f}",
@@ -284,7 +302,8 @@ def main() -> int:
         verdict = "launch-bound: CUDA graphs would pay" if share < 0.5 else "GPU-bound"
         if graphed:
             verdict = "still host-bound" if share < 0.5 else "GPU-bound"
-        lines += ["", f"GPU busy / model time: {share:.0%} ({verdict})."]
+        lines += ["", f"GPU busy / model time: {share:.0%} ({verdict}).", "",
+                  "The GPU's kernels by name (profiled steps):", "", *prof[4]]  # fmt: skip
     print("\n".join(lines))
     if args.write:
         suffix = "-random" if args.random_weights is not None else ""

@@ -150,15 +150,19 @@ class ExecutionConfig:
     """Where steps run: ``dtype`` / ``device`` ``"auto"`` or a name (or torch
     object); ``kernel_backend`` None: Triton on CUDA, native C on the CPU
     (``engine_setup.resolve_kernel_backend``); ``cuda_graphs``: replay steps
-    from CUDA graphs."""
+    from CUDA graphs; ``merge_projections``: run each layer's q/k/v (and gate/up)
+    projections as one GEMM (``models/layers/merged_linear.py``: bit-identical in fp32
+    on the CPU, may round differently in bf16; False keeps them apart)."""
 
     dtype: str | torch.dtype = "auto"
     device: str | torch.device = "auto"
     kernel_backend: str | None = None
     cuda_graphs: bool = False
+    merge_projections: bool = True
 
     def __post_init__(self) -> None:
         check_flag(self.cuda_graphs, "cuda_graphs")
+        check_flag(self.merge_projections, "merge_projections")
         check_dtype(self.dtype)
 
 

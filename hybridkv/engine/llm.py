@@ -125,6 +125,7 @@ class LLM:
         kv_store: str | None = None,
         kernel_backend: str | None = None,
         cuda_graphs: bool = False,
+        merge_projections: bool = True,
         allow_long_max_model_len: bool = False,
         progress: bool = False,
         kv_events_endpoint: str | None = None,
@@ -197,6 +198,7 @@ class LLM:
             self.device,
             progress=progress,
             amx=self.kernel_backend.amx_linears,
+            merge=run.merge_projections,
         )
         config = self.plan.kv_cache_config
         self.kv_cache_config = config

@@ -2,9 +2,10 @@
 
 Sliding-window and full-attention layers (``config.layer_types``), each with
 its own RoPE base (local / global ``rope_parameters``); q/k RMS norms before
-RoPE; scale ``query_pre_attn_scalar ** -0.5``; optional attention and final
-logit softcaps; embeddings scaled by ``sqrt(hidden_size)``; four norms per
-layer (Gemma's ``1 + weight``); GeGLU MLP (tanh GELU).
+RoPE (with the k/v cache write, one ``ops.qk_norm_rope_cache``); scale
+``query_pre_attn_scalar ** -0.5``; optional attention and final logit softcaps;
+embeddings scaled by ``sqrt(hidden_size)``; four norms per layer (Gemma's
+``1 + weight``); GeGLU MLP (tanh GELU).
 
 One forward path for every kernel backend: each layer takes the residual
 ``x`` and ``y = input_layernorm(x)``, and each residual add is one
@@ -19,12 +20,13 @@ vision tower and projector are ignored on purpose.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from hybridkv.kernels import AttentionOptions, KernelBackend
+from hybridkv.kernels import AttentionOptions, KernelBackend, QKNormRope
 from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.batch import ForwardBatch
@@ -34,6 +36,7 @@ from hybridkv.models.layers import (
     RotaryEmbedding,
     rope_parameters,
 )
+from hybridkv.models.layers.merged_linear import MergeableProjections
 
 _VISION_PREFIXES = (
     "model.vision_tower.",
@@ -48,7 +51,9 @@ _TEXT_PREFIXES = (
 )
 
 
-class Gemma3Attention(nn.Module):
+class Gemma3Attention(MergeableProjections):
+    MERGED: ClassVar[Mapping[str, tuple[str, ...]]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
+
     def __init__(self, config: Any, index: int) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -74,18 +79,20 @@ class Gemma3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.project(x, "qkv_proj")  # [T, H * D] each, views of one GEMM if merged
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         cos, sin = self.rotary.for_step(batch, q.dtype)
-        ops = batch.ops
-        q = ops.norm_rope(q, self.q_norm.scale_fp32(), cos, sin, self.q_norm.eps)
-        k = ops.norm_rope(k, self.k_norm.scale_fp32(), cos, sin, self.k_norm.eps)
-        out = self.attn(q, k, v, batch)
+        q_scale, k_scale = self.q_norm.scale_fp32(), self.k_norm.scale_fp32()
+        norm = QKNormRope(q_scale, k_scale, cos, sin, self.q_norm.eps)
+        out = self.attn.forward_qk_norm_rope(q, k, v, batch, norm)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
 
-class Gemma3MLP(nn.Module):
+class Gemma3MLP(MergeableProjections):
+    MERGED: ClassVar[Mapping[str, tuple[str, ...]]] = {"gate_up_proj": ("gate_proj", "up_proj")}
+
     def __init__(self, config: Any) -> None:
         super().__init__()
         if config.hidden_activation != "gelu_pytorch_tanh":
@@ -98,7 +105,8 @@ class Gemma3MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, ops: KernelBackend) -> torch.Tensor:
-        return self.down_proj(ops.gelu_tanh_mul(self.gate_proj(x), self.up_proj(x)))
+        gate, up = self.project(x, "gate_up_proj")
+        return self.down_proj(ops.gelu_tanh_mul(gate, up))
 
 
 class Gemma3DecoderLayer(nn.Module):

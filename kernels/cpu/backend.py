@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import torch
 
+from hybridkv.kernels import qk_norm_rope_cache
 from hybridkv.kernels.cpu.ops import add_norm_, argmax_rows, geglu, norm_rope_
 from hybridkv.kernels.registry import KernelBackend
 from hybridkv.kernels.torch_backend import TorchBackend
@@ -31,6 +32,7 @@ class NativeBackend(KernelBackend):
         "cache_write": "C: hkv_cache_write, one memcpy per token row",
         "add_rms_norm": "C: hkv_add_norm, residual add fused with both norms, x updated in place",
         "norm_rope": "C: hkv_norm_rope, per-head norm + RoPE in place",
+        "qk_norm_rope_cache": "C: hkv_norm_rope of q, of k, then hkv_cache_write (composed)",
         "gelu_tanh_mul": "C: hkv_geglu",
         "greedy": "C: hkv_argmax_rows, no fp32 copy of bf16 logits",
     }
@@ -60,6 +62,8 @@ class NativeBackend(KernelBackend):
         self, x: torch.Tensor, scale: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
     ) -> torch.Tensor:
         return norm_rope_(x, scale, cos, sin, eps)
+
+    qk_norm_rope_cache = qk_norm_rope_cache.composed
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return geglu(gate, up)

@@ -34,16 +34,15 @@ def test_a_gemma3_decode_step_launches_one_kernel_per_fused_op():
     assert run.returncode == 0, run.stderr
     triton_line, aten_line = run.stdout.strip().splitlines()[-2:]
     layers = 18
-    # Per layer: q and k norm + RoPE, two residual norms, GeGLU, attention, cache write;
-    # plus the first layer's input norm.
+    # Per layer: q and k norm + RoPE with the cache write, two residual norms, GeGLU,
+    # attention; plus the first layer's input norm.
     assert eval(triton_line) == {  # a dict literal printed above
         "_add_rms_norm_kernel": 2 * layers + 1,
-        "_norm_rope_kernel": 2 * layers,
+        "_qk_norm_rope_cache_kernel": layers,
         "_gelu_tanh_mul_kernel": layers,
         "unified_attention_kernel": layers,
-        "_reshape_and_cache_kernel": layers,
     }
     total, linear, pow_ = map(int, aten_line.split())
-    assert linear == 7 * layers + 1  # q, k, v, o, gate, up, down; the LM head
+    assert linear == 4 * layers + 1  # qkv (merged), o, gate_up (merged), down; the LM head
     assert pow_ == 0  # no eager norm left
     assert total < 260

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from step_profile import launch_counts
+from step_profile import kernels_by_name, launch_counts
 from torch.autograd import DeviceType
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +35,21 @@ def test_graph_kernels_count_as_gpu_kernels_not_host_launches():
     busy, kernels, launches, graphs = launch_counts(events)
     assert (kernels, launches, graphs) == (6, 2, 1)
     assert abs(busy - 14e-6) < 1e-12
+
+
+def test_kernels_by_name_counts_and_times_each_kernel_per_step():
+    events = [
+        _event("cudaGraphLaunch", DeviceType.CPU),
+        *(_event("gemm", DeviceType.CUDA, 3.0) for _ in range(4)),
+        *(_event("splitKreduce_kernel", DeviceType.CUDA, 1.0) for _ in range(2)),
+        _event("x" * 70, DeviceType.CUDA, 0.5),
+    ]
+    rows = kernels_by_name(events, steps=2)
+    assert rows[2:] == [
+        "| `gemm` | 2.0 | 6.0 |",
+        "| `splitKreduce_kernel` | 1.0 | 1.0 |",
+        f"| `{'x' * 57}...` | 0.5 | 0.2 |",
+    ]
 
 
 def test_graphed_profile_runs_on_the_cpu_stand_in(tmp_path: Path):

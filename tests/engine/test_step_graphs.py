@@ -32,7 +32,7 @@ from hybridkv.engine.graphs import (
     span_class,
     unsupported_reason,
 )
-from hybridkv.engine.graphs.packed import PackedInts
+from hybridkv.engine.graphs.packed import HostTable, PackedInts
 from hybridkv.models.gemma3 import Gemma3ForCausalLM
 
 CUDA = torch.cuda.is_available()
@@ -294,3 +294,14 @@ def test_packed_ints_refill_their_views_with_one_copy():
         packed.put("b", [1, 2, 3])
     with pytest.raises(ValueError, match="after build"):
         packed.add("c", [0])
+
+
+def test_a_host_table_writes_its_rows_as_far_as_the_widest():
+    device_table = torch.full((4, 6), 9, dtype=torch.int32)  # 9: an earlier step's ids
+    table = HostTable(device_table)
+    written = table.fill([[3, 4, 5], [7], []])  # three sequences, one padding row
+    assert written.tolist() == [[3, 4, 5], [7, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert device_table.tolist() == [[3, 4, 5, 9, 9, 9], [7, 0, 0, 9, 9, 9],
+                                     [0, 0, 0, 9, 9, 9], [0, 0, 0, 9, 9, 9]]  # fmt: skip
+    table.fill([[1], [2, 8]])  # narrower: the stale mirror beyond a row is zeroed
+    assert device_table[:, :2].tolist() == [[1, 0], [2, 8], [0, 0], [0, 0]]

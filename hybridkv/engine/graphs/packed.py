@@ -12,14 +12,17 @@ and metadata keep reading the same memory.
 
 The mirror is rewritten by the next step only after this step's logits were read
 back (the engine samples each step before scheduling the next), so an asynchronous
-copy has always finished reading it.
+copy has always finished reading it. ``HostTable`` is the same for one attention
+group's block table: rows written with numpy, one copy per step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -53,8 +56,9 @@ class PackedInts:
         self.upload()
         return {n: self.device[o : o + k] for n, (o, k) in self.spans.items()}
 
-    def put(self, name: str, values: Sequence[int], fill: int = 0) -> None:
-        """Write ``values`` at the start of ``name`` in the host mirror, ``fill`` after them."""
+    def put(self, name: str, values: Sequence[int] | np.ndarray, fill: int = 0) -> None:
+        """Write ``values`` (a list or a numpy array) at the start of ``name`` in the host
+        mirror, ``fill`` after them."""
         offset, size = self.spans[name]
         n = len(values)
         if n > size:
@@ -66,3 +70,35 @@ class PackedInts:
         """Copy the host mirror to the device buffer (one copy)."""
         assert self.device is not None and self.host is not None, "build() first"
         self.device.copy_(self.host, non_blocking=self.pinned)
+
+
+class HostTable:
+    """A block table's host mirror: a step's rows written with numpy and copied to the
+    device table as far as its widest row (the rest of the device table is left as it
+    was: no launch reads past a sequence's blocks). Pinned on CUDA, like ``PackedInts``.
+    """
+
+    def __init__(self, device_table: torch.Tensor) -> None:
+        self.device = device_table  # [seqs, width] int32
+        rows, width = device_table.shape
+        self.pinned = device_table.device.type == "cuda"
+        host = torch.zeros(rows * width, dtype=device_table.dtype)
+        self.host = host.pin_memory() if self.pinned else host
+        self.mirror = self.host.numpy()
+
+    def fill(self, rows: Sequence[Sequence[int]]) -> Any:
+        """Write ``rows`` (one per sequence of the step, the rest of the table's rows
+        zero) and copy them to the device; returns the written ``[seqs, widest]`` mirror
+        (numpy), zero-padded."""
+        seqs = self.device.shape[0]
+        lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        width = int(lens.max()) if len(rows) else 1
+        table = self.mirror[: seqs * width].reshape(seqs, width)
+        table[len(rows) :] = 0
+        kept = np.arange(width) < lens[:, None]  # row-major: the rows' ids in order
+        mine = table[: len(rows)]
+        mine[~kept] = 0
+        mine[kept] = np.fromiter(chain.from_iterable(rows), table.dtype, count=int(lens.sum()))
+        host = self.host[: seqs * width].view(seqs, width)
+        self.device[:, :width].copy_(host, non_blocking=self.pinned)
+        return table

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Any
 
+import numpy as np
 import torch
 
-from hybridkv.engine.graphs.packed import PackedInts
+from hybridkv.engine.graphs.packed import HostTable, PackedInts
 from hybridkv.engine.graphs.shapes import StepShape
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata
@@ -91,6 +92,7 @@ class StaticStep:
     mamba: dict[str, MambaLayerInputs]
     ints64: PackedInts
     ints32: PackedInts
+    tables: list[HostTable]  # per attention group: its block table's host mirror
 
     @classmethod
     def make(cls, shape: StepShape, groups: Sequence[Any], buffers: Any, max_model_len: int,
@@ -158,11 +160,13 @@ class StaticStep:
             mamba=mamba,
             ints64=i64,
             ints32=i32,
+            tables=[HostTable(meta.block_table) for meta in metas],
         )
 
     def forward(self, model: Any, ops: Any) -> torch.Tensor:
         """The step over the static tensors: logits ``[seqs, vocab]`` of the rows
-        ``logits_indices`` names (the sampling requests' first). A new
+        ``logits_indices`` names (the sampling requests' first; a decode shape's are
+        ``0..seqs-1``, never refilled, so its rows are taken as they are). A new
         ``StepValues`` each run: the RoPE tables are computed from the static positions
         inside the captured region, never carried over."""
         batch = ForwardBatch(
@@ -176,44 +180,52 @@ class StaticStep:
             step=StepValues(),
             graphed=True,
         )
-        return model.compute_logits(model(batch)[self.logits_indices])
+        hidden = model(batch)
+        if not self.shape.decode:  # a decode step samples every row, in order: no gather
+            hidden = hidden[self.logits_indices]
+        return model.compute_logits(hidden)
 
     def fill(self, work: Sequence[ScheduledRequest], block_ids: Sequence[Any]) -> int:
         """Write ``work``'s values (``block_ids``: the manager's per-group ids of each
         request) into the static tensors; returns how many requests sample (their
-        logits are the first rows of the output, in batch order)."""
+        logits are the first rows of the output, in batch order). Per-token values are
+        numpy arrays over the batch (no Python loop per token or per block id)."""
         shape, i64, i32 = self.shape, self.ints64, self.ints32
-        positions: list[int] = []
-        tokens: list[int] = []
-        for s in work:
-            positions.extend(range(s.start, s.start + s.num_tokens))
-            tokens.extend(s.request.core.all_token_ids[s.start : s.start + s.num_tokens])
-        n = len(tokens)
-        pad, pad_seqs = shape.tokens - n, shape.seqs - len(work)
+        count = len(work)
+        ntok = np.fromiter((s.num_tokens for s in work), np.int64, count=count)
+        start = np.fromiter((s.start for s in work), np.int64, count=count)
+        n = int(ntok.sum())
+        owner = np.repeat(np.arange(count), ntok)  # each token's request
+        first = np.cumsum(ntok) - ntok  # each request's first token
+        positions = np.arange(n) - np.repeat(first - start, ntok)
+        tokens = np.fromiter(
+            chain.from_iterable(
+                s.request.core.all_token_ids[s.start : s.start + s.num_tokens] for s in work
+            ),
+            np.int64,
+            count=n,
+        )
+        pad, pad_seqs = shape.tokens - n, shape.seqs - count
         i64.put("input_ids", tokens)
         i64.put("positions", positions)
-        seq_lens = [s.start + s.num_tokens for s in work]
-        sampled = len(work)
+        seq_lens = start + ntok
+        sampled = count
         if shape.decode:
-            seq_lens += [1] * pad_seqs
+            i32.put("seq_lens", seq_lens, 1)
         else:
             pad_lens = [1] * (pad_seqs - 1) + [pad - (pad_seqs - 1)]
-            seq_lens += pad_lens
-            starts = [0, *accumulate([s.num_tokens for s in work] + pad_lens)]
+            i32.put("seq_lens", [*seq_lens.tolist(), *pad_lens])
+            starts = [0, *accumulate([*ntok.tolist(), *pad_lens])]
             rows = [starts[i + 1] - 1 for i, s in enumerate(work) if s.samples]
             sampled = len(rows)
             i64.put("logits_indices", rows)
             i32.put("query_start_loc", starts)
-        i32.put("seq_lens", seq_lens)
-        for g, meta, bs in zip(self.attention_groups, self.metas, self.block_sizes, strict=True):
-            table_rows = [ids[g] for ids in block_ids]
-            width = max(len(r) for r in table_rows)
-            table = torch.tensor(
-                [r + [0] * (width - len(r)) for r in table_rows] + [[0] * width] * pad_seqs,
-                dtype=torch.int32,
-            )
-            meta.block_table[:, :width].copy_(table)
-            i64.put(f"slots.{g}", _slot_ids(table_rows, work, bs), -1)
+        for g, table, bs in zip(self.attention_groups, self.tables, self.block_sizes,
+                                strict=True):  # fmt: skip
+            ids = table.fill([b[g] for b in block_ids])
+            # Each new token's KV slot: block * bs + position % bs.
+            slots = ids[owner, positions // bs].astype(np.int64) * bs + positions % bs
+            i64.put(f"slots.{g}", slots, -1)
         for m in self.mambas:
             self._fill_mamba(m, work, [ids[m.group] for ids in block_ids], positions)
         i64.upload()
@@ -221,7 +233,7 @@ class StaticStep:
         return sampled
 
     def _fill_mamba(self, m: StaticMamba, work: Sequence[ScheduledRequest],
-                    rows: list[Any], positions: list[int]) -> None:  # fmt: skip
+                    rows: list[Any], positions: Any) -> None:  # fmt: skip
         """``m``'s slots for ``work`` (``rows``: each request's block ids in its group),
         the runner's rule (``hybridkv.managers.snapshots``); padding starts from zeros and
         saves nothing."""
@@ -237,13 +249,5 @@ class StaticStep:
             dtype=torch.int64,
         )  # fmt: skip
         ends = torch.tensor(list(accumulate(s.num_tokens for s in work)))
-        save = save_slots(torch.tensor(positions, dtype=torch.int64), blocks, ends, bs)
+        save = save_slots(torch.from_numpy(positions), blocks, ends, bs)
         self.ints32.put(f"save.{m.group}", save.tolist(), -1)
-
-
-def _slot_ids(table_rows: list[Any], work: Sequence[ScheduledRequest], bs: int) -> list[int]:
-    """Each new token's KV slot: ``block * bs + position % bs``."""
-    out: list[int] = []
-    for r, s in zip(table_rows, work, strict=True):
-        out.extend(r[p // bs] * bs + p % bs for p in range(s.start, s.start + s.num_tokens))
-    return out

@@ -3,7 +3,9 @@
 The layer finds its inputs in the step's ``ForwardBatch`` by name, writes
 ``k``/``v`` at the slots the manager gave out (``batch.ops.cache_write``) and
 runs ``batch.ops.attention`` over the group's block tables. Its window, chunk,
-softcap and scale are fixed per layer (``AttentionOptions``).
+softcap and scale are fixed per layer (``AttentionOptions``). Gemma's layers call
+``forward_qk_norm_rope`` instead: q and k normed and rotated and k/v written by one
+``batch.ops.qk_norm_rope_cache`` (one kernel on ``triton``), then attention.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hybridkv.kernels import AttentionOptions
+from hybridkv.kernels import AttentionOptions, QKNormRope
 from hybridkv.models.batch import ForwardBatch
 
 
@@ -37,3 +39,15 @@ class PagedAttention(nn.Module):
         ops = batch.ops
         ops.cache_write(k, v, cache.key, cache.value, inputs.slot_mapping)
         return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options, sinks=sinks)
+
+    def forward_qk_norm_rope(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
+        norm: QKNormRope,
+    ) -> torch.Tensor:  # fmt: skip
+        """``forward`` for q/k before their per-head norms and RoPE (``norm``): ``q``
+        ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` -> ``[T, Hq, D]``."""
+        inputs = batch.attention[self.layer_name]
+        cache = inputs.cache
+        ops = batch.ops
+        q = ops.qk_norm_rope_cache(q, k, v, norm, cache.key, cache.value, inputs.slot_mapping)
+        return ops.attention(q, cache.key, cache.value, inputs.metadata, self.options)
