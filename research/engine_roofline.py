@@ -88,9 +88,9 @@ def main() -> int:
     h16 = torch.randn(N_PROMPTS, cfg.hidden_size, dtype=dtype)
     with torch.inference_mode():
         bw_head = head.weight.numel() * size / best_seconds(lambda: head(h16))
-        up = llm.model.model.layers[0].mlp.up_proj
-        x = torch.randn(2048, cfg.hidden_size, dtype=dtype)
-        flops = 2 * 2048 * up.weight.numel() / best_seconds(lambda: up(x))
+        down = llm.model.model.layers[0].mlp.down_proj  # gate/up are one GEMM once merged
+        x = torch.randn(2048, cfg.intermediate_size, dtype=dtype)
+        flops = 2 * 2048 * down.weight.numel() / best_seconds(lambda: down(x))
     bandwidth = max(bw_sum, bw_head)
     bound = prefill_flops / flops + (NEW - 1) * step_bytes / bandwidth
 
