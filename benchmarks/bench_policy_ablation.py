@@ -27,7 +27,8 @@ gain (all on minus off) over the cells, and the verdict.
 Results go to ``--out`` (markdown) and ``--json`` after every replay, so a
 partial run leaves a partial table; a re-run with the same ``--json`` skips the
 cells already there if the sizes match (delete it to start over). ``--runs``
-picks some of the runs (``lru``, ``hybrid``, ``-x`` for learner ``learn_x`` off).
+picks some of the runs (``lru``, ``hybrid``, ``-x`` for learner ``learn_x`` off,
+``+x`` for rule ``x`` on, ``RULES``).
 
     python benchmarks/bench_policy_ablation.py   # the recorded table (~50 min, loaded 2 cores)
     python benchmarks/bench_policy_ablation.py --conversation-requests 12031 \\
