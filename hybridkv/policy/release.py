@@ -354,7 +354,7 @@ def _valued(
         for lo, hi, unit, kind in g[2]:
             pages = extra_pages if kind else full_units
             pages[unit] = pages.get(unit, 0) + hi - lo
-            if kind == 1 and first is not None:
+            if kind == 1 and charge_shared and first is not None:
                 shared.append((lo, hi, unit, first))
     owner_pages = charged_pages(UnitValues.main_points(points), shared) if charge_shared else None
     values = UnitValues(points, full_units, extra_pages, owner_pages)

@@ -345,14 +345,12 @@ class UnitValues:
             if i < n_main:
                 owner = main[i]
                 full_pages[owner] = full_pages.get(owner, 0) + n
-        charged = dict(extra_pages)
-        for m, n in (owner_pages or {}).items():
-            charged[m] = charged.get(m, 0) + n
+        owned = owner_pages or {}
         chain: dict[int, float] = {}
         ratio: dict[int, float] = {}
         prev, best = 0, float("inf")
         for m in main:
-            pages = full_pages.get(m, 0) + charged.get(m, 0)
+            pages = full_pages.get(m, 0) + extra_pages.get(m, 0) + owned.get(m, 0)
             r = ratio[m] = (m - prev) / (pages if pages > 1 else 1)
             if r < best:
                 best = r
