@@ -15,11 +15,16 @@ ablation does) and records:
 - every ``--every`` requests, a census of the cached blocks: per kind (full
   attention, other), whether the block's client is *dead* (sends nothing
   more), and for a non-full block whether it is *stale* (more than
-  ``STALE_TOKENS`` below its client's last prompt end: the next turn resumes
-  past it), and the share of cached blocks in each class.
+  ``STALE_TOKENS`` below its client's last prompt end and not read by a hit
+  there: the next turn resumes past it), and the share of cached blocks in
+  each class;
+- per request, where its lost tokens went (``chat_loss_why``): the first block
+  missing, by kind, value class and age at its eviction; with an ``lru`` run,
+  the tokens each other run loses to it, request by request.
 
 The hits come from ``KVCacheManager.record_prefix_cache_stats`` (called once
-per admitted request with its hit), wrapped for the run and restored after.
+per admitted request with its hit), and the admissions from the manager's
+``admitted`` (the policy's ``admit``), both wrapped for the run and restored after.
 
     python research/chat_loss.py --layout bamba-9b --gb 8 \\
         --run hybrid= --run hybrid=learn_returning=off --run lru=

@@ -1,4 +1,4 @@
-"""Why a request of the chat workload missed what it missed (``chat_loss.py``'s ``--why``).
+"""Why a request of the chat workload missed what it missed (reported by ``chat_loss.py``).
 
 ``Evictions`` hooks the block pool's ``on_take`` (called with the blocks the
 pool is about to reuse) and remembers, per cached key ``(group, hash)``, when
