@@ -27,7 +27,8 @@ gain (all on minus off) over the cells, and the verdict.
 Results go to ``--out`` (markdown) and ``--json`` after every replay, so a
 partial run leaves a partial table; a re-run with the same ``--json`` skips the
 cells already there if the sizes match (delete it to start over). ``--runs``
-picks some of the runs (``lru``, ``hybrid``, ``-x`` for learner ``learn_x`` off).
+picks some of the runs (``lru``, ``hybrid``, ``-x`` for learner ``learn_x`` off,
+``+x`` for rule ``x`` on, ``RULES``).
 
     python benchmarks/bench_policy_ablation.py   # the recorded table (~50 min, loaded 2 cores)
     python benchmarks/bench_policy_ablation.py --conversation-requests 12031 \\
@@ -71,11 +72,16 @@ LEARNERS = (
     "learn_return_rates",
     "learn_reuse_horizon",
 )
+#: Switches of ``HybridTuning`` for a rule measured and not adopted (off by
+#: default): the ``+x`` run turns it on; shown in the hit-rate table, not judged
+#: by the learners' rule.
+RULES = ("charge_tail_pages",)
 #: The runs of one cell: label -> (policy, tuning text or None).
 RUNS: dict[str, tuple[str, str | None]] = {
     "lru": ("lru", None),
     "hybrid": ("hybrid", None),
     **{f"-{name.removeprefix('learn_')}": ("hybrid", f"{name}=off") for name in LEARNERS},
+    **{f"+{name}": ("hybrid", f"{name}=on") for name in RULES},
 }
 #: Points of hit rate a learner must add on a workload to earn it.
 RULE_POINTS = 0.5
@@ -177,7 +183,8 @@ def render(results: dict[str, dict[str, float]], args: argparse.Namespace, done:
         "" if done else "**Partial: the run is going on or stopped; missing cells are absent.**",
         "",
         "Token hit rates in %; the `-x` columns are `hybrid` with learner `learn_x` off, and "
-        "in brackets the loss against all learners on (points; negative: off hits more).",
+        "in brackets the loss against all learners on (points; negative: off hits more); "
+        "a `+x` column is `hybrid` with the rule `x` on, and in brackets its gain.",
         "",
         "| workload | layout | budget | " + " | ".join(runs) + " |",
         "| --- | --- | ---: | " + " | ".join("---:" for _ in runs) + " |",
@@ -192,8 +199,9 @@ def render(results: dict[str, dict[str, float]], args: argparse.Namespace, done:
                 for run in runs:
                     if run not in rates:
                         row.append("")
-                    elif run.startswith("-") and "hybrid" in rates:
+                    elif run[0] in "-+" and "hybrid" in rates:
                         diff = points(rates["hybrid"] - rates[run])
+                        diff = diff if run[0] == "-" else -diff + 0.0
                         row.append(f"{100 * rates[run]:.2f} ({diff:+.2f})")
                     else:
                         row.append(f"{100 * rates[run]:.2f}")

@@ -15,11 +15,16 @@ ablation does) and records:
 - every ``--every`` requests, a census of the cached blocks: per kind (full
   attention, other), whether the block's client is *dead* (sends nothing
   more), and for a non-full block whether it is *stale* (more than
-  ``STALE_TOKENS`` below its client's last prompt end: the next turn resumes
-  past it), and the share of cached blocks in each class.
+  ``STALE_TOKENS`` below its client's last prompt end and not read by a hit
+  there: the next turn resumes past it), and the share of cached blocks in
+  each class;
+- per request, where its lost tokens went (``chat_loss_why``): the first block
+  missing, by kind, value class and age at its eviction; with an ``lru`` run,
+  the tokens each other run loses to it, request by request.
 
 The hits come from ``KVCacheManager.record_prefix_cache_stats`` (called once
-per admitted request with its hit), wrapped for the run and restored after.
+per admitted request with its hit), and the admissions from the manager's
+``admitted`` (the policy's ``admit``), both wrapped for the run and restored after.
 
     python research/chat_loss.py --layout bamba-9b --gb 8 \\
         --run hybrid= --run hybrid=learn_returning=off --run lru=
@@ -32,13 +37,16 @@ import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from chat_loss_why import Attribution, Evictions, compare, report_why  # noqa: E402
 from multiturn import multiturn  # noqa: E402
 
+import hybridkv.cache_manager.kv_cache_manager as kvm  # noqa: E402
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager  # noqa: E402
 from hybridkv.layouts import shipped_layout  # noqa: E402
 from hybridkv.sim import (  # noqa: E402
@@ -103,6 +111,8 @@ class Run:
     rate: float = 0.0
     grades: list[float] = field(default_factory=list)
     rates: tuple[float | None, float | None] = (None, None)
+    why: Attribution = field(default_factory=Attribution)
+    evictions: Evictions | None = None
 
 
 def replay(
@@ -126,6 +136,30 @@ def replay(
     last_prompt: dict[int, int] = {}
 
     original = KVCacheManager.record_prefix_cache_stats
+    original_admitted = kvm.admitted
+    now = [0]
+    seen_manager: list[KVCacheManager] = []
+
+    def admitted(policy: Any, adm: Any, request: Any) -> None:
+        i = now[0]
+        if seen_manager and wl.ceiling[i]:
+            manager = seen_manager[0]
+            managers = manager.coordinator.managers
+            assert run.evictions is not None
+            run.why.admit(
+                adm.hit,
+                adm.branch,
+                wl.ceiling[i],
+                [m.group_hashes(hashes[i]) for m in managers],
+                managers,
+                manager.block_pool,
+                run.evictions,
+                next(g for g, m in enumerate(managers) if m.prefix_closed),
+            )
+        else:
+            run.why.admit(0, 0, 0, [], [], None, run.evictions, 0)  # type: ignore[arg-type]
+        now[0] += 1
+        original_admitted(policy, adm, request)
 
     def record(self: KVCacheManager, request: object, num_hits: int) -> None:
         run.hits.append(num_hits)
@@ -135,6 +169,9 @@ def replay(
         coord = manager.coordinator
         managers = coord.managers
         if not owner:  # the first call: index every block hash of the workload
+            seen_manager.append(manager)
+            run.evictions = Evictions(manager.block_pool, now)
+            run.evictions.install()
             for _ in managers:
                 owner.append({})
             for i, r in enumerate(reqs):
@@ -175,7 +212,7 @@ def replay(
                     cls = "output"
                 elif wl.last_index[c] < k:
                     cls = "dead"
-                elif kind == "other" and end < last_prompt.get(c, 0) - STALE_TOKENS:
+                elif kind == "other" and _stale(managers[gid], end, last_prompt.get(c, 0)):
                     cls = "stale"
                 else:
                     cls = "live"
@@ -184,12 +221,21 @@ def replay(
                 run.census_classes[key][block.free_class] += 1
 
     KVCacheManager.record_prefix_cache_stats = record  # type: ignore[method-assign]
+    kvm.admitted = admitted
     try:
         run.rate = replay_trace(layout, reqs, options, cost, on_finished=on_finished).token_hit_rate
     finally:
         KVCacheManager.record_prefix_cache_stats = original  # type: ignore[method-assign]
+        kvm.admitted = original_admitted
     assert len(run.hits) == len(reqs), (len(run.hits), len(reqs))
     return run
+
+
+def _stale(m: Any, end: int, last: int) -> bool:
+    """A non-full block ending at ``end`` is stale: more than ``STALE_TOKENS``
+    below its client's last prompt end ``last``, and not needed by a hit there
+    (a chunk's blocks are, back to the chunk's start)."""
+    return end < last - STALE_TOKENS and end // m.block_size <= m.first_needed_block(last)
 
 
 def gap_bin(g: int) -> str:
@@ -247,6 +293,8 @@ def report(name: str, run: Run, wl: Workload) -> None:
             f"bonus share: mean {sum(g) / len(g):.2f}, min {min(g):.2f}, max {max(g):.2f}; "
             f"last rates (returning, first): {run.rates}"
         )
+    if run.evictions is not None and run.why.lost:
+        report_why(run.why, run.evictions)
     tot = sum(run.census.values())
     print("census (share of cached blocks over the samples; value classes):")
     for key in sorted(run.census):
@@ -273,10 +321,15 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.layout} {args.gb} GB, multiturn {args.requests} requests, "
         f"{len(wl.last_index)} clients"
     )
+    runs: dict[str, Run] = {}
     for spec in args.run or ["hybrid=", "hybrid=learn_returning=off", "lru="]:
         policy, _, tuning = spec.partition("=")
-        run = replay(args.layout, args.gb, policy, tuning or None, wl, args.every)
+        run = runs[spec] = replay(args.layout, args.gb, policy, tuning or None, wl, args.every)
         report(spec, run, wl)
+    ref = next((spec for spec in runs if spec.startswith("lru")), None)
+    for spec, run in runs.items():
+        if ref is not None and spec != ref and run.why.lost:
+            compare(spec, run.why, run.hits, ref, runs[ref].hits)
 
 
 if __name__ == "__main__":

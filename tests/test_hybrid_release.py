@@ -36,10 +36,18 @@ Call = tuple[tuple[int, ...], bool, float | None]
 
 
 def reference(
-    coord: Any, states: list[Any], points: FinalPoints, record: list[Call], factor: float = 1.0
+    coord: Any,
+    states: list[Any],
+    points: FinalPoints,
+    record: list[Call],
+    factor: float = 1.0,
+    charge: bool = True,
 ) -> None:
     """The release rule block by block (what ``release_hybrid`` must equal);
-    ``factor``: a returning request's, on every unit's value."""
+    ``factor``: a returning request's, on every unit's value; ``charge``
+    (``charge_tail_pages``): a tail point's window or chunk block (kind 1)
+    whose needed range starts where its main owner's does is that owner's
+    page too."""
     shared: list[KVCacheBlock] = []
     dead: list[KVCacheBlock] = []
     entries: list[tuple[int, int, int, KVCacheBlock, int]] = []
@@ -65,11 +73,17 @@ def reference(
     record.append((tuple(b.block_id for b in dead), True, None))
     full_units: dict[int, int] = {}
     extra_pages: dict[int, int] = {}
-    for unit, _, _, _, kind in entries:
+    owner_pages: dict[int, int] = {}
+    main = sorted({p for p in (*points.kept, points.top, points.end) if p})
+    for unit, _, gid, _, kind in entries:
         if unit != BEYOND:
             pages = extra_pages if kind else full_units
             pages[unit] = pages.get(unit, 0) + 1
-    values = UnitValues(points, full_units, extra_pages)
+            owner = next((p for p in main if p >= unit), None)
+            first = coord.managers[gid].first_needed_block
+            if charge and kind == 1 and owner not in (None, unit) and first(unit) == first(owner):
+                owner_pages[owner] = owner_pages.get(owner, 0) + 1  # type: ignore[index]
+    values = UnitValues(points, full_units, extra_pages, owner_pages if charge else None)
     run: list[KVCacheBlock] = []
     run_value: float | None = None
     for (unit, kind), group in groupby(release_order(entries), itemgetter(0, 4)):
@@ -113,8 +127,17 @@ def checked(kv: KVCacheManager, counter: list[int]) -> None:
         runs = release_hybrid(managers, states, points, policy.point_local, factor)
         mine = [(tuple(b.block_id for b in r.blocks), r.evict_first, r.value) for r in runs]
         ref: list[Call] = []
-        reference(kv.coordinator, states, points, ref, factor)
+        reference(kv.coordinator, states, points, ref, factor, charge=False)
         assert [c for c in mine if c[0]] == [c for c in ref if c[0]]
+        # ``charge_tail_pages`` on: the ratios with the chunk pages charged.
+        args = (managers, states, points, policy.point_local, factor, True, True)
+        charged = [
+            (tuple(b.block_id for b in r.blocks), r.evict_first, r.value)
+            for r in release_hybrid(*args)
+        ]
+        ref_on: list[Call] = []
+        reference(kv.coordinator, states, points, ref_on, factor, charge=True)
+        assert [c for c in charged if c[0]] == [c for c in ref_on if c[0]]
         # A free set that ranks by recency alone: the same blocks in the same
         # order, every entry in one run (no values).
         plain = release_hybrid(managers, states, points, policy.point_local, factor, False)

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridkv.managers.points import in_spans, segments
+from hybridkv.policy.release import charged_pages
 from hybridkv.policy.retention import (
     BEYOND,
     FinalPoints,
@@ -133,3 +134,24 @@ def test_blocks_no_point_needs_are_released_first() -> None:
 def test_aligned_tail_stops_at_the_end() -> None:
     # Step 1, grid 2, end 7, tail 4: the grid points 4 and 6 and the end; never 8.
     assert FinalPoints([], 7, 4, 1, align=2).points == [4, 6, 7]
+
+
+def test_charged_pages_only_where_a_tail_point_nests_in_its_owner() -> None:
+    """``charge_tail_pages``: a chunk's blocks of a tail point go to the main
+    point above it (same chunk start); a window's, main points' own and those
+    past every main point do not."""
+
+    def chunk(p: int) -> int:  # 16-token chunks, 2-token blocks
+        return p // 16 * 16 // 2
+
+    def window(p: int) -> int:  # an 8-token window, 2-token blocks
+        return max(0, p - 8) // 2
+
+    pieces = [
+        (8, 9, 18, chunk),  # tail point 18 below main 20, one chunk: charged
+        (5, 9, 18, window),  # a window reaches past 20's: not charged
+        (4, 5, 10, chunk),  # a main point's own unit: not charged
+        (12, 13, 26, chunk),  # past every main point: not charged
+        (0, 3, 6, chunk),  # tail point 6 below main 10, chunk start 0 both: charged
+    ]
+    assert charged_pages([10, 20], pieces) == {20: 1, 10: 3}

@@ -300,7 +300,13 @@ class HybridPolicy(CachePolicy):
             num_tokens,
         )
         return release_hybrid(
-            managers, states, points, self.point_local, factor, self._ranks_by_value
+            managers,
+            states,
+            points,
+            self.point_local,
+            factor,
+            self._ranks_by_value,
+            self.options.tuning.charge_tail_pages,
         )
 
     def demotion_value(self, block: KVCacheBlock) -> float | None:

@@ -30,7 +30,8 @@ it against that form)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, repeat
 
 from hybridkv.core.block import KVCacheBlock
@@ -54,6 +55,7 @@ def release_hybrid(
     point_local: Sequence[bool],
     factor: float = 1.0,
     ranks_by_value: bool = True,
+    charge_shared: bool = False,
 ) -> list[ReleaseRun]:
     """One request's tables as runs to release, in order (module docstring). ``point_local[g]``:
     group ``g``'s hit point needs a block of its own (a Mamba state), so its
@@ -61,7 +63,9 @@ def release_hybrid(
     In an aligned tail, so are a window's or chunk's blocks below the aligned
     end's needed range (only lower tail points need them). ``factor``
     multiplies every unit's value (a returning request's, ``returning``).
-    ``ranks_by_value``: the free set ranks by value (else no values are computed)."""
+    ``ranks_by_value``: the free set ranks by value (else no values are computed).
+    ``charge_shared``: a unit's ratio counts the window or chunk blocks its tail
+    points share with it (``UnitValues``'s ``shared_pages``)."""
     shared: list[KVCacheBlock] = []
     dead: list[KVCacheBlock] = []
     #: Per group: its blocks by table index, block size, pieces of a point,
@@ -117,7 +121,8 @@ def release_hybrid(
         chunks += interleave(_unvalued(groups, False))
         runs.append(ReleaseRun(list(chain.from_iterable(b for b, _ in chunks)), held=True))
         return runs
-    chunks += interleave(_valued(points, groups, factor))
+    firsts = [m.first_needed_block if m.has_skips else None for m in managers]
+    chunks += interleave(_valued(points, groups, factor, firsts, charge_shared))
     run: list[KVCacheBlock] = []
     run_value: float | None = None
     for blocks, v in chunks:
@@ -301,20 +306,58 @@ def _cut(
             j += 1
 
 
+def charged_pages(
+    main: Sequence[int], pieces: Iterable[tuple[int, int, int, Callable[[int], int]]]
+) -> dict[int, int]:
+    """Pages a main point's hit needs that its unit does not hold, by main point.
+
+    ``pieces``: ``(lo, hi, unit, first_needed_block)`` table ranges of a
+    window's or chunk's blocks (not a tail point's own state) in the unit of
+    ``unit``. A range in the unit of a tail point below main point ``m`` (its
+    *owner*, the smallest main point at or past it) whose needed range nests
+    in ``m``'s (``first_needed_block`` equal at both: one chunk) is needed by
+    ``m``'s hit as much as by the tail point's: those pages are ``m``'s too.
+    A window's lower tail point reaches further back than ``m``: nothing is
+    charged (charging the window blocks ``m`` needs lost up to 8 points on
+    Gemma 3; ``benchmarks/results/policy-ablation.md``, "Tail pages").
+    """
+    out: dict[int, int] = {}
+    main_set = set(main)
+    n = len(main)
+    for lo, hi, unit, first in pieces:
+        if unit in main_set:
+            continue
+        i = bisect_left(main, unit)
+        if i == n:
+            continue
+        owner = main[i]
+        if first(unit) == first(owner):
+            out[owner] = out.get(owner, 0) + hi - lo
+    return out
+
+
 def _valued(
     points: FinalPoints,
     groups: list[tuple[list[KVCacheBlock], int, list[Piece], list[Piece]]],
     factor: float,
+    firsts: Sequence[Callable[[int], int] | None],
+    charge_shared: bool,
 ) -> list[Lane]:
     """Each group's pieces of a point as spans with their unit's value
-    (``UnitValues``, times ``factor``), adjacent spans of one value joined."""
+    (``UnitValues``, times ``factor``), adjacent spans of one value joined.
+    ``firsts``: each group's ``first_needed_block`` (None: full attention);
+    ``charge_shared``: with ``charged_pages``."""
     full_units: dict[int, int] = {}
     extra_pages: dict[int, int] = {}
-    for g in groups:
+    shared: list[tuple[int, int, int, Callable[[int], int]]] = []
+    for g, first in zip(groups, firsts, strict=True):
         for lo, hi, unit, kind in g[2]:
             pages = extra_pages if kind else full_units
             pages[unit] = pages.get(unit, 0) + hi - lo
-    values = UnitValues(points, full_units, extra_pages)
+            if kind == 1 and charge_shared and first is not None:
+                shared.append((lo, hi, unit, first))
+    owner_pages = charged_pages(UnitValues.main_points(points), shared) if charge_shared else None
+    values = UnitValues(points, full_units, extra_pages, owner_pages)
     known: dict[tuple[int, int], float] = {}
     lanes: list[Lane] = []
     for blocks, bs, pieces, _ in groups:

@@ -325,13 +325,16 @@ class UnitValues:
     __slots__ = ("chain", "extra_pages", "full_value", "main", "points")
 
     def __init__(
-        self, points: FinalPoints, full_units: Mapping[int, int], extra_pages: Mapping[int, int]
+        self,
+        points: FinalPoints,
+        full_units: Mapping[int, int],
+        extra_pages: Mapping[int, int],
+        owner_pages: Mapping[int, int] | None = None,
     ) -> None:
-        """``full_units``: full-attention pages by unit point (``FinalPoints``);
-        ``extra_pages``: the other groups' pages by unit point."""
-        main = sorted({*points.kept, points.top, points.end})
-        if main and not main[0]:
-            del main[0]
+        """``full_units`` / ``extra_pages``: full-attention / other pages by unit
+        point (``FinalPoints``); ``owner_pages``: more other pages by main point,
+        in its ratio (``release.charged_pages``; None: none)."""
+        main = self.main_points(points)
         self.main = main
         self.points = points
         self.extra_pages = extra_pages
@@ -342,11 +345,12 @@ class UnitValues:
             if i < n_main:
                 owner = main[i]
                 full_pages[owner] = full_pages.get(owner, 0) + n
+        owned = owner_pages or {}
         chain: dict[int, float] = {}
         ratio: dict[int, float] = {}
         prev, best = 0, float("inf")
         for m in main:
-            pages = full_pages.get(m, 0) + extra_pages.get(m, 0)
+            pages = full_pages.get(m, 0) + extra_pages.get(m, 0) + owned.get(m, 0)
             r = ratio[m] = (m - prev) / (pages if pages > 1 else 1)
             if r < best:
                 best = r
@@ -364,6 +368,11 @@ class UnitValues:
                     lift = max(lift, ratio[m])
                 lifted[m] = max(chain[m], lift)
             self.full_value = lifted
+
+    @staticmethod
+    def main_points(points: FinalPoints) -> list[int]:
+        """The main points, ascending: the kept points, the aligned end and ``E``."""
+        return sorted({p for p in (*points.kept, points.top, points.end) if p})
 
     def main_owner(self, block_end: int) -> int | None:
         """The smallest main point at or after ``block_end`` (None: past ``E``)."""

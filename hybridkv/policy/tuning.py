@@ -101,6 +101,11 @@ class HybridTuning:
     #: Drop the value bonus of free blocks released longer ago than the reuse
     #: horizon (``ReuseHorizon``; multiturn Scout 64 GB, policy-ablation.md).
     learn_reuse_horizon: bool = True
+    # -- rules measured and not adopted (on: the rule, for experiments) --
+    #: Charge a chunk's blocks that a tail point shares with its main point to
+    #: that point's value (``charged_pages``). Off by default: multiturn Scout
+    #: 64 GB 72.71 -> 79.23 %, but 32 GB 53.55 -> 51.78 %; policy-ablation.md "tail pages".
+    charge_tail_pages: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -34,3 +34,16 @@ def test_a_short_replay_records_every_hit_and_restores_the_manager(capsys) -> No
     assert run.rate == pytest.approx(sum(run.hits) / sum(r.input_length for r in wl.requests))
     report("hybrid", run, wl)
     assert "token hit rate" in capsys.readouterr().out
+
+
+def test_the_losses_are_attributed_to_what_was_evicted(capsys) -> None:
+    """``chat_loss_why``: every request gets an attribution, the lost tokens add
+    up to the ceiling minus the hit, and a tight Scout budget evicts something."""
+    wl = workload(300)
+    run = replay("llama-4-scout", 8, "hybrid", None, wl, every=100)
+    assert len(run.why.lost) == len(wl.requests)
+    lost = [n for _, n in run.why.lost]
+    assert lost == [max(0, c - h) for c, h in zip(wl.ceiling, run.hits, strict=True)]
+    assert run.evictions is not None and sum(run.evictions.by_class.values()) > 0
+    report("hybrid", run, wl)
+    assert "lost tokens by the first missing block" in capsys.readouterr().out
