@@ -52,3 +52,9 @@ def blocks_in_use_by_kind(manager: KVCacheManager, request_ids: Iterable[str]) -
         used.discard(0)
         counts[kinds[g]] += len(used)
     return counts
+
+
+def retained_blocks(manager: KVCacheManager) -> int:
+    """Blocks live requests retain for their kept points behind their windows
+    (``hybrid``: ``RequestBlockState.retained``; 0 under ``lru``), every group."""
+    return sum(len(st.retained) for m in manager.coordinator.managers for st in m.states.values())

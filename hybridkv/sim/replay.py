@@ -37,7 +37,12 @@ from hybridkv.layouts import ModelLayout
 from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.policy import eviction_factory
 from hybridkv.policy.options import for_host_tier
-from hybridkv.sim.census import blocks_in_use_by_kind, cached_blocks_by_kind, empty_by_kind
+from hybridkv.sim.census import (
+    blocks_in_use_by_kind,
+    cached_blocks_by_kind,
+    empty_by_kind,
+    retained_blocks,
+)
 from hybridkv.sim.collector import collector_paused
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.options import SimOptions
@@ -177,6 +182,8 @@ def replay_trace(
     live: dict[str, _Live] = {}
     ttfts = array("d")
     in_use_steps = array("l")  # blocks live requests hold, after each step's allocation
+    running_sum = retained_sum = 0  # running requests / retained blocks, summed over steps
+    keeps_points = manager.coordinator.policy.keeps_points
     hit_tokens = full_match = prefill = decode = steps = 0
     next_out = OUTPUT_TOKEN_BASE
     last_finish = 0.0
@@ -218,6 +225,9 @@ def replay_trace(
                     tiers.after_schedule(out, manager.take_events())
                 in_use = usable - pool.num_free_blocks
                 in_use_steps.append(in_use)
+                running_sum += len(running)
+                if keeps_points:
+                    retained_sum += retained_blocks(manager)
                 if in_use > peak:
                     peak = in_use
                     if in_use >= peak_sampled + peak_step:
@@ -297,6 +307,8 @@ def replay_trace(
         peak_blocks_by_kind=peak_by_kind,
         in_use_mean=in_use_mean / usable,
         in_use_p50=in_use_p50 / usable,
+        running_mean=running_sum / steps if steps else 0.0,
+        retained_mean=retained_sum / steps / usable if steps else 0.0,
         ttft_p50_s=p50,
         ttft_p99_s=p99,
         makespan_s=last_finish - first_arrival,

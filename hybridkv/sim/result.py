@@ -24,7 +24,13 @@ requests hold (their tables, and under ``hybrid`` the blocks they retain for
 kept points) after each step's allocation, averaged over the steps / at the
 median step. Those blocks are pinned: what running requests computed still
 serves hits, but no cache policy decides whether to keep them, so where the
-share is near 1 the policies have little room to differ.
+share is near 1 the policies have little room to differ. ``retained_mean``: the
+part of that share (mean over the steps) that ``hybrid``'s running requests
+retain for kept points their windows have passed (0 under ``lru``): room the
+running batch does not get. ``running_mean``: running requests after each
+step's scheduling, averaged over the steps; where admissions wait for room,
+fewer running requests mean smaller decode batches, more steps, and a longer
+queue (TTFT).
 
 Block counts are per layer kind (``hybridkv.sim.census``); bytes are blocks
 times ``page_bytes`` (one block id across all the shared buffers). Times are
@@ -171,6 +177,8 @@ class SimResult:
     tuning: str | None = None
     host_memory_bytes: int | None = None
     tiers: TierFigures | None = None
+    running_mean: float = 0.0
+    retained_mean: float = 0.0
 
     @property
     def policy_label(self) -> str:
@@ -272,6 +280,8 @@ class SimResult:
             "peak_blocks_by_kind": dict(self.peak_blocks_by_kind),
             "in_use_mean": self.in_use_mean,
             "in_use_p50": self.in_use_p50,
+            "retained_mean": self.retained_mean,
+            "running_mean": self.running_mean,
             "ttft_p50_s": self.ttft_p50_s,
             "ttft_p99_s": self.ttft_p99_s,
             "makespan_s": self.makespan_s,

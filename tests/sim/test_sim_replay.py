@@ -194,3 +194,25 @@ def test_on_finished_sees_each_step_that_finished_requests(one_full, write_trace
     usable = with_hook.num_blocks - 1
     assert seen == [(5, usable)]
     assert with_hook.hit_tokens == plain.hit_tokens and with_hook.steps == plain.steps
+
+
+def test_retained_share_counts_the_windows_hybrid_keeps_behind_running_requests(write_trace):
+    # A (2,000 tokens, ids 0-3), then B (3,000 tokens, ids 0-5, 4 outputs), one at a
+    # time. Window 32, 16-token blocks, 3 sliding groups. B is admitted with a hit of
+    # 2,000 (A's prompt end): its kept point H = 2,000 needs blocks 123-124 of each
+    # sliding group ((2,000 - 31) // 16 = 123). B prefills its 1,000 tokens in one
+    # step; from its first decode its window has passed H, so it retains those
+    # 2 x 3 = 6 blocks in each of its 3 decode steps. lru retains nothing.
+    layout = shipped_layout("toy-1full-3sliding")
+    rows = [mooncake(0, 2000, 1, [0, 1, 2, 3]), mooncake(1, 3000, 4, [0, 1, 2, 3, 4, 5])]
+    cost = CostModel.from_layout(layout, H100, active_params=1e6)
+    path = write_trace(rows)
+    for policy, retained in (("lru", 0), ("hybrid", 6 * 3)):
+        options = SimOptions(
+            memory_bytes=2**24, policy=policy, arrivals="closed", max_num_seqs=1, max_model_len=4096
+        )
+        r = replay_trace(layout, load_trace(path), options, cost)
+        assert (r.hit_tokens, r.steps) == (2000, 5)  # A: 1 step; B: 1 prefill + 3 decodes
+        assert r.running_mean == 1.0
+        assert r.retained_mean * r.steps * (r.num_blocks - 1) == pytest.approx(retained)
+        assert r.to_json()["retained_mean"] == r.retained_mean
