@@ -29,9 +29,15 @@ before 2026-11-27 the table called the GPU's kernels "launches", which read as
 installs the CPU tests' stand-in (``EagerReplay``): a check of the code path, no timing.
 
     python3 research/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
-        [--length 256] [--steps 32] [--kernel-backend triton] [--write]
+        [--length 256] [--steps 32] [--kernel-backend triton] [--cuda-graphs
+        [--graph-min-span N]] [--write]
 
-``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>[-random][-graphs].md``
+``--graph-min-span`` lowers the graphs' smallest span class (``MIN_SPAN``, 2,048 keys):
+decode attention in a graph plans its launch for the span class, not the step's
+contexts, so contexts of a few hundred keys run the long-span launch (tiles of 128 keys
+at 4 warps) in a graph and the short one (32 at 2) eagerly; a lease compares the two.
+
+``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>[-random][-graphs][-spanN].md``
 (``-random``: ``--random-weights``, the model's shape with random weights).
 """
 
@@ -238,6 +244,13 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument(
+        "--graph-min-span",
+        type=int,
+        default=None,
+        help="with --cuda-graphs: the smallest span class a graph plans attention for "
+        "(a power of two; default hybridkv.engine.graphs' MIN_SPAN)",
+    )
     args = ap.parse_args()
     resolve_model(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -256,6 +269,12 @@ def main() -> int:
         llm.runner.graphs = StepGraphs(
             llm.runner, args.batch, llm.max_model_len, graph_factory=EagerReplay
         )
+    if args.graph_min_span is not None:
+        span = args.graph_min_span
+        if not args.cuda_graphs or span < 1 or span & (span - 1):
+            raise SystemExit("--graph-min-span: a power of two, with --cuda-graphs")
+        assert llm.runner.graphs is not None
+        llm.runner.graphs.min_span = span
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     timer = StepTimer(llm, sync)
     text = corpus(llm.tokenizer, args.length + 7 * args.batch)
@@ -263,10 +282,13 @@ def main() -> int:
     wall = decode_steps(llm, prompts, args.steps, timer)
     means = {p: statistics.mean(v) if v else 0.0 for p, v in timer.times.items()}
     graphed = args.cuda_graphs
+    span = args.graph_min_span
+    span_note = "" if span is None else f" (smallest span class {span})"
     lines = [f"# Decode step profile: {model_title(args)}, {args.dtype}, {device}", "",
              f"{args.batch} requests decoding ({args.length}-token prompts), {args.steps} steps, "
              f"kernel backend {llm.kernel_backend}"
-             f"{', decode steps from CUDA graphs' if graphed else ''}. "
+             f"{', decode steps from CUDA graphs' if graphed else ''}"
+             f"{span_note}. "
              "Milliseconds per step"
              f"{' (batch: StaticStep.fill; model: the replay)' if graphed else ''}; "
              "GPU kernels and host launches per step.", "",
@@ -308,6 +330,7 @@ def main() -> int:
     if args.write:
         suffix = "-random" if args.random_weights is not None else ""
         suffix += "-graphs" if graphed else ""
+        suffix += "" if args.graph_min_span is None else f"-span{args.graph_min_span}"
         out = ROOT / "benchmarks" / "results" / f"step-profile-{device}-{args.dtype}{suffix}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")
