@@ -83,6 +83,13 @@ RUNS: dict[str, tuple[str, str | None]] = {
     **{f"-{name.removeprefix('learn_')}": ("hybrid", f"{name}=off") for name in LEARNERS},
     **{f"+{name}": ("hybrid", f"{name}=on") for name in RULES},
 }
+#: Corrections: a switch that only scales another learner's answer (off, that
+#: learner answers as before; with that learner off it does nothing), so it is
+#: judged with the learner it corrects: its own row shows what it adds to it,
+#: and it stays or goes with that learner. ``learn_return_rates`` grades
+#: ``learn_returning``'s bonus by measured continuation; without it the flat bonus
+#: costs the chat workload (``multiturn``) up to 8 points.
+CORRECTIONS = {"learn_return_rates": "learn_returning"}
 #: Points of hit rate a learner must add on a workload to earn it.
 RULE_POINTS = 0.5
 #: Workloads a learner must earn to stay.
@@ -213,11 +220,14 @@ def render(results: dict[str, dict[str, float]], args: argparse.Namespace, done:
         f"Per workload: the largest and the smallest gain over its cells (layout x budget). "
         f"A workload is earned when the largest gain is at least {RULE_POINTS} points; "
         f"the rule keeps a learner that earns at least {RULE_WORKLOADS} of the "
-        f"{len(WORKLOADS)} workloads.",
+        f"{len(WORKLOADS)} workloads. A correction (a switch that only scales another "
+        f"learner's answer: {', '.join(f'`{c}` of `{p}`' for c, p in CORRECTIONS.items())}) "
+        "is judged with the learner it corrects: its row is what it adds to that learner.",
         "",
         "| learner | " + " | ".join(WORKLOADS) + " | earned | rule |",
         "| --- | " + " | ".join("---" for _ in WORKLOADS) + " | ---: | --- |",
     ]
+    verdicts: dict[str, str] = {}
     for learner in LEARNERS:
         cols, earned, seen = [], 0, 0
         for workload in WORKLOADS:
@@ -229,8 +239,12 @@ def render(results: dict[str, dict[str, float]], args: argparse.Namespace, done:
             earned += max(g) >= RULE_POINTS
             cols.append(f"max {max(g):+.2f}, min {min(g):+.2f} ({len(g)} cells)")
         verdict = "stays" if earned >= RULE_WORKLOADS else "goes"
+        parent = CORRECTIONS.get(learner)
+        if parent is not None and parent in verdicts:
+            verdict = f"{verdicts[parent]} with `{parent}` (corrects it)"
         if seen < len(WORKLOADS):
             verdict += " (partial)"
+        verdicts[learner] = verdict
         lines.append(f"| `{learner}` | " + " | ".join(cols) + f" | {earned} | {verdict} |")
     return "\n".join(lines) + "\n"
 
