@@ -84,6 +84,7 @@ from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
 from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
+from hybridkv.models.layers.rotary import attach_rope_tables
 from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.offload import build_tiered_cache, check_tier_settings, hybrid_with_tiers
 from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
@@ -200,6 +201,7 @@ class LLM:
             amx=self.kernel_backend.amx_linears,
             merge=run.merge_projections,
         )
+        attach_rope_tables(self.model, self.max_model_len)
         config = self.plan.kv_cache_config
         self.kv_cache_config = config
         self.kv_buffers = allocate_kv_cache(config, self.device)

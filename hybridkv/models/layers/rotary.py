@@ -5,7 +5,10 @@
 fields) and returns the inverse frequencies; any other type raises
 ``ValueError``. ``RotaryEmbedding.cos_sin(positions)`` then ``rotate(x, cos, sin)`` rotate ``x``
 ``[T, H, D]`` at integer ``positions`` ``[T]``: cos/sin are computed in fp32
-and cast to ``x``'s dtype, as Hugging Face does.
+and cast to ``x``'s dtype, as Hugging Face does. ``for_step`` shares them among a
+step's layers; once ``attach_rope_tables(model, max_model_len)`` has run (the engine
+does it), a step gathers them from a ``RopeTable`` computed once (``rope_table.py``)
+instead of computing them at its positions.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from torch import nn
 
 from hybridkv.kernels.torch_backend import apply_rope
+from hybridkv.models.layers.rope_table import RopeTable
 
 if TYPE_CHECKING:
     from hybridkv.models.batch import ForwardBatch
@@ -80,6 +84,9 @@ class RopeFrequencies(nn.Module):
         self.params = dict(params)
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, params), persistent=False)
         self.inv_freq: torch.Tensor
+        #: cos/sin of every position, shared with same-form layers (``attach_rope_tables``);
+        #: None: each step computes them at its positions.
+        self.table: RopeTable | None = None
 
     #: Each RoPE form defines ``cos_sin(positions, ...) -> (cos, sin)``.
     cos_sin: Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -88,15 +95,39 @@ class RopeFrequencies(nn.Module):
         """Recompute the inverse frequencies (after building on the meta device)."""
         self.inv_freq = rope_inv_freq(self.head_dim, self.params).to(self.inv_freq.device)
 
+    def form_key(self) -> tuple[object, ...]:
+        """What makes two layers' cos/sin equal: the form, head size and rope dict."""
+        return (type(self).__name__, self.head_dim, repr(sorted(self.params.items())))
+
     def for_step(self, batch: ForwardBatch, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos_sin(batch.positions, *args)``, computed once per step for all layers
-        with the same RoPE form and parameters (kept in ``batch.step.rope``)."""
-        key = (type(self).__name__, self.head_dim, repr(sorted(self.params.items())), *args)
+        """``cos_sin(batch.positions, *args)``, once per step for all layers with the
+        same RoPE form and parameters (kept in ``batch.step.rope``): gathered from
+        ``self.table`` where one is attached, else computed."""
+        key = (*self.form_key(), *args)
         tables = batch.step.rope
         found = tables.get(key)
         if found is None:
-            found = tables[key] = self.cos_sin(batch.positions, *args)
+            if self.table is None:
+                found = self.cos_sin(batch.positions, *args)
+            else:
+                check = not batch.graphed
+                found = self.table.gather(batch.positions, self.cos_sin, *args, check=check)
+            tables[key] = found
         return found
+
+
+def attach_rope_tables(model: nn.Module, max_positions: int) -> dict[tuple[object, ...], RopeTable]:
+    """Give every RoPE module of ``model`` a ``RopeTable`` of ``max_positions`` positions,
+    one table shared by the modules of one form (``form_key``); returns them by form.
+    Memory: see ``rope_table.py`` (built on first use, per dtype)."""
+    tables: dict[tuple[object, ...], RopeTable] = {}
+    for module in model.modules():
+        if isinstance(module, RopeFrequencies):
+            key = module.form_key()
+            if key not in tables:
+                tables[key] = RopeTable(max_positions)
+            module.table = tables[key]
+    return tables
 
 
 class RotaryEmbedding(RopeFrequencies):
