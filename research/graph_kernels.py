@@ -82,7 +82,7 @@ def _role(scope: str, kernel: str) -> str:
     if re.fullmatch(r"layers\.\d+", scope.removeprefix("model.")):
         last = "layer"
     if scope.startswith("rope"):
-        return "RoPE cos/sin table of the step"
+        return "RoPE cos/sin of the step (a gather from the table of every position)"
     return ROLES.get((last, kernel), "?")
 
 
@@ -275,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             "Now (q/k/v and gate/up as one GEMM each: `models/layers/merged_linear.py`; q/k "
             "norm + RoPE and the k/v cache write as one kernel: "
             "`kernels/qk_norm_rope_cache_triton.py`; no gather of the rows of a decode "
-            "graph), one sliding and one full layer, then what runs outside the layers:",
+            "graph; a step's RoPE cos/sin gathered, one `index_select` per base, from a "
+            "table of every position: `models/layers/rope_table.py`), one sliding and one "
+            "full layer, then what runs outside the layers:",
             "",
         ]
         RESULTS.write_text("\n".join(head + lines) + "\n")
