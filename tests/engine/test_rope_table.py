@@ -9,7 +9,7 @@ from torch import nn
 
 from hybridkv.kernels.torch_backend import TorchBackend
 from hybridkv.models.batch import ForwardBatch
-from hybridkv.models.layers.rope_table import RopeTable
+from hybridkv.models.layers.rope_table import MAX_TABLE_BYTES, RopeTable, table_fits
 from hybridkv.models.layers.rotary import RotaryEmbedding, attach_rope_tables
 from hybridkv.models.llama4 import InterleavedRotary
 
@@ -97,3 +97,14 @@ def test_layers_of_one_base_share_a_table_and_a_step_gathers_once_per_base():
         assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
     with pytest.raises(ValueError, match="past the RoPE table"):
         model.rotary[0].for_step(_batch(torch.tensor([MAX_POSITIONS])), torch.bfloat16)
+
+
+def test_a_table_that_would_pass_the_memory_bound_is_not_attached():
+    fits = MAX_TABLE_BYTES // (2 * 64 * 4)  # positions of a 64-wide fp32 table at the bound
+    assert table_fits(fits, 64) and not table_fits(fits + 1, 64)
+    model = _TwoBases()
+    assert attach_rope_tables(model, fits + 1) == {}
+    assert all(r.table is None for r in model.rotary)
+    positions = _positions(5)
+    cos, _ = model.rotary[0].for_step(_batch(positions), torch.float32)
+    assert torch.equal(cos, model.rotary[0].cos_sin(positions, torch.float32)[0])

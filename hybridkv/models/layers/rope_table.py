@@ -14,6 +14,10 @@ built on first use on the positions' device, kept for the model's life. Memory:
 ``2 x max_positions x rotary_dim x itemsize`` bytes per base and dtype (Gemma 3 at
 32,768 positions, head 256, bf16: 32 MiB per base; fp32 doubles it).
 
+A form whose table could pass ``MAX_TABLE_BYTES`` gets none (``attach_rope_tables``
+skips it: its steps compute cos/sin at their positions, as without tables, with the
+same values): Llama 4's 10M positions would take gigabytes.
+
 Positions must be below ``max_positions`` (the engine's ``max_model_len``, which the
 scheduler never exceeds). An eager step checks it and raises ``ValueError``; a graphed
 step cannot read positions back to the host, so there an out-of-range index is
@@ -27,6 +31,16 @@ from collections.abc import Callable
 import torch
 
 CosSin = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+#: The largest table a form gets: 256 MiB, room for Gemma 3 4B's 131,072 positions of a
+#: 256-wide head in fp32 (half that in bf16); larger ones are left to per-step compute.
+MAX_TABLE_BYTES = 256 << 20
+
+
+def table_fits(max_positions: int, rotary_dim: int) -> bool:
+    """Whether a table of ``max_positions`` x ``rotary_dim`` cos and sin, in fp32 (the
+    widest dtype a table is built in), stays within ``MAX_TABLE_BYTES``."""
+    return 2 * max_positions * rotary_dim * 4 <= MAX_TABLE_BYTES
 
 
 class RopeTable:

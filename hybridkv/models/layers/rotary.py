@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from hybridkv.kernels.torch_backend import apply_rope
-from hybridkv.models.layers.rope_table import RopeTable
+from hybridkv.models.layers.rope_table import RopeTable, table_fits
 
 if TYPE_CHECKING:
     from hybridkv.models.batch import ForwardBatch
@@ -119,10 +119,11 @@ class RopeFrequencies(nn.Module):
 def attach_rope_tables(model: nn.Module, max_positions: int) -> dict[tuple[object, ...], RopeTable]:
     """Give every RoPE module of ``model`` a ``RopeTable`` of ``max_positions`` positions,
     one table shared by the modules of one form (``form_key``); returns them by form.
-    Memory: see ``rope_table.py`` (built on first use, per dtype)."""
+    Memory: see ``rope_table.py`` (built on first use, per dtype); a form whose table
+    would not fit (``table_fits``) gets none and computes its cos/sin per step."""
     tables: dict[tuple[object, ...], RopeTable] = {}
     for module in model.modules():
-        if isinstance(module, RopeFrequencies):
+        if isinstance(module, RopeFrequencies) and table_fits(max_positions, module.head_dim):
             key = module.form_key()
             if key not in tables:
                 tables[key] = RopeTable(max_positions)
