@@ -30,7 +30,8 @@ model and projector are ignored on purpose.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -41,6 +42,7 @@ from hybridkv.layouts import layer_name
 from hybridkv.models.base import IGNORED, CausalLM
 from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers import PagedAttention, RMSNorm, RopeFrequencies, rope_parameters
+from hybridkv.models.layers.merged_linear import MergeableProjections
 from hybridkv.models.layers.moe import feed_forward
 from hybridkv.models.llama4_moe import Llama4MLP, Llama4MoE
 from hybridkv.models.loader import CheckpointError
@@ -99,7 +101,9 @@ class InterleavedRotary(RopeFrequencies):
         return apply_rope_pairwise(x, cos, sin)
 
 
-class Llama4Attention(nn.Module):
+class Llama4Attention(MergeableProjections):
+    MERGED: ClassVar[Mapping[str, tuple[str, ...]]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
+
     def __init__(self, config: Any, index: int) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -126,9 +130,10 @@ class Llama4Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.project(x, "qkv_proj")  # [T, H * D] each, views of one GEMM if merged
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         ops = batch.ops
         if self.rotary is not None:
             cos, sin = self.rotary.for_step(batch)

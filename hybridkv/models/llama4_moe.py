@@ -1,7 +1,8 @@
 """Llama 4 feed-forward blocks: the dense SwiGLU MLP and the mixture of experts.
 
-``Llama4MLP``: ``down(silu(gate(x)) * up(x))``; dense layers use
-``intermediate_size_mlp``, the MoE's shared expert ``intermediate_size``.
+``Llama4MLP``: ``down(silu(gate(x)) * up(x))`` (``layers.SwiGLU``, gate/up as one GEMM
+once loaded); dense layers use ``intermediate_size_mlp``, the MoE's shared expert
+``intermediate_size``.
 
 ``Llama4MoE`` (layers listed in ``config.moe_layers``): a router picks the
 top-``num_experts_per_tok`` experts per token from its logits and scores each
@@ -28,23 +29,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hybridkv.models.layers.mlp import check_silu
+from hybridkv.models.layers.mlp import SwiGLU, check_silu
 from hybridkv.models.layers.moe import RoutedExperts
 
 
-class Llama4MLP(nn.Module):
-    """SwiGLU MLP of width ``intermediate_size``."""
+class Llama4MLP(SwiGLU):
+    """SwiGLU MLP of width ``intermediate_size``, no biases."""
 
     def __init__(self, config: Any, intermediate_size: int) -> None:
-        super().__init__()
         check_silu(config, "Llama 4")
-        hidden = config.hidden_size
-        self.gate_proj = nn.Linear(hidden, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        super().__init__(config.hidden_size, intermediate_size)
 
 
 class Llama4Experts(nn.Module):

@@ -127,4 +127,6 @@ def test_multimodal_checkpoint_runs_its_text_model(ckpt: Path, tmp_path: Path) -
     torch.testing.assert_close(ours[0], want[0], rtol=0, atol=0)
     with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
         skipped = [k for k in f.keys() if not k.startswith("language_model.")]  # noqa: SIM118
-    assert skipped and load_checkpoint(llm.model, tmp_path, torch.float32) == len(skipped)
+    # the loader fills the checkpoint's names: a model before the merge of its projections
+    unmerged = LLM(tmp_path, block_size=4, merge_projections=False).model
+    assert skipped and load_checkpoint(unmerged, tmp_path, torch.float32) == len(skipped)

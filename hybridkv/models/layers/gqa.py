@@ -4,12 +4,14 @@ The families whose attention is plain grouped-query attention share it (Jamba,
 Bamba, Granite 4.0 H, Mistral / Ministral, Command R7B); each says how positions
 enter by overriding ``position(q, k, batch)`` (the default: none, NoPE). Shapes:
 ``x [T, hidden]`` -> ``q [T, Hq, D]``, ``k, v [T, Hkv, D]`` -> ``out [T, hidden]``.
-Parameter names are the checkpoints' (``q_proj`` ... ``o_proj``).
+Parameter names are the checkpoints' (``q_proj`` ... ``o_proj``); after loading q/k/v
+run as one GEMM (``qkv_proj``, ``layers/merged_linear.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -18,6 +20,7 @@ from hybridkv.kernels import AttentionOptions
 from hybridkv.layouts import layer_name
 from hybridkv.models.batch import ForwardBatch
 from hybridkv.models.layers.attention import PagedAttention
+from hybridkv.models.layers.merged_linear import MergeableProjections
 
 
 def config_head_dim(config: Any) -> int:
@@ -25,9 +28,11 @@ def config_head_dim(config: Any) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
-class GroupedQueryAttention(nn.Module):
+class GroupedQueryAttention(MergeableProjections):
     """Layer ``index``'s attention with ``options`` (scale, window); ``bias`` on all four
     projections or none."""
+
+    MERGED: ClassVar[Mapping[str, tuple[str, ...]]] = {"qkv_proj": ("q_proj", "k_proj", "v_proj")}
 
     def __init__(
         self, config: Any, index: int, options: AttentionOptions, bias: bool = False
@@ -51,9 +56,10 @@ class GroupedQueryAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.project(x, "qkv_proj")  # [T, H * D] each, views of one GEMM if merged
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         q, k = self.position(q, k, batch)
         out = self.attn(q, k, v, batch)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))

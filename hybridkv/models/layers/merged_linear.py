@@ -15,6 +15,13 @@ After loading, ``merge_projections(model)`` (``load_model``, unless
 product each, after it column views of the merged product (row stride: the merged
 width; the kernels take row strides).
 
+Who declares it: every family's attention (``GroupedQueryAttention``: Mistral /
+Ministral, Command R7B, Jamba, Bamba, Granite 4.0 H; Gemma 3's; Llama 4's) and every
+SwiGLU-style MLP (``SwiGLU``: the dense MLPs, Jamba's experts, Llama 4's dense MLP and
+shared expert; Gemma 3's). Not merged, because nothing is left to stack: Granite 4.0
+H's shared MLP (``input_linear`` is gate and up in one checkpoint tensor already) and
+the routed experts stored stacked (Llama 4's ``experts.gate_up_proj``, Granite's).
+
 Numerics: each output element is the same dot product, but a GEMM library picks its
 kernel by shape, and a kernel may sum in another order. Measured on the CPU: fp32
 products were bit-identical merged and apart (MKL, every row count 1-256 at Gemma 3
