@@ -43,8 +43,18 @@ def ckpts(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton", "native"])
-@pytest.mark.parametrize("family", sorted(FAMILY_CONFIGS))
+#: Every family on the torch backend; the triton (interpreted: slow) and native
+#: backends on one attention-only family and one with Mamba and routed experts each:
+#: the merge is in the model's linear layers, which every backend runs the same way.
+_CASES = [(f, "torch") for f in sorted(FAMILY_CONFIGS)] + [
+    ("gemma3", "triton"),
+    ("gemma3", "native"),
+    ("jamba", "triton"),
+    ("llama4", "native"),
+]
+
+
+@pytest.mark.parametrize(("family", "backend"), _CASES)
 def test_merged_and_separate_projections_give_equal_logits(ckpts, family, backend):
     prompts = [random_prompt(9, 1), random_prompt(14, 2)]
     runs = []
