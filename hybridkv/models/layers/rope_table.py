@@ -19,9 +19,10 @@ skips it: its steps compute cos/sin at their positions, as without tables, with 
 same values): Llama 4's 10M positions would take gigabytes.
 
 Positions must be below ``max_positions`` (the engine's ``max_model_len``, which the
-scheduler never exceeds). An eager step checks it and raises ``ValueError``; a graphed
-step cannot read positions back to the host, so there an out-of-range index is
-``index_select``'s own error (a device-side assert on CUDA).
+scheduler never exceeds). An eager step checks it against its host-side context lengths
+(no read-back of the device positions) and raises ``ValueError``; a graphed step does
+not check, so there an out-of-range index is ``index_select``'s own error (a device-side
+assert on CUDA).
 """
 
 from __future__ import annotations
@@ -73,14 +74,17 @@ class RopeTable:
         position back to the host: not in a graphed step).
         """
         if check and positions.numel():
-            high = int(positions.max())
-            if high >= self.max_positions:
-                raise ValueError(
-                    f"position {high} is past the RoPE table ({self.max_positions} positions, "
-                    "the engine's max_model_len): raise max_model_len"
-                )
+            self.require(int(positions.max()))
         rows = self.table(cos_sin, positions.device, *args).index_select(0, positions)
         return rows[:, 0], rows[:, 1]
+
+    def require(self, high: int) -> None:
+        """Raise ``ValueError`` if position ``high`` is past the table."""
+        if high >= self.max_positions:
+            raise ValueError(
+                f"position {high} is past the RoPE table ({self.max_positions} positions, "
+                "the engine's max_model_len): raise max_model_len"
+            )
 
     def nbytes(self) -> int:
         """Bytes held by the tables built so far."""

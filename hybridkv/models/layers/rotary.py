@@ -111,6 +111,10 @@ class RopeFrequencies(nn.Module):
                 found = self.cos_sin(batch.positions, *args)
             else:
                 check = not batch.graphed
+                if check and batch.attention:  # host ints: a step's last token is at seq_len - 1
+                    inputs = batch.attention.values()
+                    self.table.require(max(max(a.metadata.seq_lens_cpu) for a in inputs) - 1)
+                    check = False
                 found = self.table.gather(batch.positions, self.cos_sin, *args, check=check)
             tables[key] = found
         return found
