@@ -62,8 +62,12 @@ def test_the_llm_freezes_after_start_up_and_unfreezes_at_close(tmp_path: Path) -
     frozen = gc.get_freeze_count()
     assert frozen >= len(pool)  # every block of the pool is out of the collector's walks
     other = LLM(ckpt, block_size=4, max_model_len=64, device="cpu")
-    assert gc.get_freeze_count() == frozen  # the second engine froze nothing
+    # The second engine froze nothing. The count is not compared for equality: a
+    # frozen object freed by reference counting (a cache entry of an earlier test in
+    # this worker) leaves the permanent generation, so the count can only fall, while
+    # a second freeze would add at least the second pool's blocks.
+    assert gc.get_freeze_count() <= frozen
     other.close()
-    assert gc.get_freeze_count() == frozen  # and unfreezes nothing
+    assert gc.get_freeze_count() >= len(pool)  # and unfreezes nothing: the first pool stays
     llm.close()
     assert gc.get_freeze_count() == 0
