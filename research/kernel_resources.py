@@ -70,6 +70,7 @@ from hybridkv.kernels.mamba import (  # noqa: E402
 )
 
 TARGET = GPUTarget("cuda", 90, 32)
+H100_SMS = 132  # and the H200's: the split-KV rule's SM count for decode_variants
 #: Cases whose rule uses local memory, and why it stands (``--check`` lets these pass).
 ALLOWED_STACK = {
     "prefill 1 x 2k, head 128": "block_m 128 / tile_n 32 / 4 warps spills 40-56 bytes, yet it "
@@ -301,12 +302,13 @@ def decode_variants(
     """Binaries Triton compiles for one layer geometry's decode steps (32 q / 8 KV heads,
     head 128, bf16) over ``batches`` x ``contexts``, split-KV as on CUDA (the launch
     rule's segments): a compile is a stall of the step that meets it first."""
-    from hybridkv.kernels.attention.launch_rules import BatchKind, auto_segments
+    from hybridkv.kernels.attention.launch_rules import BatchKind, auto_segments, tile_n
 
     seen: dict[str, set] = {}
     for batch in batches:
         for ctx in contexts:
-            segments = auto_segments(BatchKind.DECODE, ctx, on_cuda=True)
+            keys = tile_n(BatchKind.DECODE, 128, 2, ctx)
+            segments = auto_segments(BatchKind.DECODE, ctx, H100_SMS, batch * 8, keys)
             for launch in capture(_attention([(ctx - 1, 1)] * batch, segments=segments)):
                 seen.setdefault(launch.fn.__name__, set()).add(variant(launch))
     return {name: len(keys) for name, keys in sorted(seen.items())}

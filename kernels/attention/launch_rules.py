@@ -30,16 +30,28 @@ record over 3); decode 1 x 32k (best 1.25x with 4 stages); decode 16 x 8k
 128, 3 stages, 4 segments).
 
 Not measured anywhere (to measure next): spans between 1025 and 2047 keys;
-batch 1 at 2k-4k context (one or two segments: fewer programs than SMs, but
-no second launch); head sizes below 128 (they take the head-128 rules); fp32
-(decode tiles of 64 keys, so that a K/V tile keeps bf16's 32 KiB at head 128).
+decodes of under 128 programs (batch 1-15 at head 128 with 8 KV heads, Gemma 3 270M's
+64 sequences x 1 KV head): the fill rule below splits them; head sizes below 128 (they
+take the head-128 rules); fp32 (decode tiles of 64 keys, so that a K/V tile keeps
+bf16's 32 KiB at head 128).
 Head sizes above 128 keep the rules from before the sweep, never timed:
 block_m at most 64, tile_n 32 (the fp32 accumulator and K/V tiles of head 256
 would spill registers), 8 warps for tiles of at least 64 x 128 (rows x padded
-head), else 4; their split follows the span like the others.
+head), else 4; their split follows the span and the fill rule like the others.
+
+**Filling the GPU (2026-11-28, a model, not yet timed):** a decode launch whose
+programs (sequences x KV heads) fill under ``PROGRAMS_PER_SM`` per SM also splits, into
+as many segments as keep it within that many programs per SM, each of at least
+``MIN_SEGMENT_TILES`` key tiles; the larger of this and the span's split wins. Why
+(``research/decode_attention_bytes.py``, ``benchmarks/results/decode-attention-bytes.md``):
+a program walks its key tiles latency-bound, about 2-3 us a tile whatever the tile's
+bytes (H100 graphed decodes of 1-16 sequences; Gemma 3 270M's graphed step on an H200:
+64 programs of ~10 tiles, 29 us a layer, 7.7x its bytes), so a launch of fewer programs
+than the GPU holds runs at programs x one program's rate. None of the sweep's shapes
+changes (each already has 128 programs or more, or 16 segments).
 
 Split-KV runs only on CUDA (the interpreter runs programs one after another,
-so a split only adds work) and only for decode-only batches.
+so a split only adds work; ``sms`` is 0 there) and only for decode-only batches.
 ``TritonTiles`` (``tiles.py``) overrides any choice for one call.
 """
 
@@ -53,6 +65,13 @@ from hybridkv.kernels.attention.tiles import TritonTiles
 MAX_SEGMENTS = 16
 #: Automatic split-KV: one segment per this many visible keys (H200 sweep).
 SEGMENT_KEYS = 2048
+#: A decode launch splits until it has about this many programs per SM: the
+#: Gemma 3 270M decode kernel (head 256, 4 warps) compiles to 196 registers a thread
+#: for sm_90, so two programs fit an SM (``research/kernel_resources.py``).
+PROGRAMS_PER_SM = 2
+#: ...in segments of at least this many key tiles: by the model's ~5 us for the merge
+#: launch against ~2.5 us a tile, a shorter segment saves less than the merge costs.
+MIN_SEGMENT_TILES = 2
 #: Decodes that see at most this many keys take the short-span tiles (H200 sweep).
 SHORT_SPAN = 1024
 #: Head sizes above this keep the pre-sweep, register-safe tiles.
@@ -130,13 +149,32 @@ def num_warps(kind: BatchKind, head_size: int, block_m: int, span: int) -> int:
 
 
 def auto_segments(
-    kind: BatchKind, span: int, on_cuda: bool, min_segment_keys: int = SEGMENT_KEYS
+    kind: BatchKind,
+    span: int,
+    sms: int,
+    programs: int,
+    keys_per_tile: int,
+    min_tiles: int | None = None,
 ) -> int:
-    """Split-KV segments (1 = no split): one per ``min_segment_keys`` visible keys,
-    at most ``MAX_SEGMENTS``; decode-only batches on CUDA only."""
-    if not on_cuda or kind is not BatchKind.DECODE:
+    """Split-KV segments (1 = no split) of a launch of ``programs`` programs before the
+    split (decodes: sequences x KV heads) on ``sms`` SMs (0: not CUDA, no split), each
+    walking ``span`` keys in tiles of ``keys_per_tile``: the larger of the span's rule
+    (one segment per ``SEGMENT_KEYS`` keys) and ``fill_segments``, at most
+    ``MAX_SEGMENTS``; decode-only batches on CUDA only. ``min_tiles`` (``TritonTiles``)
+    sets the shortest segment of both rules."""
+    if not sms or kind is not BatchKind.DECODE:
         return 1
-    return max(1, min(MAX_SEGMENTS, span // min_segment_keys))
+    seg_keys = SEGMENT_KEYS if min_tiles is None else min_tiles * keys_per_tile
+    tiles = -(-span // keys_per_tile)
+    fill = fill_segments(sms, programs, tiles, min_tiles or MIN_SEGMENT_TILES)
+    return max(1, min(MAX_SEGMENTS, max(span // seg_keys, fill)))
+
+
+def fill_segments(sms: int, programs: int, tiles: int, min_tiles: int = MIN_SEGMENT_TILES) -> int:
+    """The most segments that keep ``programs x segments`` within ``PROGRAMS_PER_SM``
+    per SM and each segment at least ``min_tiles`` of the ``tiles`` key tiles (>= 1)."""
+    room = PROGRAMS_PER_SM * sms // max(1, programs)
+    return max(1, min(room, tiles // min_tiles))
 
 
 def choose_launch(
@@ -145,20 +183,25 @@ def choose_launch(
     num_queries_per_kv: int,
     head_size: int,
     elem_size: int,
-    on_cuda: bool,
+    sms: int,
+    programs: int,
     tiles: TritonTiles | None = None,
     num_segments: int | None = None,
 ) -> LaunchChoice:
-    """Every choice for one launch: the rules, with ``tiles`` and ``num_segments`` on top."""
+    """Every choice for one launch: the rules, with ``tiles`` and ``num_segments`` on top.
+    ``sms``: the device's SMs (0 off CUDA); ``programs``: the launch's programs before a
+    split (``auto_segments``)."""
     t = tiles or TritonTiles()
     block_m, block_q = choose_blocks(kind, num_queries_per_kv, head_size, t.block_m)
     keys = t.tile_n or tile_n(kind, head_size, elem_size, span)
-    seg_keys = SEGMENT_KEYS if t.min_tiles_per_segment is None else t.min_tiles_per_segment * keys
+    segments = num_segments or auto_segments(
+        kind, span, sms, programs, keys, t.min_tiles_per_segment
+    )
     return LaunchChoice(
         block_m=block_m,
         block_q=block_q,
         tile_n=keys,
         num_warps=t.num_warps or num_warps(kind, head_size, block_m, span),
         num_stages=t.num_stages or NUM_STAGES,
-        segments=num_segments or auto_segments(kind, span, on_cuda, seg_keys),
+        segments=segments,
     )

@@ -19,6 +19,7 @@ again; sinks are passed in their own dtype (the kernels cast them).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -96,6 +97,14 @@ def within_reach(meta: AttentionMetadata, opts: AttentionOptions) -> AttentionOp
     return opts
 
 
+@functools.cache
+def device_sms(device: torch.device) -> int:
+    """``device``'s streaming multiprocessors; 0 off CUDA (no automatic split-KV)."""
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
 def plan_launch(
     meta: AttentionMetadata,
     opts: AttentionOptions,
@@ -106,8 +115,10 @@ def plan_launch(
     device: torch.device,
     tiles: TritonTiles | None = None,
     num_segments: int | None = None,
+    sms: int | None = None,
 ) -> LaunchPlan:
-    """The launches of one layer geometry on ``meta``'s batch (pure; cached by the caller)."""
+    """The launches of one layer geometry on ``meta``'s batch (pure but for reading
+    ``device``'s SM count once when ``sms`` is None; cached by the caller)."""
     if head_size > MAX_HEAD_SIZE:
         raise ValueError(f"head size {head_size}: the Triton kernel supports up to 256")
     g = num_heads // num_kv_heads
@@ -118,7 +129,8 @@ def plan_launch(
         g,
         head_size,
         dtype.itemsize,
-        device.type == "cuda",
+        device_sms(device) if sms is None else sms,
+        meta.num_seqs * num_kv_heads,
         tiles,
         num_segments,
     )

@@ -27,8 +27,8 @@ class TritonTiles:
     - ``tile_n``: keys per loop iteration;
     - ``num_warps``, ``num_stages``: Triton's launch options;
     - ``min_tiles_per_segment``: the automatic split-KV's shortest segment, in
-      tiles of ``tile_n`` keys, instead of the rule's 2048 keys
-      (``num_segments=`` still forces a split).
+      tiles of ``tile_n`` keys, instead of the span rule's 2048 keys and the fill
+      rule's ``MIN_SEGMENT_TILES`` (``num_segments=`` still forces a split).
     """
 
     block_m: int | None = None

@@ -25,11 +25,11 @@ of segments is therefore read from the grid (``tl.num_programs(2)``) and passed
 to the merge as a plain argument, and ``num_seqs`` and the block table's row
 stride (both change from step to step) are not specialised
 (``do_not_specialize``). Decode steps of batch 1 to 40 at 100 to 32,868 tokens
-(every split of 1 to 16 segments) compile 3 attention binaries (short-span tiles,
-long-span tiles, split) and 4 merges (one per power of two of segments), where the
-constexpr segment count and specialised batch size and table width compiled 51 and
-15: each a stall of the step that meets it first (``research/kernel_resources.py
---variants``; ``research/tests/test_kernel_resources.py``).
+(every split of 1 to 16 segments) compile 4 attention binaries (short-span and
+long-span tiles, each whole and split) and 4 merges (one per power of two of
+segments), where the constexpr segment count and specialised batch size and table
+width compiled 51 and 15: each a stall of the step that meets it first
+(``research/kernel_resources.py --variants``; ``research/tests/test_kernel_resources.py``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ commit), for a call with the step's metadata already used by a layer:
   cast on load);
 - ``reshape_and_cache``: 0 -> 0;
 - host reads of device memory: 0 -> 0; device-property queries per call on
-  CUDA: 1 (``get_device_properties`` for the split rule) -> 0.
+  CUDA: 1 (``get_device_properties`` for the split rule) -> 0 (its SM count, which
+  the fill rule reads, is read once per device: ``launcher.device_sms``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]
         # torch's lazy CUDA init queries device properties itself: done before the refusal.
         torch.cuda.init()
         torch.empty(1, device=DEVICE)
+    # The split rule's SM count: read once per device and process (cached), not per call.
+    launcher.device_sms(DEVICE)
     monkeypatch.setattr(launcher, "unified_attention_kernel", _Recorder("attention", got))
     monkeypatch.setattr(launcher, "reduce_segments_kernel", _Recorder("merge", got))
     monkeypatch.setattr(
@@ -117,10 +120,10 @@ def test_a_decode_with_prepared_metadata_runs_one_op_and_no_host_read(launches, 
             q, k, v, meta, opts, sinks=s, out=out, backend="triton", num_segments=segments
         )
 
-    # No segments given: split-KV is automatic on CUDA (one segment per 2,048 keys), none
-    # under the interpreter.
+    # No segments given: split-KV is automatic on CUDA (one segment per 2,048 keys, or
+    # more to fill the GPU: 4 sequences x 8 KV heads), none under the interpreter.
     split = segments or launch_rules.auto_segments(
-        launch_rules.BatchKind.DECODE, 4096, on_cuda=DEVICE.type == "cuda"
+        launch_rules.BatchKind.DECODE, 4096, launcher.device_sms(DEVICE), 4 * 8, 128
     )
     split = split if split > 1 else None
     first = _ops(call)  # the step's first layer: plans, and the partials once

@@ -170,6 +170,25 @@ def test_triton_split_kv(segments, kind, sinks):
     _assert_close(_run(b, "triton", num_segments=segments), dense_oracle(b), torch.float32)
 
 
+@pytest.mark.parametrize("segments", [1, 4])
+@pytest.mark.parametrize("window", [None, 64])
+def test_triton_split_kv_at_gemma3_decode_heads(segments, window):
+    # Gemma 3 270M's decode (4 query heads on 1 KV head of 256, block 16) split as the
+    # fill rule splits its graphed step (4 segments), with sequences of fewer key tiles
+    # than segments (a graph plans for its span class: some segments have no keys).
+    opts = AttentionOptions(scale=256**-0.5, sliding_window=window)
+    b = make_paged_batch(
+        [(140, 1), (20, 1), (70, 1), (0, 1)],
+        num_heads=4,
+        num_kv_heads=1,
+        head_size=256,
+        block_size=16,
+        opts=opts,
+        seed=13,
+    )
+    _assert_close(_run(b, "triton", num_segments=segments), dense_oracle(b), torch.float32)
+
+
 def test_triton_fp16_and_odd_block_size():
     opts = AttentionOptions(scale=0.25, sliding_window=11)
     b = make_paged_batch(
