@@ -30,14 +30,22 @@ installs the CPU tests' stand-in (``EagerReplay``): a check of the code path, no
 
     python3 research/step_profile.py [--model DIR] [--dtype bfloat16] [--batch 64]
         [--length 256] [--steps 32] [--kernel-backend triton] [--cuda-graphs
-        [--graph-min-span N]] [--write]
+        [--graph-min-span N]] [--programs-per-sm N] [--write]
 
-``--graph-min-span`` lowers the graphs' smallest span class (``MIN_SPAN``, 2,048 keys):
-decode attention in a graph plans its launch for the span class, not the step's
-contexts, so contexts of a few hundred keys run the long-span launch (tiles of 128 keys
-at 4 warps) in a graph and the short one (32 at 2) eagerly; a lease compares the two.
+``--graph-min-span`` sets the graphs' smallest span class (``MIN_SPAN``, 512 keys; 2,048
+before 2026-11-28): decode attention in a graph plans its launch for the span class,
+not the step's contexts. A span class never exceeds ``max_model_len``, which this
+script sets to ``--length + 3 x --steps + 64`` (416 at the defaults): there every class
+is 416 and the flag changes nothing; Gemma 3's head of 256 takes tiles of 32 keys at
+any span anyway (``decode-attention-bytes.md``).
 
-``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>[-random][-graphs][-spanN].md``
+``--programs-per-sm`` sets the attention launcher's fill rule
+(``launch_rules.PROGRAMS_PER_SM``, 2): a decode launch of fewer programs splits KV
+until it has about that many per SM; 0 turns the rule off (the launches before
+2026-11-28: one program per sequence and KV head below 2,048 keys).
+
+``--write`` saves ``benchmarks/results/step-profile-<device>-<dtype>[-random][-graphs][-spanN]
+[-fillN].md``
 (``-random``: ``--random-weights``, the model's shape with random weights).
 """
 
@@ -251,7 +259,20 @@ def main() -> int:
         help="with --cuda-graphs: the smallest span class a graph plans attention for "
         "(a power of two; default hybridkv.engine.graphs' MIN_SPAN)",
     )
+    ap.add_argument(
+        "--programs-per-sm",
+        type=int,
+        default=None,
+        help="the decode split-KV's fill rule: programs per SM it fills to (0: off; "
+        "default launch_rules.PROGRAMS_PER_SM)",
+    )
     args = ap.parse_args()
+    if args.programs_per_sm is not None:
+        from hybridkv.kernels.attention import launch_rules
+
+        if args.programs_per_sm < 0:
+            raise SystemExit("--programs-per-sm: an integer >= 0 (0 turns the fill rule off)")
+        launch_rules.PROGRAMS_PER_SM = args.programs_per_sm
     resolve_model(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     llm = LLM(
@@ -284,6 +305,8 @@ def main() -> int:
     graphed = args.cuda_graphs
     span = args.graph_min_span
     span_note = "" if span is None else f" (smallest span class {span})"
+    if args.programs_per_sm is not None:
+        span_note += f" (split-KV fill rule: {args.programs_per_sm} programs per SM)"
     lines = [f"# Decode step profile: {model_title(args)}, {args.dtype}, {device}", "",
              f"{args.batch} requests decoding ({args.length}-token prompts), {args.steps} steps, "
              f"kernel backend {llm.kernel_backend}"
@@ -331,6 +354,7 @@ def main() -> int:
         suffix = "-random" if args.random_weights is not None else ""
         suffix += "-graphs" if graphed else ""
         suffix += "" if args.graph_min_span is None else f"-span{args.graph_min_span}"
+        suffix += "" if args.programs_per_sm is None else f"-fill{args.programs_per_sm}"
         out = ROOT / "benchmarks" / "results" / f"step-profile-{device}-{args.dtype}{suffix}.md"
         out.write_text("\n".join(lines) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")

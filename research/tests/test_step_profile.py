@@ -66,12 +66,13 @@ def test_graphed_profile_runs_on_the_cpu_stand_in(tmp_path: Path):
     run = subprocess.run(
         [sys.executable, "research/step_profile.py", "--model", str(tmp_path), "--dtype",
          "float32", "--batch", "3", "--length", "12", "--steps", "2", "--kernel-backend",
-         "triton", "--cuda-graphs", "--graph-min-span", "16"],
+         "triton", "--cuda-graphs", "--graph-min-span", "16", "--programs-per-sm", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Replayed from graphs: 2 of the 2 timed steps." in run.stdout
     assert "(smallest span class 16)" in run.stdout
+    assert "(split-KV fill rule: 0 programs per SM)" in run.stdout
     row = next(
         line
         for line in run.stdout.splitlines()

@@ -33,6 +33,7 @@ from hybridkv.engine.graphs import (
     unsupported_reason,
 )
 from hybridkv.engine.graphs.packed import HostTable, PackedInts
+from hybridkv.engine.graphs.shapes import MIN_SPAN
 from hybridkv.models.gemma3 import Gemma3ForCausalLM
 
 CUDA = torch.cuda.is_available()
@@ -98,7 +99,9 @@ def test_buckets_and_span_classes():
     assert bucket_sizes(3) == (1, 2, 3)
     assert bucket_sizes(20) == (1, 2, 4, 8, 16, 20)
     assert bucket_sizes(64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
-    assert span_class(5, 1024) == 1024  # never past max_model_len
+    assert span_class(5, 256) == 256  # never past max_model_len
+    assert span_class(5, 32768) == 512 == MIN_SPAN
+    assert span_class(513, 32768) == 1024
     assert span_class(2048, 32768) == 2048
     assert span_class(2049, 32768) == 4096
     assert span_class(30000, 32768) == 32768

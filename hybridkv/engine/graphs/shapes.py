@@ -14,7 +14,10 @@ Two kinds of step are graphed:
 
 Both also carry a *span class*: the power of two (at least ``MIN_SPAN`` keys, at most
 ``max_model_len``) the attention launcher plans for, so the launch baked into a graph
-suits the contexts it replays. Anything else (steps of more tokens: long prompts'
+suits the contexts it replays: the same tiles as an eager step's up to 1,024 keys (the
+launcher's short-span rule), a sliding window of at least the class dropped as an eager
+step drops it, and a split-KV count whose segments the kernel spreads over the real
+contexts (``kernels/attention/launch_rules.py``). Anything else (steps of more tokens: long prompts'
 chunks, which the GPU rather than the host bounds) runs eagerly, with the reason
 (``StepShape.of``).
 """
@@ -26,8 +29,11 @@ from dataclasses import dataclass
 
 from hybridkv.engine.scheduler import ScheduledRequest
 
-#: The smallest span class: contexts up to this share one plan.
-MIN_SPAN = 2048
+#: The smallest span class: contexts up to this share one plan. 512, not 2,048 (before
+#: 2026-11-28): Gemma 3's 512-key window is then dropped in graphs as eagerly, and
+#: head-128 models keep the short-span tiles the H200 sweep chose for up to 1,024 keys;
+#: at most two captures more per bucket (512 and 1,024) for contexts that grow past them.
+MIN_SPAN = 512
 #: Token buckets of small steps.
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512)
 MAX_SMALL_TOKENS = TOKEN_BUCKETS[-1] - 1

@@ -13,7 +13,7 @@ None for a step that runs eagerly, counting why in ``stats``. Graphs are capture
 lazily, each on the first step of its shape (a stall of three forward passes: two
 warm-ups and the capture); an engine meets at most sequence buckets x (1 + token
 buckets) x span classes of them (with ``max_num_seqs`` 64 and ``max_model_len``
-32,768: 12 x 7 x 5), and sees far fewer (a decode batch's bucket changes as requests
+32,768: 12 x 7 x 7), and sees far fewer (a decode batch's bucket changes as requests
 come and go; small steps are what arrivals and prefix hits make).
 
 What a graph needs (``unsupported_reason``, checked by ``LLM(cuda_graphs=True)``
