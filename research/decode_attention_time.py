@@ -32,13 +32,13 @@ def _layer(geo: Any, contexts: list[int], width: int, device: torch.device,
     per = [-(-n // bs) for n in contexts]
     blocks = sum(per) + 1
     shape = (blocks, bs, geo.kv_heads, geo.head)
-    k = torch.randn(shape, generator=gen).to(device=device, dtype=torch.bfloat16)
-    v = torch.randn(shape, generator=gen).to(device=device, dtype=torch.bfloat16)
-    ids = (torch.randperm(blocks - 1, generator=gen) + 1).to(torch.int32)
+    k = torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16)
+    v = torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16)
+    ids = (torch.randperm(blocks - 1, generator=gen, device=device) + 1).tolist()
     table = torch.zeros(len(contexts), width, dtype=torch.int32)
     at = 0
     for i, n in enumerate(per):
-        table[i, :n] = ids[at : at + n]
+        table[i, :n] = torch.tensor(ids[at : at + n], dtype=torch.int32)
         at += n
     return k, v, table
 
@@ -49,11 +49,11 @@ def step_fn(geo: Any, variant: Any, contexts: list[int], device: torch.device,
     and block table per layer (as separate KV cache groups), the same queries."""
     from decode_attention_bytes import metadata, table_width
 
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)  # K/V made on the device
     width = table_width(contexts, variant.span, geo.block_size)
     layers = [_layer(geo, contexts, width, device, gen) for _ in geo.windows]
-    q = torch.randn(len(contexts), geo.heads, geo.head, generator=gen)
-    q = q.to(device=device, dtype=torch.bfloat16)
+    q = torch.randn(len(contexts), geo.heads, geo.head, generator=gen, device=device)
+    q = q.to(torch.bfloat16)
     metas = [metadata(contexts, variant.span, t, device) for _, _, t in layers]
     opts = [AttentionOptions(scale=geo.head**-0.5, sliding_window=w) for w in geo.windows]
     outs = [torch.empty_like(q) for _ in geo.windows]

@@ -38,6 +38,10 @@
 #   bench-graphs-fp32  the same in float32 (graphs-<device>-fp32.md): do the outputs agree
 #                 where rounding cannot part them?
 #   step-profile  research/step_profile.py --write: is a decode step launch-bound (CUDA graphs)?
+#   decode-attention  research/decode_attention_bytes.py --measure --write: decode attention's
+#                 launches at the graphed Gemma 3 270M step timed beside the model's
+#                 predictions, then that step profiled with the split-KV fill rule off
+#                 (step_profile.py --programs-per-sm 0; bench-engine-graphs profiles it on)
 #   divergence    benchmarks/explain_divergence.py --write: the demo in bf16 against
 #                 transformers, each differing output explained (near-tie) or not
 #
@@ -205,6 +209,13 @@ stage_bench-graphs-fp32() {
 
 stage_step-profile() {
     "$PY" research/step_profile.py --kernel-backend triton --write
+}
+
+# Issue 47: decode attention was 46 % of the graphed step's GPU time at 7.7x its bytes.
+stage_decode-attention() {
+    "$PY" research/decode_attention_bytes.py --measure --write &&
+        "$PY" research/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
+            --cuda-graphs --programs-per-sm 0 --write
 }
 
 stage_divergence() {
