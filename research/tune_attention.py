@@ -7,7 +7,11 @@ mixed batch), a staged sweep over ``TritonTiles`` (``kernels/attention/tiles.py`
 
 1. ``tile_n`` x ``num_warps`` (x ``block_m`` for batches with prefill rows);
 2. ``num_stages`` with the best of 1;
-3. for decodes, the split-KV factor (``num_segments``) with the best of 2.
+3. for decodes, the split-KV factor (``num_segments``) with the best of 2; for
+   batches with prefill rows, the best of 2 dispatched longest first
+   (``TritonTiles.longest_first``), and split 2 and 4 ways: what
+   ``prefill_attention_work.py`` says the tiles cannot fix (the launch order's tail,
+   and the long mixed batch's 384 programs on 264 slots), since 2026-11-28.
 
 "Defaults" are the launcher's rules as they stand when the sweep runs
 (``kernels/attention/launch_rules.py``: no ``tiles``, no ``num_segments``), and
@@ -80,6 +84,7 @@ def shapes(quick: bool, tiny: bool) -> list[Shape]:
         Shape("decode 256 x 2k", ((2047, 1),) * 256),
         Shape("decode 1 x 32k", ((32767, 1),)),
         Shape("prefill 1 x 8k", ((0, 8192),)),
+        Shape("prefill 1 x 2k", ((0, 2048),)),  # issue 47's target shape (1.52x on an H100)
         Shape("prefill 4 x 2k", ((0, 2048),) * 4),
         Shape("mixed 2k chunk + 64 x 8k", ((2048, 2048),) + ((8191, 1),) * 64),
         Shape("sliding 1024, decode 64 x 32k", ((32767, 1),) * 64, (("sliding_window", 1024),)),
@@ -160,6 +165,9 @@ def sweep_shape(shape: Shape, device: torch.device, tiny: bool, reps: int) -> li
     b2 = best_of([b1, *second])
     if shape.decode_only:
         tried += [measure(b2.tiles, s) for s in ((1, 2) if tiny else (1, 2, 4, 8, 16))]
+    else:
+        tried.append(measure(replace(b2.tiles or TritonTiles(), longest_first=True), None))
+        tried += [measure(b2.tiles, s) for s in ((2,) if tiny else (2, 4))]
     best = best_of(tried)
     refused = [r for r in tried if r.seconds is None]
     bs, ts = best.seconds or 0.0, base.seconds

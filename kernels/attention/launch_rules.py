@@ -104,6 +104,8 @@ class LaunchChoice:
     num_warps: int
     num_stages: int
     segments: int
+    #: Dispatch order: q blocks last first, KV heads inner (``TritonTiles.longest_first``).
+    longest_first: bool = False
 
 
 def next_power_of_2(n: int) -> int:
@@ -204,4 +206,5 @@ def choose_launch(
         num_warps=t.num_warps or num_warps(kind, head_size, block_m, span),
         num_stages=t.num_stages or NUM_STAGES,
         segments=segments,
+        longest_first=bool(t.longest_first),
     )

@@ -224,6 +224,7 @@ def launch_unified_attention(
         USE_SOFTCAP=opts.softcap is not None,
         USE_SINKS=sinks is not None,
         IS_FP32=q.dtype == torch.float32,
+        LONGEST_FIRST=c.longest_first,
         num_warps=c.num_warps,
         num_stages=c.num_stages,
     )

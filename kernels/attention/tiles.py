@@ -28,7 +28,11 @@ class TritonTiles:
     - ``num_warps``, ``num_stages``: Triton's launch options;
     - ``min_tiles_per_segment``: the automatic split-KV's shortest segment, in
       tiles of ``tile_n`` keys, instead of the span rule's 2048 keys and the fill
-      rule's ``MIN_SEGMENT_TILES`` (``num_segments=`` still forces a split).
+      rule's ``MIN_SEGMENT_TILES`` (``num_segments=`` still forces a split);
+    - ``longest_first``: dispatch the q blocks last first, KV heads inner (a causal
+      prompt's longest programs first: ``research/prefill_attention_work.py`` puts the
+      tail of 1 x 2k's launch order at 1.66x its bound, 1.00x longest first); the
+      rule is False until a lease times it (``research/tune_attention.py``).
     """
 
     block_m: int | None = None
@@ -36,6 +40,7 @@ class TritonTiles:
     num_warps: int | None = None
     num_stages: int | None = None
     min_tiles_per_segment: int | None = None
+    longest_first: bool | None = None
 
     def __post_init__(self) -> None:
         power_of_two("block_m", self.block_m, 16, 256)
@@ -45,3 +50,7 @@ class TritonTiles:
         m = self.min_tiles_per_segment
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ValueError(f"min_tiles_per_segment: must be an integer >= 1, got {m!r}")
+        if self.longest_first is not None and not isinstance(self.longest_first, bool):
+            raise ValueError(
+                f"longest_first: must be True, False or None, got {self.longest_first!r}"
+            )

@@ -97,9 +97,18 @@ def unified_attention_kernel(  # type: ignore[no-untyped-def]
     USE_SOFTCAP: tl.constexpr,
     USE_SINKS: tl.constexpr,
     IS_FP32: tl.constexpr,
+    LONGEST_FIRST: tl.constexpr = False,
 ):
-    q_block = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    if LONGEST_FIRST:
+        # The GPU dispatches programs in the order of (axis 0 + axis 1 x its size): give
+        # that order the q blocks last first, the KV heads inner (same grid, permuted).
+        n_q = tl.num_programs(0)
+        order = tl.program_id(0) + tl.program_id(1) * n_q
+        q_block = n_q - 1 - order // tl.num_programs(1)
+        kv_head = order % tl.num_programs(1)
+    else:
+        q_block = tl.program_id(0)
+        kv_head = tl.program_id(1)
     segment = tl.program_id(2)
     seq = _find_seq(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q)
     q_start = tl.load(query_start_loc_ptr + seq)

@@ -19,3 +19,11 @@ def test_tuning_sweep_times_every_candidate_against_the_defaults():
     assert len(cells) == 7, row
     assert cells[0] == shape.name and cells[5] == "7" and cells[6] == "0"
     assert cells[4].endswith("x")
+
+
+def test_batches_with_prefill_rows_also_try_longest_first_and_a_split():
+    shape = tune.shapes(quick=False, tiny=True)[1]  # prefill 1 x 24
+    (row,) = tune.sweep_shape(shape, CPU, tiny=True, reps=1)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # defaults, 4 tile candidates, 2 stage counts, longest first, split 2: 9, none refused.
+    assert cells[0] == shape.name and cells[5] == "9" and cells[6] == "0", row

@@ -23,8 +23,9 @@ KINDS = {"full": {}, "sliding5": {"sliding_window": 5}, "chunked6": {"chunk_size
         TritonTiles(block_m=32, tile_n=16),
         TritonTiles(block_m=128, tile_n=128, num_warps=2, num_stages=1),
         TritonTiles(tile_n=32, num_stages=4, min_tiles_per_segment=1),
+        TritonTiles(block_m=16, tile_n=16, longest_first=True),
     ],
-    ids=["m32-n16", "m128-n128", "n32-split1"],
+    ids=["m32-n16", "m128-n128", "n32-split1", "longest-first"],
 )
 @pytest.mark.parametrize("segments", [None, 3])
 def test_tiles_change_nothing_but_speed(kind, tiles, segments):
@@ -63,6 +64,7 @@ def test_tiles_change_nothing_but_speed(kind, tiles, segments):
         ({"num_stages": 0}, r"num_stages: must be an integer in \[1, 8\], got 0"),
         ({"min_tiles_per_segment": 0}, "min_tiles_per_segment: must be an integer >= 1"),
         ({"tile_n": True}, "tile_n: must be a power of two, got True"),
+        ({"longest_first": 1}, "longest_first: must be True, False or None, got 1"),
     ],
 )
 def test_bad_tiles_are_refused(kwargs, message):
