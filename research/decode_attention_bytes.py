@@ -39,9 +39,10 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(HERE)]
 
 from random_checkpoint import SHAPES  # noqa: E402
+from results_tables import emit  # noqa: E402
 
 from hybridkv.engine.config import CacheConfig  # noqa: E402
 from hybridkv.kernels.attention import (  # noqa: E402
@@ -295,12 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
         gpu = H200 if "H200" in torch.cuda.get_device_name() else H100
         lines += ["", *measure_lines(geo, VARIANTS, lambda v, ctx: step(geo, v, ctx, gpu)["pred"])]
-    print("\n".join(lines))
-    if args.write:
-        text = RESULTS.read_text() if RESULTS.exists() else ""
-        head = text.split("<!-- tables -->")[0].rstrip() + "\n\n" if text else ""
-        RESULTS.write_text(head + "<!-- tables -->\n\n" + "\n".join(lines) + "\n")
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
+    emit(RESULTS, lines, args.write)
     return 0
 
 

@@ -32,7 +32,9 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from results_tables import emit  # noqa: E402
 
 from hybridkv.kernels.attention import AttentionMetadata, AttentionOptions  # noqa: E402
 from hybridkv.kernels.attention.launcher import plan_launch  # noqa: E402
@@ -145,12 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     # Latency-bound programs overlap on an SM (2 slots each); throughput-bound ones share
     # its tensor cores (1 slot): the truth is between, so both.
     lines = [*report(overlap=True), "", *report(overlap=False)]
-    print("\n".join(lines))
-    if args.write:
-        text = RESULTS.read_text() if RESULTS.exists() else ""
-        head = text.split("<!-- tables -->")[0].rstrip() + "\n\n" if text else ""
-        RESULTS.write_text(head + "<!-- tables -->\n\n" + "\n".join(lines) + "\n")
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
+    emit(RESULTS, lines, args.write)
     return 0
 
 
