@@ -17,7 +17,8 @@ last query (causal). Inside, the mask is exact per (query, key).
 has segments, each written as an unnormalised partial (acc, max, sum) that
 ``reduce_segments_kernel`` merges; sinks then enter in the merge. Without it the
 kernel normalises and stores the output itself. Softmax runs in base 2 on fp32
-logits.
+logits. ``LONGEST_FIRST`` permutes the programs of the same grid so that the GPU's
+dispatch order takes the q blocks last first, KV heads inner (``TritonTiles``).
 
 Compiles: Triton compiles one binary per value of each ``tl.constexpr`` and, for
 an integer argument, per "equal to 1" / "divisible by 16" / neither. The number
