@@ -13,6 +13,8 @@ prefixes, ``hybrid`` policy) and measures, per config:
   timed region, as if kept for nothing (``FinalPoints`` and ``release_hybrid``
   still run, wrapped, and their time is subtracted), next to the whole ``free``
   and ``lru``'s ``free`` in the same process;
+- *what could be kept*: at one free, in a warm loop, the whole plan against its
+  part that reads no ref count (the points, each table's spans);
 - *what moves before the free*: between a request's last ``allocate_slots`` and
   its ``free``, how often the plan's inputs change: the ranges only it holds
   (ref counts: other requests hit or free its blocks), ``E`` (the end of what it
@@ -32,6 +34,7 @@ import gc
 import statistics
 import sys
 import time
+import timeit
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -115,6 +118,59 @@ def best_case(kind: str, requests: int) -> dict[str, float]:
     }
 
 
+def what_could_be_kept(kind: str, requests: int, repeat: int = 2000) -> dict[str, float]:
+    """At the middle request's free, warm-loop times (us, best of 5) of the whole plan
+    (``FinalPoints`` and ``release_hybrid``) and of its part a kept plan could hold:
+    what needs no ref count (the points, each table's spans and where a tail point's
+    own state ends)."""
+    out: dict[str, float] = {}
+    seen = [0]
+
+    def hooks(adapter: HybridkvAdapter) -> None:
+        pol = adapter.kv.policy
+        release = pol.release
+
+        def timed_release(rid: str, tables: Any, hashes: Any, num_tokens: Any) -> Any:
+            seen[0] += 1
+            if seen[0] == requests // 2:
+                managers, states = zip(*tables, strict=True)
+                p: Any = pol
+                end = min(st.num_cached * m.block_size for m, st in tables)
+                end -= end % p.step
+
+                def points() -> Any:
+                    return hybrid_policy.FinalPoints(
+                        states[0].kept, end, p.tail, p.step, p.tail_alignment.align,
+                        p.free_point_period, num_tokens,
+                    )  # fmt: skip
+
+                def static() -> list[Any]:
+                    pts = points()
+                    kept = []
+                    for m, st, local in zip(managers, states, p.point_local, strict=True):
+                        first = m.first_needed_block if m.has_skips else None
+                        own = first(pts.end if local else pts.top) if first else 0
+                        spans = pts.spans(first, m.block_size, st.num_skipped, len(st.blocks))
+                        kept.append((spans, own))
+                    return kept
+
+                def plan() -> Any:
+                    return hybrid_policy.release_hybrid(
+                        managers, states, points(), p.point_local, 1.0, p._ranks_by_value,
+                        p.options.tuning.charge_tail_pages,
+                    )  # fmt: skip
+
+                for name, f in (("plan", plan), ("no ref counts", static)):
+                    best = min(timeit.repeat(f, number=repeat, repeat=5))
+                    out[name] = best / repeat * 1e6
+            return release(rid, tables, hashes, num_tokens)
+
+        pol.release = timed_release  # type: ignore[method-assign]
+
+    replay(kind, "hybrid", requests, hooks)
+    return out
+
+
 def what_moves(kind: str, requests: int) -> tuple[Counter[str], Counter[int], int]:
     """Per freed request, the plan inputs that changed since its last
     ``allocate_slots``; how many times its ``E`` moved after admission; frees seen."""
@@ -183,6 +239,9 @@ def main() -> None:
             f"{kind}: free {t['free']:.1f} us per call, without the plan {t['without plan']:.1f}"
             f" us (best case of a kept plan), lru's free {t['lru free']:.1f} us"
         )
+        w = what_could_be_kept(kind, args.requests)
+        print(f"{kind}: warm, at one free: the plan {w['plan']:.1f} us, of which needs no ref"
+              f" count {w['no ref counts']:.1f} us (what a kept plan could hold)")  # fmt: skip
         changed, moves, frees = what_moves(kind, args.requests)
         what = ", ".join(f"{k} {n}" for k, n in sorted(changed.items()))
         print(f"{kind}: plan inputs changed since the last allocate_slots, of {frees} frees:", what)

@@ -31,4 +31,8 @@ def test_free_plan_times_free_without_its_plan_and_counts_what_moves():
     assert 0 < rest < free and lru > 0
     frees = int(re.search(r"of (\d+) frees", run.stdout).group(1))
     assert frees == 120  # every request is freed once, while it holds tables
+    plan, kept = map(float, re.search(
+        r"the plan ([\d.]+) us, of which needs no ref count ([\d.]+) us", run.stdout
+    ).groups())  # fmt: skip
+    assert 0 < kept < plan
     assert "E moves after admission: 0 times:" in run.stdout
