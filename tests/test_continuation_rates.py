@@ -184,3 +184,20 @@ def test_the_policy_scales_the_bonus_by_the_measured_grade() -> None:
     assert off.policy.seen is not None
     assert off.policy.rates is None and off.policy.return_value(1) == 4.0
     assert HybridOptions().tuning.learn_return_rates
+
+
+def test_num_blocks_notes_as_the_prompt_cut_there() -> None:
+    """``record(hashes, ..., num_blocks=n)`` notes what ``record(hashes[:n], ...)``
+    does (the policy passes a freed request's cached blocks without a copy):
+    a sample past ``n`` is not noted, one within is."""
+    cut, whole = rates(stride=2), rates(stride=2)
+    prompt = chain("abcdefgh")
+    for n, tokens in ((3, 8), (4, 6), (8, 16)):  # half of 8 tokens: 4 blocks, past 3
+        cut.record(prompt[:n], 1, tokens, returning=False)
+        whole.record(prompt, 1, tokens, returning=False, num_blocks=n)
+        assert len(cut) == len(whole)
+    assert len(whole) == 2
+    for other in (cut, whole):
+        assert other.observe(chain("abcdefghi")) is False  # "abcdefgh"
+        assert other.observe(chain("abcdx")) is False  # "abcd"
+    assert cut.rate(False) == whole.rate(False)

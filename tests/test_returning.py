@@ -18,7 +18,8 @@ from hybridkv import KVCacheManager, Request
 from hybridkv.core.free_queue import FreeKVCacheBlockQueue
 from hybridkv.policy.cost_aware import CostAwareEvictionPolicy
 from hybridkv.policy.options import RETURN_GRADE_NAMES
-from hybridkv.policy.returning import SeenPrefixes
+from hybridkv.policy.returning import SeenPrefixes, sample_keys
+from hybridkv.policy.reuse_horizon import ReleaseTimes
 from hybridkv.policy.tuning import DEFAULT_TUNING as T
 
 MAX_TURN, SAMPLE_BLOCKS, SEEN_PER_BLOCK = T.max_turn, T.sample_blocks, T.seen_per_block
@@ -349,3 +350,22 @@ def test_capacity_zero_and_share_one_are_valid() -> None:
     whole.record(chain("ab"))
     assert whole.returning(chain("ab"), 4, 8)
     assert not whole.returning(chain("ab"), 4, 9)  # 9 tokens need 3 blocks
+
+
+def test_both_learners_record_one_sampling_as_their_own() -> None:
+    """The policy samples a freed request once (``sample_keys``: the blocks
+    ending each run of ``stride``, among the first ``num_blocks``) and hands the
+    samples to ``SeenPrefixes`` and ``ReleaseTimes`` (``record_samples``)."""
+    hashes = chain("abcdefg")
+    assert sample_keys(hashes, None, 3) == [hash(hashes[2]), hash(hashes[5])]
+    samples = sample_keys(hashes, 5, 3)  # "abcdef" (index 5) is past 5 blocks
+    assert samples == [hash(hashes[2])]
+    seen = SeenPrefixes(100, share=1.0, stride=3, turns=True)
+    seen.record_samples(samples, turn=2)
+    assert seen.returning(chain("abcx"), 1, 3) == 3  # "abc" seen with turn 2
+    assert seen.returning(chain("abcdefx"), 1, 6) == 0  # "abcdef" not sampled
+    times = ReleaseTimes(100, 3)
+    times.record_samples(samples, 7)
+    assert times.gap(chain("abcdefgh"), 9) == 2  # the deepest recorded: "abc"
+    seen.check_integrity()
+    times.check_integrity()

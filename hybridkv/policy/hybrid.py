@@ -30,7 +30,7 @@ from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
-from hybridkv.policy.returning import ContinuationRates, SeenPrefixes, grade
+from hybridkv.policy.returning import ContinuationRates, SeenPrefixes, grade, sample_keys
 from hybridkv.policy.reuse_horizon import ReleaseTimes
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
@@ -156,6 +156,8 @@ class HybridPolicy(CachePolicy):
             else None
         )
         self._ranks_by_value = ranks_by_value
+        #: Both learners sample one block hash in this many (``sample_keys``).
+        self._sample_blocks = tuning.sample_blocks
 
     # -- what managers hold --------------------------------------------------
     def hold(self, group_id: int) -> Hold:
@@ -277,16 +279,18 @@ class HybridPolicy(CachePolicy):
         factor = self.return_value(turn)
         managers, states = zip(*tables, strict=True)
         if block_hashes is not None and (self.seen is not None or self.release_times is not None):
+            # One sampling of the cached full-attention hashes for both learners.
             m, st = tables[self.full_gid]  # type: ignore[index]
             hashes = m.group_hashes(block_hashes)
+            n = st.num_cached
+            samples = sample_keys(hashes, n, self._sample_blocks)
             if self.release_times is not None:
                 assert self._free_set is not None
-                self.release_times.record(hashes, st.num_cached, self._free_set.clock)
+                self.release_times.record_samples(samples, self._free_set.clock)
             if self.seen is not None:
-                self.seen.record(hashes, st.num_cached, turn)
+                self.seen.record_samples(samples, turn)
                 if self.rates is not None:
-                    n = st.num_cached
-                    self.rates.record(hashes[:n], m.block_size, n * m.block_size, bool(turn))
+                    self.rates.record(hashes, m.block_size, n * m.block_size, bool(turn), n)
         lcm = self.step
         end = min([st.num_cached * m.block_size for m, st in tables])
         end -= end % lcm
@@ -335,9 +339,9 @@ class HybridPolicy(CachePolicy):
     def check_integrity(self, live: set[str]) -> None:
         self.tail_alignment.check_integrity()
         assert self._returning.keys() <= live, "a freed request is still marked returning"
-        if self.seen is not None:
-            self.seen.check_integrity()
-        if self.release_times is not None:
-            self.release_times.check_integrity()
+        for learner in (self.seen, self.release_times):  # one sampling serves both
+            if learner is not None:
+                learner.check_integrity()
+                assert learner.stride == self._sample_blocks, "learners sample different blocks"
         if self.rates is not None:
             self.rates.check_integrity()

@@ -56,6 +56,14 @@ from hybridkv.policy.options import RETURN_GRADE_NAMES
 from hybridkv.policy.tuning import DEFAULT_TUNING
 
 
+def sample_keys(hashes: Sequence[bytes], num_blocks: int | None, stride: int) -> list[int]:
+    """The ``hash`` of one block hash in ``stride`` among the first
+    ``num_blocks`` of ``hashes`` (None: all), each ending a run of ``stride``
+    blocks from the start: what ``SeenPrefixes`` and ``ReleaseTimes`` remember
+    of a freed request (sampled once, for both: ``record_samples``)."""
+    return list(map(hash, hashes[stride - 1 : num_blocks : stride]))
+
+
 def grade(name: str, turn: int, max_turn: int) -> float:
     """``hybrid_return_grade`` ``name``: a returning request of turn ``turn >= 1``
     is kept ``bonus x grade`` pool turnovers longer (module docstring); turns
@@ -143,9 +151,11 @@ class SeenPrefixes:
         hashes, from its start; only its first ``num_blocks``, if given) as
         the most recently held, held by a prompt of ``turn`` (kept only when
         turns are)."""
+        self.record_samples(sample_keys(hashes, num_blocks, self.stride), turn)
+
+    def record_samples(self, samples: list[int], turn: int = 0) -> None:
+        """``record`` of the samples ``sample_keys`` took (this ``stride``)."""
         new = self._new
-        stride = self.stride
-        samples = map(hash, hashes[stride - 1 : num_blocks : stride])
         if self.turns:
             new.update(dict.fromkeys(samples, turn))
         else:
@@ -238,35 +248,48 @@ class ContinuationRates:
         """Noted prompts not resolved yet."""
         return len(self._pending)
 
-    def _sample(self, hashes: Sequence[bytes], block_size: int, num_tokens: int) -> int | None:
+    def _sample(
+        self, hashes: Sequence[bytes], block_size: int, num_tokens: int, num_blocks: int
+    ) -> int | None:
         """Index of the sample ending the run that covers ``share`` of
-        ``num_tokens`` (None: the prompt has fewer blocks)."""
+        ``num_tokens`` (None: the prompt has fewer than ``num_blocks`` blocks)."""
         need = max(1, math.ceil(self.share * num_tokens / block_size))
         last = -(-need // self.stride) * self.stride - 1
-        return last if last < len(hashes) else None
+        return last if last < num_blocks else None
 
     def record(
-        self, hashes: Sequence[bytes], block_size: int, num_tokens: int, returning: bool
+        self,
+        hashes: Sequence[bytes],
+        block_size: int,
+        num_tokens: int,
+        returning: bool,
+        num_blocks: int | None = None,
     ) -> None:
         """Note a freed prompt of ``num_tokens`` (``hashes``: its whole cached
-        blocks of ``block_size`` tokens, chained), called returning or not;
-        the oldest pending prompt past the horizon expires."""
-        last = self._sample(hashes, block_size, num_tokens)
+        blocks of ``block_size`` tokens, chained; only the first ``num_blocks``
+        if given), called returning or not; the oldest pending prompt past the
+        horizon expires."""
+        n = len(hashes) if num_blocks is None else min(num_blocks, len(hashes))
+        last = self._sample(hashes, block_size, num_tokens, n)
         if last is None:
             return
         pending = self._pending
         key = hash(hashes[last])
         pending.pop(key, None)  # re-noted: it moves to the newest place
         pending[key] = returning
+        changed = False  # the grade is a function of the counts: recomputed when they move
         if len(pending) > self.horizon:
             oldest = next(iter(pending))
             self._expired[pending.pop(oldest)] += 1
+            changed = True
         self._since_halving += 1
         if self._since_halving >= self.window:
             self._since_halving = 0
             self._continued = [n / 2 for n in self._continued]
             self._expired = [n / 2 for n in self._expired]
-        self._update()
+            changed = True
+        if changed:
+            self._update()
 
     def observe(self, hashes: Sequence[bytes]) -> bool | None:
         """A new prompt (``hashes``: its whole blocks, chained): credit the

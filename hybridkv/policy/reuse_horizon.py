@@ -24,6 +24,8 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 
+from hybridkv.policy.returning import sample_keys
+
 
 class ReuseHorizon:
     """Sliding maximum of the last ``window`` reuse gaps (module docstring)."""
@@ -95,10 +97,12 @@ class ReleaseTimes:
 
     def record(self, hashes: Sequence[bytes], num_blocks: int, now: int) -> None:
         """The first ``num_blocks`` of ``hashes`` (chained) were released at ``now``."""
+        self.record_samples(sample_keys(hashes, num_blocks, self.stride), now)
+
+    def record_samples(self, samples: list[int], now: int) -> None:
+        """``record`` of the samples ``sample_keys`` took (this ``stride``)."""
         new = self._new
-        new.update(
-            dict.fromkeys(map(hash, hashes[self.stride - 1 : num_blocks : self.stride]), now)
-        )
+        new.update(dict.fromkeys(samples, now))
         if len(new) > self._half:
             self._old = new if self._half else {}
             self._new = {}
