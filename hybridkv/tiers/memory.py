@@ -99,6 +99,15 @@ class HostMemory(Protocol):
         on the copy stream and one event after them). Nothing is copied until it
         is called (``HostTier.load_parts`` checks every batch first)."""
 
+    def plan_store_many(
+        self, bufs: Sequence[Any], parts: Sequence[Sequence[Any]], sizes: Sequence[tuple[int, ...]]
+    ) -> Callable[[Copier], Completion]:
+        """What starts copying ``parts[k]`` (measured by ``nbytes``: ``sizes[k]``)
+        back to back into ``bufs[k]`` for every ``k`` as *one* completion: one job
+        on the copier (on CUDA, the copies queued on the copy stream and one event
+        after them, the sources kept alive until it has passed). Nothing is copied
+        until it is called (``HostTier.store_parts``)."""
+
 
 class RowMemory(HostMemory, Protocol):
     """A ``HostMemory`` of fixed slots that also copies batches of units given as
@@ -219,3 +228,19 @@ class BytesMemory:
                 copy_bytes(target, 0, buf, off, n)
 
         return lambda copier: copier.submit(copy_out)
+
+    def plan_store_many(
+        self, bufs: Sequence[Any], parts: Sequence[Sequence[Any]], sizes: Sequence[tuple[int, ...]]
+    ) -> Callable[[Copier], Completion]:
+        moves: list[tuple[Any, int, Any, int]] = []  # (buffer, offset, part, bytes)
+        for buf, ps, ns in zip(bufs, parts, sizes, strict=True):
+            off = 0
+            for p, n in zip(ps, ns, strict=True):
+                moves.append((buf, off, p, n))
+                off += n
+
+        def copy_in() -> None:
+            for buf, off, part, n in moves:
+                copy_bytes(buf, off, part, 0, n)
+
+        return lambda copier: copier.submit(copy_in)
