@@ -28,8 +28,7 @@ def _loaded(t: HostTier, kind: str, i: int) -> bytes:
 
 @pytest.mark.parametrize("kind", sorted(MEMORIES))
 def test_batches_round_trip_one_transfer_each(kind: str) -> None:
-    t = _tier(kind, 6)
-    parts = MEMORIES[kind][1]
+    t, parts = _tier(kind, 6), MEMORIES[kind][1]
     (a, skipped_a), (b, skipped_b) = t.store_parts(
         [
             ([key(3), key(1), key(4)], [parts(3), parts(1), parts(4)], [1.0] * 3),
@@ -48,8 +47,7 @@ def test_batches_round_trip_one_transfer_each(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", sorted(MEMORIES))
 def test_a_held_key_is_touched_not_copied_and_no_room_is_a_skip(kind: str) -> None:
-    t = _tier(kind, 3)
-    parts = MEMORIES[kind][1]
+    t, parts = _tier(kind, 3), MEMORIES[kind][1]
     ((first, _),) = t.store_parts([([key(1), key(2)], [parts(1), parts(2)], [1.0, 1.0])])
     assert first.wait()
     # key(1) held: touched (now the most recent), not copied; key(3) fills the last slot
@@ -76,8 +74,7 @@ def test_a_held_key_is_touched_not_copied_and_no_room_is_a_skip(kind: str) -> No
 
 @pytest.mark.parametrize("kind", sorted(MEMORIES))
 def test_a_bad_batch_reserves_nothing(kind: str) -> None:
-    t = _tier(kind, 4)
-    parts = MEMORIES[kind][1]
+    t, parts = _tier(kind, 4), MEMORIES[kind][1]
     with pytest.raises(ValueError, match="2 keys and 1 units"):
         t.store_parts([([key(1), key(2)], [parts(1)], [None, None])])
     bad: list[Any] = [parts(2)[0], object()]
