@@ -22,6 +22,8 @@ Target (issue 45): the host copy at least 70 % of memcpy. With CUDA the GPU
 path is measured too: tier loads into device tensors against a pinned
 host-to-device ``copy_`` (target: 70 %), entry by entry (``load``) and batched
 (``load_parts``, the engine's way), and the host work per 64-byte entry of each;
+tier stores from device tensors against a pinned device-to-host ``copy_``, entry
+by entry (``store_many``) and batched (``store_parts``, the engine's way);
 without CUDA, the output says so.
 
     python benchmarks/bench_tiers.py [--sizes 256KiB,4MiB,32MiB] [--total 128MiB]
@@ -223,12 +225,43 @@ def gpu_rows(size: int, n: int, repeats: int, batch: int) -> list[tuple[str, flo
 
     got = best_rate(load, n * size, repeats)
     batched = best_rate(load_parts, n * size, repeats)
+
+    def d2h() -> None:
+        for d, s in zip(pinned, dev, strict=True):
+            d.copy_(s, non_blocking=True)
+        torch.cuda.synchronize()
+
+    base_out = best_rate(d2h, n * size, repeats)
+    rounds = iter(range(1, 1 << 30))  # new keys each round: each store evicts the last round's
+
+    def store() -> None:
+        r = next(rounds) * n
+        transfers = tier.store_many([(key(r + i), [dev[i]], None) for i in range(n)])
+        assert all(t.wait() for t in transfers)
+
+    def store_parts() -> None:
+        r = next(rounds) * n
+        calls = [
+            ([key(r + i) for i in ids], [[dev[i]] for i in ids], [None] * len(ids))
+            for ids in batches(n, batch)
+        ]
+        assert all(t.wait() and not skipped for t, skipped in tier.store_parts(calls))
+
+    stored = best_rate(store, n * size, repeats)
+    stored_batched = best_rate(store_parts, n * size, repeats)
     tier.check_integrity()
     tier.close()
     return [
         ("pinned host-to-device copy_", base, None),
         ("HostTier load into device (entry by entry)", got, got / base),
         (f"HostTier load_parts into device ({batch} a batch, one call)", batched, batched / base),
+        ("pinned device-to-host copy_", base_out, None),
+        ("HostTier store from device (entry by entry)", stored, stored / base_out),
+        (
+            f"HostTier store_parts from device ({batch} a batch, one call)",
+            stored_batched,
+            stored_batched / base_out,
+        ),
     ]
 
 

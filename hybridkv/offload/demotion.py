@@ -31,6 +31,7 @@ from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
 from hybridkv.offload.unit_batches import store_units
+from hybridkv.offload.unit_reads import UnitReads
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import DiskTier, HostTier, TierFullError, UnitKey
 from hybridkv.tiers.spare import is_spare
@@ -54,6 +55,7 @@ class Demotion:
         self.pool = pool
         self.policy = policy
         self.block_bytes = block_bytes
+        self.reads = UnitReads(block_bytes)
         self.host = host
         self.disk = disk
         self.events = events
@@ -94,31 +96,32 @@ class Demotion:
 
     def _store(self, items: list[tuple[UnitKey, int, float]]) -> None:
         """Store ``(key, block id, value)`` units in the host tier and wait; what
-        it has no room for goes to the disk tier (valued units only)."""
+        it has no room for goes to the disk tier (valued units only), read off
+        the device as one batch (``UnitReads``)."""
         events = self.events
-        if items:
-            units = [(key, block) for key, block, _ in items]
-            errors = store_units(self.host, self.block_bytes, units, [v for *_, v in items])
-            for item, error in zip(items, errors, strict=True):  # the blocks are rewritten
-                if error is None:
-                    if events is not None:
-                        events.stored(item[0], "CPU")
-                elif (
-                    isinstance(error, TierFullError)
-                    and self.disk is not None
-                    and not is_spare(item[2])
-                ):
-                    # No room in the host (a batch cannot evict its own entries in
-                    # flight): the unit goes to the disk tier instead, as a copy.
-                    parts = [
-                        p.cpu().numpy().copy()
-                        for p in self.block_bytes.parts(item[0].group_id, item[1])
-                    ]
-                    self._spills.append((item[0], parts, item[2]))
-                    if events is not None:
-                        events.queued(item[0])
-                elif events is not None:  # in no tier: forget its fields
-                    events.forget(item[0], leaving=True)
+        if not items:
+            return
+        units = [(key, block) for key, block, _ in items]
+        errors = store_units(self.host, self.block_bytes, units, [v for *_, v in items])
+        overflow: list[tuple[UnitKey, int, float]] = []
+        for item, error in zip(items, errors, strict=True):  # the blocks are rewritten
+            if error is None:
+                if events is not None:
+                    events.stored(item[0], "CPU")
+            elif (
+                isinstance(error, TierFullError) and self.disk is not None and not is_spare(item[2])
+            ):
+                # No room in the host (a batch cannot evict its own entries in
+                # flight): the unit goes to the disk tier instead, as a copy.
+                overflow.append(item)
+                if events is not None:
+                    events.queued(item[0])
+            elif events is not None:  # in no tier: forget its fields
+                events.forget(item[0], leaving=True)
+        if overflow:
+            read = self.reads.read([(key.group_id, b) for key, b, _ in overflow], own=True)
+            for (key, _, value), parts in zip(overflow, read, strict=True):
+                self._spills.append((key, parts, value))
 
     def spill(self, key: UnitKey, parts: Any, value: float | None) -> None:
         """``HostTier.spill``: an entry the host evicts is queued for the disk tier
@@ -151,15 +154,16 @@ class Demotion:
         """Write the device's cached blocks and the host's entries to the disk tier."""
         if self.disk is None:
             return
-        items = []
+        units: list[tuple[UnitKey, int]] = []
+        values: list[float | None] = []
         for gid, index in enumerate(self.pool.cached):
             for h, b in index.items():
                 value = self.policy.demotion_value(b) if b.ref_cnt == 0 else 1.0
                 if value is not None:
-                    items.append((UnitKey(h, gid), self.block_bytes.parts(gid, b.block_id), value))
-        if items:
-            for t in self.host.store_many(items):
-                t.wait()
+                    units.append((UnitKey(h, gid), b.block_id))
+                    values.append(value)
+        if units:  # (one transfer per group; what has no room is written below if held)
+            store_units(self.host, self.block_bytes, units, values)
         held = self.host.keys()
         for key in held:
             if not self.disk.contains(key):

@@ -26,7 +26,8 @@ class PendingStores:
     def __init__(self, order: StreamOrder) -> None:
         self.order = order
         self._by_block: dict[int, list[Transfer]] = {}
-        #: Reuses that had to be ordered after a store still in flight.
+        #: Stores still in flight that a reuse had to be ordered after (a batch's
+        #: one transfer once per reuse call, however many of its blocks it takes).
         self.waited = 0
 
     def __len__(self) -> int:
@@ -48,12 +49,14 @@ class PendingStores:
         """``blocks`` are about to be handed out: order that after their stores."""
         if not self._by_block:
             return
+        ordered: set[Transfer] = set()  # (a group's batch reads many of the blocks)
         for b in blocks:
             pending = self._by_block.pop(b.block_id, None)
             if pending is None:
                 continue
             for t in pending:
-                if not t.done():
+                if t not in ordered and not t.done():
+                    ordered.add(t)
                     self.waited += 1
                     self.order.after(t)  # a failed store is the tier's (counted there)
 

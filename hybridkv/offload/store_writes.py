@@ -46,6 +46,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
+from hybridkv.offload.unit_reads import UnitReads
 from hybridkv.offload.write_barrier import WriteBarrier
 from hybridkv.policy.base import CachePolicy
 from hybridkv.tiers import MooncakeTier, Transfer, UnitKey
@@ -72,6 +73,7 @@ class StoreWrites:
     ) -> None:
         self.policy = policy
         self.block_bytes = block_bytes
+        self.reads = UnitReads(block_bytes)
         self.store = store
         self.events = events
         self.stats = stats
@@ -104,8 +106,10 @@ class StoreWrites:
         self, blocks: list[tuple[KVCacheBlock, Valuation]]
     ) -> list[tuple[UnitKey, list[Any], float]]:
         """The units to write: each block not written recently whose valuation gives a
-        value, with views of its bytes (the store tier copies them at once)."""
-        items = []
+        value, with its bytes in host memory, read as one batch (``UnitReads``: views
+        of the KV buffers on the CPU, which the store tier copies at once; one pinned
+        staging copy and one event on CUDA)."""
+        chosen: list[tuple[UnitKey, int, float]] = []
         now = time.monotonic()
         written = self._written
         for b, value_of in blocks:
@@ -119,18 +123,15 @@ class StoreWrites:
             value = value_of(b)
             if value is None:
                 continue
-            parts = [
-                p.numpy() if p.device.type == "cpu" else p.cpu().numpy()
-                for p in self.block_bytes.parts(gid, b.block_id)
-            ]
-            items.append((key, parts, value))
+            chosen.append((key, b.block_id, value))
             written.pop(key, None)
             written[key] = now
             if self.events is not None:
                 self.events.queued(key)
         while len(self._written) > REMEMBERED:
             self._written.popitem(last=False)
-        return items
+        parts = self.reads.read([(key.group_id, bid) for key, bid, _ in chosen])
+        return [(key, ps, value) for (key, _, value), ps in zip(chosen, parts, strict=True)]
 
     def _send(self, items: list[tuple[UnitKey, list[Any], float]], send: bool = True) -> None:
         if items:

@@ -6,12 +6,10 @@ and the host tier. On the CPU (the host tier over a ``SlabMemory``,
 ``BlockBytes.has_rows``) each group's units of a batch move as one ``Rows``
 transfer: one gather or scatter per layer and no tensor view per unit.
 Elsewhere (CUDA: ``TorchHostMemory``) each unit moves as its parts (one view
-per layer): stores in one ``store_many`` batch, a transfer per unit; loads
-with ``HostTier.load_parts``, one transfer per group (on CUDA one event after
-its copies). ``store_units`` gives one transfer per unit (a group's units
-share one on the CPU); ``load_units`` the transfers of each group with the
-units each covers.
-``start_row_stores`` starts a batch of row stores without waiting for them
+per layer), each group's units as one batch: ``HostTier.store_parts`` /
+``load_parts``, one transfer per group (on CUDA one copy-stream pass between
+the device and pinned host buffers, one event after its copies).
+``start_stores`` starts a batch of stores without waiting for them
 (``HostStores``: write-through and swaps, asynchronous); ``store_units``
 waits (``Demotion``).
 """
@@ -38,29 +36,34 @@ def rows_ok(host: HostTier, block_bytes: BlockBytes) -> bool:
     return block_bytes.has_rows and host.takes_rows
 
 
-def start_row_stores(
+def start_stores(
     host: HostTier,
     block_bytes: BlockBytes,
     units: Sequence[tuple[UnitKey, int]],
     values: Sequence[float | None],
 ) -> list[Transfer | BaseException | None]:
-    """Start storing each unit's block as rows (``rows_ok`` must hold): one
-    transfer per group, its copies one job on the copy thread, not waited for.
-    Per unit: the transfer copying it (its group's), the error it was skipped
-    with (``TierFullError``: no room), or None when the host holds it already
-    or is storing it (touched, not copied; so is a key repeated in ``units``
-    after its first time)."""
+    """Start storing each unit's block: one transfer per group, not waited for
+    (as rows on the CPU, ``rows_ok``: one job on the copy thread; else as each
+    unit's parts, ``HostTier.store_parts``: on CUDA one copy-stream pass and one
+    event per group). Per unit: the transfer copying it (its group's), the error
+    it was skipped with (``TierFullError``: no room), or None when the host
+    holds it already or is storing it (touched, not copied; so is a key
+    repeated in ``units`` after its first time)."""
     out: list[Transfer | BaseException | None] = [None] * len(units)
     groups = list(_by_group(units).items())
-    batches = [
-        (
-            [units[i][0] for i in at],
-            block_bytes.rows(gid, [units[i][1] for i in at]),
-            [values[i] for i in at],
-        )
-        for gid, at in groups
-    ]
-    for (_, at), (transfer, skipped) in zip(groups, host.store_rows(batches), strict=True):
+    keys = [[units[i][0] for i in at] for _, at in groups]
+    ids = [[units[i][1] for i in at] for _, at in groups]
+    vals = [[values[i] for i in at] for _, at in groups]
+    if rows_ok(host, block_bytes):
+        rows = [block_bytes.rows(gid, b) for (gid, _), b in zip(groups, ids, strict=True)]
+        started = host.store_rows(list(zip(keys, rows, vals, strict=True)))
+    else:
+        parts = [
+            [block_bytes.parts(gid, b) for b in bs]
+            for (gid, _), bs in zip(groups, ids, strict=True)
+        ]
+        started = host.store_parts(list(zip(keys, parts, vals, strict=True)))
+    for (_, at), (transfer, skipped) in zip(groups, started, strict=True):
         for k, error in skipped:
             out[at[k]] = error
         copied = set(transfer.keys)
@@ -80,14 +83,8 @@ def store_units(
 ) -> list[BaseException | None]:
     """Store each unit's block into the host tier and wait for the copies: per
     unit, None once it is held, else the error (``TierFullError``: no room)."""
-    if not rows_ok(host, block_bytes):
-        items = [
-            (key, block_bytes.parts(key.group_id, b), v)
-            for (key, b), v in zip(units, values, strict=True)
-        ]
-        return [None if t.wait() else t.error for t in host.store_many(items)]
     out: list[BaseException | None] = []
-    for started in start_row_stores(host, block_bytes, units, values):
+    for started in start_stores(host, block_bytes, units, values):
         if isinstance(started, Transfer):
             out.append(None if started.wait() else started.error)
         else:

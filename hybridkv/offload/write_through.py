@@ -37,7 +37,7 @@ from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.pending_stores import PendingStores
 from hybridkv.offload.stats import OffloadStats
 from hybridkv.offload.tier_events import TierEvents
-from hybridkv.offload.unit_batches import rows_ok, start_row_stores
+from hybridkv.offload.unit_batches import start_stores
 from hybridkv.tiers import HostTier, TierFullError, Transfer, UnitKey
 from hybridkv.tiers.spare import is_spare
 
@@ -53,10 +53,11 @@ class HostStores:
     in flight) goes to ``overflow`` (the disk tier), else nowhere; a unit stored
     as ``SPARE`` (spare room only, ``tiers/spare.py``) goes nowhere.
 
-    On the CPU (``rows_ok``: a ``SlabMemory`` host) a batch moves as rows: one
-    transfer per group, one gather per layer, on the copy thread
-    (``start_row_stores``); the transfer is registered for each block it reads.
-    Elsewhere (CUDA: ``TorchHostMemory``) each unit is one ``store_many`` item."""
+    A batch moves as one transfer per group (``start_stores``): on the CPU
+    (``rows_ok``: a ``SlabMemory`` host) as rows, one gather per layer on the
+    copy thread; elsewhere (CUDA: ``TorchHostMemory``) as each unit's parts, one
+    copy-stream pass into pinned buffers and one event per group. The transfer
+    is registered for each block it reads."""
 
     host: HostTier
     block_bytes: BlockBytes
@@ -72,23 +73,9 @@ class HostStores:
         for gid, b in blocks:
             assert b.block_hash is not None
             keys.append(UnitKey(b.block_hash, gid))
-        if rows_ok(self.host, self.block_bytes):
-            units = [(k, b.block_id) for k, (_, b) in zip(keys, blocks, strict=True)]
-            started = start_row_stores(self.host, self.block_bytes, units, [value] * len(units))
-            return self._register(keys, blocks, started, value)
-        todo = [
-            (k, b)
-            for k, b, held in zip(keys, blocks, self.host.touch(keys), strict=True)
-            if not held
-        ]
-        if not todo:
-            return 0
-        items = [(k, self.block_bytes.parts(gid, b.block_id), value) for k, (gid, b) in todo]
-        transfers = self.host.store_many(items)
-        outcomes: list[Transfer | BaseException | None] = [
-            t.error if t.done() and isinstance(t.error, TierFullError) else t for t in transfers
-        ]
-        return self._register([k for k, _ in todo], [gb for _, gb in todo], outcomes, value)
+        units = [(k, b.block_id) for k, (_, b) in zip(keys, blocks, strict=True)]
+        started = start_stores(self.host, self.block_bytes, units, [value] * len(units))
+        return self._register(keys, blocks, started, value)
 
     def _register(
         self,

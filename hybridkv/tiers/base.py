@@ -24,6 +24,7 @@ a miss for the caller (it recomputes); a failed store leaves nothing behind.
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -106,6 +107,21 @@ class CopyStats:
 
     load: CopyCounts = field(default_factory=CopyCounts)
     store: CopyCounts = field(default_factory=CopyCounts)
+
+
+class CopyClock:
+    """When a host tier's batch call began (``HostTier.store_rows`` / ``load_rows`` /
+    ``store_parts`` / ``load_parts``), and how many of its transfers are not settled."""
+
+    __slots__ = ("cpu", "remaining", "started")
+
+    def __init__(self, transfers: int) -> None:
+        self.started, self.cpu = time.perf_counter(), time.process_time()
+        self.remaining = transfers
+
+    def elapsed(self) -> tuple[float, float]:
+        """Wall and process CPU seconds since the call."""
+        return time.perf_counter() - self.started, time.process_time() - self.cpu
 
 
 #: A unit's parts: bytes-like objects (``HostTier`` with ``TorchHostMemory``: tensors).

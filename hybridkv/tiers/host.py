@@ -20,22 +20,22 @@ moves with one transfer and one gather or scatter per part: ``store_rows`` /
 events per unit, as with ``store_many``); only the copies and the transfer
 are per batch.
 
-Over any memory, ``load_parts`` loads batches of entries into parts given per
-entry (the engine on CUDA: device tensors) the same way: one transfer and one
-completion per batch (on CUDA one event after the batch's copies), the pins
-per unit in one pass.
+Over any memory, ``store_parts`` / ``load_parts`` store and load batches of
+entries given as parts per entry (the engine on CUDA: device tensors) the
+same way: one transfer and one completion per batch (on CUDA one stream
+switch and one event after the batch's copies, between device memory and
+pinned host buffers), the reservations or pins per unit in one pass.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
-from hybridkv.tiers.base import CopyStats, Parts, UnitKey
+from hybridkv.tiers.base import CopyClock, CopyStats, Parts, UnitKey
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.ledger import PinBatch
@@ -49,26 +49,14 @@ if TYPE_CHECKING:
 
 #: ``HostTier.store_rows``' batch: its keys, their rows and their values.
 RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
+#: ``HostTier.store_parts``' batch: its keys, each unit's parts and their values.
+PartBatch = tuple[Sequence[UnitKey], Sequence[Parts], Sequence["float | None"]]
 #: A unit ``store_rows`` skipped: its position in its batch, and why.
 Skip = tuple[int, BaseException]
 #: An entry's slot, and its parts' sizes (``HostTier._entries``' values).
 _SLOT, _SIZES = itemgetter(0), itemgetter(1)
 #: A batch load's copy, ready to start on the tier's copier, and its bytes.
 _Plan = tuple[Callable[[Copier], Completion], int]
-
-
-class _Clock:
-    """When a ``store_rows`` / ``load_rows`` call began, and its transfers not settled."""
-
-    __slots__ = ("cpu", "remaining", "started")
-
-    def __init__(self, transfers: int) -> None:
-        self.started, self.cpu = time.perf_counter(), time.process_time()
-        self.remaining = transfers
-
-    def elapsed(self) -> tuple[float, float]:
-        """Wall and process CPU seconds since the call."""
-        return time.perf_counter() - self.started, time.process_time() - self.cpu
 
 
 class HostTier(LedgerTier):
@@ -164,40 +152,80 @@ class HostTier(LedgerTier):
         slab = self._slab()
         for _, rows, _ in batches:
             slab.check_sizes(rows.sizes)
-        nbytes = slab.slot_bytes
-        clock = _Clock(len(batches))
+
+        def plan(b: int, keep: list[int], slots: list[Any]) -> _Plan:
+            rows = batches[b][1]
+            return partial(slab.store_rows, slots, rows.subset(keep)), sum(rows.sizes) * len(keep)
+
+        sized = [repeat(rows.sizes, len(keys)) for keys, rows, _ in batches]
+        return self._store_batches(batches, sized, plan)
+
+    def store_parts(self, batches: Sequence[PartBatch]) -> list[tuple[Transfer, list[Skip]]]:
+        """``store_rows`` over any memory, each unit given as its parts (the engine
+        on CUDA: device views): per batch one transfer and one completion (on the
+        copy thread one job for every batch; on CUDA the batch's device-to-pinned
+        copies queued on the copy stream at once with one event after them), not a
+        transfer, a stream switch and an event per entry as ``store_many``. Every
+        part is measured before anything is reserved (``ValueError``)."""
+        self._check_open()
+        memory = self._memory
+        for keys, parts, _ in batches:
+            if len(parts) != len(keys):
+                raise ValueError(f"{len(keys)} keys and {len(parts)} units' parts")
+        sized = [list(map(memory.nbytes, parts)) for _, parts, _ in batches]
+
+        def plan(b: int, keep: list[int], bufs: list[Any]) -> _Plan:
+            sizes = [sized[b][k] for k in keep]
+            start = memory.plan_store_many(bufs, [batches[b][1][k] for k in keep], sizes)
+            return start, sum(map(sum, sizes))
+
+        return self._store_batches(batches, sized, plan)
+
+    def _store_batches(
+        self,
+        batches: Sequence[Any],
+        sized: Sequence[Iterable[tuple[int, ...]]],
+        plan: Callable[[int, list[int], list[Any]], _Plan],
+    ) -> list[tuple[Transfer, list[Skip]]]:
+        """``store_rows`` / ``store_parts``: reserve each batch's ``(keys, _, values)``
+        units (of ``sized[b]`` parts' sizes), then start the copy of the units kept
+        (``plan(batch number, positions, buffers)``) as one transfer per batch, every
+        batch in one job."""
+        clock = CopyClock(len(batches))
+        footprint = self._memory.footprint
         out: list[tuple[Transfer, list[Skip]]] = []
         with self._lock:
             ledger, entries, pool = self._ledger, self._entries, self._pool
             reserved: list[UnitKey] = []
             try:
                 with self._copier.collect():
-                    for keys, rows, values in batches:
-                        sizes = rows.sizes
+                    for b, (keys, _, values) in enumerate(batches):
                         fresh: list[UnitKey] = []
                         keep: list[int] = []
-                        slots: list[int] = []
+                        bufs: list[Any] = []
                         skipped: list[Skip] = []
-                        for k, key in enumerate(keys):
+                        for k, (key, sizes) in enumerate(zip(keys, sized[b], strict=True)):
                             if key in ledger:
                                 ledger.store_again(key, values[k])
                                 continue
+                            nbytes = footprint(sizes)
                             error = self._reserve(key, nbytes, values[k])
                             if error is not None:
                                 skipped.append((k, error))
                                 continue
-                            slot = pool.get(nbytes)
-                            entries[key] = (slot, sizes)
+                            buf = pool.get(nbytes)
+                            entries[key] = (buf, sizes)
                             reserved.append(key)
                             fresh.append(key)
                             keep.append(k)
-                            slots.append(slot)
+                            bufs.append(buf)
                         if not fresh:
                             out.append((Transfer(None, "store", Completed(), keys=()), skipped))
                             clock.remaining -= 1
                             continue
-                        completion = slab.store_rows(slots, rows.subset(keep), self._copier)
-                        settle = self._batch_settler(True, sum(sizes) * len(fresh), clock)
+                        start, nbytes = plan(b, keep, bufs)
+                        settle = self._batch_settler(True, nbytes, clock)
+                        completion = start(self._copier)
                         transfer = Transfer(fresh[0], "store", completion, settle, tuple(fresh))
                         out.append((transfer, skipped))
             except BaseException:  # nothing of the job ran: undo the reservations
@@ -223,7 +251,7 @@ class HostTier(LedgerTier):
         once, or wakes the tier itself."""
         self._check_open()
         slab = self._slab()
-        clock = _Clock(len(batches))
+        clock = CopyClock(len(batches))
         with self._lock:
             planned: list[_Plan | None] = []
             for keys, rows in batches:  # (C-level maps: this runs once per unit)
@@ -251,7 +279,7 @@ class HostTier(LedgerTier):
         ``into`` fit its entry (``KeyError`` / ``ValueError`` before anything is
         pinned or copied). ``wake``, ``pins``: as ``load_rows``."""
         self._check_open()
-        clock = _Clock(len(batches))
+        clock = CopyClock(len(batches))
         with self._lock:
             planned: list[_Plan | None] = []
             for keys, into in batches:
@@ -277,7 +305,7 @@ class HostTier(LedgerTier):
         planned: list[_Plan | None],
         wake: bool,
         pins: PinBatch | None,
-        clock: _Clock,
+        clock: CopyClock,
     ) -> list[Transfer]:
         """Pin the batches' keys (or take ``pins`` over) and start each batch's
         planned copy (None: an empty batch) as one transfer, all in one job. Under
@@ -319,13 +347,15 @@ class HostTier(LedgerTier):
         ):
             raise ValueError("a batch load's pins=: a pin batch held of exactly the keys loaded")
 
-    def _batch_settler(self, store: bool, nbytes: int, clock: _Clock) -> Callable[[Transfer], None]:
+    def _batch_settler(
+        self, store: bool, nbytes: int, clock: CopyClock
+    ) -> Callable[[Transfer], None]:
         def settle(transfer: Transfer) -> None:
             self._settle_batch(transfer, store, nbytes, clock)
 
         return settle
 
-    def _settle_batch(self, transfer: Transfer, store: bool, nbytes: int, clock: _Clock) -> None:
+    def _settle_batch(self, transfer: Transfer, store: bool, nbytes: int, clock: CopyClock) -> None:
         with self._lock:
             clock.remaining -= 1
             seconds = None if clock.remaining else clock.elapsed()

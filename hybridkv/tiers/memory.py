@@ -99,6 +99,15 @@ class HostMemory(Protocol):
         on the copy stream and one event after them). Nothing is copied until it
         is called (``HostTier.load_parts`` checks every batch first)."""
 
+    def plan_store_many(
+        self, bufs: Sequence[Any], parts: Sequence[Sequence[Any]], sizes: Sequence[tuple[int, ...]]
+    ) -> Callable[[Copier], Completion]:
+        """What starts copying ``parts[k]`` (measured by ``nbytes``: ``sizes[k]``)
+        back to back into ``bufs[k]`` for every ``k`` as *one* completion: one job
+        on the copier (on CUDA, the copies queued on the copy stream and one event
+        after them, the sources kept alive until it has passed). Nothing is copied
+        until it is called (``HostTier.store_parts``)."""
+
 
 class RowMemory(HostMemory, Protocol):
     """A ``HostMemory`` of fixed slots that also copies batches of units given as
@@ -148,6 +157,29 @@ def copy_bytes(dst: Any, dst_off: int, src: Any, src_off: int, n: int) -> None:
         ]
         return
     ctypes.memmove(_address(dst) + dst_off, _address(src) + src_off, n)
+
+
+#: One ``copy_bytes`` call's arguments: (destination, its offset, source, its offset, bytes).
+_Move = tuple[Any, int, Any, int, int]
+
+
+def _packed(parts: Sequence[Any], sizes: Sequence[int]) -> list[tuple[Any, int, int]]:
+    """Each part with its offset in an entry's buffer (the parts back to back) and size."""
+    out, off = [], 0
+    for part, n in zip(parts, sizes, strict=True):
+        out.append((part, off, n))
+        off += n
+    return out
+
+
+def _job(moves: list[_Move]) -> Callable[[Copier], Completion]:
+    """What submits ``moves`` as one job on a copier."""
+
+    def copy() -> None:
+        for move in moves:
+            copy_bytes(*move)
+
+    return lambda copier: copier.submit(copy)
 
 
 class BytesMemory:
@@ -201,7 +233,7 @@ class BytesMemory:
     def plan_load_many(
         self, entries: Sequence[tuple[Any, tuple[int, ...]]], into: Sequence[Sequence[Any]]
     ) -> Callable[[Copier], Completion]:
-        moves: list[tuple[Any, Any, int, int]] = []  # (target, buffer, offset, bytes)
+        moves: list[_Move] = []
         for k, ((buf, sizes), targets) in enumerate(zip(entries, into, strict=True)):
             views = [byte_view(t, f"into[{k}][{j}]") for j, t in enumerate(targets)]
             got = tuple(v.nbytes for v in views)
@@ -209,13 +241,13 @@ class BytesMemory:
                 raise ValueError(f"into[{k}] has parts of {got} bytes; the entry's are {sizes}")
             if any(v.readonly for v in views):
                 raise ValueError(f"into[{k}] must be writable buffers")
-            off = 0
-            for t, n in zip(targets, sizes, strict=True):
-                moves.append((t, buf, off, n))
-                off += n
+            moves += [(t, 0, buf, off, n) for t, off, n in _packed(targets, sizes)]
+        return _job(moves)
 
-        def copy_out() -> None:
-            for target, buf, off, n in moves:
-                copy_bytes(target, 0, buf, off, n)
-
-        return lambda copier: copier.submit(copy_out)
+    def plan_store_many(
+        self, bufs: Sequence[Any], parts: Sequence[Sequence[Any]], sizes: Sequence[tuple[int, ...]]
+    ) -> Callable[[Copier], Completion]:
+        moves: list[_Move] = []
+        for buf, ps, ns in zip(bufs, parts, sizes, strict=True):
+            moves += [(buf, off, p, 0, n) for p, off, n in _packed(ps, ns)]
+        return _job(moves)

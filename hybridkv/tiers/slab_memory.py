@@ -148,6 +148,22 @@ class SlabMemory:
 
         return lambda copier: copier.submit(copy_out)
 
+    def plan_store_many(
+        self, bufs: Sequence[Any], parts: Sequence[Sequence[Any]], sizes: Sequence[tuple[int, ...]]
+    ) -> Callable[[Copier], Completion]:
+        """Each entry's parts into its slot, all in one job."""
+        moves = [
+            (self.slab[j], slot, _flat(p, f"parts[{k}][{j}]"))
+            for k, (slot, ps) in enumerate(zip(bufs, parts, strict=True))
+            for j, p in enumerate(ps)
+        ]
+
+        def copy_in() -> None:
+            for slab, slot, a in moves:
+                slab[slot, : a.size] = a
+
+        return lambda copier: copier.submit(copy_in)
+
     def store_rows(self, slots: list[int], rows: Rows, copier: Copier) -> Completion:
         """Copy unit ``k`` of ``rows`` into slot ``slots[k]``: one gather per part."""
         self.check_sizes(rows.sizes)

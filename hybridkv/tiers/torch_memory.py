@@ -168,3 +168,25 @@ class TorchHostMemory:
                 _copy(dst, src)
 
         return lambda copier: copier.submit(copy_out)
+
+    def plan_store_many(
+        self, bufs: Sequence[Any], parts: Sequence[Sequence[Any]], sizes: Sequence[tuple[int, ...]]
+    ) -> Callable[[Copier], Completion]:
+        """Every entry's parts into its buffer: on CUDA one stream switch, the
+        device-to-pinned copies queued back to back and one event after them (the
+        sources kept alive until it has passed); on the CPU one job."""
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for k, (buf, ps, ns) in enumerate(zip(bufs, parts, sizes, strict=True)):
+            off = 0
+            for j, (p, n) in enumerate(zip(ps, ns, strict=True)):
+                pairs.append((buf[off : off + n], _flat_bytes(p, f"parts[{k}][{j}]")))
+                off += n
+        if self.cuda:
+            keep = [p for ps in parts for p in ps]
+            return lambda _copier: self._on_stream(pairs, None, keep)
+
+        def copy_in() -> None:
+            for dst, src in pairs:
+                _copy(dst, src)
+
+        return lambda copier: copier.submit(copy_in)

@@ -76,11 +76,10 @@ def test_a_steps_blocks_of_every_request_are_one_batch(host_memory: MakeMemory) 
     tiers.pending.wait_all()
     groups = {gid for gid, _ in want}
     assert tiers.stats.written_through == tiers.host.stats.stores == len(want)
-    if tiers.host.takes_rows:  # one transfer (one gather per layer) per group, both requests
-        assert tiers.host.copies.store.calls == 1
-        assert tiers.host.copies.store.batches == len(groups) > 1
-    else:  # TorchHostMemory (the CUDA path's shape): unit by unit
-        assert tiers.host.copies.store.batches == 0
+    # one transfer per group, both requests' units, all in one call: rows (one gather
+    # per layer) over a SlabMemory, parts (``store_parts``: the CUDA path's shape) else
+    assert tiers.host.copies.store.calls == 1
+    assert tiers.host.copies.store.batches == len(groups) > 1
     for gid, h in want:
         assert _host_bytes(tiers, UnitKey(h, gid)) == want[(gid, h)]
     for r in rs:

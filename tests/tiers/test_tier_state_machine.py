@@ -11,7 +11,9 @@ after every step:
 - an entry with a flipped byte is never served: its load fails and it goes;
 - a restart (disk) serves exactly the entries whose store had completed;
 - a host tier's batched load (``load_parts``) copies exactly each entry's bytes,
-  and its entries stay pinned until it lands.
+  and its entries stay pinned until it lands; its batched store (``store_parts``,
+  two batches in one call, values and spare units mixed) stores exactly the keys
+  it names, touches those it holds and skips only for room.
 """
 
 from __future__ import annotations
@@ -138,6 +140,36 @@ class TierMachine(RuleBasedStateMachine):
             else:
                 self.stores.append(transfer)
                 self.corrupt.discard(transfer.key)  # an earlier key of the batch evicted it
+
+    @precondition(lambda self: isinstance(self.tier, HostTier))
+    @rule(
+        ks=st.lists(keys, min_size=1, max_size=6, unique=True),
+        split=st.integers(0, 6),
+        value=st.one_of(st.none(), st.just(SPARE), st.floats(0, 10)),
+    )
+    def store_parts_batches(self, ks: list[UnitKey], split: int, value: float | None) -> None:
+        """Keys stored in two batches of one ``store_parts`` call (the engine's
+        groups): per batch one transfer naming the keys copied, each at most once;
+        a key held when its turn comes is not copied (a use), a key skipped is
+        skipped for room; the copies in flight are pinned (``integrity``)."""
+        assert isinstance(self.tier, HostTier)
+        cut = min(split, len(ks))
+        batches = [
+            (b, [[CONTENT[k][:4], CONTENT[k][4:]] for k in b], [value] * len(b))
+            for b in (ks[:cut], ks[cut:])
+        ]
+        for (bks, _, _), (t, skipped) in zip(batches, self.tier.store_parts(batches), strict=True):
+            assert all(isinstance(e, TierFullError) for _, e in skipped)
+            gone = {bks[k] for k, _ in skipped}
+            assert len(t.keys) == len(set(t.keys)) and not gone & set(t.keys)
+            assert set(t.keys) | gone <= set(bks)
+            # the copies in flight hold their entries (pinned: no later unit evicts them);
+            # the other keys were held when their turn came (a use; a later unit of the
+            # call may evict one of them, as it may any committed entry)
+            assert all(k in self.tier._ledger for k in t.keys)
+            if not t.done():
+                self.stores.append(t)
+            self.corrupt -= set(t.keys)  # written anew
 
     @rule(ks=st.lists(keys, min_size=1, max_size=4, unique=True))
     def load_a_batch(self, ks: list[UnitKey]) -> None:

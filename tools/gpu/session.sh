@@ -186,7 +186,8 @@ stage_bench-engine-graphs() {
 }
 
 # The tiers' bandwidth (issue 45/47): host-tier loads into device tensors against a
-# pinned host-to-device copy_ in the same process, besides the CPU cases.
+# pinned host-to-device copy_, and stores from them (store_parts: one event a batch)
+# against a pinned device-to-host copy_, in the same process, besides the CPU cases.
 stage_bench-tiers() {
     "$PY" benchmarks/bench_tiers.py --sizes 256KiB,4MiB,32MiB --repeats 3 \
         --out "benchmarks/results/tiers-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr -cd 'A-Za-z0-9-')".md
