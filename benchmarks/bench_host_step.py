@@ -18,7 +18,8 @@ core on a shared machine is left out), exclusive of the phases it calls, per dec
 
 - ``schedule``: ``Scheduler.schedule`` without the manager's calls below;
 - ``allocate``: ``KVCacheManager.allocate_slots``;
-- ``block ids``: ``KVCacheManager.get_block_ids`` (the tables a step's inputs are built from);
+- ``block ids``: the step's block ids per request (``ModelRunner.block_ids``, or before it
+  ``KVCacheManager.get_block_ids`` per request);
 - ``inputs``: eager ``ModelRunner.build_batch``; graphed ``StaticStep.fill`` (with its copies);
 - ``graph shape``: ``StepGraphs.shape`` (which captured graph a step replays);
 - ``forward``: the stub (and, graphed, ``EagerReplay``'s copy of its output): not host work on
@@ -168,6 +169,8 @@ def instrument(llm: Any, phases: Phases, graphs: bool) -> None:
     sched.update = phases.wrap(sched.update, "update")
     manager.allocate_slots = phases.wrap(manager.allocate_slots, "allocate")
     manager.get_block_ids = phases.wrap(manager.get_block_ids, "block ids")
+    if hasattr(runner, "block_ids"):  # StepBlockIds (since 2026-11-28), else the manager's
+        runner.block_ids = phases.wrap(runner.block_ids, "block ids")
     runner.build_batch = phases.wrap(runner.build_batch, "inputs")
     runner.model = StubForward(llm.text_config.vocab_size, llm.scheduler.max_num_seqs + 1)
     forward = runner.model

@@ -1,10 +1,10 @@
 """``ModelRunner``: turns a scheduled step into a ``ForwardBatch``, runs it, samples.
 
 Per step and KV cache group it builds the block table once (from the
-manager's per-group block ids) and derives what every layer of the group
-reads: for attention groups one ``AttentionMetadata`` and a slot mapping
-(``block_ids[p // bs] * bs + p % bs`` for each new token position ``p``); for
-Mamba groups the state slot each sequence starts from (entry
+manager's per-group block ids, ``StepBlockIds``: read again where they changed)
+and derives what every layer of the group reads: for attention groups one
+``AttentionMetadata`` and a slot mapping (``block_ids[p // bs] * bs + p % bs``
+for each new token position ``p``); for Mamba groups the state slot each sequence starts from (entry
 ``(start - 1) // bs``, -1 for a fresh sequence) and, per token, the slot
 receiving the state after it (the entry of every block boundary crossed and
 of the last token; -1 where that entry is the null block, i.e. not kept):
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.engine.block_ids import StepBlockIds
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata, KernelBackend
 from hybridkv.managers.snapshots import resume_entry, save_slots
@@ -63,6 +64,8 @@ class ModelRunner:
         self.manager = manager
         self.device = device
         self.ops = ops
+        #: Each step's block ids per request and group (read again where they changed).
+        self.block_ids = StepBlockIds(manager)
         #: Steps replayed from CUDA graphs (``LLM(cuda_graphs=True)``), or None.
         self.graphs: StepGraphs | None = None
 
@@ -85,7 +88,7 @@ class ModelRunner:
         dev = self.device
         batch_attn: dict[str, AttentionLayerInputs] = {}
         batch_mamba: dict[str, MambaLayerInputs] = {}
-        ids = [self.manager.get_block_ids(s.request.request_id) for s in work]
+        ids = self.block_ids(work)
         qsl = torch.tensor(qstarts, dtype=torch.int32, device=dev)
         for g, group in enumerate(self.config.kv_cache_groups):
             spec = group.kv_cache_spec
