@@ -132,13 +132,14 @@ class Scheduler:
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
+        running, allocate = self.running, self.manager.allocate_slots  # bound: once a request
+        while i < len(running) and budget > 0:
+            req = running[i]
             core = req.core
             total, computed = core.num_tokens, core.num_computed_tokens
-            n = min(total - computed, budget)
-            while self.manager.allocate_slots(core, n) is None:
-                victim = self.running.pop()
+            n = total - computed if total - computed < budget else budget
+            while allocate(core, n) is None:
+                victim = running.pop()
                 self._preempt(victim)
                 preempted.append(victim.request_id)
                 if victim is req:
@@ -256,10 +257,10 @@ class Scheduler:
                 prefill,
                 time.perf_counter() - self._scheduled_at,
             )
-        for s in out.scheduled:
-            req = s.request
-            req.core.num_computed_tokens = s.start + s.num_tokens
-            token = sampled.get(req.request_id)
+        get = sampled.get
+        for req, start, num_tokens, _, _ in out.scheduled:
+            req.core.num_computed_tokens = start + num_tokens
+            token = get(req.request_id)
             if token is None:
                 continue
             req.append_token(token, now)
