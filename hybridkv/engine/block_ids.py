@@ -27,13 +27,14 @@ class StepBlockIds:
     """Block ids of a step's requests (module docstring); ``last`` holds, per request of
     the last step, the block objects its ids were read from and the ids."""
 
-    def __init__(self, manager: KVCacheManager) -> None:
-        self.tables = manager.coordinator.get_blocks
+    def __init__(self) -> None:
         self.last: dict[str, tuple[tuple[list[Any], ...], Ids]] = {}
 
-    def __call__(self, work: Sequence[Any]) -> list[Ids]:
-        """``work``'s (scheduled requests') block ids per group, in order."""
-        last, tables = self.last, self.tables
+    def __call__(self, manager: KVCacheManager, work: Sequence[Any]) -> list[Ids]:
+        """``work``'s (scheduled requests') block ids per group in ``manager``, in order
+        (the manager is passed each step: a caller may swap it, and the kept lists are
+        compared with its live tables, so a swap only costs a fresh read)."""
+        last, tables = self.last, manager.coordinator.get_blocks
         now: dict[str, tuple[tuple[list[Any], ...], Ids]] = {}
         out = []
         for s in work:

@@ -71,9 +71,13 @@ class ModelRunner:
         self.device = device
         self.ops = ops
         #: Each step's block ids per request and group (read again where they changed).
-        self.block_ids = StepBlockIds(manager)
+        self.step_ids = StepBlockIds()
         #: Steps replayed from CUDA graphs (``LLM(cuda_graphs=True)``), or None.
         self.graphs: StepGraphs | None = None
+
+    def block_ids(self, work: Sequence[ScheduledRequest]) -> list[tuple[list[int], ...]]:
+        """``work``'s block ids per group, from ``self.manager`` (``StepBlockIds``)."""
+        return self.step_ids(self.manager, work)
 
     def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
         """The step's ``ForwardBatch`` (block tables built once per group)."""

@@ -77,12 +77,12 @@ def test_step_block_ids_are_the_managers_at_every_step(ckpt: Path, graphed: bool
               max_model_len=64, kv_cache_memory_bytes=40 * 1024)  # fmt: skip
     if graphed:
         llm.runner.graphs = StepGraphs(llm.runner, 6, llm.max_model_len, graph_factory=EagerReplay)
-    ids, manager, dropped = llm.runner.block_ids, llm.manager, []
+    ids, step_ids, manager, dropped = llm.runner.block_ids, llm.runner.step_ids, llm.manager, []
 
     def checking(work: Any) -> Any:
         got = ids(work)
         assert got == [manager.get_block_ids(s.request.request_id) for s in work]
-        ids.check_integrity()
+        step_ids.check_integrity()
         dropped.append(any(0 in table for row in got for table in row))  # the null block
         return got
 
