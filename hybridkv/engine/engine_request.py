@@ -44,7 +44,10 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self.name.startswith("FINISHED")
+        return self in _FINISHED  # read per request per step: a set, not the name
+
+
+_FINISHED = frozenset(s for s in RequestStatus if s.name.startswith("FINISHED"))
 
 
 class EngineRequest:
@@ -108,13 +111,16 @@ class EngineRequest:
 
     def append_token(self, token: int, now: float) -> None:
         """Record a sampled token and finish the request if it stops here."""
-        self.core.append_output_token_ids(token)
+        core = self.core
+        core.append_output_token_ids(token)
         if self.metrics.first_token_time is None:
             self.metrics.first_token_time = now
         if token in self.stop_token_ids:
             self.status, self.stop_reason = RequestStatus.FINISHED_STOP, token
-        elif self.num_output_tokens >= self.params.max_tokens or (
-            self.max_model_len is not None and self.num_tokens >= self.max_model_len
+            return
+        n = core.num_tokens
+        if n - core.num_prompt_tokens >= self.params.max_tokens or (
+            self.max_model_len is not None and n >= self.max_model_len
         ):
             self.status = RequestStatus.FINISHED_LENGTH
 

@@ -70,13 +70,13 @@ from hybridkv.engine.engine_setup import (
     resolve_dtype,
     resolve_kernel_backend,
 )
+from hybridkv.engine.engine_step import run_step, schedule_step
 from hybridkv.engine.graphs import StepGraphs, unsupported_reason
 from hybridkv.engine.heap_freeze import freeze_startup_heap, release_heap
 from hybridkv.engine.inputs import Prompt, PromptType, engine_requests, prompt_ids, sampling_list
 from hybridkv.engine.model_source import resolve_model_dir
 from hybridkv.engine.outputs import RequestOutput
 from hybridkv.engine.runner import ModelRunner
-from hybridkv.engine.sampler import sample
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
 from hybridkv.engine.tokenizer import encode_conversations, load_tokenizer
@@ -346,28 +346,9 @@ class LLM:
         self.last_step = None
         if not self.scheduler.has_unfinished():
             return SchedulerOutput((), ())
-        out = self.scheduler.schedule()
+        out = schedule_step(self.scheduler, self.kv_cache_config.num_blocks)
         self.last_step = out
-        if not out.scheduled:
-            stuck = [r.request_id for r in self.scheduler.waiting]
-            raise RuntimeError(
-                f"no request can be scheduled (waiting: {stuck[:5]}): the KV cache "
-                f"({self.kv_cache_config.num_blocks} blocks) is too small"
-            )
-        now = time.monotonic()
-        for s in out.scheduled:
-            if s.request.metrics.first_scheduled_time is None:
-                s.request.metrics.first_scheduled_time = now
-        logits = self.runner.execute(out.scheduled)
-        samplers = [s.request for s in out.scheduled if s.samples]
-        sampled = {}
-        if samplers:
-            draws = sample(logits, samplers, self.kernel_backend.greedy)
-            for req, token, lp in zip(samplers, draws.tokens, draws.logprobs, strict=True):
-                sampled[req.request_id] = token
-                if lp is not None:
-                    req.record_logprobs(lp, token)
-        self.scheduler.update(out, sampled, time.monotonic())
+        run_step(out, self.scheduler, self.runner, self.kernel_backend.greedy)
         self.num_steps += 1
         self.publish_kv_events()
         return out

@@ -1,10 +1,10 @@
 """``ModelRunner``: turns a scheduled step into a ``ForwardBatch``, runs it, samples.
 
 Per step and KV cache group it builds the block table once (from the
-manager's per-group block ids) and derives what every layer of the group
-reads: for attention groups one ``AttentionMetadata`` and a slot mapping
-(``block_ids[p // bs] * bs + p % bs`` for each new token position ``p``); for
-Mamba groups the state slot each sequence starts from (entry
+manager's per-group block ids, ``StepBlockIds``: read again where they changed)
+and derives what every layer of the group reads: for attention groups one
+``AttentionMetadata`` and a slot mapping (``block_ids[p // bs] * bs + p % bs``
+for each new token position ``p``); for Mamba groups the state slot each sequence starts from (entry
 ``(start - 1) // bs``, -1 for a fresh sequence) and, per token, the slot
 receiving the state after it (the entry of every block boundary crossed and
 of the last token; -1 where that entry is the null block, i.e. not kept):
@@ -16,11 +16,14 @@ share.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate, chain
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.engine.block_ids import StepBlockIds
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata, KernelBackend
 from hybridkv.managers.snapshots import resume_entry, save_slots
@@ -38,11 +41,15 @@ if TYPE_CHECKING:
     from hybridkv.engine.graphs import StepGraphs
 
 
-def _table(rows: list[list[int]]) -> torch.Tensor:
+def _table(rows: list[list[int]]) -> np.ndarray:
     """The rows as one int64 table, each padded with block 0 (the null block) to the
-    longest; one tensor built from one list (a step builds this per group)."""
-    width = max(1, max(len(r) for r in rows))
-    return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int64)
+    longest; written with numpy from the rows' ids in order (a step builds this per
+    group: a nested list made into a tensor took four times as long)."""
+    lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
+    table = np.zeros((len(rows), max(1, int(lens.max()))), np.int64)
+    kept = np.arange(table.shape[1]) < lens[:, None]  # row-major: the rows' ids in order
+    table[kept] = np.fromiter(chain.from_iterable(rows), np.int64, count=int(lens.sum()))
+    return table
 
 
 class ModelRunner:
@@ -63,38 +70,44 @@ class ModelRunner:
         self.manager = manager
         self.device = device
         self.ops = ops
+        #: Each step's block ids per request and group (read again where they changed).
+        self.step_ids = StepBlockIds()
         #: Steps replayed from CUDA graphs (``LLM(cuda_graphs=True)``), or None.
         self.graphs: StepGraphs | None = None
+
+    def block_ids(self, work: Sequence[ScheduledRequest]) -> list[tuple[list[int], ...]]:
+        """``work``'s block ids per group, from ``self.manager`` (``StepBlockIds``)."""
+        return self.step_ids(self.manager, work)
 
     def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
         """The step's ``ForwardBatch`` (block tables built once per group)."""
         qlens = [s.num_tokens for s in work]
         starts = [s.start for s in work]
-        seq_lens = [s.start + s.num_tokens for s in work]
-        qstarts = [0]
-        for n in qlens:
-            qstarts.append(qstarts[-1] + n)
+        seq_lens = [a + n for a, n in zip(starts, qlens, strict=True)]
+        qstarts = [0, *accumulate(qlens)]
         tokens: list[int] = []
         for s in work:
             tokens.extend(s.request.core.all_token_ids[s.start : s.start + s.num_tokens])
-        seq_of = torch.repeat_interleave(torch.arange(len(work)), torch.tensor(qlens))
-        first = torch.tensor(starts, dtype=torch.int64)
-        offsets = torch.arange(len(tokens), dtype=torch.int64) - torch.tensor(qstarts[:-1])[seq_of]
-        positions = first[seq_of] + offsets
+        # Per token (numpy: a few calls, not a torch op per vector): its sequence, position.
+        lens = np.array(qlens, np.int64)
+        seq_of = np.repeat(np.arange(len(work)), lens)
+        pos = np.arange(qstarts[-1]) - np.repeat(np.array(qstarts[:-1]) - np.array(starts), lens)
+        positions = torch.from_numpy(pos)
         sampling = [i for i, s in enumerate(work) if s.samples]
         dev = self.device
         batch_attn: dict[str, AttentionLayerInputs] = {}
         batch_mamba: dict[str, MambaLayerInputs] = {}
-        ids = [self.manager.get_block_ids(s.request.request_id) for s in work]
+        ids = self.block_ids(work)
         qsl = torch.tensor(qstarts, dtype=torch.int32, device=dev)
         for g, group in enumerate(self.config.kv_cache_groups):
             spec = group.kv_cache_spec
             bs = spec.block_size
             table = _table([row[g] for row in ids])
-            slots = table[seq_of, positions // bs]
+            slots = table[seq_of, pos // bs]
             if isinstance(spec, AttentionSpec):
-                meta = AttentionMetadata.build(qlens, seq_lens, table.to(torch.int32), dev)
-                slot_mapping = (slots * bs + positions % bs).to(dev)
+                block_table = torch.from_numpy(table.astype(np.int32))
+                meta = AttentionMetadata.build(qlens, seq_lens, block_table, dev)
+                slot_mapping = torch.from_numpy(slots * bs + pos % bs).to(dev)
                 for name in group.layer_names:
                     cache = self.buffers.layers[name]
                     assert isinstance(cache, AttentionCache)
@@ -102,7 +115,8 @@ class ModelRunner:
             elif isinstance(spec, MambaSpec):
                 entries = [resume_entry(s0, bs) for s0 in starts]
                 init = [row[g][e] if e >= 0 else -1 for row, e in zip(ids, entries, strict=True)]
-                save = save_slots(positions, slots, torch.tensor(qstarts[1:]), bs).to(dev)
+                ends = torch.tensor(qstarts[1:])
+                save = save_slots(positions, torch.from_numpy(slots), ends, bs).to(dev)
                 init_t = torch.tensor(init, dtype=torch.int32, device=dev)
                 for name in group.layer_names:
                     cache = self.buffers.layers[name]

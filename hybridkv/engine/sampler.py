@@ -88,8 +88,14 @@ def sample(
     logits: torch.Tensor, requests: Sequence[EngineRequest], greedy_op: GreedyOp = max_indices
 ) -> Samples:
     """One token per row of ``logits`` ``[N, V]`` (row ``i`` for ``requests[i]``);
-    unprocessed greedy rows from ``greedy_op`` (the engine's ``kernel_backend.greedy``)."""
-    fast = any(r.params.greedy and not r.params.processes_logits for r in requests)
+    unprocessed greedy rows from ``greedy_op`` (the engine's ``kernel_backend.greedy``).
+    When every request is plainly greedy (no processing, no log-probabilities) that is
+    one call and one read of its ``[N]`` result, with no Python per row."""
+    params = {id(r.params): r.params for r in requests}.values()  # a batch shares a few
+    if all(p.greedy and not p.processes_logits and p.logprobs is None for p in params):
+        argmax: list[int] = greedy_op(logits).tolist()
+        return Samples(argmax, [None] * len(argmax))
+    fast = any(p.greedy and not p.processes_logits for p in params)
     greedy = greedy_op(logits).tolist() if fast else []
     tokens: list[int] = []
     logprobs: list[dict[int, Logprob] | None] = []

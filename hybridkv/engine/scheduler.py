@@ -50,7 +50,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.core.request import Request
@@ -60,26 +60,26 @@ if TYPE_CHECKING:
     from hybridkv.offload import TieredCache
 
 
-@dataclass(frozen=True)
-class ScheduledRequest:
-    """One request's share of a step: tokens ``[start, start + num_tokens)``."""
+class ScheduledRequest(NamedTuple):
+    """One request's share of a step: tokens ``[start, start + num_tokens)``.
+
+    A named tuple (a step makes one per running request: a third of a frozen
+    dataclass's cost to build)."""
 
     request: EngineRequest
     start: int
     num_tokens: int
+    #: The step reaches the request's last token known when it was scheduled: it samples.
+    samples: bool
     #: Admitted in this step: tokens before ``start`` are its prefix hit.
     admitted: bool = False
-
-    @property
-    def samples(self) -> bool:
-        """True when the step reaches the request's last known token (it samples)."""
-        return self.start + self.num_tokens == self.request.num_tokens
 
 
 @dataclass(frozen=True)
 class SchedulerOutput:
-    """A step: the scheduled requests in batch order, who was preempted, and the
-    seconds scheduling blocked on tier loads (``load_wait``)."""
+    """A step: the scheduled requests in batch order (the running ones, then those
+    admitted in this step), who was preempted, and the seconds scheduling blocked on
+    tier loads (``load_wait``)."""
 
     scheduled: tuple[ScheduledRequest, ...]
     preempted: tuple[str, ...]
@@ -132,17 +132,20 @@ class Scheduler:
         scheduled: list[ScheduledRequest] = []
         preempted: list[str] = []
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            while self.manager.allocate_slots(req.core, n) is None:
-                victim = self.running.pop()
+        running, allocate = self.running, self.manager.allocate_slots  # bound: once a request
+        while i < len(running) and budget > 0:
+            req = running[i]
+            core = req.core
+            total, computed = core.num_tokens, core.num_computed_tokens
+            n = total - computed if total - computed < budget else budget
+            while allocate(core, n) is None:
+                victim = running.pop()
                 self._preempt(victim)
                 preempted.append(victim.request_id)
                 if victim is req:
                     break
             else:
-                scheduled.append(ScheduledRequest(req, req.num_computed_tokens, n))
+                scheduled.append(ScheduledRequest(req, computed, n, computed + n == total))
                 budget -= n
                 i += 1
                 continue
@@ -203,7 +206,7 @@ class Scheduler:
             req.core.num_computed_tokens = hit
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            scheduled.append(ScheduledRequest(req, hit, n, admitted=True))
+            scheduled.append(ScheduledRequest(req, hit, n, hit + n == req.num_tokens, True))
             if pending is not None:
                 self._add_pending(pending, scheduled[-1])
             budget -= n
@@ -254,10 +257,10 @@ class Scheduler:
                 prefill,
                 time.perf_counter() - self._scheduled_at,
             )
-        for s in out.scheduled:
-            req = s.request
-            req.core.num_computed_tokens = s.start + s.num_tokens
-            token = sampled.get(req.request_id)
+        get = sampled.get
+        for req, start, num_tokens, _, _ in out.scheduled:
+            req.core.num_computed_tokens = start + num_tokens
+            token = get(req.request_id)
             if token is None:
                 continue
             req.append_token(token, now)

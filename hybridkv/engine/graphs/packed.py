@@ -19,7 +19,6 @@ group's block table: rows written with numpy, one copy per step.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -76,6 +75,11 @@ class HostTable:
     """A block table's host mirror: a step's rows written with numpy and copied to the
     device table as far as its widest row (the rest of the device table is left as it
     was: no launch reads past a sequence's blocks). Pinned on CUDA, like ``PackedInts``.
+
+    Rows are kept from step to step in ``shadow`` (every row at the table's full width):
+    a row equal to the one written there last step (a list comparison, no numpy work) is
+    not written again; a decode step changes the few rows that gained or dropped a block.
+    ``written[i]`` is a copy of what row ``i`` holds (None: zeros).
     """
 
     def __init__(self, device_table: torch.Tensor) -> None:
@@ -85,20 +89,31 @@ class HostTable:
         host = torch.zeros(rows * width, dtype=device_table.dtype)
         self.host = host.pin_memory() if self.pinned else host
         self.mirror = self.host.numpy()
+        self.shadow = np.zeros((rows, width), self.mirror.dtype)
+        self.written: list[list[int] | None] = [None] * rows
+        self.used = 0  # rows [used:] of the shadow are zero
 
     def fill(self, rows: Sequence[Sequence[int]]) -> Any:
         """Write ``rows`` (one per sequence of the step, the rest of the table's rows
         zero) and copy them to the device; returns the written ``[seqs, widest]`` mirror
         (numpy), zero-padded."""
         seqs = self.device.shape[0]
-        lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
-        width = int(lens.max()) if len(rows) else 1
+        shadow, written = self.shadow, self.written
+        for i, row in enumerate(rows):
+            if row != written[i]:
+                old, k = written[i], len(row)
+                shadow[i, :k] = row
+                if old is not None and len(old) > k:
+                    shadow[i, k : len(old)] = 0
+                written[i] = list(row)
+        n = len(rows)
+        if self.used > n:
+            shadow[n : self.used] = 0
+            written[n : self.used] = [None] * (self.used - n)
+        self.used = n
+        width = max(map(len, rows)) if rows else 1
         table = self.mirror[: seqs * width].reshape(seqs, width)
-        table[len(rows) :] = 0
-        kept = np.arange(width) < lens[:, None]  # row-major: the rows' ids in order
-        mine = table[: len(rows)]
-        mine[~kept] = 0
-        mine[kept] = np.fromiter(chain.from_iterable(rows), table.dtype, count=int(lens.sum()))
+        table[:] = shadow[:, :width]
         host = self.host[: seqs * width].view(seqs, width)
         self.device[:, :width].copy_(host, non_blocking=self.pinned)
         return table

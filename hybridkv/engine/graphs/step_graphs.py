@@ -121,8 +121,7 @@ class StepGraphs:
         if found is None:
             found = self.graphs[shape] = self._capture(shape)
         graph, static, logits = found
-        manager = self.runner.manager
-        sampled = static.fill(work, [manager.get_block_ids(s.request.request_id) for s in work])
+        sampled = static.fill(work, self.runner.block_ids(work))
         graph.replay()
         self.stats["decode replays" if shape.decode else "small-step replays"] += 1
         return logits[:sampled]
