@@ -55,8 +55,8 @@ from hybridkv.sim.trace import TraceRequest, load_trace  # noqa: E402
 from hybridkv.specs import FullAttentionSpec, MambaSpec  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
-#: Buckets of how long ago a hit's prefix was last in a prompt (seconds of arrival).
-GAP_EDGES_S = (60, 300, 900, 1800, 3600)
+#: Buckets of how long ago a hit's prefix was last in a prompt (prompt tokens between).
+GAP_EDGES_TOKENS = (2e6, 5e6, 10e6, 20e6, 40e6)
 
 
 def layout_units(name: str, requests: Sequence[TraceRequest], gb: int) -> tuple[Units, int]:
@@ -115,33 +115,32 @@ def loss_by_gap(
     oracle: dict[int, int],
     other: dict[int, int],
 ) -> list[str]:
-    """Tokens ``oracle`` hits beyond ``other``, by how long ago (arrival seconds) the
-    request's reached prefix was last in a prompt (``units.prev`` of its last block)."""
+    """Tokens ``oracle`` hits beyond ``other``, by how long ago the request's reached
+    prefix was last in a prompt (``units.prev`` of its last reached block), in prompt
+    tokens of the requests between (what an LRU stack pushes over it)."""
     total = units.prompt_tokens
-    edges = (*GAP_EDGES_S, float("inf"))
-    lost = np.zeros(len(edges))
-    won = np.zeros(len(edges))
-    reqs = np.zeros(len(edges), dtype=np.int64)
-    for r, req in enumerate(requests):
+    tokens = np.cumsum([0] + [r.input_length for r in requests])
+    edges = (*GAP_EDGES_TOKENS, float("inf"))
+    rows = np.zeros((len(edges), 4))  # reach, requests losing, lost, won back
+    for r in range(len(requests)):
         d = int(units.reach[r])
         if not d:
             continue
         prev = int(units.prev[units.start[r] + d - 1])
-        gap = req.arrival_s - requests[prev].arrival_s
-        b = next(i for i, e in enumerate(edges) if gap < e)
+        b = next(i for i, e in enumerate(edges) if tokens[r] - tokens[prev + 1] < e)
         diff = oracle.get(r, 0) - other.get(r, 0)
-        lost[b] += max(diff, 0)
-        won[b] += max(-diff, 0)
-        reqs[b] += diff > 0
+        rows[b] += (d * units.bs, diff > 0, max(diff, 0), max(-diff, 0))
     out = [
-        "| last in a prompt | requests losing | points lost | points won back |",
-        "| --- | ---: | ---: | ---: |",
+        "| prompt tokens since the prefix was last in a prompt | reach (points) "
+        "| requests losing | points lost | points won back |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
     lo = 0.0
     for i, e in enumerate(edges):
-        label = f">= {lo:.0f} s" if e == float("inf") else f"{lo:.0f}-{e:.0f} s"
+        label = f">= {lo / 1e6:.0f}M" if e == float("inf") else f"{lo / 1e6:.0f}-{e / 1e6:.0f}M"
         out.append(
-            f"| {label} | {reqs[i]:,} | {100 * lost[i] / total:.2f} | {100 * won[i] / total:.2f} |"
+            f"| {label} | {100 * rows[i, 0] / total:.2f} | {rows[i, 1]:,.0f} "
+            f"| {100 * rows[i, 2] / total:.2f} | {100 * rows[i, 3] / total:.2f} |"
         )
         lo = e
     return out

@@ -150,3 +150,15 @@ def test_oracle_in_the_simulator_reaches_unlimited_with_room():
     lru: dict[int, int] = {}
     ref = hooked_replay(layout, reqs, SimOptions(memory_bytes=4 * 10**9), hooked_manager(lru))
     assert ref.hit_tokens == sum(lru.values()) <= res.hit_tokens
+
+
+def test_loss_by_gap_by_hand():
+    from offline_ceiling import loss_by_gap
+
+    reqs = _ab_ab()
+    u = build_units(reqs, BS, 1, 1)
+    rows = loss_by_gap(reqs, u, {2: 2 * BS, 3: 2 * BS}, {2: 2 * BS, 3: 0})
+    # Both returns come back after one 1,025-token prompt: the first bucket. B lost
+    # its 2 blocks (1,024 of 4,100 prompt tokens); the reach is 2,048 tokens.
+    assert rows[2] == "| 0-2M | 49.95 | 1 | 24.98 | 0.00 |"
+    assert all(r.endswith("| 0.00 | 0 | 0.00 | 0.00 |") for r in rows[3:])
