@@ -30,7 +30,13 @@ from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
-from hybridkv.policy.returning import ContinuationRates, SeenPrefixes, grade, sample_keys
+from hybridkv.policy.returning import (
+    ContinuationRates,
+    SeenPrefixes,
+    effective_bonus,
+    grade,
+    sample_keys,
+)
 from hybridkv.policy.reuse_horizon import ReleaseTimes
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
@@ -115,7 +121,12 @@ class HybridPolicy(CachePolicy):
         ]
         #: Returning prompts (with a full-attention group, a return bonus and a
         #: value-ranked free set): what the cache has held.
-        bonus = options.bonus
+        #: The return bonus in force (``effective_bonus``: with a reach in tokens,
+        #: spread over the full-attention tokens device and host tier hold).
+        full_tokens = 0 if self.full_gid is None else num_blocks * sizes[self.full_gid]
+        self.return_bonus = bonus = effective_bonus(
+            options.bonus, tuning.return_bonus_tokens, full_tokens * options.tier_cover
+        )
         self.seen: SeenPrefixes | None = (
             SeenPrefixes(
                 tuning.seen_per_block * num_blocks // tuning.sample_blocks,

@@ -64,6 +64,18 @@ def sample_keys(hashes: Sequence[bytes], num_blocks: int | None, stride: int) ->
     return list(map(hash, hashes[stride - 1 : num_blocks : stride]))
 
 
+def effective_bonus(bonus: float, bonus_tokens: int, cached_tokens: float) -> float:
+    """The return bonus in force, in pool turnovers: ``bonus``, or with a reach in
+    prompt tokens (``HybridTuning.return_bonus_tokens`` > 0) at most that reach
+    over ``cached_tokens``, the full-attention tokens the cache holds (device
+    pool and host tier together). A returning prompt's units then stay about the
+    same prompt tokens longer at any size: a cache ``k`` times the reference's
+    gets ``1/k`` of its turnovers, a smaller one keeps ``bonus``."""
+    if bonus_tokens <= 0 or cached_tokens <= 0:
+        return bonus
+    return min(bonus, bonus_tokens / cached_tokens)
+
+
 def grade(name: str, turn: int, max_turn: int) -> float:
     """``hybrid_return_grade`` ``name``: a returning request of turn ``turn >= 1``
     is kept ``bonus x grade`` pool turnovers longer (module docstring); turns
