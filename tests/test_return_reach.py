@@ -1,8 +1,8 @@
 """The return bonus's reach in prompt tokens (``HybridTuning.return_bonus_tokens``,
-``policy.returning.effective_bonus``): a cache ``k`` times the reference's keeps a
-returning prompt ``1/k`` of the turnovers, over device and host tier together
-(``HybridOptions.tier_cover``, set by ``for_host_tier``); off, the bonus counts
-turnovers of whatever pool holds it."""
+``policy.returning.effective_bonus``): a host tier ``k`` times the reference's
+(``HybridOptions.tier_cover``, set by ``for_host_tier``) keeps a returning prompt
+``1/k`` of its turnovers, by a scaled weight (``host_weight_scale``); the device
+keeps the bonus. Off, the bonus counts turnovers of whatever pool holds it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_hybrid_policy import FULL, SWA
 from hybridkv import KVCacheManager
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.policy.options import for_host_tier
-from hybridkv.policy.returning import effective_bonus
+from hybridkv.policy.returning import effective_bonus, host_weight_scale
 
 
 def test_the_reach_caps_the_bonus_by_the_cached_tokens() -> None:
@@ -27,7 +27,20 @@ def test_the_reach_caps_the_bonus_by_the_cached_tokens() -> None:
     assert {effective_bonus(4.0, 1000, n) * n for n in (250, 400, 800, 3000)} == {1000.0}
 
 
-def test_for_host_tier_spreads_the_reach_over_device_and_host() -> None:
+def test_the_host_weight_gives_the_host_its_own_bonus() -> None:
+    assert host_weight_scale(4.0, 0, 100, 5.0) == 1.0  # off
+    assert host_weight_scale(4.0, 1000, 100, 1.0) == 1.0  # no host
+    assert host_weight_scale(0.0, 1000, 100, 5.0) == 1.0  # no bonus to scale
+    assert host_weight_scale(4.0, 1000, 100, 2.0) == 1.0  # a host under the reach: the bonus
+    # A host of 4 x 250 tokens gets 1 turnover of the device's 4: weight x 1/4.
+    assert host_weight_scale(4.0, 1000, 250, 5.0) == 0.25
+    assert host_weight_scale(4.0, 1000, 250, 9.0) == 0.125
+    # The device's size counts only through the host's (1,000 tokens of host either way).
+    assert host_weight_scale(4.0, 1000, 500, 3.0) == 0.25
+    assert host_weight_scale(2.0, 1000, 500, 3.0) == 0.5  # a bonus of 2 is halved
+
+
+def test_for_host_tier_records_the_host_size() -> None:
     assert HybridOptions().tier_cover == 1.0
     assert for_host_tier(None, 40, 0).tier_cover == 1.0
     assert for_host_tier(None, 40, 160).tier_cover == 5.0
@@ -47,22 +60,21 @@ def kv(num_blocks: int, reach: int, cover: float = 1.0, bonus: float = 4.0) -> K
 
 
 @pytest.mark.parametrize(
-    ("num_blocks", "reach", "cover", "bonus"),
+    ("num_blocks", "reach", "cover", "host_scale"),
     [
-        (64, 0, 1.0, 4.0),  # off
-        (64, 0, 8.0, 4.0),  # off, with a host: still the turnovers
-        (64, 64 * 4 * 4, 1.0, 4.0),  # the reference pool itself: the whole bonus
-        (64, 64 * 4 * 4, 2.0, 2.0),  # + a host as large as the device: half
-        (128, 64 * 4 * 4, 1.0, 2.0),  # a device twice as large: half too
-        (128, 64 * 4 * 4, 4.0, 0.5),
-        (32, 64 * 4 * 4, 1.0, 4.0),  # a smaller pool: never above the bonus
+        (64, 0, 1.0, 1.0),  # off
+        (64, 0, 8.0, 1.0),  # off, with a host: turnovers of each pool
+        (64, 64 * 4 * 4, 1.0, 1.0),  # no host
+        (64, 64 * 4 * 4, 2.0, 1.0),  # a host of a quarter of the reach: the whole bonus
+        (64, 64 * 4 * 4, 5.0, 0.25),  # a host 4x as large: 1 turnover of it
+        (128, 64 * 4 * 4, 1.0, 1.0),  # a device twice as large keeps its bonus
+        (128, 64 * 4 * 4, 3.0, 0.25),  # its host holds the reach: 1 turnover
     ],
 )
-def test_the_policy_values_returning_units_by_the_bonus_in_force(
-    num_blocks, reach, cover, bonus
-) -> None:
+def test_the_policy_scales_the_host_weight_only(num_blocks, reach, cover, host_scale) -> None:
     # FULL's blocks are 4 tokens: the pool holds num_blocks x 4 full-attention tokens.
     m = kv(num_blocks, reach, cover)
-    assert m.policy.return_bonus == pytest.approx(bonus)
-    assert m.policy.return_factor == pytest.approx(2.0**bonus)  # weight 1
+    assert m.policy.return_bonus == 4.0  # the device's, in its turnovers, always
+    assert m.policy.return_factor == 2.0**4  # weight 1
+    assert m.policy.host_weight_scale == pytest.approx(host_scale)
     m.check_integrity()

@@ -33,8 +33,8 @@ from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
 from hybridkv.policy.returning import (
     ContinuationRates,
     SeenPrefixes,
-    effective_bonus,
     grade,
+    host_weight_scale,
     sample_keys,
 )
 from hybridkv.policy.reuse_horizon import ReleaseTimes
@@ -121,11 +121,13 @@ class HybridPolicy(CachePolicy):
         ]
         #: Returning prompts (with a full-attention group, a return bonus and a
         #: value-ranked free set): what the cache has held.
-        #: The return bonus in force (``effective_bonus``: with a reach in tokens,
-        #: spread over the full-attention tokens device and host tier hold).
+        #: The return bonus in force on the device, in its turnovers.
+        self.return_bonus = bonus = options.bonus
+        #: The host tier's value weight over the device's: its own return bonus
+        #: with a reach in tokens (``host_weight_scale``; 1.0 without).
         full_tokens = 0 if self.full_gid is None else num_blocks * sizes[self.full_gid]
-        self.return_bonus = bonus = effective_bonus(
-            options.bonus, tuning.return_bonus_tokens, full_tokens * options.tier_cover
+        self.host_weight_scale = host_weight_scale(
+            bonus, tuning.return_bonus_tokens, full_tokens, options.tier_cover
         )
         self.seen: SeenPrefixes | None = (
             SeenPrefixes(

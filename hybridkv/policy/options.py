@@ -19,10 +19,10 @@ and CLI flags (``KVCacheManager(hybrid_value_weight=2)`` is
 - ``floor_tokens``: tokens between two snapshot floor points, fixed (None: by
   cost and kind; 0: no floor);
 - ``tuning``: the fitted numbers (``HybridTuning``);
-- ``tier_cover``: (device + host tier bytes) / device bytes, the cache's size in
-  device pools (1: the device alone; set by ``for_host_tier``, not a user knob):
-  the return bonus's reach in tokens (``tuning.return_bonus_tokens``) is spread
-  over that many pools.
+- ``tier_cover``: (device + host tier bytes) / device bytes (1: the device
+  alone; set by ``for_host_tier``, not a user knob): with a return bonus's reach
+  in tokens (``tuning.return_bonus_tokens``) the host tier's ranking is scaled
+  to its own size (``policy.returning.host_weight_scale``).
 
 Invalid values raise a ``ValueError`` that names the ``hybrid_*`` keyword.
 """
@@ -163,8 +163,8 @@ def for_host_tier(
     alone it held gemma-3-27b's tier at 82 % of the same bytes on the device at 8x,
     4,000 Mooncake requests; ``benchmarks/results/tiers-sim.md``. A disk tier is
     not counted: untested, and often 10-100x the device.) ``tier_cover`` becomes
-    ``(device + host) / device``: with ``tuning.return_bonus_tokens`` the return
-    bonus's reach is spread over device and host together (``effective_bonus``)."""
+    ``(device + host) / device``: with ``tuning.return_bonus_tokens`` the host's
+    ranking gets its own return bonus (``host_weight_scale``)."""
     options = options if options is not None else HybridOptions()
     if host_bytes <= 0:
         return options
