@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import hybridkv.sim.replay as replay_module
+from hybridkv import KVCacheManager
 from hybridkv.layouts import shipped_layout
 from hybridkv.sim import CostModel, SimOptions, device_profile, load_trace, replay_trace
 
@@ -27,10 +28,9 @@ def tiers_of(write_trace, tuning: str | None):
         return built[-1]
 
     managers = []
-    real_kv = replay_module.KVCacheManager
 
     def spy_kv(*args, **kwargs):
-        managers.append(real_kv(*args, **kwargs))
+        managers.append(KVCacheManager(*args, **kwargs))
         return managers[-1]
 
     layout = shipped_layout("toy-1full-3sliding")
@@ -40,9 +40,8 @@ def tiers_of(write_trace, tuning: str | None):
     cost = CostModel.from_layout(layout, device_profile("h100"), active_params=1e6)
     mp = pytest.MonkeyPatch()
     mp.setattr(replay_module, "TieredCache", spy)
-    mp.setattr(replay_module, "KVCacheManager", spy_kv)
     try:
-        replay_trace(layout, load_trace(write_trace(ROWS)), options, cost)
+        replay_trace(layout, load_trace(write_trace(ROWS)), options, cost, manager_factory=spy_kv)
     finally:
         mp.undo()
     (cache,), (kv,) = built, managers
