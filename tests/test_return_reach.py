@@ -78,3 +78,8 @@ def test_the_policy_scales_the_host_weight_only(num_blocks, reach, cover, host_s
     assert m.policy.return_factor == 2.0**4  # weight 1
     assert m.policy.host_weight_scale == pytest.approx(host_scale)
     m.check_integrity()
+
+
+def test_keywords_keep_the_host_size() -> None:
+    tiered = for_host_tier(None, 40, 160)
+    assert HybridOptions.from_knobs(tiered, hybrid_return_bonus=2).tier_cover == 5.0

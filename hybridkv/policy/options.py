@@ -137,7 +137,8 @@ class HybridOptions:
             changes["tuning"] = as_tuning(changes["tuning"])
         if not changes:
             return base
-        values = {f: getattr(base, f) for f in KNOBS.values()}
+        values: dict[str, Any] = {f: getattr(base, f) for f in KNOBS.values()}
+        values["tier_cover"] = base.tier_cover  # not a knob: kept
         values.update(changes)
         return cls(**values)
 

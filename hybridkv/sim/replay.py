@@ -162,8 +162,7 @@ def replay_trace(
             options.host_memory_bytes,
             options.disk_bytes,
             write_through,
-            getattr(manager.block_pool.policy, "weight", 0.0)
-            * getattr(policy, "host_weight_scale", 1.0),
+            getattr(manager.block_pool.policy, "weight", 0.0) * policy.host_weight_scale,
         )
         tiers = TierReplay(
             cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks
