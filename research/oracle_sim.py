@@ -6,9 +6,8 @@ snapshotted), except the free set: it evicts by the plan's next need. The plan i
 each request's reach by default: the longest hit any cache could give it (the
 leading full blocks some earlier prompt holds, one token short of the prompt).
 
-``replay_trace`` builds its manager itself and has no hook for a free set without a
-tier, so ``hooked_replay`` swaps the name ``KVCacheManager`` in ``hybridkv.sim.replay``
-for a subclass for the duration of one call (restored after, even on an error). The
+``replay_trace`` builds its manager with ``manager_factory``, so ``hooked_replay``
+passes a subclass of ``KVCacheManager`` there (no patching of module names). The
 subclass records each request's hit (any policy: the per-request comparison of
 ``offline_ceiling.py``) and, for the oracle, passes the oracle free set and moves the
 clock at each hit look-up: requests are admitted in trace order, so a look-up of
@@ -22,7 +21,6 @@ from typing import Any
 
 from oracle_free_set import Clock, Needs, OracleFreeSet, plan_needs
 
-import hybridkv.sim.replay as replay_module
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.hashing import BlockHasher
@@ -32,6 +30,7 @@ from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.devices import device_profile
 from hybridkv.sim.model_params import active_params_for
 from hybridkv.sim.options import SimOptions
+from hybridkv.sim.replay import replay_trace
 from hybridkv.sim.result import SimResult
 from hybridkv.sim.trace import TraceRequest
 from hybridkv.specs import FullAttentionSpec
@@ -115,14 +114,9 @@ def hooked_replay(
     options: SimOptions,
     manager: type[KVCacheManager],
 ) -> SimResult:
-    """``replay_trace`` (H100 profile) with ``manager`` in place of ``KVCacheManager``."""
+    """``replay_trace`` (H100 profile) with ``manager`` building the manager."""
     cost = CostModel.from_layout(layout, device_profile("h100"), active_params_for(layout.name))
-    saved = replay_module.KVCacheManager
-    replay_module.KVCacheManager = manager  # type: ignore[misc]
-    try:
-        return replay_module.replay_trace(layout, requests, options, cost)
-    finally:
-        replay_module.KVCacheManager = saved  # type: ignore[misc]
+    return replay_trace(layout, requests, options, cost, manager_factory=manager)
 
 
 def oracle_replay(

@@ -2,11 +2,12 @@
 simulator gives it (``sim/tier_model.py``), so both evict the same units.
 
 Under a policy that ranks tiers (``CachePolicy.ranks_tiers``: ``hybrid``) the
-weight is the device free set's value weight, and a unit's class is its
-value per device page shifted to its own bytes against one block id's bytes
-across every buffer (``policy.unit_class``). A hit on a host unit moves it
-to spare room (the device holds it until it demotes it again); a disk unit
-is re-keyed. Under ``lru`` there is no rule: every tier is plain LRU.
+weight is the device free set's value weight times the policy's
+``host_weight_scale`` (1.0 unless the return bonus has a reach in tokens),
+and a unit's class is its value per device page shifted to its own bytes
+against one block id's bytes across every buffer (``policy.unit_class``). A
+hit on a host unit moves it to spare room (the device holds it until it
+demotes it again); a disk unit is re-keyed. Under ``lru`` there is no rule: every tier is plain LRU.
 """
 
 from __future__ import annotations
@@ -27,5 +28,7 @@ def tier_rules(manager: KVCacheManager) -> tuple[RankRule, RankRule] | None:
         raise ValueError("a ranked tier needs the KV buffers' sizes: kv_cache_tensors is empty")
     page_bytes = sum(t.size for t in config.kv_cache_tensors) // config.num_blocks
     weight = float(getattr(manager.block_pool.policy, "weight", 0.0))
+    # The return bonus's reach in tokens gives the tiers their own bonus (1.0: off).
+    weight *= manager.policy.host_weight_scale
     classify = partial(unit_class, page_bytes=page_bytes)
     return RankRule(weight, classify, hits_to_spare=True), RankRule(weight, classify)

@@ -30,7 +30,13 @@ from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, released_value
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
-from hybridkv.policy.returning import ContinuationRates, SeenPrefixes, grade, sample_keys
+from hybridkv.policy.returning import (
+    ContinuationRates,
+    SeenPrefixes,
+    grade,
+    host_weight_scale,
+    sample_keys,
+)
 from hybridkv.policy.reuse_horizon import ReleaseTimes
 from hybridkv.policy.shedding import make_room
 from hybridkv.policy.tail_alignment import TailAlignment
@@ -115,7 +121,14 @@ class HybridPolicy(CachePolicy):
         ]
         #: Returning prompts (with a full-attention group, a return bonus and a
         #: value-ranked free set): what the cache has held.
-        bonus = options.bonus
+        #: The return bonus in force on the device, in its turnovers.
+        self.return_bonus = bonus = options.bonus
+        #: The host tier's value weight over the device's: its own return bonus
+        #: with a reach in tokens (``host_weight_scale``; 1.0 without).
+        full_tokens = 0 if self.full_gid is None else num_blocks * sizes[self.full_gid]
+        self.host_weight_scale = host_weight_scale(
+            bonus, tuning.return_bonus_tokens, full_tokens, options.tier_cover
+        )
         self.seen: SeenPrefixes | None = (
             SeenPrefixes(
                 tuning.seen_per_block * num_blocks // tuning.sample_blocks,

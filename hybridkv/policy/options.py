@@ -18,7 +18,11 @@ and CLI flags (``KVCacheManager(hybrid_value_weight=2)`` is
   (``"flat"``, ``"turn"``, ``"log-turn"``);
 - ``floor_tokens``: tokens between two snapshot floor points, fixed (None: by
   cost and kind; 0: no floor);
-- ``tuning``: the fitted numbers (``HybridTuning``).
+- ``tuning``: the fitted numbers (``HybridTuning``);
+- ``tier_cover``: (device + host tier bytes) / device bytes (1: the device
+  alone; set by ``for_host_tier``, not a user knob): with a return bonus's reach
+  in tokens (``tuning.return_bonus_tokens``) the host tier's ranking is scaled
+  to its own size (``policy.returning.host_weight_scale``).
 
 Invalid values raise a ``ValueError`` that names the ``hybrid_*`` keyword.
 """
@@ -86,8 +90,11 @@ class HybridOptions:
     return_grade: str = RETURN_GRADE
     floor_tokens: int | None = None
     tuning: HybridTuning = field(default=DEFAULT_TUNING)
+    tier_cover: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.tier_cover, int | float) and 1 <= self.tier_cover < math.inf):
+            raise ValueError(f"tier_cover must be a finite number >= 1, got {self.tier_cover!r}")
         if self.tail_tokens is not None:
             check_floor_knob(self.tail_tokens, "hybrid_tail_tokens")
         if self.tail_align is not None:
@@ -130,7 +137,8 @@ class HybridOptions:
             changes["tuning"] = as_tuning(changes["tuning"])
         if not changes:
             return base
-        values = {f: getattr(base, f) for f in KNOBS.values()}
+        values: dict[str, Any] = {f: getattr(base, f) for f in KNOBS.values()}
+        values["tier_cover"] = base.tier_cover  # not a knob: kept
         values.update(changes)
         return cls(**values)
 
@@ -155,10 +163,16 @@ def for_host_tier(
     host is still known as returning when it comes back. (Sized for the device
     alone it held gemma-3-27b's tier at 82 % of the same bytes on the device at 8x,
     4,000 Mooncake requests; ``benchmarks/results/tiers-sim.md``. A disk tier is
-    not counted: untested, and often 10-100x the device.)"""
+    not counted: untested, and often 10-100x the device.) ``tier_cover`` becomes
+    ``(device + host) / device``: with ``tuning.return_bonus_tokens`` the host's
+    ranking gets its own return bonus (``host_weight_scale``)."""
     options = options if options is not None else HybridOptions()
     if host_bytes <= 0:
         return options
     tuning = options.tuning
     seen = -(-tuning.seen_per_block * (device_bytes + host_bytes) // device_bytes)
-    return replace(options, tuning=tuning.replace(seen_per_block=seen))
+    return replace(
+        options,
+        tuning=tuning.replace(seen_per_block=seen),
+        tier_cover=(device_bytes + host_bytes) / device_bytes,
+    )

@@ -64,6 +64,34 @@ def sample_keys(hashes: Sequence[bytes], num_blocks: int | None, stride: int) ->
     return list(map(hash, hashes[stride - 1 : num_blocks : stride]))
 
 
+def effective_bonus(bonus: float, bonus_tokens: int, pool_tokens: float) -> float:
+    """The return bonus in force in one pool, in its turnovers: ``bonus``, or with
+    a reach in prompt tokens (``HybridTuning.return_bonus_tokens`` > 0) at most
+    that reach over ``pool_tokens``, the full-attention tokens the pool holds. A
+    returning prompt's units then stay about the same prompt tokens longer at any
+    size: a pool ``k`` times the reference's gets ``1/k`` of its turnovers, a
+    smaller one keeps ``bonus``."""
+    if bonus_tokens <= 0 or pool_tokens <= 0:
+        return bonus
+    return min(bonus, bonus_tokens / pool_tokens)
+
+
+def host_weight_scale(
+    bonus: float, bonus_tokens: int, device_tokens: float, tier_cover: float
+) -> float:
+    """The host tier's value weight over the device free set's. The device keeps
+    ``bonus`` turnovers. The host's bonus is ``effective_bonus`` over its own
+    tokens, ``device_tokens x (tier_cover - 1)``. A unit reaches the host with
+    the class the device gave it, the return bonus inside it, so the host cannot
+    change the bonus alone: its weight is scaled by (host bonus) / ``bonus``. A
+    returning unit is then kept the host's bonus in host turnovers; every other
+    class step in the host shrinks alike (value, and bytes per unit). 1.0
+    without a reach, a host or a bonus."""
+    if bonus_tokens <= 0 or tier_cover <= 1 or bonus <= 0 or device_tokens <= 0:
+        return 1.0
+    return effective_bonus(bonus, bonus_tokens, device_tokens * (tier_cover - 1)) / bonus
+
+
 def grade(name: str, turn: int, max_turn: int) -> float:
     """``hybrid_return_grade`` ``name``: a returning request of turn ``turn >= 1``
     is kept ``bonus x grade`` pool turnovers longer (module docstring); turns

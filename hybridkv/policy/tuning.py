@@ -50,6 +50,13 @@ class HybridTuning:
     #: Pool turnovers a returning request's units are kept longer (whole
     #: conversation trace, Jamba 10.44 -> 15.94 % at 40 GB; cache.md).
     return_bonus: float = 4.0
+    #: The return bonus's reach in prompt tokens in a host tier (0: off, the bonus
+    #: counts turnovers of whatever pool holds it). On: the host's bonus is
+    #: ``min(return_bonus, return_bonus_tokens / host tokens)`` host turnovers, the
+    #: device keeps ``return_bonus`` (``host_weight_scale``). 10M is about 4
+    #: turnovers of jamba-v0.1's 40 GB pool (2.44M full-attention tokens), where
+    #: the bonus was fitted (tiers-sim.md, "the return bonus's reach in tokens").
+    return_bonus_tokens: int = 0
     #: Share of a prompt, from its start, seen before for it to be returning
     #: (``research/bench_reuse_predictors.py``, conversation trace).
     returning_share: float = 0.5

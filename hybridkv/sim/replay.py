@@ -115,11 +115,15 @@ def replay_trace(
     progress: bool = False,
     desc: str = "replay",
     on_finished: Callable[[KVCacheManager, int], None] | None = None,
+    manager_factory: Callable[..., KVCacheManager] | None = None,
 ) -> SimResult:
     """Replay ``requests`` (arrivals non-decreasing) and measure (module docstring).
 
     ``on_finished(manager, n)``: called after each step that finished ``n`` requests,
-    their blocks freed (a benchmark samples the cache there); it must only read."""
+    their blocks freed (a benchmark samples the cache there); it must only read.
+    ``manager_factory``: builds the manager, with ``KVCacheManager``'s arguments
+    (None: ``KVCacheManager``; a research script's subclass, e.g.
+    ``research/oracle_sim.py``'s)."""
     wall = time.perf_counter()
     max_model_len = replay_max_model_len(layout, requests, options.max_model_len)
     plan = plan_replay(layout, options, max_model_len)
@@ -134,7 +138,7 @@ def replay_trace(
         free_set = recording(eviction_factory(options.policy, hybrid, specs, True), taken)
         assert options.host_memory_bytes is not None
         hybrid = for_host_tier(hybrid, options.memory_bytes, options.host_memory_bytes)
-    manager = KVCacheManager(
+    manager = (manager_factory or KVCacheManager)(
         config,
         max_model_len,
         enable_caching=True,
@@ -158,7 +162,7 @@ def replay_trace(
             options.host_memory_bytes,
             options.disk_bytes,
             write_through,
-            getattr(manager.block_pool.policy, "weight", 0.0),
+            getattr(manager.block_pool.policy, "weight", 0.0) * policy.host_weight_scale,
         )
         tiers = TierReplay(
             cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks

@@ -1,0 +1,62 @@
+"""The return bonus's reach in tokens reaches a replay's host tier: with
+``--tuning return_bonus_tokens=N`` and ``--host-memory``, the host ranks with the
+device free set's weight times the policy's ``host_weight_scale``; off, with the
+device's weight."""
+
+from __future__ import annotations
+
+import pytest
+
+import hybridkv.sim.replay as replay_module
+from hybridkv import KVCacheManager
+from hybridkv.layouts import shipped_layout
+from hybridkv.sim import CostModel, SimOptions, device_profile, load_trace, replay_trace
+
+ROWS = [
+    {"timestamp": 0, "input_length": 300, "output_length": 4, "hash_ids": [0]},
+    {"timestamp": 10, "input_length": 300, "output_length": 4, "hash_ids": [0]},
+]
+
+
+def tiers_of(write_trace, tuning: str | None):
+    """The replay's policy, free set and tiers (device 16 MiB, host 4x that)."""
+    built = []
+    real = replay_module.TieredCache
+
+    def spy(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    managers = []
+
+    def spy_kv(*args, **kwargs):
+        managers.append(KVCacheManager(*args, **kwargs))
+        return managers[-1]
+
+    layout = shipped_layout("toy-1full-3sliding")
+    options = SimOptions(
+        memory_bytes=2**24, host_memory_bytes=2**26, policy="hybrid", tuning=tuning
+    )
+    cost = CostModel.from_layout(layout, device_profile("h100"), active_params=1e6)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(replay_module, "TieredCache", spy)
+    try:
+        replay_trace(layout, load_trace(write_trace(ROWS)), options, cost, manager_factory=spy_kv)
+    finally:
+        mp.undo()
+    (cache,), (kv,) = built, managers
+    return kv.policy, kv.block_pool.policy, cache
+
+
+def test_off_the_host_ranks_with_the_device_weight(write_trace) -> None:
+    policy, free_set, cache = tiers_of(write_trace, None)
+    assert policy.host_weight_scale == 1.0
+    assert cache.host.weight == free_set.weight > 0
+
+
+def test_on_the_host_gets_its_own_bonus(write_trace) -> None:
+    # A reach of one token: the host's bonus is 1 / its tokens, far under 4.
+    policy, free_set, cache = tiers_of(write_trace, "return_bonus_tokens=1")
+    assert 0 < policy.host_weight_scale < 1e-3
+    assert policy.return_bonus == 4.0  # the device keeps its bonus
+    assert cache.host.weight == pytest.approx(free_set.weight * policy.host_weight_scale)
