@@ -19,6 +19,15 @@ from hybridkv.policy import unit_class
 from hybridkv.tiers import RankRule
 
 
+def tier_weight(manager: KVCacheManager) -> float:
+    """The lower tiers' value weight: the device free set's (0 without one: LRU),
+    times the policy's ``host_weight_scale`` (the tiers' own return bonus when it
+    has a reach in tokens; 1.0: off). The engine's rules and the simulator's
+    tiers both take it from here."""
+    weight = float(getattr(manager.block_pool.policy, "weight", 0.0))
+    return weight * manager.policy.host_weight_scale
+
+
 def tier_rules(manager: KVCacheManager) -> tuple[RankRule, RankRule] | None:
     """``(host rule, disk rule)`` for ``manager``'s tiers; None: plain LRU."""
     if not manager.policy.ranks_tiers:
@@ -27,8 +36,6 @@ def tier_rules(manager: KVCacheManager) -> tuple[RankRule, RankRule] | None:
     if not config.kv_cache_tensors:
         raise ValueError("a ranked tier needs the KV buffers' sizes: kv_cache_tensors is empty")
     page_bytes = sum(t.size for t in config.kv_cache_tensors) // config.num_blocks
-    weight = float(getattr(manager.block_pool.policy, "weight", 0.0))
-    # The return bonus's reach in tokens gives the tiers their own bonus (1.0: off).
-    weight *= manager.policy.host_weight_scale
+    weight = tier_weight(manager)
     classify = partial(unit_class, page_bytes=page_bytes)
     return RankRule(weight, classify, hits_to_spare=True), RankRule(weight, classify)

@@ -34,6 +34,7 @@ from hybridkv.engine.engine_request import EngineRequest
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import SchedulerOutput
 from hybridkv.layouts import ModelLayout
+from hybridkv.offload.tier_ranking import tier_weight
 from hybridkv.planning import KVCachePlan, plan_kv_cache
 from hybridkv.policy import eviction_factory
 from hybridkv.policy.options import for_host_tier
@@ -162,7 +163,7 @@ def replay_trace(
             options.host_memory_bytes,
             options.disk_bytes,
             write_through,
-            getattr(manager.block_pool.policy, "weight", 0.0) * policy.host_weight_scale,
+            tier_weight(manager),
         )
         tiers = TierReplay(
             cache, taken, cost.device.step_overhead_s, manager.coordinator.get_blocks
