@@ -124,13 +124,16 @@ class SchedulerConfig:
     (``hybridkv.layouts.context_length``). ``preemption_mode`` (vLLM's name):
     with a host tier (``kv_offloading_size``), ``"swap"`` stores a preempted
     request's blocks there for its resume, ``"recompute"`` never does, and None
-    lets the load-or-recompute cost model decide (``hybridkv/offload/swap.py``)."""
+    lets the load-or-recompute cost model decide (``hybridkv/offload/swap.py``).
+    ``async_scheduling`` (vLLM's name): schedule and fill the next step while one
+    runs on the device (``hybridkv/engine/async_step.py``; not with the tiers)."""
 
     max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     allow_long_max_model_len: bool = False
     preemption_mode: str | None = None
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         positive(self.max_num_seqs, "max_num_seqs")
@@ -138,6 +141,7 @@ class SchedulerConfig:
         if self.max_model_len is not None:
             positive(self.max_model_len, "max_model_len")
         check_flag(self.allow_long_max_model_len, "allow_long_max_model_len")
+        check_flag(self.async_scheduling, "async_scheduling")
         if self.preemption_mode not in (None, *PREEMPTION_MODES):
             raise ValueError(
                 f"preemption_mode must be None or one of {PREEMPTION_MODES}, "
@@ -230,5 +234,13 @@ def build_configs(
     if scheduler.preemption_mode == "swap" and cache.kv_offloading_size is None:
         raise ValueError(
             "preemption_mode='swap' needs a host tier to swap to: set kv_offloading_size"
+        )
+    if scheduler.async_scheduling and (
+        cache.kv_offloading_size is not None or cache.kv_store is not None
+    ):
+        raise ValueError(
+            "async_scheduling=True does not work with the tiers yet (kv_offloading_size, "
+            "kv_store: their stores and swaps read blocks a step in flight still writes): "
+            "turn one of them off"
         )
     return cache, scheduler, execution

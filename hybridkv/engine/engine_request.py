@@ -6,7 +6,10 @@ need. ``num_cached_tokens`` is the prefix hit at first admission (a resumed
 request's re-admission hits do not change it). ``cache_salt`` goes to the
 ``Request``: the request only hits blocks cached under the same salt.
 ``logprobs`` (when the params ask for them) gets one entry per output token,
-recorded by the engine before the token is appended. ``request_output`` builds
+recorded by the engine before the token is appended. ``num_pending_tokens`` (0 or 1)
+counts a token sampled on the device and not yet appended (``LLM(async_scheduling=True)``,
+``hybridkv.engine.async_step``): the scheduler schedules its position already.
+``request_output`` builds
 what ``LLM.generate`` returns from one prompt's finished samples. It imports torch only for a
 seeded request's generator, so that ``hybridkv simulate`` (the scheduler on
 these requests, no model) runs on the core install.
@@ -80,6 +83,8 @@ class EngineRequest:
         #: (>= ``num_cached_tokens``; more where a window or state was missing).
         self.num_full_match_tokens: int | None = None
         self.max_model_len = max_model_len
+        #: Tokens sampled by a step in flight, not yet appended (async scheduling).
+        self.num_pending_tokens = 0
         self.metrics = RequestMetrics(arrival_time or time.monotonic())
         self.logprobs: list[dict[int, Logprob]] | None = None
         self.cumulative_logprob: float | None = None
@@ -102,6 +107,15 @@ class EngineRequest:
     @property
     def num_output_tokens(self) -> int:
         return self.core.num_tokens - self.core.num_prompt_tokens
+
+    def stops_at_pending(self) -> bool:
+        """True when appending the pending token reaches ``max_tokens`` or
+        ``max_model_len`` (known on the host before the token is): no step is scheduled
+        for it after the one in flight."""
+        n = self.core.num_tokens + self.num_pending_tokens
+        return n - self.core.num_prompt_tokens >= self.params.max_tokens or (
+            self.max_model_len is not None and n >= self.max_model_len
+        )
 
     def record_logprobs(self, entry: dict[int, Logprob], token: int) -> None:
         """Record the log-probabilities of the token about to be appended."""

@@ -14,6 +14,8 @@ kernel runs each op) that every step's batch and the sampler use.
 ``cuda_graphs=True`` replays steps from CUDA graphs (``hybridkv.engine.graphs``: decode steps and
 small steps (up to 511 new tokens) of every family on CUDA with the ``triton`` backend; anything
 else is refused with the reason; ``runner.graphs.stats`` counts replays).
+``async_scheduling=True`` schedules and fills the next step while one runs on the device
+(``hybridkv.engine.async_step``; ``async_steps.stats`` counts the steps it could not overlap).
 ``kv_offloading_size`` / ``disk_cache_dir`` / ``disk_cache_size`` (GiB) put tiers under the
 device pool, ``kv_store`` a shared Mooncake Store (``hybridkv.offload``, docs/tiers.md).
 ``kv_events_endpoint`` (or a whole ``kv_events_config``) publishes the cache's
@@ -53,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
+from hybridkv.engine.async_step import AsyncSteps
 from hybridkv.engine.chat_template import ChatTemplate, default_chat_template
 from hybridkv.engine.config import (
     KEYWORDS,
@@ -109,6 +112,7 @@ class LLM:
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 2048,
         preemption_mode: str | None = None,
+        async_scheduling: bool = False,
         enable_prefix_caching: bool = True,
         kv_cache_memory_bytes: int | None = None,
         hash_algo: str = "sha256",
@@ -235,6 +239,8 @@ class LLM:
         )
         if run.cuda_graphs:
             self.runner.graphs = StepGraphs(self.runner, sched.max_num_seqs, self.max_model_len)
+        #: The step in flight and its counters (``async_scheduling=True``), or None.
+        self.async_steps = AsyncSteps(self.device) if sched.async_scheduling else None
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None
@@ -337,18 +343,26 @@ class LLM:
 
     # -- the engine loop -----------------------------------------------------------
     def step(self) -> SchedulerOutput:
-        """Schedule, run and sample one step; returns what it scheduled.
+        """Schedule, run and sample one step; returns what it scheduled (async
+        scheduling: the steps whose tokens it applied, ``hybridkv.engine.async_step``).
 
         ``last_step`` holds that before the model runs, so a caller that
         catches a failed step knows which requests it concerned. With no
-        request queued it does nothing and returns an empty step.
+        request queued it does nothing (but apply a step in flight) and returns that.
         """
         self.last_step = None
-        if not self.scheduler.has_unfinished():
-            return SchedulerOutput((), ())
-        out = schedule_step(self.scheduler, self.kv_cache_config.num_blocks)
-        self.last_step = out
-        run_step(out, self.scheduler, self.runner, self.kernel_backend.greedy)
+        steps, scheduler, greedy = self.async_steps, self.scheduler, self.kernel_backend.greedy
+        if not scheduler.has_unfinished():
+            return SchedulerOutput((), ()) if steps is None else steps.settle(scheduler)
+        if steps is None:
+            out = schedule_step(scheduler, self.kv_cache_config.num_blocks)
+            self.last_step = out
+            run_step(out, scheduler, self.runner, greedy)
+        else:
+            try:
+                out = steps.step(scheduler, self.runner, greedy, self.kv_cache_config.num_blocks)
+            finally:
+                self.last_step = steps.last
         self.num_steps += 1
         self.publish_kv_events()
         return out

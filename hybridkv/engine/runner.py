@@ -10,7 +10,8 @@ receiving the state after it (the entry of every block boundary crossed and
 of the last token; -1 where that entry is the null block, i.e. not kept):
 ``hybridkv.managers.snapshots`` owns that rule. Each step also gets the engine's kernel
 backend (``batch.ops``) and a fresh ``StepValues`` for the values its layers
-share.
+share. A step scheduled while the one before it is in flight (async scheduling) takes
+the inputs that step samples from the device (``hybridkv.engine.pending``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.block_ids import StepBlockIds
+from hybridkv.engine.pending import PendingTokens, new_token_ids, put_pending
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata, KernelBackend
 from hybridkv.managers.snapshots import resume_entry, save_slots
@@ -79,15 +81,16 @@ class ModelRunner:
         """``work``'s block ids per group, from ``self.manager`` (``StepBlockIds``)."""
         return self.step_ids(self.manager, work)
 
-    def build_batch(self, work: Sequence[ScheduledRequest]) -> ForwardBatch:
-        """The step's ``ForwardBatch`` (block tables built once per group)."""
+    def build_batch(
+        self, work: Sequence[ScheduledRequest], pending: PendingTokens | None = None
+    ) -> ForwardBatch:
+        """The step's ``ForwardBatch`` (block tables built once per group); ``pending``:
+        the step in flight's sampled ids, the inputs of tokens not yet known here."""
         qlens = [s.num_tokens for s in work]
         starts = [s.start for s in work]
         seq_lens = [a + n for a, n in zip(starts, qlens, strict=True)]
         qstarts = [0, *accumulate(qlens)]
-        tokens: list[int] = []
-        for s in work:
-            tokens.extend(s.request.core.all_token_ids[s.start : s.start + s.num_tokens])
+        tokens, at, rows = new_token_ids(work, pending)
         # Per token (numpy: a few calls, not a torch op per vector): its sequence, position.
         lens = np.array(qlens, np.int64)
         seq_of = np.repeat(np.arange(len(work)), lens)
@@ -124,8 +127,13 @@ class ModelRunner:
                     batch_mamba[name] = MambaLayerInputs(qsl, init_t, save, cache)
             else:
                 raise ValueError(f"group {g}: no runner support for spec {type(spec).__name__}")
+        input_ids = torch.tensor(tokens, dtype=torch.int64, device=dev)
+        if at:
+            assert pending is not None
+            put = [torch.tensor(v, dtype=torch.int64, device=dev) for v in (at, rows)]
+            put_pending(input_ids, put[0], put[1], pending)
         return ForwardBatch(
-            input_ids=torch.tensor(tokens, dtype=torch.int64, device=dev),
+            input_ids=input_ids,
             positions=positions.to(dev),
             query_starts_cpu=tuple(qstarts),
             logits_indices=torch.tensor(
@@ -138,12 +146,15 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def execute(self, work: Sequence[ScheduledRequest]) -> torch.Tensor:
-        """Logits ``[N, vocab]`` (model dtype) of the sequences that sample, in batch order."""
+    def execute(
+        self, work: Sequence[ScheduledRequest], pending: PendingTokens | None = None
+    ) -> torch.Tensor:
+        """Logits ``[N, vocab]`` (model dtype) of the sequences that sample, in batch order
+        (``pending``: as for ``build_batch``)."""
         if self.graphs is not None:
-            logits = self.graphs.run(work)
+            logits = self.graphs.run(work, pending)
             if logits is not None:
                 return logits
-        batch = self.build_batch(work)
+        batch = self.build_batch(work, pending)
         hidden = self.model(batch)
         return self.model.compute_logits(hidden[batch.logits_indices])

@@ -84,6 +84,13 @@ def _draw(req: EngineRequest, row: torch.Tensor) -> int:
     return int(torch.argmax(probs / race))
 
 
+def plainly_greedy(requests: Sequence[EngineRequest]) -> bool:
+    """Every request is greedy, processes no logits and asks for no log-probabilities:
+    its tokens are one ``greedy`` call's result, with nothing computed on the host."""
+    params = {id(r.params): r.params for r in requests}.values()  # a batch shares a few
+    return all(p.greedy and not p.processes_logits and p.logprobs is None for p in params)
+
+
 def sample(
     logits: torch.Tensor, requests: Sequence[EngineRequest], greedy_op: GreedyOp = max_indices
 ) -> Samples:
@@ -91,10 +98,10 @@ def sample(
     unprocessed greedy rows from ``greedy_op`` (the engine's ``kernel_backend.greedy``).
     When every request is plainly greedy (no processing, no log-probabilities) that is
     one call and one read of its ``[N]`` result, with no Python per row."""
-    params = {id(r.params): r.params for r in requests}.values()  # a batch shares a few
-    if all(p.greedy and not p.processes_logits and p.logprobs is None for p in params):
+    if plainly_greedy(requests):
         argmax: list[int] = greedy_op(logits).tolist()
         return Samples(argmax, [None] * len(argmax))
+    params = {id(r.params): r.params for r in requests}.values()  # a batch shares a few
     fast = any(p.greedy and not p.processes_logits for p in params)
     greedy = greedy_op(logits).tolist() if fast else []
     tokens: list[int] = []

@@ -43,6 +43,18 @@ A request resumed after preemption recomputes its prompt and outputs so far
 (the prefix cache usually gives most of it back) and continues exactly where
 it stopped. ``update`` applies a step's results: computed counts advance and
 sampled tokens are appended; finished requests release their blocks.
+
+Async scheduling (``LLM(async_scheduling=True)``, ``hybridkv.engine.async_step``):
+the next step is scheduled while one is in flight. ``commit_computed`` counts the
+step in flight as computed first; a running request's token sampled by it is
+pending (``EngineRequest.num_pending_tokens``): its position is scheduled already
+(its id comes from the device), unless appending it ends the request by
+``max_tokens`` / ``max_model_len`` (known on the host). The manager caches only
+blocks whose tokens are known (``min(computed after, num_tokens)``), so a block
+ending in a pending token is cached one step later. A request preempted while its
+step is in flight gets that step's token when it lands (``update``: appended while
+it waits, as a synchronous step would have appended it before the preemption); a
+request that stopped at the step in flight has its next step's token dropped.
 """
 
 from __future__ import annotations
@@ -136,7 +148,11 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             core = req.core
-            total, computed = core.num_tokens, core.num_computed_tokens
+            # A token sampled by the step in flight counts as known (async scheduling).
+            total, computed = core.num_tokens + req.num_pending_tokens, core.num_computed_tokens
+            if req.num_pending_tokens and req.stops_at_pending():
+                i += 1  # its step in flight samples its last token: nothing to schedule
+                continue
             n = total - computed if total - computed < budget else budget
             while allocate(core, n) is None:
                 victim = running.pop()
@@ -259,6 +275,9 @@ class Scheduler:
             )
         get = sampled.get
         for req, start, num_tokens, _, _ in out.scheduled:
+            if req.status is not RequestStatus.RUNNING:  # async: stopped or preempted since
+                self._late_token(req, get(req.request_id), now)
+                continue
             req.core.num_computed_tokens = start + num_tokens
             token = get(req.request_id)
             if token is None:
@@ -271,6 +290,24 @@ class Scheduler:
             self.manager.free(req.core)
             req.metrics.finished_time = now
         return finished
+
+    def commit_computed(self, out: SchedulerOutput) -> None:
+        """Async scheduling: the step ``out`` is in flight; count its tokens as computed
+        before the next step is scheduled (``update`` later appends its samples)."""
+        for req, start, num_tokens, _, _ in out.scheduled:
+            if req.status is RequestStatus.RUNNING:
+                req.core.num_computed_tokens = start + num_tokens
+
+    def _late_token(self, req: EngineRequest, token: int | None, now: float) -> None:
+        """Async scheduling: ``token`` of a step launched before ``req`` finished (it is
+        dropped: the wasted slot) or was preempted (appended: its resume recomputes it,
+        as if it had been appended before the preemption; a stop leaves the queue)."""
+        if token is None or req.status.finished:
+            return
+        req.append_token(token, now)
+        if req.status.finished:
+            self.waiting.remove(req)  # preempted, so freed already
+            req.metrics.finished_time = now
 
     def abort(self, request_id: str) -> bool:
         """Drop a waiting or running request and free its blocks, first taking those

@@ -10,10 +10,12 @@ mirror in one go, from pinned memory on CUDA (asynchronous, ordered on the strea
 before the replay). Every named tensor is a view of the device buffer, so graphs
 and metadata keep reading the same memory.
 
-The mirror is rewritten by the next step only after this step's logits were read
-back (the engine samples each step before scheduling the next), so an asynchronous
-copy has always finished reading it. ``HostTable`` is the same for one attention
-group's block table: rows written with numpy, one copy per step.
+With async scheduling the next step is filled while this one is in flight, so its copy
+may not have read the mirror yet: on CUDA each upload records an event (``CopyFence``)
+and the next write to the mirror waits for it (the copy runs first on the stream, right
+after the step before it; on the CPU the copy is done when ``upload`` returns).
+``HostTable`` is the same for one attention group's block table: rows written with
+numpy, one copy per step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,27 @@ from typing import Any
 
 import numpy as np
 import torch
+
+
+class CopyFence:
+    """Makes a write to a pinned host mirror wait for the last copy from it (one CUDA
+    event, recorded after each copy, waited for once); a no-op when copies are
+    synchronous (``pinned`` False: the CPU)."""
+
+    def __init__(self, pinned: bool) -> None:
+        self.event = torch.cuda.Event() if pinned else None
+        self.armed = False
+
+    def record(self) -> None:
+        if self.event is not None:
+            self.event.record()
+            self.armed = True
+
+    def wait(self) -> None:
+        if self.armed:
+            assert self.event is not None
+            self.event.synchronize()
+            self.armed = False
 
 
 class PackedInts:
@@ -36,6 +59,7 @@ class PackedInts:
         self.mirror: Any = None  # the host buffer as a numpy array
         self.device: torch.Tensor | None = None
         self.pinned = False
+        self.copied = CopyFence(False)  # made again by ``build``
 
     def add(self, name: str, values: Sequence[int]) -> None:
         """Reserve ``name``, of ``len(values)`` entries, holding ``values`` until ``put``."""
@@ -52,12 +76,14 @@ class PackedInts:
         self.host = host.pin_memory() if self.pinned else host
         self.mirror = self.host.numpy()
         self.device = torch.empty_like(self.host, device=device)
+        self.copied = CopyFence(self.pinned)
         self.upload()
         return {n: self.device[o : o + k] for n, (o, k) in self.spans.items()}
 
     def put(self, name: str, values: Sequence[int] | np.ndarray, fill: int = 0) -> None:
         """Write ``values`` (a list or a numpy array) at the start of ``name`` in the host
         mirror, ``fill`` after them."""
+        self.copied.wait()  # the last upload may still be reading the mirror
         offset, size = self.spans[name]
         n = len(values)
         if n > size:
@@ -69,6 +95,7 @@ class PackedInts:
         """Copy the host mirror to the device buffer (one copy)."""
         assert self.device is not None and self.host is not None, "build() first"
         self.device.copy_(self.host, non_blocking=self.pinned)
+        self.copied.record()
 
 
 class HostTable:
@@ -92,6 +119,7 @@ class HostTable:
         self.shadow = np.zeros((rows, width), self.mirror.dtype)
         self.written: list[list[int] | None] = [None] * rows
         self.used = 0  # rows [used:] of the shadow are zero
+        self.copied = CopyFence(self.pinned)
 
     def fill(self, rows: Sequence[Sequence[int]]) -> Any:
         """Write ``rows`` (one per sequence of the step, the rest of the table's rows
@@ -112,8 +140,10 @@ class HostTable:
             written[n : self.used] = [None] * (self.used - n)
         self.used = n
         width = max(map(len, rows)) if rows else 1
+        self.copied.wait()  # the last copy may still be reading the mirror
         table = self.mirror[: seqs * width].reshape(seqs, width)
         table[:] = shadow[:, :width]
         host = self.host[: seqs * width].view(seqs, width)
         self.device[:, :width].copy_(host, non_blocking=self.pinned)
+        self.copied.record()
         return table

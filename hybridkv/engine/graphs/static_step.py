@@ -40,6 +40,7 @@ import torch
 
 from hybridkv.engine.graphs.packed import HostTable, PackedInts
 from hybridkv.engine.graphs.shapes import StepShape
+from hybridkv.engine.pending import PendingTokens, new_token_ids, put_pending
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.kernels import AttentionMetadata
 from hybridkv.managers.snapshots import resume_entry, save_slots
@@ -79,6 +80,8 @@ class StaticStep:
 
     shape: StepShape
     input_ids: torch.Tensor  # [tokens] int64
+    pending_at: torch.Tensor  # [seqs] int64: where a token of the step in flight goes
+    pending_rows: torch.Tensor  # [seqs] int64: its row in that step's sampled ids
     positions: torch.Tensor  # [tokens] int64
     logits_indices: torch.Tensor  # [seqs] int64: the sampled rows first
     query_start_loc: torch.Tensor  # [seqs + 1] int32, every group's
@@ -104,7 +107,8 @@ class StaticStep:
         t, s = shape.tokens, shape.seqs
         i64, i32 = PackedInts(torch.int64), PackedInts(torch.int32)
         for name, init in (("input_ids", [0] * t), ("positions", [0] * t),
-                           ("logits_indices", list(range(s)))):  # fmt: skip
+                           ("logits_indices", list(range(s))), ("pending.at", [0] * s),
+                           ("pending.rows", [0] * s)):  # fmt: skip
             i64.add(name, init)
         i32.add("query_start_loc", starts)
         i32.add("seq_lens", seq_lens)
@@ -147,6 +151,8 @@ class StaticStep:
         return cls(
             shape=shape,
             input_ids=v["input_ids"],
+            pending_at=v["pending.at"],
+            pending_rows=v["pending.rows"],
             positions=v["positions"],
             logits_indices=v["logits_indices"],
             query_start_loc=qsl,
@@ -185,11 +191,14 @@ class StaticStep:
             hidden = hidden[self.logits_indices]
         return model.compute_logits(hidden)
 
-    def fill(self, work: Sequence[ScheduledRequest], block_ids: Sequence[Any]) -> int:
+    def fill(self, work: Sequence[ScheduledRequest], block_ids: Sequence[Any],
+             pending: PendingTokens | None = None) -> int:  # fmt: skip
         """Write ``work``'s values (``block_ids``: the manager's per-group ids of each
         request) into the static tensors; returns how many requests sample (their
         logits are the first rows of the output, in batch order). Per-token values are
-        numpy arrays over the batch (no Python loop per token or per block id)."""
+        numpy arrays over the batch (no Python loop per token or per block id). Tokens
+        the step in flight samples (``pending``, async scheduling) are copied into
+        ``input_ids`` on the device after the upload (``hybridkv.engine.pending``)."""
         shape, i64, i32 = self.shape, self.ints64, self.ints32
         count = len(work)
         ntok = np.fromiter((s.num_tokens for s in work), np.int64, count=count)
@@ -198,13 +207,20 @@ class StaticStep:
         owner = np.repeat(np.arange(count), ntok)  # each token's request
         first = np.cumsum(ntok) - ntok  # each request's first token
         positions = np.arange(n) - np.repeat(first - start, ntok)
-        tokens = np.fromiter(
-            chain.from_iterable(
-                s.request.core.all_token_ids[s.start : s.start + s.num_tokens] for s in work
-            ),
-            np.int64,
-            count=n,
-        )
+        if pending is None:
+            tokens = np.fromiter(
+                chain.from_iterable(
+                    s.request.core.all_token_ids[s.start : s.start + s.num_tokens] for s in work
+                ),
+                np.int64,
+                count=n,
+            )
+            at: list[int] = []
+        else:
+            ids, at, rows = new_token_ids(work, pending)
+            tokens = np.array(ids, np.int64)
+            i64.put("pending.at", at)
+            i64.put("pending.rows", rows)
         pad, pad_seqs = shape.tokens - n, shape.seqs - count
         i64.put("input_ids", tokens)
         i64.put("positions", positions)
@@ -230,6 +246,10 @@ class StaticStep:
             self._fill_mamba(m, work, [ids[m.group] for ids in block_ids], positions)
         i64.upload()
         i32.upload()
+        if at:
+            assert pending is not None
+            k = len(at)
+            put_pending(self.input_ids, self.pending_at[:k], self.pending_rows[:k], pending)
         return sampled
 
     def _fill_mamba(self, m: StaticMamba, work: Sequence[ScheduledRequest],

@@ -38,6 +38,7 @@ import torch
 from hybridkv.engine.graphs.capture import CudaGraph, Graph
 from hybridkv.engine.graphs.shapes import MIN_SPAN, StepShape, bucket_sizes
 from hybridkv.engine.graphs.static_step import StaticStep
+from hybridkv.engine.pending import PendingTokens
 from hybridkv.engine.scheduler import ScheduledRequest
 from hybridkv.specs import AttentionSpec, MambaSpec
 
@@ -110,9 +111,12 @@ class StepGraphs:
         return graph, static, logits
 
     @torch.inference_mode()  # the static tensors are inference tensors, whoever calls
-    def run(self, work: Sequence[ScheduledRequest]) -> torch.Tensor | None:
+    def run(
+        self, work: Sequence[ScheduledRequest], pending: PendingTokens | None = None
+    ) -> torch.Tensor | None:
         """The step's logits ``[sampling requests, vocab]`` from a graph, in batch order,
-        or None when the step runs eagerly (counted in ``stats``)."""
+        or None when the step runs eagerly (counted in ``stats``); ``pending``: the step
+        in flight's sampled ids (async scheduling, ``StaticStep.fill``)."""
         shape = self.shape(work)
         if isinstance(shape, str):
             self.stats[f"eager: {shape}"] += 1
@@ -121,7 +125,7 @@ class StepGraphs:
         if found is None:
             found = self.graphs[shape] = self._capture(shape)
         graph, static, logits = found
-        sampled = static.fill(work, self.runner.block_ids(work))
+        sampled = static.fill(work, self.runner.block_ids(work), pending)
         graph.replay()
         self.stats["decode replays" if shape.decode else "small-step replays"] += 1
         return logits[:sampled]
