@@ -100,6 +100,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "(Gemma 3 on CUDA with the triton backend)",
     )
     p.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="schedule and fill the next step while one runs on the device (vLLM's option; "
+        "steps that sample on the host are not overlapped; not with the tiers)",
+    )
+    p.add_argument(
         "--kv-events-endpoint",
         default=None,
         help="publish KV cache events (vLLM's ZMQ format) at this endpoint, "
@@ -253,6 +259,7 @@ def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
         hybrid_tuning=_tuning(args.hybrid_tuning),
         kernel_backend=args.kernel_backend,
         cuda_graphs=args.cuda_graphs,
+        async_scheduling=args.async_scheduling,
         kv_events_config=events_config(args),
         kv_offloading_size=args.kv_offloading_size,
         kv_offloading_backend=args.kv_offloading_backend,
