@@ -57,6 +57,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from model_device import ModelDevice  # noqa: E402
 PHASES = ("schedule", "allocate", "block ids", "inputs", "graph shape", "forward", "sample",
           "update", "events", "step other", "loop")  # fmt: skip
 NOT_HOST = ("forward",)
@@ -135,13 +137,16 @@ class StubForward:
 
     supports_cuda_graphs = True
 
-    def __init__(self, vocab: int, rows: int) -> None:
+    def __init__(self, vocab: int, rows: int, device: ModelDevice | None = None) -> None:
         import torch
 
         g = torch.Generator().manual_seed(0)
         self.logits = torch.randn(rows, vocab, generator=g)
+        self.device = device  # a modelled device's launch per forward (``--device-ms``)
 
     def __call__(self, batch: Any) -> Any:
+        if self.device is not None:
+            self.device.launch()
         return batch.positions[:, None].float()
 
     def compute_logits(self, hidden: Any) -> Any:
@@ -158,7 +163,7 @@ def _checkpoint(out: Path, vocab: int) -> Path:
     return save_checkpoint(config, out)
 
 
-def instrument(llm: Any, phases: Phases, graphs: bool) -> None:
+def instrument(llm: Any, phases: Phases, graphs: bool, device: ModelDevice | None = None) -> None:
     """Wrap the engine's parts (instances where the engine calls them on an instance,
     classes and module names otherwise); works on this tree and on older ones."""
     import hybridkv.engine as engine_pkg
@@ -172,12 +177,21 @@ def instrument(llm: Any, phases: Phases, graphs: bool) -> None:
     if hasattr(runner, "block_ids"):  # StepBlockIds (since 2026-11-28), else the manager's
         runner.block_ids = phases.wrap(runner.block_ids, "block ids")
     runner.build_batch = phases.wrap(runner.build_batch, "inputs")
-    runner.model = StubForward(llm.text_config.vocab_size, llm.scheduler.max_num_seqs + 1)
+    runner.model = StubForward(llm.text_config.vocab_size, llm.scheduler.max_num_seqs + 1, device)
     forward = runner.model
     forward.__class__.__call__ = phases.wrap(StubForward.__call__, "forward")  # type: ignore[method-assign]
     llm.publish_kv_events = phases.wrap(llm.publish_kv_events, "events")
     original = sampler.sample
     wrapped_sample = phases.wrap(original, "sample")
+    if device is not None:  # the sampled tokens' read waits for the modelled device
+        timed_sample = wrapped_sample
+
+        def wrapped_sample(*args: Any, **kwargs: Any) -> Any:
+            device.drain()
+            return timed_sample(*args, **kwargs)
+
+        if llm.async_steps is not None:  # an overlapped step's read waits at its fence
+            llm.async_steps.record = device.fence
     for name, mod in list(sys.modules.items()):  # every engine module that imported it
         if name.startswith(engine_pkg.__name__) and getattr(mod, "sample", None) is original:
             mod.sample = wrapped_sample  # type: ignore[attr-defined]
@@ -192,17 +206,21 @@ def instrument(llm: Any, phases: Phases, graphs: bool) -> None:
     step = phases.wrap(llm.step, "step other")
     phases.decode_steps: list[dict[str, float]] = []  # type: ignore[attr-defined]
     phases.steps = 0  # type: ignore[attr-defined]
+    phases.walls: list[float] = []  # type: ignore[attr-defined]
     last = [0]
 
     def timed_step() -> Any:
         t = time.thread_time_ns()
         if last[0]:
             phases.now["loop"] += t - last[0]
+        wall = time.perf_counter()
         out = step()
+        wall = time.perf_counter() - wall
         per = phases.take()
         phases.steps += 1  # type: ignore[attr-defined]
         if out.scheduled and all(s.num_tokens == 1 for s in out.scheduled):
             phases.decode_steps.append(per)  # type: ignore[attr-defined]
+            phases.walls.append(wall)  # type: ignore[attr-defined]
         last[0] = time.thread_time_ns()
         return out
 
@@ -221,10 +239,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         model = _checkpoint(Path(tmp) / "ckpt", args.vocab)
         length = args.length + args.tokens + 16
         llm = LLM(str(model), device="cpu", dtype="float32", kernel_backend="torch",
-                  max_num_seqs=args.batch, max_model_len=length)  # fmt: skip
+                  max_num_seqs=args.batch, max_model_len=length,
+                  **({"async_scheduling": True} if args.async_scheduling else {}))  # fmt: skip
     phases = Phases()
     phases.calibrate()
-    instrument(llm, phases, args.graphs)
+    device = ModelDevice(args.device_ms / 1e3) if args.device_ms else None
+    instrument(llm, phases, args.graphs, device)
     prompts = [
         {"prompt_token_ids": [(7 * i + j) % (args.vocab - 3) + 3 for j in range(args.length)]}
         for i in range(args.batch)
@@ -232,6 +252,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     params = SamplingParams(max_tokens=args.tokens, ignore_eos=True)
     llm.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
     phases.decode_steps.clear()  # type: ignore[attr-defined]
+    phases.walls.clear()  # type: ignore[attr-defined]
     phases.last_step_end[0] = 0  # type: ignore[attr-defined]
     phases.take()
     wall = time.perf_counter()
@@ -254,6 +275,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         "replays": dict(llm.runner.graphs.stats) if llm.runner.graphs is not None else {},
         "tokens": [o.outputs[0].token_ids[:8] for o in outs[:4]],
         "wrapper_ns": [phases.cost_in, phases.cost_out],
+        "wall": statistics.median(phases.walls) * 1e3,  # type: ignore[attr-defined]
+        "async": dict(llm.async_steps.stats) if llm.async_steps is not None else None,
     }
 
 
@@ -321,16 +344,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", help="another checkout's root: alternate runs with it")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print one run's result as JSON")
+    ap.add_argument("--async", dest="async_scheduling", action="store_true",
+                    help="LLM(async_scheduling=True)")  # fmt: skip
+    ap.add_argument("--device-ms", type=float, default=0.0,
+                    help="a MODELLED device taking this long a step (model_device.py)")  # fmt: skip
+    ap.add_argument("--overlap", metavar="MS,MS",
+                    help="modelled device times: wall per step without and with --async")
     args = ap.parse_args(argv)
     if args.compare:
         return compare(args, argv)
+    if args.overlap:
+        from bench_overlap import overlap
+
+        return overlap(args, argv, HERE)
     result = run_once(args)
     if args.json:
         print(json.dumps(result))
     else:
         print("\n".join(_table([("this tree", result)])))
-        print(f"{result['decode_steps']} decode steps, wall {result['wall_s']:.2f} s; "
-              f"graphs: {result['replays']}; wrapper ns in/out {result['wrapper_ns']}")  # fmt: skip
+        print(f"{result['decode_steps']} decode steps, wall {result['wall_s']:.2f} s "
+              f"({result['wall']:.3f} ms a decode step); graphs: {result['replays']}; async: "
+              f"{result['async']}; wrapper ns in/out {result['wrapper_ns']}")  # fmt: skip
     return 0
 
 
