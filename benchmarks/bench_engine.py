@@ -17,7 +17,9 @@ a seeded generator when the checkpoint has no tokenizer). Three cases:
    our blocks in use x page size while all 8 decode (and the peak over the
    run) vs the bytes of transformers' cache after the same batch (left-padded).
 
-``--write`` saves the tables to ``benchmarks/results/engine-<device>.md``.
+``--async-scheduling`` adds a case 4: case 1's batch on the same engine without and with
+async scheduling (``engine_async.py``). ``--write`` saves the tables to
+``benchmarks/results/engine-<device>.md``.
 """
 
 from __future__ import annotations
@@ -302,6 +304,8 @@ def shared_memory(llm: LLM, hf: Any, tok: Any, doc_len: int, n_req: int, new: in
 def main() -> int:
     ap = arguments(__doc__, "float32", "engine-*.md")
     ap.add_argument("--quick", action="store_true", help="smaller cases (a smoke run)")
+    ap.add_argument("--async-scheduling", action="store_true",
+                    help="4. case 1's batch without and with async scheduling")  # fmt: skip
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype, llm = engine(args, device)
@@ -316,6 +320,15 @@ def main() -> int:
     rows_t = throughput(llm, hf, tok, n, length, new)
     rows_d = shared_document(llm, hf, tok, doc, nq)
     rows_m = shared_memory(llm, hf, tok, doc, min(8, nq), 32 if not args.quick else 4)
+    rows_a = []
+    if args.async_scheduling:
+        from engine_async import async_rows
+
+        text = corpus(tok, length + 16 * n)
+        batch = [text[i * 13 : i * 13 + length] for i in range(n)]  # case 1's prompts
+        rows_a = ["", "## 4. Async scheduling: case 1's batch, the same engine", "",
+                  "| async scheduling | output tokens/s | decode step (ms, median) |",
+                  "| --- | --- | --- |", *async_rows(llm, batch, new)]  # fmt: skip
     if device == "cuda":
         where = torch.cuda.get_device_name()
     else:
@@ -342,7 +355,7 @@ def main() -> int:
              "",
              "| requests | hybridkv held | hybridkv peak | transformers cache | held ratio | "
              "peak ratio |",
-             "| --- | --- | --- | --- | --- | --- |", *rows_m]  # fmt: skip
+             "| --- | --- | --- | --- | --- | --- |", *rows_m, *rows_a]  # fmt: skip
     suffix = "-random" if args.random_weights is not None else ""
     suffix += "-graphs" if args.cuda_graphs else ""
     if args.cuda_graphs:
