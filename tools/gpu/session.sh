@@ -31,7 +31,8 @@
 #   bench-engine  benchmarks/bench_engine.py --write, bf16 and float32, Triton backend
 #   bench-engine-random  bench_engine.py and step_profile.py on Gemma 3 270M's shape with
 #                 random weights (no carried GGUF needed), bf16, Triton backend
-#   bench-engine-graphs  the same with decode steps replayed from CUDA graphs
+#   bench-engine-graphs  the same with decode steps replayed from CUDA graphs, and the
+#                 batch without and with async scheduling (bench_engine --async-scheduling)
 #   bench-graphs  benchmarks/bench_graphs.py --write: every family's decode throughput and
 #                 shared-document TTFT, eager and with CUDA graphs, in one process, and
 #                 where their bf16 outputs part (near-ties or not)
@@ -177,10 +178,11 @@ stage_bench-engine-random() {
             --write
 }
 
-# The same with decode steps replayed from CUDA graphs (LLM(cuda_graphs=True)).
+# The same with decode steps replayed from CUDA graphs (LLM(cuda_graphs=True)), and case
+# 1's batch again without and with async scheduling on the same engine (a few seconds).
 stage_bench-engine-graphs() {
     "$PY" benchmarks/bench_engine.py --random-weights gemma-3-270m --dtype bfloat16 \
-        --kernel-backend triton --cuda-graphs --write &&
+        --kernel-backend triton --cuda-graphs --async-scheduling --write &&
         "$PY" research/step_profile.py --random-weights gemma-3-270m --kernel-backend triton \
             --cuda-graphs --write
 }
