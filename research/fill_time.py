@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     seen: list[tuple[Any, list[Any], Any]] = []
     fill = StaticStep.fill
 
-    def spy(static: Any, work: Any, ids: Any) -> int:
+    def spy(static: Any, work: Any, ids: Any, *rest: Any) -> int:  # rest: pending ids, if any
         seen.append((static, list(work), ids))
-        return fill(static, work, ids)
+        return fill(static, work, ids, *rest)
 
     llm.runner.graphs = StepGraphs(
         llm.runner, args.batch, llm.max_model_len, graph_factory=EagerReplay
