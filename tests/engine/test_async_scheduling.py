@@ -231,3 +231,30 @@ def test_async_scheduling_is_checked(gemma: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="async_scheduling=True does not work with the tiers"):
         LLM(gemma, async_scheduling=True, kv_offloading_size=0.01)
     assert LLM(gemma, **KW).async_steps is None  # off by default
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_seeded_random_workloads(gemma: Path, seed: int) -> None:
+    # Shared prefixes, stop tokens, max_tokens from 1, a cache small enough to preempt,
+    # a small token budget (chunks beside decodes), two calls on one engine.
+    g = torch.Generator().manual_seed(seed)
+    doc = torch.randint(3, 500, (12,), generator=g).tolist()
+
+    def draw() -> tuple[dict[str, list[int]], SamplingParams]:
+        n = int(torch.randint(1, 14, (1,), generator=g))
+        own = torch.randint(3, 500, (n,), generator=g).tolist()
+        prompt = [*doc, *own] if torch.rand(1, generator=g) < 0.5 else own
+        stops = torch.randint(3, 500, (40,), generator=g).tolist()
+        max_tokens = int(torch.randint(1, 12, (1,), generator=g))
+        return {"prompt_token_ids": prompt}, SamplingParams(max_tokens=max_tokens,
+                                                            stop_token_ids=stops)  # fmt: skip
+
+    calls = [[draw() for _ in range(6)] for _ in range(2)]
+    kw = dict(KW, max_num_seqs=4, max_num_batched_tokens=12, max_model_len=40,
+              kv_cache_memory_bytes=40_000)  # fmt: skip
+    runs = {}
+    for on in (False, True):
+        llm = LLM(gemma, **kw, async_scheduling=on)
+        runs[on] = [_outputs(llm, [p for p, _ in c], [s for _, s in c]) for c in calls]
+    assert runs[True] == runs[False]
+    assert llm.scheduler.num_preemptions > 0  # the cache is small enough to preempt
