@@ -273,9 +273,9 @@ class Scheduler:
                 prefill,
                 time.perf_counter() - self._scheduled_at,
             )
-        get = sampled.get
+        get, running = sampled.get, RequestStatus.RUNNING
         for req, start, num_tokens, _, _ in out.scheduled:
-            if req.status is not RequestStatus.RUNNING:  # async: stopped or preempted since
+            if req.status is not running:  # async scheduling: stopped or preempted since
                 self._late_token(req, get(req.request_id), now)
                 continue
             req.core.num_computed_tokens = start + num_tokens
