@@ -116,6 +116,30 @@ def test_preemption_while_a_step_is_in_flight(gemma: Path, policy: str) -> None:
     assert llm.async_steps.stats["late tokens"] > 0  # type: ignore[union-attr]
 
 
+def test_a_victim_gets_its_token_in_flight_while_it_waits(gemma: Path) -> None:
+    kw = dict(max_model_len=32, kv_cache_memory_bytes=40_000)
+    llm = LLM(gemma, **KW, **kw, async_scheduling=True)
+    sched = llm.scheduler
+    preempt, victims = sched._preempt, []
+
+    def spy(req: Any) -> None:
+        victims.append((req, req.core.num_tokens, req.num_pending_tokens))
+        preempt(req)
+
+    sched._preempt = spy  # type: ignore[method-assign]
+    params = SamplingParams(max_tokens=14, ignore_eos=True)
+    for r in [x for p in _prompts(10, 11, 12, 13) for x in llm.make_requests(p, params)]:
+        sched.add_request(r)
+    late = 0
+    while sched.has_unfinished():
+        victims.clear()
+        llm.step()
+        for req, tokens, pending in victims:  # appended, not dropped (the resume needs it)
+            assert req.core.num_tokens == tokens + pending
+            late += pending
+    assert late > 0
+
+
 @pytest.mark.parametrize("family", ["gemma3", "jamba"])
 def test_prefix_hits_across_calls_and_in_one_batch(family: str, saved: Any) -> None:
     ckpt = saved(family)
