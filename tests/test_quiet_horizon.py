@@ -71,6 +71,9 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
             return _real(*a, **k)
 
         kv.coordinator.allocate = counted  # type: ignore[method-assign]
+    calm: list[int] = []  # steps that only extend and cache (``QuietHorizons.calm_step``)
+    real_extend = fast.coordinator.extend
+    fast.coordinator.extend = lambda *a: calm.append(1) or real_extend(*a)  # type: ignore[method-assign]
     rng = random.Random(f"{layout}/{policy}")
     reqs: dict[str, tuple] = {}
     prefixes = [[rng.randrange(1000) for _ in range(40)] for _ in range(3)]
@@ -126,6 +129,7 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
             fast.check_integrity()
     fast.check_integrity()
     assert slow_calls - fast_calls >= 10, (fast_calls, slow_calls)  # the fast path was taken
+    assert len(calm) >= 10, len(calm)  # and the calm one
 
 
 def _brute_release_at(m: SingleTypeKVCacheManager, st: RequestBlockState, limit: int) -> int:

@@ -1,5 +1,5 @@
 """``QuietHorizons``: the decode steps ``KVCacheManager.allocate_slots``
-answers without visiting any group.
+answers without visiting any group, and those that only extend and cache.
 
 A live request's *quiet horizon* (``KVCacheCoordinator.quiet_horizon``) is
 ``(cover, release_at, cache_at)``: while the tokens needing slots stay
@@ -11,13 +11,22 @@ this check (its tables may have changed) and drops it on ``free``::
     computed      10      11        12
     cover (12)    ok      ok        ok        slots for 12 tokens exist
     release (11)  ok      a window block falls out: not quiet
+
+A plain step past ``cover`` or ``cache_at`` but still below ``release_at`` is
+*calm*: no group releases a block, so it only extends tables and caches full
+blocks (``KVCacheCoordinator.extend``), and its new horizon follows from that
+pass (``release_at`` stays).
 """
 
 from __future__ import annotations
 
 from hybridkv.coordinators import KVCacheCoordinator
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.managers.base import NEVER
+
+#: ``QuietHorizons.kind``: nothing to do; only extend and cache; the general path.
+QUIET, CALM, GENERAL = 0, 1, 2
 
 
 class QuietHorizons:
@@ -34,16 +43,47 @@ class QuietHorizons:
         #: Request id -> ``(cover, release_at, cache_at)``.
         self.horizons: dict[str, tuple[int, int, int]] = {}
 
-    def quiet(self, request: Request, num_new_tokens: int) -> bool:
-        """True when a plain step of ``num_new_tokens`` (no hit, no lookahead)
-        of the live ``request`` changes nothing in any group. Read-only."""
+    def kind(self, request: Request, num_new_tokens: int) -> int:
+        """What a plain step of ``num_new_tokens`` (no hit, no lookahead) of the
+        live ``request`` must do: ``QUIET`` (nothing in any group), ``CALM``
+        (``calm_step``) or ``GENERAL`` (no horizon, a release, or past
+        ``max_model_len``: ``allocate_slots``'s full path). Read-only."""
         h = self.horizons.get(request.request_id)
         if h is None:
-            return False
+            return GENERAL
         total = request.num_computed_tokens
         after = total + num_new_tokens
         n = request.num_tokens
-        return after <= h[0] and total < h[1] and min(after, n) < h[2] and n <= self.max_model_len
+        if total >= h[1] or n > self.max_model_len:
+            return GENERAL
+        if after <= h[0] and min(after, n) < h[2]:
+            return QUIET
+        return CALM if after <= self.max_model_len else GENERAL
+
+    def calm_step(
+        self, request: Request, num_new_tokens: int
+    ) -> tuple[list[KVCacheBlock], ...] | None:
+        """Apply a ``CALM`` step: the new blocks per group, the horizon updated;
+        ``None`` (nothing changed) when they do not fit."""
+        rid = request.request_id
+        after = request.num_computed_tokens + num_new_tokens
+        n = request.num_tokens
+        done = self.coordinator.extend(
+            rid,
+            after,
+            after if after < n else n,
+            request.live_block_hashes,
+            request.live_token_ids,
+            request.lora_name,
+        )
+        if done is None:
+            return None
+        new, cover, cache_at = done
+        release_at = self.horizons[rid][1]
+        if not self.enable_caching:
+            cache_at = NEVER
+        self.horizons[rid] = (min(cover, self.max_model_len), release_at, cache_at)
+        return new
 
     def horizon(self, request_id: str) -> tuple[int, int, int]:
         """The live request's horizon as of now."""

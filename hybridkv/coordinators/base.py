@@ -13,6 +13,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 
+from hybridkv.coordinators.growth import TableGrowth
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
@@ -72,6 +73,8 @@ class KVCacheCoordinator(ABC):
         #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
+        #: Grows (and, for ``extend``, caches) every group's tables in few calls.
+        self.growth = TableGrowth(self.managers, block_pool, enable_caching)
         #: Holders of pool blocks outside the tables (a tier's loads in flight):
         #: each gives the blocks it holds once per reference, for ``check_integrity``.
         self.other_holders: list[Callable[[], Iterable[KVCacheBlock]]] = []
@@ -129,12 +132,33 @@ class KVCacheCoordinator(ABC):
         if new_computed_blocks is not None:
             for blocks in new_computed_blocks:
                 self.pool.touch(blocks)
-        new = []
-        for m, st, h in zip(managers, states, hit, strict=True):
-            if st is None:
-                st = m.add_request(request_id, h, kept)
-            new.append(m.allocate_new_blocks(st, num_tokens, grid))
-        return tuple(new)
+        tables = [
+            st if st is not None else m.add_request(request_id, h, kept)
+            for m, st, h in zip(managers, states, hit, strict=True)
+        ]
+        return self.growth.grow(tables, num_tokens, grid)
+
+    def extend(
+        self,
+        request_id: str,
+        num_tokens: int,
+        cache_tokens: int,
+        block_hashes: list[bytes],
+        token_ids: list[int],
+        lora_name: str | None,
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int] | None:
+        """A live request's step that releases nothing in any group (its computed
+        tokens are below its quiet horizon's ``release_at``) and adopts no hit:
+        ``allocate(request_id, num_tokens, None, computed)`` then
+        ``cache_blocks(..., cache_tokens, ...)``, with the same blocks in the
+        same order, counted once. Returns the new blocks per group and the
+        request's new ``(cover, cache_at)`` (its ``release_at`` is unchanged: no
+        table was nulled), or ``None`` with nothing changed when the new blocks
+        do not fit (``allocate`` then decides whether a request sheds kept points)."""
+        states = [m.states[request_id] for m in self.managers]
+        return self.growth.extend(
+            states, num_tokens, cache_tokens, block_hashes, token_ids, lora_name, self.policy.grid
+        )
 
     def _make_room(self, short: int) -> bool:
         """Apply the policy's ``make_room``: the request it names keeps only the
@@ -264,6 +288,8 @@ class KVCacheCoordinator(ABC):
                 for b in st.blocks + [b for _, b in st.retained]:
                     if not b.is_null:
                         holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for rid in ids:
+            self.growth.check_integrity([m.states[rid] for m in self.managers])
         for held in self.other_holders:
             for b in held():
                 holders[b.block_id] = holders.get(b.block_id, 0) + 1
