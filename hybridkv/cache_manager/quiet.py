@@ -12,10 +12,13 @@ this check (its tables may have changed) and drops it on ``free``::
     cover (12)    ok      ok        ok        slots for 12 tokens exist
     release (11)  ok      a window block falls out: not quiet
 
-A plain step past ``cover`` or ``cache_at`` but still below ``release_at`` is
-*calm*: no group releases a block, so it only extends tables and caches full
-blocks (``KVCacheCoordinator.extend``), and its new horizon follows from that
-pass (``release_at`` stays).
+Any other plain step of a live request (no hit adopted, no lookahead) goes
+to ``KVCacheCoordinator.extend``, which does what the general path would with
+fewer calls, and the new horizon follows from that pass. Below ``release_at``
+no group can release a block, so nothing is counted or released for it
+(a *calm* step: it only extends tables and caches full blocks; ``release_at``
+stays); at or past it, the releases are counted and applied as the general
+path does.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.managers.base import NEVER
 
-#: ``QuietHorizons.kind``: nothing to do; only extend and cache; the general path.
-QUIET, CALM, GENERAL = 0, 1, 2
+#: ``QuietHorizons.kind``: nothing to do; ``QuietHorizons.step``; the general path.
+QUIET, STEP, GENERAL = 0, 1, 2
 
 
 class QuietHorizons:
@@ -45,41 +48,45 @@ class QuietHorizons:
 
     def kind(self, request: Request, num_new_tokens: int) -> int:
         """What a plain step of ``num_new_tokens`` (no hit, no lookahead) of the
-        live ``request`` must do: ``QUIET`` (nothing in any group), ``CALM``
-        (``calm_step``) or ``GENERAL`` (no horizon, a release, or past
-        ``max_model_len``: ``allocate_slots``'s full path). Read-only."""
+        live ``request`` must do: ``QUIET`` (nothing in any group), ``STEP``
+        (``step``: it allocates, caches or releases) or ``GENERAL`` (no
+        horizon, or past ``max_model_len``: ``allocate_slots``'s full path,
+        which raises). Read-only."""
         h = self.horizons.get(request.request_id)
         if h is None:
             return GENERAL
         total = request.num_computed_tokens
         after = total + num_new_tokens
         n = request.num_tokens
-        if total >= h[1] or n > self.max_model_len:
+        if n > self.max_model_len or after > self.max_model_len:
             return GENERAL
-        if after <= h[0] and min(after, n) < h[2]:
+        if after <= h[0] and total < h[1] and min(after, n) < h[2]:
             return QUIET
-        return CALM if after <= self.max_model_len else GENERAL
+        return STEP
 
-    def calm_step(
-        self, request: Request, num_new_tokens: int
-    ) -> tuple[list[KVCacheBlock], ...] | None:
-        """Apply a ``CALM`` step: the new blocks per group, the horizon updated;
+    def step(self, request: Request, num_new_tokens: int) -> tuple[list[KVCacheBlock], ...] | None:
+        """Apply a ``STEP``: the new blocks per group, the horizon updated;
         ``None`` (nothing changed) when they do not fit."""
         rid = request.request_id
-        after = request.num_computed_tokens + num_new_tokens
+        total = request.num_computed_tokens
+        after = total + num_new_tokens
         n = request.num_tokens
+        h = self.horizons[rid]
         done = self.coordinator.extend(
             rid,
             after,
+            total,
             after if after < n else n,
             request.live_block_hashes,
             request.live_token_ids,
             request.lora_name,
+            total >= h[1],
         )
         if done is None:
             return None
-        new, cover, cache_at = done
-        release_at = self.horizons[rid][1]
+        new, cover, release_at, cache_at = done
+        if release_at is None:
+            release_at = h[1]
         if not self.enable_caching:
             cache_at = NEVER
         self.horizons[rid] = (min(cover, self.max_model_len), release_at, cache_at)

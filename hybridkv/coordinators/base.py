@@ -142,22 +142,34 @@ class KVCacheCoordinator(ABC):
         self,
         request_id: str,
         num_tokens: int,
+        total_computed: int,
         cache_tokens: int,
         block_hashes: list[bytes],
         token_ids: list[int],
         lora_name: str | None,
-    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int] | None:
-        """A live request's step that releases nothing in any group (its computed
-        tokens are below its quiet horizon's ``release_at``) and adopts no hit:
-        ``allocate(request_id, num_tokens, None, computed)`` then
-        ``cache_blocks(..., cache_tokens, ...)``, with the same blocks in the
-        same order, counted once. Returns the new blocks per group and the
-        request's new ``(cover, cache_at)`` (its ``release_at`` is unchanged: no
-        table was nulled), or ``None`` with nothing changed when the new blocks
-        do not fit (``allocate`` then decides whether a request sheds kept points)."""
+        releases: bool,
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int | None, int] | None:
+        """A live request's plain step (no hit adopted, nothing to shed first):
+        ``allocate(request_id, num_tokens, None, total_computed)`` then
+        ``cache_blocks(..., cache_tokens, ...)``, the same blocks in the same
+        order, in fewer calls (``TableGrowth``). ``releases``: some group may pass
+        its release point (its computed tokens reached the quiet horizon's
+        ``release_at``); else none does, and nothing is counted for it. Returns
+        the new blocks per group and the request's new ``(cover, release_at,
+        cache_at)`` (``release_at`` None: unchanged), or ``None`` with nothing
+        changed when the blocks do not fit (``allocate`` then decides whether a
+        request sheds kept points to make room)."""
         states = [m.states[request_id] for m in self.managers]
         return self.growth.extend(
-            states, num_tokens, cache_tokens, block_hashes, token_ids, lora_name, self.policy.grid
+            states,
+            num_tokens,
+            total_computed,
+            cache_tokens,
+            block_hashes,
+            token_ids,
+            lora_name,
+            self.policy.grid,
+            releases,
         )
 
     def _make_room(self, short: int) -> bool:

@@ -78,54 +78,71 @@ class TableGrowth:
         self,
         states: list[RequestBlockState],
         num_tokens: int,
+        total_computed: int,
         cache_tokens: int,
         block_hashes: list[bytes],
         token_ids: list[int],
         lora_name: str | None,
         grid: int,
-    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int] | None:
+        releases: bool,
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int | None, int] | None:
         """``KVCacheCoordinator.extend`` on the request's ``states`` (one per
-        group): ``None`` with nothing changed when the new blocks do not fit."""
-        if not self.uniform:
-            return self._extend_each(
-                states, num_tokens, cache_tokens, block_hashes, token_ids, lora_name, grid
-            )
-        bs = self.block_size
-        first = states[0]
-        missing = -(-num_tokens // bs) - len(first.blocks)
-        pool = self.pool
-        if missing > 0:
-            if missing * len(states) > pool.num_free_blocks:
-                return None
-            new = self._append(states, [missing] * len(states))
+        group): ``(new blocks per group, cover, release_at, cache_at)``, the
+        latter three the request's new quiet horizon (``release_at`` None when
+        not ``releases``: nothing was nulled, it stands), or ``None`` with
+        nothing changed when the new blocks do not fit."""
+        new = self._grown(states, num_tokens, total_computed, grid, releases)
+        if new is None:
+            return None
+        managers = self.managers
+        if self.uniform:
+            first = states[0]
+            bs = self.block_size
+            if self.enable_caching and cache_tokens // bs > first.num_cached:
+                self._cache_uniform(states, cache_tokens, block_hashes, token_ids, lora_name)
+            cover, cache_at = len(first.blocks) * bs, (first.num_cached + 1) * bs
         else:
-            new = self._none
-        num_full = cache_tokens // bs
-        if self.enable_caching and num_full > first.num_cached:
-            if pool.enable_kv_cache_events:
-                for m, st in zip(self.managers, states, strict=True):
+            cover = cache_at = NEVER
+            for m, st in zip(managers, states, strict=True):
+                bs = m.block_size
+                if self.enable_caching and cache_tokens // bs > st.num_cached:
                     m.cache_blocks(st, block_hashes, token_ids, cache_tokens, lora_name)
-            else:  # each manager's ``cache_blocks`` without events to emit, inline
-                hashes = self.managers[0].group_hashes(block_hashes)
-                start = first.num_cached
-                run = pool.cache_run
-                for gid, st in zip(self._group_ids, states, strict=True):
-                    run(st.blocks, hashes, gid, token_ids, bs, start, num_full)
-                    st.num_cached = num_full
-        return new, len(first.blocks) * bs, (first.num_cached + 1) * bs
+                cover = min(cover, len(st.blocks) * bs)
+                cache_at = min(cache_at, (st.num_cached + 1) * bs)
+        if not releases:
+            return new, cover, None, cache_at
+        release_at = min([m.next_release_at(st) for m, st in zip(managers, states, strict=True)])
+        return new, cover, release_at, cache_at
 
-    def _extend_each(
+    def _grown(
         self,
         states: list[RequestBlockState],
         num_tokens: int,
-        cache_tokens: int,
-        block_hashes: list[bytes],
-        token_ids: list[int],
-        lora_name: str | None,
+        total_computed: int,
         grid: int,
-    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int] | None:
-        """``extend`` group by group (groups of several block sizes, or Mamba's)."""
+        releases: bool,
+    ) -> tuple[list[KVCacheBlock], ...] | None:
+        """Count, then release and grow (``KVCacheCoordinator.allocate``'s order);
+        None when the count does not fit."""
         managers = self.managers
+        free = self.pool.num_free_blocks
+        if releases:  # allocate's own count: new blocks less the blocks released
+            need = 0
+            for m, st in zip(managers, states, strict=True):
+                need += m.get_num_blocks_to_allocate(st, num_tokens, [], total_computed, (), grid)
+            if need > free:
+                return None
+            for m, st in zip(managers, states, strict=True):
+                if m.has_skips:
+                    m.remove_skipped_blocks(st, total_computed)
+            return self.grow(states, num_tokens, grid)
+        if self.uniform:  # nothing released: ``missing`` new blocks in every group
+            missing = -(-num_tokens // self.block_size) - len(states[0].blocks)
+            if missing <= 0:
+                return self._none
+            if missing * len(states) > free:
+                return None
+            return self._append(states, [missing] * len(states))
         need = 0
         grow = False
         for m, st in zip(managers, states, strict=True):
@@ -137,17 +154,33 @@ class TableGrowth:
                     if m.plain_allocation
                     else m.get_num_blocks_to_allocate(st, num_tokens, [], 0, (), grid)
                 )
-        if need > self.pool.num_free_blocks:
+        if need > free:
             return None
-        new = self.grow(states, num_tokens, grid) if grow else self._none
-        cover = cache_at = NEVER
-        for m, st in zip(managers, states, strict=True):
-            bs = m.block_size
-            if self.enable_caching and cache_tokens // bs > st.num_cached:
+        return self.grow(states, num_tokens, grid) if grow else self._none
+
+    def _cache_uniform(
+        self,
+        states: list[RequestBlockState],
+        cache_tokens: int,
+        block_hashes: list[bytes],
+        token_ids: list[int],
+        lora_name: str | None,
+    ) -> None:
+        """Every group's ``cache_blocks`` (uniform groups: one range for all)."""
+        pool = self.pool
+        if pool.enable_kv_cache_events:
+            for m, st in zip(self.managers, states, strict=True):
                 m.cache_blocks(st, block_hashes, token_ids, cache_tokens, lora_name)
-            cover = min(cover, len(st.blocks) * bs)
-            cache_at = min(cache_at, (st.num_cached + 1) * bs)
-        return new, cover, cache_at
+            return
+        # ``cache_blocks`` without events to emit, inline: one hash view, one range.
+        bs = self.block_size
+        num_full = cache_tokens // bs
+        start = states[0].num_cached
+        hashes = self.managers[0].group_hashes(block_hashes)
+        run = pool.cache_run
+        for gid, st in zip(self._group_ids, states, strict=True):
+            run(st.blocks, hashes, gid, token_ids, bs, start, num_full)
+            st.num_cached = num_full
 
     def check_integrity(self, states: list[RequestBlockState]) -> None:
         """One request's tables: with ``uniform`` groups, of one length and one
