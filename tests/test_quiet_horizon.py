@@ -38,7 +38,9 @@ def test_worked_example_sliding_window_lru() -> None:
     real = kv.coordinator.allocate
     kv.coordinator.allocate = lambda *a, **k: calls.append(a[1]) or real(*a, **k)  # type: ignore[method-assign]
     real_extend = kv.coordinator.extend
-    kv.coordinator.extend = lambda *a: calls.append((a[1], a[-1])) or real_extend(*a)  # type: ignore[method-assign]
+    kv.coordinator.extend = lambda *a: (
+        calls.append((a[0].num_computed_tokens + a[1], a[2])) or real_extend(*a)
+    )  # type: ignore[method-assign]
     decode(kv, r, 1)  # 11 slots, 10 computed: inside the horizon
     assert calls == [] and kv.get_block_ids("r")[1][0] != 0
     decode(kv, r, 2)  # 11 computed: sliding block 0 is released (extend, releases)

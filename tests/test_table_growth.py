@@ -123,9 +123,9 @@ def test_a_decode_step_across_a_block_takes_one_block_per_group_in_group_order(
     before = [b.block_id for b in kv.block_pool.policy][:6]
     calls = []
     real = kv.coordinator.growth.extend
-    kv.coordinator.growth.extend = lambda *a: calls.append(a[1]) or real(*a)  # type: ignore[method-assign]
+    kv.coordinator.growth.extend = lambda *a: calls.append((a[2], a[4])) or real(*a)  # type: ignore[method-assign]
     new = decode(kv, r, 1)  # 9 tokens need a third block in every group
-    assert new is not None and calls == [9]
+    assert new is not None and calls == [(1, False)]  # one token, nothing released
     assert [ids for ids in new.get_block_ids()] == [[i] for i in before]
     assert kv._quiet.horizons["r"][0] == 12
     kv.check_integrity()

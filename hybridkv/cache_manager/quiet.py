@@ -68,20 +68,8 @@ class QuietHorizons:
         """Apply a ``STEP``: the new blocks per group, the horizon updated;
         ``None`` (nothing changed) when they do not fit."""
         rid = request.request_id
-        total = request.num_computed_tokens
-        after = total + num_new_tokens
-        n = request.num_tokens
         h = self.horizons[rid]
-        done = self.coordinator.extend(
-            rid,
-            after,
-            total,
-            after if after < n else n,
-            request.live_block_hashes,
-            request.live_token_ids,
-            request.lora_name,
-            total >= h[1],
-        )
+        done = self.coordinator.extend(request, num_new_tokens, request.num_computed_tokens >= h[1])
         if done is None:
             return None
         new, cover, release_at, cache_at = done

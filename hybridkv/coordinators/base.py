@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from hybridkv.coordinators.growth import TableGrowth
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.request import Request
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.policy import CachePolicy, HybridOptions, make_policy
@@ -139,38 +140,20 @@ class KVCacheCoordinator(ABC):
         return self.growth.grow(tables, num_tokens, grid)
 
     def extend(
-        self,
-        request_id: str,
-        num_tokens: int,
-        total_computed: int,
-        cache_tokens: int,
-        block_hashes: list[bytes],
-        token_ids: list[int],
-        lora_name: str | None,
-        releases: bool,
+        self, request: Request, num_new_tokens: int, releases: bool
     ) -> tuple[tuple[list[KVCacheBlock], ...], int, int | None, int] | None:
-        """A live request's plain step (no hit adopted, nothing to shed first):
-        ``allocate(request_id, num_tokens, None, total_computed)`` then
-        ``cache_blocks(..., cache_tokens, ...)``, the same blocks in the same
-        order, in fewer calls (``TableGrowth``). ``releases``: some group may pass
-        its release point (its computed tokens reached the quiet horizon's
-        ``release_at``); else none does, and nothing is counted for it. Returns
-        the new blocks per group and the request's new ``(cover, release_at,
-        cache_at)`` (``release_at`` None: unchanged), or ``None`` with nothing
-        changed when the blocks do not fit (``allocate`` then decides whether a
-        request sheds kept points to make room)."""
-        states = [m.states[request_id] for m in self.managers]
-        return self.growth.extend(
-            states,
-            num_tokens,
-            total_computed,
-            cache_tokens,
-            block_hashes,
-            token_ids,
-            lora_name,
-            self.policy.grid,
-            releases,
-        )
+        """A live request's plain step of ``num_new_tokens`` (no hit adopted, no
+        lookahead, within ``max_model_len``): ``allocate`` for its computed
+        tokens plus those, then ``cache_blocks`` up to ``min(that, num_tokens)``:
+        the same blocks in the same order, in fewer calls (``TableGrowth``).
+        ``releases``: some group may pass its release point (the computed tokens
+        reached the quiet horizon's ``release_at``); else none does, and nothing
+        is counted for it. Returns the new blocks per group and the request's new
+        ``(cover, release_at, cache_at)`` (``release_at`` None: unchanged), or
+        ``None`` with nothing changed when the blocks do not fit (``allocate``
+        then decides whether a request sheds kept points to make room)."""
+        states = [m.states[request.request_id] for m in self.managers]
+        return self.growth.extend(states, request, num_new_tokens, self.policy.grid, releases)
 
     def _make_room(self, short: int) -> bool:
         """Apply the policy's ``make_room``: the request it names keeps only the

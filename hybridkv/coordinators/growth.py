@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.request import Request
 from hybridkv.managers.base import NEVER, RequestBlockState, SingleTypeKVCacheManager
 
 
@@ -77,12 +78,8 @@ class TableGrowth:
     def extend(
         self,
         states: list[RequestBlockState],
-        num_tokens: int,
-        total_computed: int,
-        cache_tokens: int,
-        block_hashes: list[bytes],
-        token_ids: list[int],
-        lora_name: str | None,
+        request: Request,
+        num_new_tokens: int,
         grid: int,
         releases: bool,
     ) -> tuple[tuple[list[KVCacheBlock], ...], int, int | None, int] | None:
@@ -91,6 +88,11 @@ class TableGrowth:
         latter three the request's new quiet horizon (``release_at`` None when
         not ``releases``: nothing was nulled, it stands), or ``None`` with
         nothing changed when the new blocks do not fit."""
+        total_computed = request.num_computed_tokens
+        num_tokens = total_computed + num_new_tokens
+        cache_tokens = min(num_tokens, request.num_tokens)
+        block_hashes, token_ids = request.live_block_hashes, request.live_token_ids
+        lora_name = request.lora_name
         new = self._grown(states, num_tokens, total_computed, grid, releases)
         if new is None:
             return None
