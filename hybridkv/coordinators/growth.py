@@ -2,26 +2,30 @@
 
 Both paths of ``KVCacheCoordinator`` end by growing each group's table to
 cover the step's tokens (``allocate_new_blocks`` per group, in group order); a
-live request's step that releases nothing (``KVCacheCoordinator.extend``, the
-decode steps that cross a block boundary or fill a block) also caches the
-blocks it filled. Doing that group by group costs a few Python calls per group
-per step. Here it is done with fewer calls and the same result, block for
-block:
+live request's plain step (``KVCacheCoordinator.extend``: the decode steps that
+cross a block boundary, fill a block or pass a window edge) also releases what
+its query no longer reads and caches the blocks it filled. Doing that group by
+group costs a few Python calls per group per step. Here it is done with fewer
+calls and the same result, block for block:
 
 - when every group grows plainly (``plain_allocation``) the pool pops all
-  groups' blocks in one take (``BlockPool.get_new_blocks_each``: the same
-  blocks, in the same order, as one take per group);
+  groups' blocks in one eviction pass (``BlockPool.get_new_blocks_each``: the
+  same blocks, in the same order, as one take per group);
 - when every group also has one block size (Gemma 3's sliding and full
   groups, most layouts), every table has the same length and the same count
   of cached entries (they are grown to the same ``ceil(tokens / block_size)``
   and cached to the same ``tokens // block_size``, and a hit gives every group
-  ``hit // block_size`` entries), so the step's counts are worked out once::
+  ``hit // block_size`` entries), so a step that releases nothing is counted
+  once::
 
       6 groups, block size 16, 48 computed, 49 need slots:
       tables  [a b c] [d e f] ... -> one take of 6 blocks, one appended to each
       horizon cover 64 (4 blocks), cache_at 64 (3 cached + 1)
 
-Nothing here decides: the coordinator counted that the blocks fit.
+- a step that releases is counted as ``allocate`` counts it (each group's
+  ``get_num_blocks_to_allocate``), then released group by group in group order.
+
+Nothing here decides: what does not fit is left to ``allocate``.
 """
 
 from __future__ import annotations
