@@ -1,5 +1,6 @@
 """``QuietHorizons``: the decode steps ``KVCacheManager.allocate_slots``
-answers without visiting any group, and those that only extend and cache.
+answers without visiting any group, and the other plain steps of live requests
+(``KVCacheCoordinator.extend``).
 
 A live request's *quiet horizon* (``KVCacheCoordinator.quiet_horizon``) is
 ``(cover, release_at, cache_at)``: while the tokens needing slots stay
