@@ -73,7 +73,10 @@ class TableGrowth:
     def _append(
         self, states: list[RequestBlockState], counts: list[int]
     ) -> tuple[list[KVCacheBlock], ...]:
-        new = self.pool.get_new_blocks_each(counts)
+        if len(counts) == 1:  # one group: the pool's plain call
+            new = [self.pool.get_new_blocks(counts[0]) if counts[0] else []]
+        else:
+            new = self.pool.get_new_blocks_each(counts)
         for st, blocks in zip(states, new, strict=True):
             if blocks:
                 st.blocks += blocks
