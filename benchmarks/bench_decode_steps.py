@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -145,20 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         trees = {"base": Path(args.compare).resolve(), "new": HERE.parent}
     rest = [a for a in argv if a not in ("--compare", args.compare)]
-    runs: dict[str, list[dict[str, dict[str, float]]]] = {k: [] for k in trees}
-    for _ in range(args.rounds):
-        for name, tree in trees.items():
-            env = dict(os.environ, PYTHONPATH=str(tree))
-            cmd = [sys.executable, str(Path(__file__).resolve()), *rest, "--json"]
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    sys.path.insert(0, str(HERE))
+    from machine_info import cpu_features, machine
+    from tree_runs import alternate
+
+    runs = alternate(Path(__file__).resolve(), trees, rest, args.rounds)
     merged = [
         (name, {p: {k: statistics.median(r[p][k] for r in rs) for k in KINDS} for p in rs[0]})
         for name, rs in runs.items()
     ]
-    sys.path.insert(0, str(HERE))
-    from machine_info import cpu_features, machine
-
     load = os.getloadavg()
     print(f"{machine()}; {cpu_features()}; load average {load[0]:.1f} {load[1]:.1f}; "
           f"{args.batch} x {args.length} -> {args.tokens}, window {args.window}, block "
