@@ -58,7 +58,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -314,14 +313,12 @@ def compare(args: argparse.Namespace, argv: list[str]) -> int:
     trees = {"base": Path(args.compare).resolve(), "new": HERE.parent}
     rest = [a for a in argv if a not in ("--compare", args.compare)]
     rest = [a for i, a in enumerate(rest) if not (a == "--rounds" or rest[i - 1] == "--rounds")]
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in trees}
-    for r in range(args.rounds):
-        for name, tree in trees.items():
-            env = dict(os.environ, PYTHONPATH=str(tree))
-            cmd = [sys.executable, str(Path(__file__).resolve()), *rest, "--json"]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {name}: host {runs[name][-1]['host']:.3f} ms", file=sys.stderr)
+    from tree_runs import alternate
+
+    def note(r: int, name: str, res: dict[str, Any]) -> None:
+        print(f"round {r + 1} {name}: host {res['host']:.3f} ms", file=sys.stderr)
+
+    runs = alternate(Path(__file__).resolve(), trees, rest, args.rounds, note)
     if runs["base"][0]["tokens"] != runs["new"][0]["tokens"]:
         raise SystemExit("the two trees generated different tokens")
     merged = []

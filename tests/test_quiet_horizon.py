@@ -15,6 +15,7 @@ import pytest
 from factories import chunked, decode, free_ids, full, mamba, manager, prefill, ref_counts, req, swa
 
 from hybridkv import KVCacheManager
+from hybridkv.cache_manager.quiet import GENERAL
 from hybridkv.managers.base import NEVER, RequestBlockState, SingleTypeKVCacheManager
 
 LAYOUTS = {
@@ -36,10 +37,14 @@ def test_worked_example_sliding_window_lru() -> None:
     calls = []
     real = kv.coordinator.allocate
     kv.coordinator.allocate = lambda *a, **k: calls.append(a[1]) or real(*a, **k)  # type: ignore[method-assign]
+    real_extend = kv.coordinator.extend
+    kv.coordinator.extend = lambda *a: (
+        calls.append((a[0].num_computed_tokens + a[1], a[2])) or real_extend(*a)
+    )  # type: ignore[method-assign]
     decode(kv, r, 1)  # 11 slots, 10 computed: inside the horizon
     assert calls == [] and kv.get_block_ids("r")[1][0] != 0
-    decode(kv, r, 2)  # 11 computed: sliding block 0 is released
-    assert calls == [12] and kv.get_block_ids("r")[1][0] == 0
+    decode(kv, r, 2)  # 11 computed: sliding block 0 is released (extend, releases)
+    assert calls == [(12, True)] and kv.get_block_ids("r")[1][0] == 0
     assert kv._quiet.horizons["r"] == (12, 15, 16)  # 12 tokens cached: block 2 is full
     kv.check_integrity()
     assert kv.free(r) and "r" not in kv._quiet.horizons
@@ -57,7 +62,7 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
     specs = LAYOUTS[layout]
     fast = manager(48, *specs, max_model_len=96, cache_policy=policy)
     slow = manager(48, *specs, max_model_len=96, cache_policy=policy)
-    slow._quiet.horizon = lambda rid: (-1, -1, -1)  # type: ignore[method-assign]
+    slow._quiet.kind = lambda request, n: GENERAL  # type: ignore[method-assign]
     slow_calls = fast_calls = 0
     for kv in (fast, slow):
         real = kv.coordinator.allocate
@@ -71,6 +76,9 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
             return _real(*a, **k)
 
         kv.coordinator.allocate = counted  # type: ignore[method-assign]
+    calm: list[int] = []  # live plain steps past the horizon (``QuietHorizons.step``)
+    real_extend = fast.coordinator.extend
+    fast.coordinator.extend = lambda *a: calm.append(1) or real_extend(*a)  # type: ignore[method-assign]
     rng = random.Random(f"{layout}/{policy}")
     reqs: dict[str, tuple] = {}
     prefixes = [[rng.randrange(1000) for _ in range(40)] for _ in range(3)]
@@ -126,6 +134,7 @@ def test_fast_path_decides_exactly_as_the_full_path(layout: str, policy: str) ->
             fast.check_integrity()
     fast.check_integrity()
     assert slow_calls - fast_calls >= 10, (fast_calls, slow_calls)  # the fast path was taken
+    assert len(calm) >= 10, len(calm)  # and the calm one
 
 
 def _brute_release_at(m: SingleTypeKVCacheManager, st: RequestBlockState, limit: int) -> int:

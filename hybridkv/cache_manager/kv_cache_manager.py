@@ -38,7 +38,7 @@ from hybridkv.cache_manager.manager_checks import (
     check_same_request,
     request_id_of,
 )
-from hybridkv.cache_manager.quiet import QuietHorizons
+from hybridkv.cache_manager.quiet import QUIET, STEP, QuietHorizons
 from hybridkv.core.events import KVCacheEvent
 from hybridkv.core.eviction import PolicyFactory
 from hybridkv.core.hashing import BlockHasher
@@ -217,9 +217,14 @@ class KVCacheManager:
             and new_computed_blocks is None
             and not num_new_computed_tokens
             and not num_lookahead_tokens
-            and self._quiet.quiet(request, num_new_tokens)
         ):
-            return self._no_new  # the common decode step: no group has anything to do
+            kind = self._quiet.kind(request, num_new_tokens)
+            if kind == QUIET:
+                return self._no_new  # the common decode step: no group has anything to do
+            if kind == STEP:  # a live request's plain step, in fewer calls
+                new = self._quiet.step(request, num_new_tokens)
+                if new is not None:
+                    return KVCacheBlocks(new) if any(new) else self._no_new
         if live is not request and live is not None:
             check_same_request(live, request)
             self._live[rid] = request

@@ -1,5 +1,6 @@
 """``QuietHorizons``: the decode steps ``KVCacheManager.allocate_slots``
-answers without visiting any group.
+answers without visiting any group, and the other plain steps of live requests
+(``KVCacheCoordinator.extend``).
 
 A live request's *quiet horizon* (``KVCacheCoordinator.quiet_horizon``) is
 ``(cover, release_at, cache_at)``: while the tokens needing slots stay
@@ -11,13 +12,25 @@ this check (its tables may have changed) and drops it on ``free``::
     computed      10      11        12
     cover (12)    ok      ok        ok        slots for 12 tokens exist
     release (11)  ok      a window block falls out: not quiet
+
+Any other plain step of a live request (no hit adopted, no lookahead) goes
+to ``KVCacheCoordinator.extend``, which does what the general path would with
+fewer calls, and the new horizon follows from that pass. Below ``release_at``
+no group can release a block, so nothing is counted or released for it
+(a *calm* step: it only extends tables and caches full blocks; ``release_at``
+stays); at or past it, the releases are counted and applied as the general
+path does.
 """
 
 from __future__ import annotations
 
 from hybridkv.coordinators import KVCacheCoordinator
+from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.managers.base import NEVER
+
+#: ``QuietHorizons.kind``: nothing to do; ``QuietHorizons.step``; the general path.
+QUIET, STEP, GENERAL = 0, 1, 2
 
 
 class QuietHorizons:
@@ -34,16 +47,39 @@ class QuietHorizons:
         #: Request id -> ``(cover, release_at, cache_at)``.
         self.horizons: dict[str, tuple[int, int, int]] = {}
 
-    def quiet(self, request: Request, num_new_tokens: int) -> bool:
-        """True when a plain step of ``num_new_tokens`` (no hit, no lookahead)
-        of the live ``request`` changes nothing in any group. Read-only."""
+    def kind(self, request: Request, num_new_tokens: int) -> int:
+        """What a plain step of ``num_new_tokens`` (no hit, no lookahead) of the
+        live ``request`` must do: ``QUIET`` (nothing in any group), ``STEP``
+        (``step``: it allocates, caches or releases) or ``GENERAL`` (no
+        horizon, or past ``max_model_len``: ``allocate_slots``'s full path,
+        which raises). Read-only."""
         h = self.horizons.get(request.request_id)
         if h is None:
-            return False
+            return GENERAL
         total = request.num_computed_tokens
         after = total + num_new_tokens
         n = request.num_tokens
-        return after <= h[0] and total < h[1] and min(after, n) < h[2] and n <= self.max_model_len
+        if n > self.max_model_len or after > self.max_model_len:
+            return GENERAL
+        if after <= h[0] and total < h[1] and min(after, n) < h[2]:
+            return QUIET
+        return STEP
+
+    def step(self, request: Request, num_new_tokens: int) -> tuple[list[KVCacheBlock], ...] | None:
+        """Apply a ``STEP``: the new blocks per group, the horizon updated;
+        ``None`` (nothing changed) when they do not fit."""
+        rid = request.request_id
+        h = self.horizons[rid]
+        done = self.coordinator.extend(request, num_new_tokens, request.num_computed_tokens >= h[1])
+        if done is None:
+            return None
+        new, cover, release_at, cache_at = done
+        if release_at is None:
+            release_at = h[1]
+        if not self.enable_caching:
+            cache_at = NEVER
+        self.horizons[rid] = (min(cover, self.max_model_len), release_at, cache_at)
+        return new
 
     def horizon(self, request_id: str) -> tuple[int, int, int]:
         """The live request's horizon as of now."""

@@ -13,8 +13,10 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 
+from hybridkv.coordinators.growth import TableGrowth
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.block_pool import BlockPool
+from hybridkv.core.request import Request
 from hybridkv.managers import SingleTypeKVCacheManager, get_manager_for_kv_cache_spec
 from hybridkv.managers.base import NEVER, RequestBlockState
 from hybridkv.policy import CachePolicy, HybridOptions, make_policy
@@ -72,6 +74,8 @@ class KVCacheCoordinator(ABC):
         #: ``find_longest_cache_hit`` (the branch point; without such groups, the hit).
         self.last_full_hit_tokens = 0
         self._no_hit: tuple[list[KVCacheBlock], ...] = tuple([] for _ in self.managers)
+        #: Grows (and, for ``extend``, caches) every group's tables in few calls.
+        self.growth = TableGrowth(self.managers, block_pool, enable_caching)
         #: Holders of pool blocks outside the tables (a tier's loads in flight):
         #: each gives the blocks it holds once per reference, for ``check_integrity``.
         self.other_holders: list[Callable[[], Iterable[KVCacheBlock]]] = []
@@ -129,12 +133,27 @@ class KVCacheCoordinator(ABC):
         if new_computed_blocks is not None:
             for blocks in new_computed_blocks:
                 self.pool.touch(blocks)
-        new = []
-        for m, st, h in zip(managers, states, hit, strict=True):
-            if st is None:
-                st = m.add_request(request_id, h, kept)
-            new.append(m.allocate_new_blocks(st, num_tokens, grid))
-        return tuple(new)
+        tables = [
+            st if st is not None else m.add_request(request_id, h, kept)
+            for m, st, h in zip(managers, states, hit, strict=True)
+        ]
+        return self.growth.grow(tables, num_tokens, grid)
+
+    def extend(
+        self, request: Request, num_new_tokens: int, releases: bool
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int | None, int] | None:
+        """A live request's plain step of ``num_new_tokens`` (no hit adopted, no
+        lookahead, within ``max_model_len``): ``allocate`` for its computed
+        tokens plus those, then ``cache_blocks`` up to ``min(that, num_tokens)``:
+        the same blocks in the same order, in fewer calls (``TableGrowth``).
+        ``releases``: some group may pass its release point (the computed tokens
+        reached the quiet horizon's ``release_at``); else none does, and nothing
+        is counted for it. Returns the new blocks per group and the request's new
+        ``(cover, release_at, cache_at)`` (``release_at`` None: unchanged), or
+        ``None`` with nothing changed when the blocks do not fit (``allocate``
+        then decides whether a request sheds kept points to make room)."""
+        states = [m.states[request.request_id] for m in self.managers]
+        return self.growth.extend(states, request, num_new_tokens, self.policy.grid, releases)
 
     def _make_room(self, short: int) -> bool:
         """Apply the policy's ``make_room``: the request it names keeps only the
@@ -264,6 +283,8 @@ class KVCacheCoordinator(ABC):
                 for b in st.blocks + [b for _, b in st.retained]:
                     if not b.is_null:
                         holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for rid in ids:
+            self.growth.check_integrity([m.states[rid] for m in self.managers])
         for held in self.other_holders:
             for b in held():
                 holders[b.block_id] = holders.get(b.block_id, 0) + 1

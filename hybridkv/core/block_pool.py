@@ -119,36 +119,41 @@ class BlockPool:
     # -- allocation ----------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[KVCacheBlock]:
         """Pop ``n`` free blocks (evicting cached ones), each with ref count 1.
-
-        The caller checked ``n <= num_free_blocks``.
-        """
+        The caller checked ``n <= num_free_blocks``."""
         blocks = self.policy.take(n)
         if self.on_take is not None:
             self.on_take(blocks)
+        self._claim(blocks)
+        return blocks
+
+    def get_new_blocks_each(self, counts: list[int]) -> list[list[KVCacheBlock]]:
+        """``[get_new_blocks(n) if n else [] for n in counts]`` in one eviction pass
+        (``EvictionPolicy.take_each``; a take reads only the free set's order, never
+        the index, so the blocks are the same). Exactly that list under an ``on_take``."""
+        if self.on_take is not None:
+            return [self.get_new_blocks(n) if n else [] for n in counts]
+        out = self.policy.take_each(counts)
+        self._claim([b for blocks in out for b in blocks])
+        return out
+
+    def _claim(self, blocks: list[KVCacheBlock]) -> None:
+        """Blocks just taken leave the index (cached ones are evicted), ref count 1."""
         cached, duplicates = self.cached, self.duplicates
-        if self.enable_kv_cache_events:
-            for b in blocks:
-                if b.block_hash is not None:
-                    self._evict(b)
-                    self.num_evicted_blocks += 1
-                b.ref_cnt = 1
-            return blocks
-        # The common case inline: the key's only block (a cached block without
-        # duplicates is its key's primary), no event to send.
+        events = self.enable_kv_cache_events
         evicted = 0
         for b in blocks:
             h = b.block_hash
             if h is not None:
                 evicted += 1
-                if duplicates and (b.group_id, h) in duplicates:
-                    self._evict(b)
-                else:
+                if events or (duplicates and (b.group_id, h) in duplicates):
+                    self._evict(b)  # an event to send, or a duplicate to promote
+                else:  # the common case inline: the key's only block
                     del cached[b.group_id][h]  # type: ignore[index]
                     b.block_hash = b.group_id = b.token_ids = None
             b.ref_cnt = 1
-        self.generation += evicted
+        if not events:  # with events, ``_evict`` counted each one
+            self.generation += evicted
         self.num_evicted_blocks += evicted
-        return blocks
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """A hit: ref count + 1; blocks that were free leave the free set.

@@ -51,6 +51,12 @@ class EvictionPolicy(ABC):
     def take(self, n: int) -> list[KVCacheBlock]:
         """Remove and return ``n`` blocks to reuse (caller checked ``n`` fits)."""
 
+    def take_each(self, counts: list[int]) -> list[list[KVCacheBlock]]:
+        """``[take(n) if n else [] for n in counts]`` (several tables grown at
+        once, ``BlockPool.get_new_blocks_each``); a policy may do it in one pass."""
+        take = self.take
+        return [take(n) if n else [] for n in counts]
+
     @abstractmethod
     def __iter__(self) -> Iterator[KVCacheBlock]:
         """Free blocks, next to be reused first."""
@@ -103,6 +109,18 @@ class LRUEvictionPolicy(EvictionPolicy):
 
     def take(self, n: int) -> list[KVCacheBlock]:
         return self.queue.popleft_n(n)
+
+    def take_each(self, counts: list[int]) -> list[list[KVCacheBlock]]:
+        # ``take`` pops the head: one pop of the sum, cut in turn, is the same.
+        if type(self).take is not LRUEvictionPolicy.take:
+            return super().take_each(counts)  # a subclass takes its own way
+        blocks = self.queue.popleft_n(sum(counts))
+        out = []
+        i = 0
+        for n in counts:
+            out.append(blocks[i : i + n])
+            i += n
+        return out
 
     def __iter__(self) -> Iterator[KVCacheBlock]:
         return iter(self.queue)

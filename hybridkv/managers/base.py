@@ -60,6 +60,10 @@ class SingleTypeKVCacheManager(ABC):
     prefix_closed: ClassVar[bool] = False
     #: False when ``get_num_skipped_tokens`` is always 0 (nothing to release).
     has_skips: ClassVar[bool] = True
+    #: True when growing a table appends ``required - have`` new blocks (this
+    #: class's ``allocate_new_blocks``; a kind that overrides it says False): the
+    #: coordinator then pops several groups' blocks at once (``TableGrowth``).
+    plain_allocation: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -18,6 +18,8 @@ new states always go to later entries once a block is full.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.managers.base import RequestBlockState, SingleTypeKVCacheManager
 from hybridkv.managers.snapshots import snapshot_entries
@@ -26,6 +28,8 @@ from hybridkv.specs.base import cdiv
 
 class MambaManager(SingleTypeKVCacheManager):
     """State blocks of a Mamba group (block-aligned snapshots, ``hybridkv.managers.snapshots``)."""
+
+    plain_allocation: ClassVar[bool] = False  # null entries between snapshots
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - 1)

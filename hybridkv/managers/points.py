@@ -68,6 +68,8 @@ def segments(
     """``[start, stop)`` cut into ascending ``(lo, hi, kept)`` ranges:
     ``kept`` is ``in_spans`` of every index in the range (one test per range,
     not per block)."""
+    if not spans and start < stop:  # no kept point (``lru``, or none kept): one range
+        return [(start, stop, False)]
     cuts = {start, stop}
     for lo, hi in spans:
         if lo < stop and hi > start:
