@@ -279,10 +279,10 @@ class LedgerTier(TierStore):
         with self._lock:
             self._check_open()
             found = self._ledger.pin_entries(keys)
-            held = [e is not None for e in found]
-            pinned = [e for e in found if e is not None]
-            taken = list(keys) if len(pinned) == len(keys) else list(compress(keys, held))
-            batch = PinBatch(taken, held, pinned)
+            pinned = list(filter(None, found))  # (an entry is always true)
+            every = len(pinned) == len(keys)  # the common case
+            held = [True] * len(keys) if every else [e is not None for e in found]
+            batch = PinBatch(list(compress(keys, held)), held, pinned)
             self._batches.add(batch)
             return batch
 
