@@ -267,10 +267,11 @@ class Loads:
             self.stats.count_load(ld.medium, unit_bytes[ld.group_id] * n, n)
             landed.extend(runs(ld))
         landed.sort(key=lambda r: (r[0], r[1]))  # each group in order (events: parents first)
+        keeps_tokens = pool.record_token_ids or pool.enable_kv_cache_events
         for gid, first, hashes, blocks in landed:
             n = len(blocks)
             bs = self.managers[gid].block_size
-            run_tokens = tokens[first * bs : (first + n) * bs]
+            run_tokens = tokens[first * bs : (first + n) * bs] if keeps_tokens else []
             new = pool.cache_run(blocks, hashes, gid, run_tokens, bs, 0, n)
             if new and pool.enable_kv_cache_events:
                 parent = self.managers[gid].group_hashes(request.live_block_hashes)

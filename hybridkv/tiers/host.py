@@ -31,16 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from itertools import chain, repeat
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, cast
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
 
 from hybridkv.tiers.base import CopyClock, CopyStats, Parts, UnitKey
 from hybridkv.tiers.copier import Copier, InlineCopier
 from hybridkv.tiers.fingerprint import ModelFingerprint
-from hybridkv.tiers.ledger import PinBatch
-from hybridkv.tiers.ledger_tier import LedgerTier
-from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory, RowMemory
+from hybridkv.tiers.host_loads import HostLoads, Plan
+from hybridkv.tiers.memory import BufferPool, BytesMemory, HostMemory
 from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.transfer import Completed, Completion, Transfer
 
@@ -53,13 +51,9 @@ RowBatch = tuple[Sequence[UnitKey], "Rows", Sequence["float | None"]]
 PartBatch = tuple[Sequence[UnitKey], Sequence[Parts], Sequence["float | None"]]
 #: A unit ``store_rows`` skipped: its position in its batch, and why.
 Skip = tuple[int, BaseException]
-#: An entry's slot, and its parts' sizes (``HostTier._entries``' values).
-_SLOT, _SIZES = itemgetter(0), itemgetter(1)
-#: A batch load's copy, ready to start on the tier's copier, and its bytes.
-_Plan = tuple[Callable[[Copier], Completion], int]
 
 
-class HostTier(LedgerTier):
+class HostTier(HostLoads):
     """Hit units in host memory (module docstring)."""
 
     medium = "CPU"
@@ -92,8 +86,15 @@ class HostTier(LedgerTier):
         except BaseException:
             self._pool.put(buf, nbytes)
             raise
-        self._entries[key] = (buf, sizes)
+        self._keep(key, buf, sizes)
         return completion
+
+    def _keep(self, key: UnitKey, buf: Any, sizes: tuple[int, ...]) -> None:
+        """``key``'s (reserved) entry is in ``buf``: noted here and on its ledger
+        entry (``EntryInfo.where``: a pinned batch's load reads it there)."""
+        info = self._ledger.get(key)
+        assert info is not None, key
+        info.where = self._entries[key] = (buf, sizes)
 
     def _begin_load(self, key: UnitKey, into: Sequence[Any] | None) -> Completion:
         buf, sizes = self._entries[key]
@@ -113,6 +114,9 @@ class HostTier(LedgerTier):
     def _check_storage(self, keys: set[UnitKey]) -> None:
         held = set(self._entries)
         assert keys <= held, f"committed entries without a buffer: {keys - held}"
+        for key, where in self._entries.items():
+            info = self._ledger.get(key)
+            assert info is not None and info.where is where, f"{key!r}: EntryInfo.where stale"
         footprint = self._memory.footprint
         self._pool.check_integrity(sum(footprint(s) for _, s in self._entries.values()))
         assert self._pool.in_use_bytes == self.used_bytes, (
@@ -126,18 +130,6 @@ class HostTier(LedgerTier):
         return self._pool.held_bytes
 
     # -- row batches (SlabMemory) ----------------------------------------------
-
-    @property
-    def takes_rows(self) -> bool:
-        """True when ``store_rows`` / ``load_rows`` work (the memory is a ``RowMemory``)."""
-        return hasattr(self._memory, "store_rows")
-
-    def _slab(self) -> RowMemory:
-        if not self.takes_rows:
-            raise ValueError(
-                f"row batches need a HostTier over a SlabMemory, not {type(self._memory).__name__}"
-            )
-        return cast(RowMemory, self._memory)
 
     def store_rows(self, batches: Sequence[RowBatch]) -> list[tuple[Transfer, list[Skip]]]:
         """Store each batch's unit ``k`` (row ``k`` of its ``Rows``) as ``keys[k]``
@@ -153,7 +145,7 @@ class HostTier(LedgerTier):
         for _, rows, _ in batches:
             slab.check_sizes(rows.sizes)
 
-        def plan(b: int, keep: list[int], slots: list[Any]) -> _Plan:
+        def plan(b: int, keep: list[int], slots: list[Any]) -> Plan:
             rows = batches[b][1]
             return partial(slab.store_rows, slots, rows.subset(keep)), sum(rows.sizes) * len(keep)
 
@@ -174,7 +166,7 @@ class HostTier(LedgerTier):
                 raise ValueError(f"{len(keys)} keys and {len(parts)} units' parts")
         sized = [list(map(memory.nbytes, parts)) for _, parts, _ in batches]
 
-        def plan(b: int, keep: list[int], bufs: list[Any]) -> _Plan:
+        def plan(b: int, keep: list[int], bufs: list[Any]) -> Plan:
             sizes = [sized[b][k] for k in keep]
             start = memory.plan_store_many(bufs, [batches[b][1][k] for k in keep], sizes)
             return start, sum(map(sum, sizes))
@@ -185,7 +177,7 @@ class HostTier(LedgerTier):
         self,
         batches: Sequence[Any],
         sized: Sequence[Iterable[tuple[int, ...]]],
-        plan: Callable[[int, list[int], list[Any]], _Plan],
+        plan: Callable[[int, list[int], list[Any]], Plan],
     ) -> list[tuple[Transfer, list[Skip]]]:
         """``store_rows`` / ``store_parts``: reserve each batch's ``(keys, _, values)``
         units (of ``sized[b]`` parts' sizes), then start the copy of the units kept
@@ -195,7 +187,7 @@ class HostTier(LedgerTier):
         footprint = self._memory.footprint
         out: list[tuple[Transfer, list[Skip]]] = []
         with self._lock:
-            ledger, entries, pool = self._ledger, self._entries, self._pool
+            ledger, pool = self._ledger, self._pool
             reserved: list[UnitKey] = []
             try:
                 with self._copier.collect():
@@ -214,7 +206,7 @@ class HostTier(LedgerTier):
                                 skipped.append((k, error))
                                 continue
                             buf = pool.get(nbytes)
-                            entries[key] = (buf, sizes)
+                            self._keep(key, buf, sizes)
                             reserved.append(key)
                             fresh.append(key)
                             keep.append(k)
@@ -234,153 +226,3 @@ class HostTier(LedgerTier):
                     self._drop(key)
                 raise
             return [(self._started(t), skipped) for t, skipped in out]
-
-    def load_rows(
-        self,
-        batches: Sequence[tuple[Sequence[UnitKey], Rows]],
-        wake: bool = True,
-        pins: PinBatch | None = None,
-    ) -> list[Transfer]:
-        """Copy each batch's ``keys[k]`` entry into row ``k`` of its ``Rows``: one
-        transfer per batch, one scatter per part, all in one job. Every key must be
-        held (``KeyError`` otherwise, nothing pinned): pin them first when anything
-        may evict them meanwhile. ``pins``: a ``pin_batch`` of exactly these keys,
-        whose pins the transfers take over (no second pin, no unpin). ``wake=False``:
-        the copy thread is not woken for the job (``ThreadCopier.queue``): it runs
-        when a transfer is waited for, or at ``wake()``; for a caller that waits at
-        once, or wakes the tier itself."""
-        self._check_open()
-        slab = self._slab()
-        clock = CopyClock(len(batches))
-        with self._lock:
-            planned: list[_Plan | None] = []
-            for keys, rows in batches:  # (C-level maps: this runs once per unit)
-                found = self._found(keys, "load_rows")
-                sizes = rows.sizes
-                if set(map(_SIZES, found)) - {sizes}:
-                    bad = next(e[1] for e in found if e[1] != sizes)
-                    raise ValueError(f"an entry has parts of {bad}, the rows {sizes}")
-                slots = list(map(_SLOT, found))
-                start = partial(slab.load_rows, slots, rows)
-                planned.append((start, sum(sizes) * len(keys)) if keys else None)
-            return self._start_loads(batches, planned, wake, pins, clock)
-
-    def load_parts(
-        self,
-        batches: Sequence[tuple[Sequence[UnitKey], Sequence[Parts]]],
-        wake: bool = True,
-        pins: PinBatch | None = None,
-    ) -> list[Transfer]:
-        """Copy each batch's ``keys[k]`` entry into the parts ``into[k]``, over any
-        memory: one transfer per batch and one completion (on the copy thread one
-        job for every batch; on CUDA each batch's copies queued on the copy stream
-        at once with one event after them), not a transfer, a pin, a stream switch
-        and an event per entry as ``load_many``. Every key must be held and every
-        ``into`` fit its entry (``KeyError`` / ``ValueError`` before anything is
-        pinned or copied). ``wake``, ``pins``: as ``load_rows``."""
-        self._check_open()
-        clock = CopyClock(len(batches))
-        with self._lock:
-            planned: list[_Plan | None] = []
-            for keys, into in batches:
-                if len(into) != len(keys):
-                    raise ValueError(f"{len(keys)} keys and {len(into)} into")
-                found = self._found(keys, "load_parts")
-                nbytes = sum(map(sum, map(_SIZES, found)))
-                start = self._memory.plan_load_many(found, into)
-                planned.append((start, nbytes) if keys else None)
-            return self._start_loads(batches, planned, wake, pins, clock)
-
-    def _found(self, keys: Sequence[UnitKey], what: str) -> list[tuple[Any, tuple[int, ...]]]:
-        """Each key's ``(buffer, sizes)`` (``KeyError`` naming one not held). Under the lock."""
-        found = list(map(self._entries.get, keys))
-        if None in found:
-            missing = keys[found.index(None)]
-            raise KeyError(f"{what} of {missing!r}: the {self.medium} tier lacks it")
-        return found  # type: ignore[return-value]
-
-    def _start_loads(
-        self,
-        batches: Sequence[tuple[Sequence[UnitKey], Any]],
-        planned: list[_Plan | None],
-        wake: bool,
-        pins: PinBatch | None,
-        clock: CopyClock,
-    ) -> list[Transfer]:
-        """Pin the batches' keys (or take ``pins`` over) and start each batch's
-        planned copy (None: an empty batch) as one transfer, all in one job. Under
-        the lock."""
-        every = list(chain.from_iterable(keys for keys, _ in batches))
-        self._pin_loads(every, pins)
-        out: list[Transfer] = []
-        try:
-            with self._copier.collect(wake):
-                for (keys, _), plan in zip(batches, planned, strict=True):
-                    if plan is None:
-                        out.append(Transfer(None, "load", Completed(), keys=()))
-                        clock.remaining -= 1
-                        continue
-                    settle = self._batch_settler(False, plan[1], clock)
-                    completion = plan[0](self._copier)
-                    out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
-        except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
-            if pins is None:
-                self._ledger.unpin_many(every)
-            raise
-        if pins is not None:
-            self._take_batch(pins)  # the transfers hold its pins now
-        return [self._started(t) for t in out]
-
-    def _pin_loads(self, every: list[UnitKey], pins: PinBatch | None) -> None:
-        """Pin (and touch) the keys a batch load copies, all committed (``KeyError``
-        naming one that is not, nothing pinned); or, given ``pins``, check that it
-        is a held batch of exactly these keys. Under the lock."""
-        if pins is None:
-            try:
-                self._ledger.pin_committed(every)  # (all or nothing)
-            except KeyError as e:
-                lacks = f"a load of {e.args[0]!r}: the {self.medium} tier lacks it"
-                raise KeyError(lacks) from None
-        elif pins.released or (
-            pins.keys != every  # (the same keys in the same order: the caller's case)
-            and (len(pins.keys) != len(every) or set(pins.keys) != set(every))
-        ):
-            raise ValueError("a batch load's pins=: a pin batch held of exactly the keys loaded")
-
-    def _batch_settler(
-        self, store: bool, nbytes: int, clock: CopyClock
-    ) -> Callable[[Transfer], None]:
-        def settle(transfer: Transfer) -> None:
-            self._settle_batch(transfer, store, nbytes, clock)
-
-        return settle
-
-    def _settle_batch(self, transfer: Transfer, store: bool, nbytes: int, clock: CopyClock) -> None:
-        with self._lock:
-            clock.remaining -= 1
-            seconds = None if clock.remaining else clock.elapsed()
-            self._in_flight.discard(transfer)
-            ledger, n, ok = self._ledger, len(transfer.keys), transfer.error is None
-            if not store:
-                ledger.unpin_many(transfer.keys)
-            else:
-                for key in transfer.keys:
-                    if ok:
-                        ledger.commit(key)
-                    else:
-                        ledger.remove(key)
-                        self._drop(key)
-            if ok:
-                (self.copies.store if store else self.copies.load).add(nbytes, seconds)
-            if store:
-                self.stats.stores += n if ok else 0
-                self.stats.store_failures += 0 if ok else n
-            else:
-                self.stats.loads += n if ok else 0
-                self.stats.load_failures += 0 if ok else n
-            if not ok:
-                self._warn_once(
-                    f"rows:{type(transfer.error).__name__}",
-                    f"{self.medium} tier: a batch copy failed ({transfer.error}); "
-                    "its units were skipped (further failures are counted)",
-                )

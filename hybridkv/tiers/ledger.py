@@ -40,17 +40,24 @@ class EntryInfo:
     pins: int = 1  # a new entry is pinned by its store
     committed: bool = False
     spare: bool = False  # stored for spare room only (``tiers/spare.py``)
+    #: Where the tier keeps the entry's bytes, for a tier that sets it
+    #: (``HostTier``: its buffer and parts' sizes); a pinned batch's loads read it
+    #: here instead of looking each key up again. None: not kept.
+    where: Any = None
 
 
 class PinBatch:
-    """The keys one ``LedgerTier.pin_batch`` call pinned (each once); ``held``: per
-    key asked, whether the tier held it; ``released`` once undone or taken over."""
+    """The keys one ``LedgerTier.pin_batch`` call pinned (each once) and their
+    entries (``entries[k]`` is ``keys[k]``'s: a load reads and unpins them without
+    a lookup per key); ``held``: per key asked, whether the tier held it;
+    ``released`` once undone or taken over."""
 
-    __slots__ = ("held", "keys", "released")
+    __slots__ = ("entries", "held", "keys", "released")
 
-    def __init__(self, keys: list[Any], held: list[bool]) -> None:
+    def __init__(self, keys: list[Any], held: list[bool], entries: list[EntryInfo]) -> None:
         self.keys = keys
         self.held = held
+        self.entries = entries
         self.released = False
 
 
@@ -183,23 +190,28 @@ class EntryLedger:
 
     def pin_held(self, keys: Sequence[Hashable]) -> list[bool]:
         """``pin`` and ``touch`` each of ``keys`` that is committed (a load's use);
-        per key, whether it was pinned. (One pass per unit; the lookups and the
-        moves in use order are C-level maps.)"""
+        per key, whether it was pinned."""
+        return [e is not None for e in self.pin_entries(keys)]
+
+    def pin_entries(self, keys: Sequence[Hashable]) -> list[EntryInfo | None]:
+        """``pin_held``, giving per key its entry, pinned (None: not committed, not
+        pinned). One pass per unit; the lookups and the moves in use order are
+        C-level maps (in use order: each key's tick follows the one before)."""
         entries, spare = self._entries, self.spare
+        out: list[EntryInfo | None] = list(map(entries.get, keys))
         tick = self._tick
-        out: list[bool] = []
-        held: list[Hashable] = []
-        for k, entry in zip(keys, map(entries.get, keys), strict=True):
-            if entry is not None and entry.committed:
-                entry.pins += 1
-                tick += 1
-                entry.last_used = tick
-                if entry.spare:
-                    spare.touch(k)
-                held.append(k)
-                out.append(True)
-            else:
-                out.append(False)
+        missing = False
+        for k, entry in enumerate(out):
+            if entry is None or not entry.committed:
+                out[k] = None
+                missing = True
+                continue
+            entry.pins += 1
+            tick += 1
+            entry.last_used = tick
+            if entry.spare:
+                spare.touch(entry.key)
+        held = [k for k, e in zip(keys, out, strict=True) if e is not None] if missing else keys
         deque(map(entries.move_to_end, held), maxlen=0)
         self._tick = tick
         return out
@@ -207,6 +219,15 @@ class EntryLedger:
     def unpin_many(self, keys: Iterable[Hashable]) -> None:
         """``unpin`` each of ``keys`` (pinned by ``pin_committed`` or ``pin_held``)."""
         for entry in map(self._entries.__getitem__, keys):
+            if entry.pins <= (0 if entry.committed else 1):
+                raise ValueError(f"unpin of {entry.key!r}, which no pin() holds")
+            entry.pins -= 1
+
+    @staticmethod
+    def unpin_entries(entries: Iterable[EntryInfo]) -> None:
+        """``unpin_many`` of entries pinned by ``pin_entries`` (no lookup: a pinned
+        entry cannot leave the ledger)."""
+        for entry in entries:
             if entry.pins <= (0 if entry.committed else 1):
                 raise ValueError(f"unpin of {entry.key!r}, which no pin() holds")
             entry.pins -= 1

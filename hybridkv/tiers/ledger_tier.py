@@ -278,8 +278,11 @@ class LedgerTier(TierStore):
         or hand it to a load that takes its pins over (``HostTier.load_rows``)."""
         with self._lock:
             self._check_open()
-            held = self._ledger.pin_held(keys)
-            batch = PinBatch(list(compress(keys, held)), held)
+            found = self._ledger.pin_entries(keys)
+            pinned = list(filter(None, found))  # (an entry is always true)
+            every = len(pinned) == len(keys)  # the common case
+            held = [True] * len(keys) if every else [e is not None for e in found]
+            batch = PinBatch(list(compress(keys, held)), held, pinned)
             self._batches.add(batch)
             return batch
 
@@ -287,7 +290,7 @@ class LedgerTier(TierStore):
         """Undo ``pin_batch`` (``ValueError`` if undone or taken over already)."""
         with self._lock:
             self._take_batch(batch)
-            self._ledger.unpin_many(batch.keys)
+            self._ledger.unpin_entries(batch.entries)
 
     def _take_batch(self, batch: PinBatch) -> None:
         """Forget ``batch`` as held (under the lock): its pins are released or taken over."""

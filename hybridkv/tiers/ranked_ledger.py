@@ -102,12 +102,12 @@ class RankedLedger(EntryLedger):
         for k in keys:
             self._hit(k)
 
-    def pin_held(self, keys: Sequence[Hashable]) -> list[bool]:
-        held = super().pin_held(keys)
-        for k, h in zip(keys, held, strict=True):
-            if h:
+    def pin_entries(self, keys: Sequence[Hashable]) -> list[EntryInfo | None]:
+        found = super().pin_entries(keys)
+        for k, e in zip(keys, found, strict=True):
+            if e is not None:
                 self._hit(k)
-        return held
+        return found
 
     def remove(self, key: Hashable) -> EntryInfo:
         entry = super().remove(key)

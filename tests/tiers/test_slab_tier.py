@@ -185,3 +185,36 @@ def test_a_pin_batch_is_taken_over_by_its_load() -> None:
     assert again.keys == [] and again.held == [False]
     t.unpin_batch(again)
     t.check_integrity()
+
+
+def test_a_load_in_its_pin_batchs_order_reads_and_unpins_the_pinned_entries() -> None:
+    """A ``load_rows(pins=)`` whose batches list the pinned keys in the pin batch's
+    order reads each slot off the pinned ledger entries (``EntryInfo.where``) and
+    its settling unpins those entries: every batch lands its own units, and once
+    they settle no pin is left (``check_integrity`` counts them); a stale
+    ``where`` is an integrity failure."""
+    dev = device()
+    gate = GateCopier()
+    t = tier(6, gate)
+    ((stored, _),) = t.store_rows([(keys(1, 2, 3, 4), Rows(dev, [5, 1, 9, 2]), [1.0] * 4)])
+    gate.run()
+    assert stored.wait()
+    batch = t.pin_batch(keys(1, 2, 3, 4))
+    assert batch.keys == keys(1, 2, 3, 4) and len(batch.entries) == 4
+    out = tuple(np.zeros_like(a) for a in dev)
+    loads = t.load_rows(
+        [(keys(1, 2), Rows(out, [7, 0])), (keys(3, 4), Rows(out, [4, 3]))], pins=batch
+    )
+    assert batch.released and not t.evict(key(3))  # its transfer holds the pin
+    t.check_integrity()
+    gate.run()
+    assert all(ld.wait() for ld in loads)
+    for a, b in zip(out, dev, strict=True):
+        np.testing.assert_array_equal(a[[7, 0, 4, 3]], b[[5, 1, 9, 2]])
+    t.check_integrity()  # no pin left
+    entry = t._ledger.get(key(2))
+    assert entry is not None
+    entry.where = t._ledger.get(key(1)).where  # type: ignore[union-attr]
+    with pytest.raises(AssertionError, match="where stale"):
+        t.check_integrity()
+    t.close()
