@@ -90,8 +90,7 @@ class TieredCache:
 
     ``managers`` / ``device_cached``: the device's groups and prefix index
     (read only); ``page_bytes``: one device block id's bytes; ``weight``: the
-    device free set's value weight (0: LRU in every tier), times the policy's
-    ``host_weight_scale`` (the host's own return bonus; the disk gets it too)."""
+    device free set's value weight (0: LRU in every tier; ``tier_weight``)."""
 
     def __init__(
         self,
