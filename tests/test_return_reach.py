@@ -14,7 +14,7 @@ from test_hybrid_policy import FULL, SWA, run
 
 from hybridkv import KVCacheManager
 from hybridkv.policy import HybridOptions, HybridTuning
-from hybridkv.policy.cost_aware import released_value
+from hybridkv.policy.cost_aware import released_value, tier_value_class, unit_class
 from hybridkv.policy.options import for_host_tier
 from hybridkv.policy.returning import effective_bonus, host_return_share, host_value
 
@@ -49,6 +49,23 @@ def test_the_host_value_rescales_the_return_factor_alone() -> None:
     assert host_value(24.0, 1.0, 0.25) == 24.0  # not returning: the value as it is
     assert host_value(24.0, 16.0, 1.0) == 24.0  # the whole bonus kept
     assert host_value(0.5, 4.0, 0.5) == pytest.approx(0.25)  # under one: the same ratio
+
+
+def test_a_tier_keeps_a_share_of_a_one_class_bonus() -> None:
+    """A tier's class is the value's half-octaves, not floored: a class's own
+    value (what the device demotes) gives it exactly; a returning unit's factor
+    rescaled by the host keeps its fraction. Weight 8, bonus 4 (llama-4-scout's):
+    the factor is 2 ** 0.5, one class; a host share of 0.77 keeps 0.77 of it
+    (floored, it kept none)."""
+    assert [tier_value_class(2.0 ** (k / 2)) for k in range(-40, 121)] == list(range(-40, 121))
+    v = host_value(2.0 ** (7 / 2), 2.0**0.5, 0.77)
+    assert tier_value_class(v) == pytest.approx(7 - 0.23)
+    assert tier_value_class(host_value(2.0 ** (7 / 2), 2.0**0.5, 0.38)) == pytest.approx(7 - 0.62)
+    # Shifted to the unit's bytes by whole classes, as before: a unit of a quarter page.
+    assert unit_class(v, 256, 1024) == pytest.approx(7 - 0.23 + 4)
+    assert unit_class(None, 1024, 1024) == 0  # no value: the neutral one
+    with pytest.raises(ValueError, match="value must be > 0"):
+        tier_value_class(0.0)
 
 
 def test_for_host_tier_records_the_host_size() -> None:
