@@ -345,9 +345,12 @@ class HybridPolicy(CachePolicy):
         ``evict_first`` (a tier takes it into spare room only). While the host
         keeps only a share of the return bonus (``host_return_share`` < 1), the
         return factor the block was released with is rescaled to that share
-        (``host_value``), its other class steps kept: the factor is taken only
-        when the block's class is still the one its valued run gave it (a block
-        freed since without one, a staged load's, keeps its value)."""
+        (``host_value``), its other class steps kept. The factor is taken only
+        when the block's class is still the one its valued run gave it: a block
+        freed since without a value (the engine's staged loads' held blocks, the
+        neutral class 0) keeps its class's value, unless its run's class was 0
+        too (a returning unit worth under 1.41 tokens a page: then the old factor
+        is read)."""
         value = released_value(block)
         if value is None:
             return SPARE
