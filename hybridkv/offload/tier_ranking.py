@@ -2,10 +2,11 @@
 simulator gives it (``sim/tier_model.py``), so both evict the same units.
 
 Under a policy that ranks tiers (``CachePolicy.ranks_tiers``: ``hybrid``) the
-weight is the device free set's value weight times the policy's
-``host_weight_scale`` (1.0 unless the return bonus has a reach in tokens),
-and a unit's class is its value per device page shifted to its own bytes
-against one block id's bytes across every buffer (``policy.unit_class``). A
+weight is the device free set's value weight, and a unit's class is its value
+per device page (``CachePolicy.demotion_value``: with the return bonus's reach
+in tokens, its return factor rescaled to the host's own bonus) shifted to its
+own bytes against one block id's bytes across every buffer
+(``policy.unit_class``). A
 hit on a host unit moves it to spare room (the device holds it until it
 demotes it again); a disk unit is re-keyed. Under ``lru`` there is no rule: every tier is plain LRU.
 """
@@ -20,12 +21,12 @@ from hybridkv.tiers import RankRule
 
 
 def tier_weight(manager: KVCacheManager) -> float:
-    """The lower tiers' value weight: the device free set's (0 without one: LRU),
-    times the policy's ``host_weight_scale`` (the tiers' own return bonus when it
-    has a reach in tokens; 1.0: off). The engine's rules and the simulator's
-    tiers both take it from here."""
-    weight = float(getattr(manager.block_pool.policy, "weight", 0.0))
-    return weight * manager.policy.host_weight_scale
+    """The lower tiers' value weight: the device free set's (0 without one: LRU).
+    The host's own return bonus is in the units' values, not in the weight
+    (``HybridPolicy.demotion_value``), so every other class step of a tier is
+    the device's. The engine's rules and the simulator's tiers both take it
+    from here."""
+    return float(getattr(manager.block_pool.policy, "weight", 0.0))
 
 
 def tier_rules(manager: KVCacheManager) -> tuple[RankRule, RankRule] | None:

@@ -21,6 +21,7 @@ from hybridkv.policy.base import Admission, CachePolicy, ComputeStores, ReleaseR
 from hybridkv.policy.cost_aware import (
     CostAwareEvictionPolicy,
     class_shift,
+    tier_value_class,
     unit_class,
     value_class,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "class_shift",
     "eviction_factory",
     "make_policy",
+    "tier_value_class",
     "unit_class",
     "value_class",
 ]

@@ -154,9 +154,6 @@ class CachePolicy(ABC):
 
     #: Lower tiers rank this policy's units by value per byte (else plain LRU).
     ranks_tiers: bool = False
-    #: Lower tiers' value weight over the device free set's (``HybridPolicy``:
-    #: the host's own return bonus, ``policy.returning.host_weight_scale``).
-    host_weight_scale: float = 1.0
     #: Each block goes to the host tier as soon as it is computed (vLLM's
     #: ``OffloadingConnector``: write-through), not when the pool reuses it;
     #: then ``demotion_value`` is None for every block (nothing is demoted).

@@ -59,10 +59,24 @@ def class_shift(page_bytes: int, unit_bytes: int) -> int:
     return math.floor(2 * math.log2(page_bytes / unit_bytes))
 
 
-def unit_class(value: float | None, unit_bytes: int, page_bytes: int) -> int:
-    """A tier unit's value class (``tiers.ranking``): the class of its value per
-    device page (None: ``NEUTRAL_VALUE``), shifted to its own bytes."""
-    return value_class(NEUTRAL_VALUE if value is None else value) + class_shift(
+def tier_value_class(value: float) -> float:
+    """Half-octaves of a positive value a tier ranks (``2 * log2(value)``), not
+    floored: a class's own value (``released_value``, what the device demotes)
+    gives that class exactly, a value between classes (a returning unit's factor
+    rescaled to the host's bonus, ``HybridPolicy.demotion_value``; a swap's share
+    of a point) its fraction, so a host keeps any share of a one-class bonus."""
+    if not value > 0:
+        raise ValueError(f"value must be > 0, got {value!r}")
+    c = 2 * math.log2(value)
+    k = round(c)
+    return float(k) if abs(c - k) < 1e-9 else c  # 2 ** (k / 2) round-trips to k
+
+
+def unit_class(value: float | None, unit_bytes: int, page_bytes: int) -> float:
+    """A tier unit's value class (``tiers.ranking``): the half-octaves of its value
+    per device page (None: ``NEUTRAL_VALUE``; ``tier_value_class``), shifted to
+    its own bytes."""
+    return tier_value_class(NEUTRAL_VALUE if value is None else value) + class_shift(
         page_bytes, unit_bytes
     )
 

@@ -26,7 +26,7 @@ from hybridkv.policy.base import (
     Shed,
     Tables,
 )
-from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, released_value
+from hybridkv.policy.cost_aware import CostAwareEvictionPolicy, released_value, value_class
 from hybridkv.policy.options import HybridOptions
 from hybridkv.policy.release import release_hybrid
 from hybridkv.policy.retention import FinalPoints, floor_spacing, prompt_point
@@ -34,7 +34,8 @@ from hybridkv.policy.returning import (
     ContinuationRates,
     SeenPrefixes,
     grade,
-    host_weight_scale,
+    host_return_share,
+    host_value,
     sample_keys,
 )
 from hybridkv.policy.reuse_horizon import ReleaseTimes
@@ -123,10 +124,11 @@ class HybridPolicy(CachePolicy):
         #: value-ranked free set): what the cache has held.
         #: The return bonus in force on the device, in its turnovers.
         self.return_bonus = bonus = options.bonus
-        #: The host tier's value weight over the device's: its own return bonus
-        #: with a reach in tokens (``host_weight_scale``; 1.0 without).
+        #: The share of a returning unit's return factor the host tier keeps:
+        #: its own return bonus with a reach in tokens (``host_return_share``;
+        #: 1.0 without).
         full_tokens = 0 if self.full_gid is None else num_blocks * sizes[self.full_gid]
-        self.host_weight_scale = host_weight_scale(
+        self.host_return_share = host_return_share(
             bonus, tuning.return_bonus_tokens, full_tokens, options.tier_cover
         )
         self.seen: SeenPrefixes | None = (
@@ -169,6 +171,12 @@ class HybridPolicy(CachePolicy):
             else None
         )
         self._ranks_by_value = ranks_by_value
+        #: Each valued free block's return factor beside its value class, while
+        #: the host keeps a share of it (``host_return_share`` < 1; else None):
+        #: block -> (factor, the free set's class of its run's value).
+        self._return_of: dict[KVCacheBlock, tuple[float, int]] | None = (
+            {} if self.seen is not None and self.host_return_share < 1.0 else None
+        )
         #: Both learners sample one block hash in this many (``sample_keys``).
         self._sample_blocks = tuning.sample_blocks
 
@@ -316,7 +324,7 @@ class HybridPolicy(CachePolicy):
             self.free_point_period,
             num_tokens,
         )
-        return release_hybrid(
+        runs = release_hybrid(
             managers,
             states,
             points,
@@ -325,12 +333,33 @@ class HybridPolicy(CachePolicy):
             self._ranks_by_value,
             self.options.tuning.charge_tail_pages,
         )
+        marks = self._return_of
+        if marks is not None:  # the return factor goes beside each valued block's class
+            for run in runs:
+                if not run.evict_first and run.value is not None:
+                    marks.update(dict.fromkeys(run.blocks, (factor, value_class(run.value))))
+        return runs
 
     def demotion_value(self, block: KVCacheBlock) -> float | None:
         """The free set's class of the run's value; ``SPARE`` for a run released
-        ``evict_first`` (a tier takes it into spare room only)."""
+        ``evict_first`` (a tier takes it into spare room only). While the host
+        keeps only a share of the return bonus (``host_return_share`` < 1), the
+        return factor the block was released with is rescaled to that share
+        (``host_value``), its other class steps kept. The factor is taken only
+        when the block's class is still the one its valued run gave it: a block
+        freed since without a value (the engine's staged loads' held blocks, the
+        neutral class 0) keeps its class's value, unless its run's class was 0
+        too (a returning unit worth under 1.41 tokens a page: then the old factor
+        is read)."""
         value = released_value(block)
-        return SPARE if value is None else value
+        if value is None:
+            return SPARE
+        marks = self._return_of
+        if marks is not None:
+            mark = marks.get(block)
+            if mark is not None and mark[1] == block.free_class:
+                return host_value(value, mark[0], self.host_return_share)
+        return value
 
     def store_on_compute(
         self, request_id: str, kept: tuple[int, ...], num_prompt_tokens: int
@@ -358,3 +387,5 @@ class HybridPolicy(CachePolicy):
                 assert learner.stride == self._sample_blocks, "learners sample different blocks"
         if self.rates is not None:
             self.rates.check_integrity()
+        if self._return_of is not None:
+            assert all(f >= 1.0 for f, _ in self._return_of.values()), "a return factor < 1"

@@ -21,8 +21,8 @@ and CLI flags (``KVCacheManager(hybrid_value_weight=2)`` is
 - ``tuning``: the fitted numbers (``HybridTuning``);
 - ``tier_cover``: (device + host tier bytes) / device bytes (1: the device
   alone; set by ``for_host_tier``, not a user knob): with a return bonus's reach
-  in tokens (``tuning.return_bonus_tokens``) the host tier's ranking is scaled
-  to its own size (``policy.returning.host_weight_scale``).
+  in tokens (``tuning.return_bonus_tokens``) the host tier keeps a return bonus
+  of its own size (``policy.returning.host_return_share``).
 
 Invalid values raise a ``ValueError`` that names the ``hybrid_*`` keyword.
 """
@@ -165,7 +165,7 @@ def for_host_tier(
     4,000 Mooncake requests; ``benchmarks/results/tiers-sim.md``. A disk tier is
     not counted: untested, and often 10-100x the device.) ``tier_cover`` becomes
     ``(device + host) / device``: with ``tuning.return_bonus_tokens`` the host's
-    ranking gets its own return bonus (``host_weight_scale``)."""
+    ranking gets its own return bonus (``host_return_share``)."""
     options = options if options is not None else HybridOptions()
     if host_bytes <= 0:
         return options

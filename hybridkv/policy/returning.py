@@ -76,20 +76,31 @@ def effective_bonus(bonus: float, bonus_tokens: int, pool_tokens: float) -> floa
     return min(bonus, bonus_tokens / pool_tokens)
 
 
-def host_weight_scale(
+def host_return_share(
     bonus: float, bonus_tokens: int, device_tokens: float, tier_cover: float
 ) -> float:
-    """The host tier's value weight over the device free set's. The device keeps
-    ``bonus`` turnovers. The host's bonus is ``effective_bonus`` over its own
-    tokens, ``device_tokens x (tier_cover - 1)``. A unit reaches the host with
-    the class the device gave it, the return bonus inside it, so the host cannot
-    change the bonus alone: its weight is scaled by (host bonus) / ``bonus``. A
-    returning unit is then kept the host's bonus in host turnovers; every other
-    class step in the host shrinks alike (value, and bytes per unit). 1.0
-    without a reach, a host or a bonus."""
+    """The share of a returning unit's return factor the host tier keeps. The
+    device keeps ``bonus`` turnovers. The host's bonus is ``effective_bonus``
+    over its own tokens, ``device_tokens x (tier_cover - 1)``, so the share is
+    (host bonus) / ``bonus``: a returning unit is kept the host's bonus in host
+    turnovers, and every other class step in the host (value, bytes per unit)
+    stays as on the device (``host_value``). 1.0 without a reach, a host or a
+    bonus."""
     if bonus_tokens <= 0 or tier_cover <= 1 or bonus <= 0 or device_tokens <= 0:
         return 1.0
     return effective_bonus(bonus, bonus_tokens, device_tokens * (tier_cover - 1)) / bonus
+
+
+def host_value(value: float, factor: float, share: float) -> float:
+    """A demoted unit's value in the host tier: ``value`` (the device's, the
+    return ``factor`` inside it) with the factor raised to ``share``
+    (``host_return_share``) instead. The factor is ``2 ** (b / weight)`` for a
+    bonus of ``b`` device turnovers, so the host keeps ``share x b`` of its own
+    turnovers, at the device's weight; a unit with no return factor (1.0) keeps
+    its value."""
+    if factor == 1.0 or share == 1.0:
+        return value
+    return value * factor ** (share - 1.0)
 
 
 def grade(name: str, turn: int, max_turn: int) -> float:

@@ -53,7 +53,8 @@ class HybridTuning:
     #: The return bonus's reach in prompt tokens in a host tier (0: off, the bonus
     #: counts turnovers of whatever pool holds it). On: the host's bonus is
     #: ``min(return_bonus, return_bonus_tokens / host tokens)`` host turnovers, the
-    #: device keeps ``return_bonus`` (``host_weight_scale``). 10M is about 4
+    #: device keeps ``return_bonus`` (``host_return_share``: a demoted unit's
+    #: return factor is rescaled alone, its other class steps kept). 10M is about 4
     #: turnovers of jamba-v0.1's 40 GB pool (2.44M full-attention tokens), where
     #: the bonus was fitted (tiers-sim.md, "the return bonus's reach in tokens").
     return_bonus_tokens: int = 0

@@ -44,7 +44,7 @@ class Unit(NamedTuple):
     eviction key (0.0 for a spare unit: spare units go first, in use order)."""
 
     nbytes: int
-    cls: int | None
+    cls: float | None
     key: float
 
 
@@ -95,7 +95,7 @@ class TierIndex:
             self.units[key] = unit._replace(key=self.ranked.touch(key))
 
     def store(
-        self, key: Hashable, nbytes: int, cls: int | None
+        self, key: Hashable, nbytes: int, cls: float | None
     ) -> list[tuple[Hashable, Unit]] | None:
         """Hold ``key`` (``nbytes``, value class ``cls``; None: spare, module
         docstring); a key already held is stored again: a valued store counts

@@ -51,7 +51,7 @@ from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
-from hybridkv.policy import class_shift, value_class
+from hybridkv.policy import class_shift, tier_value_class
 from hybridkv.sim.devices import DeviceProfile
 from hybridkv.sim.tier_eviction import Taken
 from hybridkv.sim.tier_index import TierIndex
@@ -90,8 +90,7 @@ class TieredCache:
 
     ``managers`` / ``device_cached``: the device's groups and prefix index
     (read only); ``page_bytes``: one device block id's bytes; ``weight``: the
-    device free set's value weight (0: LRU in every tier), times the policy's
-    ``host_weight_scale`` (the host's own return bonus; the disk gets it too)."""
+    device free set's value weight (0: LRU in every tier; ``tier_weight``)."""
 
     def __init__(
         self,
@@ -141,11 +140,11 @@ class TieredCache:
                 if value is None or h in cached[gid]:  # not demoted; a copy on the device
                     continue
                 self.demoted += 1
-                cls = None if is_spare(value) else value_class(value) + shift[gid]
+                cls = None if is_spare(value) else tier_value_class(value) + shift[gid]
                 self._demote(self.host, (h, gid), gid, cls)
         taken.clear()
 
-    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: int | None) -> bool:
+    def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: float | None) -> bool:
         """Store ``key`` in ``tier`` (``cls`` None: spare); the host's valued
         victims go to disk, its spare ones nowhere. False if the tier refused it."""
         victims = tier.store(key, self.unit_bytes[gid], cls)
@@ -155,7 +154,7 @@ class TieredCache:
                     self.disk.store(victim, unit.nbytes, unit.cls)
         return victims is not None
 
-    def store_host(self, key: tuple[bytes, int], gid: int, cls: int | None) -> bool:
+    def store_host(self, key: tuple[bytes, int], gid: int, cls: float | None) -> bool:
         """Store a unit in the host (a swap, ``sim/tier_swap.py``), with value class
         ``cls`` (None: spare, into spare room only); under demotion the host's
         valued victims go to disk. False if refused."""

@@ -68,7 +68,7 @@ from hybridkv.offload.swap_decision import (
     may_swap,
     plan_swap,
 )
-from hybridkv.policy import value_class
+from hybridkv.policy import tier_value_class
 from hybridkv.policy.base import CachePolicy
 from hybridkv.sim.cost_model import CostModel
 from hybridkv.sim.options import SimOptions
@@ -159,7 +159,11 @@ class SimSwap:
             if spare:
                 cls = None
             else:
-                cls = 0 if cache.write_through else value_class(plan.value) + cache.class_shift[gid]
+                cls = (
+                    0
+                    if cache.write_through
+                    else tier_value_class(plan.value) + cache.class_shift[gid]
+                )
             if cache.store_host((h, gid), gid, cls):
                 self.swapped_units += 1
                 self.swapped_bytes += unit_bytes[gid]

@@ -30,7 +30,8 @@ the one keyed earlier. ``weight`` 0 is plain LRU.
 Spare units (``SPARE``) are not ranked here: ``SpareRoom`` keeps them, and
 they are every store's first victims.
 
-``RankedUnits`` is the order: a heap of ``(key, class, sequence, unit)`` with
+``RankedUnits`` is the order: a heap of ``(key, class, sequence, unit)`` (a class
+may be fractional: ``policy.tier_value_class``) with
 lazy deletion (a re-keyed unit leaves a stale entry, skipped when popped), so
 a unit may be keyed out of order (a hit, a store again) in O(log n).
 """
@@ -49,7 +50,7 @@ class RankRule:
     value of None ranks as the free set's neutral value), and what a hit does."""
 
     weight: float
-    classify: Callable[[float | None, int], int]
+    classify: Callable[[float | None, int], float]
     hits_to_spare: bool = False
 
     def __post_init__(self) -> None:
@@ -69,8 +70,8 @@ class RankedUnits:
         self.weight = weight
         self.clock = 0  # bytes of every valued store so far
         self._seq = 0
-        self._live: dict[Hashable, tuple[float, int, int]] = {}  # unit -> (key, class, seq)
-        self._heap: list[tuple[float, int, int, Hashable]] = []
+        self._live: dict[Hashable, tuple[float, float, int]] = {}  # unit -> (key, class, seq)
+        self._heap: list[tuple[float, float, int, Hashable]] = []
 
     def __contains__(self, unit: Hashable) -> bool:
         return unit in self._live
@@ -78,16 +79,16 @@ class RankedUnits:
     def __len__(self) -> int:
         return len(self._live)
 
-    def key_now(self, cls: int) -> float:
+    def key_now(self, cls: float) -> float:
         return self.clock / self.budget_bytes + self.weight * cls / 2
 
-    def class_of(self, unit: Hashable) -> int:
+    def class_of(self, unit: Hashable) -> float:
         return self._live[unit][1]
 
     def key_of(self, unit: Hashable) -> float:
         return self._live[unit][0]
 
-    def store(self, unit: Hashable, nbytes: int, cls: int) -> float:
+    def store(self, unit: Hashable, nbytes: int, cls: float) -> float:
         """A valued store of ``unit`` (new or again): its bytes count on the
         clock, then it is keyed now with class ``cls``. Its key."""
         self.clock += nbytes
@@ -100,7 +101,7 @@ class RankedUnits:
     def discard(self, unit: Hashable) -> None:
         self._live.pop(unit, None)
 
-    def _push(self, unit: Hashable, cls: int) -> float:
+    def _push(self, unit: Hashable, cls: float) -> float:
         key = self.key_now(cls)
         self._seq += 1
         self._live[unit] = (key, cls, self._seq)
@@ -123,7 +124,7 @@ class RankedUnits:
         then nothing changed."""
         heap, live = self._heap, self._live
         out: list[Hashable] = []
-        kept: list[tuple[float, int, int, Hashable]] = []
+        kept: list[tuple[float, float, int, Hashable]] = []
         freed = 0
         while freed < short and heap:
             entry = heapq.heappop(heap)

@@ -1,7 +1,8 @@
 """The return bonus's reach in tokens reaches a replay's host tier: with
 ``--tuning return_bonus_tokens=N`` and ``--host-memory``, the host ranks with the
-device free set's weight times the policy's ``host_weight_scale``; off, with the
-device's weight."""
+device free set's weight, on and off, and takes each unit the device evicts at the
+policy's ``demotion_value`` (a returning unit's factor rescaled to the host's
+``host_return_share``), the engine's rule."""
 
 from __future__ import annotations
 
@@ -50,13 +51,15 @@ def tiers_of(write_trace, tuning: str | None):
 
 def test_off_the_host_ranks_with_the_device_weight(write_trace) -> None:
     policy, free_set, cache = tiers_of(write_trace, None)
-    assert policy.host_weight_scale == 1.0
+    assert policy.host_return_share == 1.0
     assert cache.host.weight == free_set.weight > 0
+    assert free_set.value_of == policy.demotion_value  # the engine's decision
 
 
-def test_on_the_host_gets_its_own_bonus(write_trace) -> None:
+def test_on_the_host_gets_its_own_bonus_in_the_values(write_trace) -> None:
     # A reach of one token: the host's bonus is 1 / its tokens, far under 4.
     policy, free_set, cache = tiers_of(write_trace, "return_bonus_tokens=1")
-    assert 0 < policy.host_weight_scale < 1e-3
+    assert 0 < policy.host_return_share < 1e-3
     assert policy.return_bonus == 4.0  # the device keeps its bonus
-    assert cache.host.weight == pytest.approx(free_set.weight * policy.host_weight_scale)
+    assert cache.host.weight == free_set.weight > 0  # every other class step: the device's
+    assert free_set.value_of == policy.demotion_value
