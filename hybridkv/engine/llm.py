@@ -1,12 +1,8 @@
 """``LLM``: the offline API (vLLM's names): load a checkpoint, ``generate``, ``chat``.
 
-``model`` is a local checkpoint directory (config.json + safetensors, with or
-without a tokenizer) or a ``.gguf`` file (converted once to a cached
-safetensors checkpoint, ``hybridkv.models.gguf``). The KV cache is planned by
-``plan_pages`` + ``fit_memory`` (once) from the model's layout (every layer kind gets its own
-group and manager) and allocated once; ``kv_cache_memory_bytes`` defaults to
-room for ``max_num_seqs`` requests of ``max_model_len`` tokens, capped at
-``engine_setup.DEFAULT_KV_CAP_BYTES`` (but never below one full-length request).
+``model`` is a local checkpoint directory or a ``.gguf`` file; the KV cache is
+planned from the model's layout (every layer kind gets its own group and manager)
+and allocated once (``hybridkv.engine.preflight``: the checkpoint and the plan).
 ``kernel_backend`` (default: Triton on CUDA, the native C kernels on the CPU,
 see ``engine_setup.resolve_kernel_backend``) is resolved once into a
 ``KernelBackend`` object (``self.kernel_backend``; ``describe()`` lists which
@@ -32,11 +28,8 @@ etc. hold what is in force. ``cache_policy`` is ``"lru"`` or ``"hybrid"`` (``KVC
 ``hybridkv simulate`` compares these settings on one's own trace first.
 
 The constructor checks its arguments before reading the checkpoint, and the
-checkpoint (config.json, the safetensors headers, the tokenizer files) and the
-KV plan before loading any weight: each problem is a ``ValueError`` naming the
-argument or file. ``max_model_len`` beyond the model's positions is refused
-(``hybridkv.layouts.context_length``; ``allow_long_max_model_len=True``
-overrides it for models that scale RoPE).
+checkpoint and the KV plan before loading any weight (``preflight``): each
+problem is a ``ValueError`` naming the argument or file.
 
 Every input is checked before any request is queued, so a bad call leaves no
 state behind; if a step fails, the call's requests are aborted and their
@@ -47,16 +40,14 @@ from __future__ import annotations
 
 import itertools
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from hybridkv.cache_manager.kv_cache_manager import KVCacheManager
 from hybridkv.engine.async_step import AsyncSteps
-from hybridkv.engine.chat_template import ChatTemplate, default_chat_template
 from hybridkv.engine.config import (
     KEYWORDS,
     CacheConfig,
@@ -65,41 +56,30 @@ from hybridkv.engine.config import (
     build_configs,
 )
 from hybridkv.engine.engine_request import EngineRequest, request_output
-from hybridkv.engine.engine_setup import (
-    default_kv_bytes,
-    eos_token_ids,
-    kv_layout,
-    resolve_device,
-    resolve_dtype,
-    resolve_kernel_backend,
-)
+from hybridkv.engine.engine_setup import resolve_device, resolve_kernel_backend
 from hybridkv.engine.engine_step import run_step, schedule_step
-from hybridkv.engine.graphs import StepGraphs, unsupported_reason
-from hybridkv.engine.heap_freeze import freeze_startup_heap, release_heap
+from hybridkv.engine.graphs import StepGraphs
 from hybridkv.engine.inputs import Prompt, PromptType, engine_requests, prompt_ids, sampling_list
-from hybridkv.engine.model_source import resolve_model_dir
+from hybridkv.engine.lifetime import EngineLifetime
 from hybridkv.engine.outputs import RequestOutput
+from hybridkv.engine.preflight import preflight
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampling_params import SamplingParams
 from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
-from hybridkv.engine.tokenizer import encode_conversations, load_tokenizer
+from hybridkv.engine.tokenizer import encode_conversations
 from hybridkv.events import KVEventsConfig, open_publisher
 from hybridkv.events.config import resolve_events_config
-from hybridkv.layouts.hf_import import read_hf_config
 from hybridkv.models.build import load_model
 from hybridkv.models.layers.rotary import attach_rope_tables
-from hybridkv.models.safetensors_check import check_weight_files
 from hybridkv.offload import build_tiered_cache, check_tier_settings, hybrid_with_tiers
-from hybridkv.planning import allocate_kv_cache, fit_memory, plan_pages
+from hybridkv.planning import allocate_kv_cache
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.specs import MambaSpec
 
-if TYPE_CHECKING:
-    from hybridkv.events.publisher import ZmqEventPublisher
 
-
-class LLM:
-    """A loaded model with its KV cache manager, scheduler and runner."""
+class LLM(EngineLifetime):
+    """A loaded model with its KV cache manager, scheduler and runner (its tiers, KV
+    events publisher and frozen heap: ``EngineLifetime``, ``close``)."""
 
     def __init__(
         self,
@@ -155,50 +135,20 @@ class LLM:
         self.device = resolve_device(run.device)
         self.kernel_backend = resolve_kernel_backend(run.kernel_backend, self.device)
 
-        self.model_dir = resolve_model_dir(model, progress=progress)
-        from hybridkv.models.registry import check_architecture, resolve_architecture
-
-        check_architecture(self.model_dir / "config.json")
-        hf_config = read_hf_config(self.model_dir / "config.json")
-
-        model_cls, text_config = resolve_architecture(hf_config)
-        self.dtype = resolve_dtype(run.dtype, text_config)
-        layout = kv_layout(
-            hf_config,
-            text_config,
-            self.dtype,
-            sched.max_model_len,
-            sched.allow_long_max_model_len,
-            str(self.model_dir),
+        pre = preflight(
+            model, cache, sched, run, self.device, self.kernel_backend, progress=progress
         )
-        self.max_model_len = layout.max_model_len
+        self.model_dir, self.hf_config = pre.model_dir, pre.hf_config
+        self.text_config, self.dtype = pre.text_config, pre.dtype
+        self.max_model_len, self.plan = pre.max_model_len, pre.plan
         self.max_num_batched_tokens = sched.max_num_batched_tokens
-        self.hf_config, self.text_config = hf_config, text_config
-        check_weight_files(self.model_dir)
-        self.tokenizer = load_tokenizer(self.model_dir)
+        self.tokenizer, self.eos_token_ids = pre.tokenizer, pre.eos_token_ids
         # What ``chat`` renders with when no chat_template is passed (None: chat is refused).
-        self.chat_template: ChatTemplate | None = default_chat_template(
-            self.tokenizer, self.model_dir
-        )
-        self.eos_token_ids = eos_token_ids(self.model_dir, text_config)
-        pages = plan_pages(
-            layout,
-            block_size=cache.block_size,
-            max_model_len=self.max_model_len,
-            max_num_batched_tokens=sched.max_num_batched_tokens,
-        )
-        memory = cache.kv_cache_memory_bytes or default_kv_bytes(pages, sched.max_num_seqs)
-        self.plan = fit_memory(pages, memory)
-        if run.cuda_graphs:
-            why = unsupported_reason(
-                model_cls, self.plan.kv_cache_config, self.kernel_backend.name, self.device
-            )
-            if why:
-                raise ValueError(f"cuda_graphs=True: {why}")
+        self.chat_template = pre.chat_template
 
         self.model = load_model(
             self.model_dir,
-            hf_config,
+            self.hf_config,
             self.dtype,
             self.device,
             progress=progress,
@@ -219,12 +169,11 @@ class LLM:
             hybrid=hybrid_with_tiers(cache, self.plan.available_memory_bytes),
             enable_kv_cache_events=events_config is not None,
         )
-        self.tiers = build_tiered_cache(  # the host / disk tiers under the pool, or None
-            cache, self.manager, self.kv_buffers, self.model_dir, self.kernel_backend.name
+        self._hold_tiers(  # the host / disk tiers under the pool, or None
+            build_tiered_cache(
+                cache, self.manager, self.kv_buffers, self.model_dir, self.kernel_backend.name
+            )
         )
-        if self.tiers is not None:
-            self._close_tiers = weakref.finalize(self, self.tiers.close)
-            self._close_tiers.atexit = False  # copy threads are gone by then: close()
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in config.kv_cache_groups)
         self.scheduler = Scheduler(
             self.manager,
@@ -244,42 +193,11 @@ class LLM:
         self._ids = itertools.count()
         self.num_steps = 0
         self.last_step: SchedulerOutput | None = None
-        self.kv_events: ZmqEventPublisher | None = None  # last: nothing after it can fail
-        if events_config is not None:
-            self.kv_events = open_publisher(events_config, config, self.device.type)
-            self._close_events = weakref.finalize(self, self.kv_events.close)
-        self._unfreeze = freeze_startup_heap(self)  # the pool leaves the GC's walks
-
-    # -- KV events and lifetime ------------------------------------------------------
-    def publish_kv_events(self) -> None:
-        """Publish the KV events collected since the last batch (``step`` does this
-        itself; call it after changing the cache outside a step, e.g. uncaching the
-        blocks of a failed step). No-op without a KV events endpoint."""
-        if self.kv_events is not None:
-            self.kv_events.publish(self.manager.take_events())
-
-    def reset_prefix_cache(self) -> bool:
-        """Drop every cached block (only when no request holds blocks). Returns success."""
-        ok = self.manager.reset_prefix_cache()
-        self.publish_kv_events()
-        return ok
-
-    def close(self) -> None:
-        """Publish pending KV events and close the events sockets; write the cache to
-        the disk tier (if any) and close the tiers; unfreeze the heap if this engine's
-        start-up froze it (``heap_freeze``). Idempotent."""
-        if self.tiers is not None and self._close_tiers.alive:
-            self._close_tiers()
-        if self.kv_events is not None and self._close_events.alive:
-            self.publish_kv_events()
-            self._close_events()
-        release_heap(self._unfreeze)
-
-    def __enter__(self) -> LLM:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        device = self.device.type  # the KV events publisher last: nothing after it can fail
+        self._hold_events(
+            None if events_config is None else open_publisher(events_config, config, device)
+        )
+        self._freeze_heap()
 
     # -- requests ----------------------------------------------------------------
     def _prompt_ids(self, prompt: PromptType, k: int) -> Prompt:

@@ -1,7 +1,9 @@
 """``SingleTypeKVCacheManager``: the block tables of one KV cache group.
 
 The base class does all bookkeeping once; a layer kind only says which tokens
-a query no longer needs (``get_num_skipped_tokens``). Everything follows:
+a query no longer needs (``get_num_skipped_tokens``; ``skip_rule.SkipRule``,
+which every manager is, derives what a running request holds). Everything
+follows:
 
 - skipped blocks (wholly before the first needed token) are replaced by the
   null block in the table and released, so a running request holds only what
@@ -9,12 +11,6 @@ a query no longer needs (``get_num_skipped_tokens``). Everything follows:
 - a prefix hit of ``L`` tokens is valid iff every block from the first token
   needed at position ``L`` up to ``L`` is cached (``find_longest_cache_hit``
   returns the longest valid hit, null blocks before the needed range).
-
-Block table of one request (``block_size`` 4, window 6, 13 computed tokens)::
-
-    tokens   0123 4567 89ab c
-    blocks   [ 0 ][ 7 ][ 9 ][ 4 ]      first needed token: 13 - 6 + 1 = 8
-              ^null: tokens 0-7 are never read again, block freed
 
 Table entries are never removed while the request lives (block tables are
 append-only); ``pop_request`` hands the whole table back to the coordinator,
@@ -25,7 +21,6 @@ here checks free space: the coordinator counts first, then acts.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from bisect import bisect_left
 from itertools import filterfalse
 from operator import attrgetter
@@ -34,12 +29,10 @@ from typing import ClassVar
 from hybridkv.core.block import KVCacheBlock, num_leading_nulls
 from hybridkv.core.block_pool import BlockPool
 from hybridkv.core.events import consecutive_runs
-from hybridkv.managers.points import Hold, in_spans, kept_spans, segments
+from hybridkv.managers.points import Hold, segments
+from hybridkv.managers.skip_rule import SkipRule
 from hybridkv.managers.state import NEVER, RequestBlockState
 from hybridkv.specs.base import KVCacheSpec
-
-#: Kept-point tuples whose spans a manager remembers (then it starts afresh).
-_SPANS_MEMO_SIZE = 4096
 
 _ref_cnt = attrgetter("ref_cnt")
 _is_null = attrgetter("is_null")
@@ -52,14 +45,12 @@ def _is_real(block: KVCacheBlock) -> bool:
 __all__ = ["NEVER", "RequestBlockState", "SingleTypeKVCacheManager"]
 
 
-class SingleTypeKVCacheManager(ABC):
+class SingleTypeKVCacheManager(SkipRule):
     """Block tables and prefix-hit rule for one group of one layer kind."""
 
     #: True when a valid hit of L tokens implies every shorter aligned hit is
     #: valid (full attention), so a hit can simply be truncated.
     prefix_closed: ClassVar[bool] = False
-    #: False when ``get_num_skipped_tokens`` is always 0 (nothing to release).
-    has_skips: ClassVar[bool] = True
     #: True when growing a table appends ``required - have`` new blocks (this
     #: class's ``allocate_new_blocks``; a kind that overrides it says False): the
     #: coordinator then pops several groups' blocks at once (``TableGrowth``).
@@ -74,8 +65,8 @@ class SingleTypeKVCacheManager(ABC):
         enable_caching: bool,
         hold: Hold | None = None,
     ) -> None:
+        super().__init__(kv_cache_spec.block_size, hold)
         self.spec = kv_cache_spec
-        self.block_size = kv_cache_spec.block_size
         if self.block_size % hash_block_size:
             raise ValueError(
                 f"group {group_id}: block_size {self.block_size} is not a multiple of "
@@ -87,85 +78,11 @@ class SingleTypeKVCacheManager(ABC):
         self.enable_caching = enable_caching
         self.null_block = block_pool.null_block
         self.states: dict[str, RequestBlockState] = {}
-        #: The cache policy keeps points (``hold`` given): running requests hold
-        #: what their last hit boundary below ``tail`` needs and retain blocks
-        #: of kept points; the rest is released evict-first.
-        self.hybrid = hold is not None
-        #: Tokens before the end whose hit points a running request keeps whole.
-        self.tail = hold.tail if hold is not None else 0
-        #: Hit lengths are multiples of this (every group's block size).
-        self.hit_step = hold.step if hold is not None else self.block_size
-        #: ``kept_spans`` by kept points (a request's are asked for every step).
-        self._spans_memo: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
 
     @property
     def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
         """Each live request's block table (a snapshot dict, for inspection)."""
         return {rid: st.blocks for rid, st in self.states.items()}
-
-    # -- the one rule a kind defines ----------------------------------------
-    @abstractmethod
-    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
-        """Leading tokens that the query at ``num_computed_tokens`` never reads.
-
-        Must be non-decreasing in ``num_computed_tokens`` and at most it.
-        """
-
-    def first_needed_block(self, num_tokens: int) -> int:
-        """Table index of the first block a query at ``num_tokens`` reads."""
-        return self.get_num_skipped_tokens(num_tokens) // self.block_size
-
-    def free_point_period(self) -> int:
-        """Hits at multiples of this many tokens need no block of this group
-        beyond the full-attention-like prefix it shares with the others
-        (``first_needed_block(p) == p // block_size``): 1 for a group without
-        skips (every point), 0 when only the empty hit is (a window, a state).
-        ``hybrid`` keeps such *free points* for nothing (``retention.FinalPoints``)."""
-        return 0 if self.has_skips else 1
-
-    def min_tokens_skipping(self, num_skipped: int) -> int:
-        """A lower bound on the fewest tokens at which ``get_num_skipped_tokens``
-        reaches ``num_skipped`` (> 0): ``num_skipped`` itself, as no length skips
-        more than itself. Kinds override it with the exact value; a lower bound
-        only makes ``next_release_at`` earlier (the fast path rarer), never wrong."""
-        return num_skipped
-
-    def next_release_at(self, st: RequestBlockState) -> int:
-        """The fewest computed tokens at which ``release_stop`` could pass
-        ``st.num_skipped`` (``NEVER`` for a kind without skips). Never above the
-        true point: below it, ``remove_skipped_blocks`` has nothing to do."""
-        if not self.has_skips:
-            return NEVER
-        n = self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
-        if not self.hybrid:
-            return n
-        step = self.hit_step
-        return self.tail + -(-n // step) * step
-
-    def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
-        """Table entries before this index are released once ``total_computed_tokens``
-        are computed. ``hybrid`` keeps the last hit boundary's needs too."""
-        n = total_computed_tokens
-        if self.hybrid:
-            n -= self.tail
-            n = n - n % self.hit_step if n > 0 else 0
-        return min(self.first_needed_block(n), len(st.blocks))
-
-    def kept_spans(self, kept: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-        """The table ranges the kept points' hits need (``hybrid``; else none)."""
-        if not self.hybrid or not kept:
-            return ()
-        spans = self._spans_memo.get(kept)
-        if spans is None:
-            if len(self._spans_memo) >= _SPANS_MEMO_SIZE:
-                self._spans_memo.clear()
-            spans = kept_spans(kept, self.first_needed_block, self.block_size)
-            self._spans_memo[kept] = spans
-        return spans
-
-    def is_kept(self, kept: tuple[int, ...], index: int) -> bool:
-        """True when a kept point's hit needs table entry ``index`` (``hybrid``)."""
-        return in_spans(self.kept_spans(kept), index)
 
     # -- allocation ----------------------------------------------------------
     def get_num_blocks_to_allocate(
