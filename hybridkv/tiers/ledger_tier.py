@@ -22,17 +22,16 @@ from itertools import compress
 from typing import Any
 
 from hybridkv.tiers.base import (
-    CorruptEntryError,
     Parts,
     TierFullError,
     TierStats,
-    TierStore,
     UnitKey,
 )
 from hybridkv.tiers.copier import BatchCopier, Copier
 from hybridkv.tiers.fingerprint import ModelFingerprint
 from hybridkv.tiers.key_index import KeyIndex
 from hybridkv.tiers.ledger import PinBatch
+from hybridkv.tiers.ledger_settling import LedgerSettling
 from hybridkv.tiers.ranked_ledger import ledger_for
 from hybridkv.tiers.ranking import RankRule
 from hybridkv.tiers.spare import is_spare
@@ -42,7 +41,7 @@ from hybridkv.tiers.transfer import Completed, Completion, Transfer
 Spill = Callable[[UnitKey, Sequence[Any], "float | None"], None]
 
 
-class LedgerTier(TierStore):
+class LedgerTier(LedgerSettling):
     """A ``TierStore`` over an ``EntryLedger`` (module docstring).
 
     ``spill``: when set, each entry evicted to make room for a store is first
@@ -70,6 +69,7 @@ class LedgerTier(TierStore):
         self._in_flight: set[Transfer] = set()
         self._pins: dict[Hashable, int] = {}  # pin() calls not undone yet
         self._batches: set[PinBatch] = set()  # pin_batch() calls not undone nor taken over
+        self._corrupt: set[UnitKey] = set()  # LedgerSettling: found corrupt, still pinned
         self._warned: set[str] = set()
         self._closed = False
 
@@ -95,10 +95,6 @@ class LedgerTier(TierStore):
     def _read_now(self, key: UnitKey) -> Sequence[Any]:
         """A committed entry's parts, copied now (for ``spill``)."""
         raise NotImplementedError(f"the {self.medium} tier cannot spill its entries")
-
-    @abstractmethod
-    def _drop(self, key: UnitKey) -> None:
-        """Free ``key``'s storage (under the lock; the ledger entry is gone)."""
 
     @abstractmethod
     def _check_storage(self, keys: set[UnitKey]) -> None:
@@ -271,6 +267,8 @@ class LedgerTier(TierStore):
                 del self._pins[key]
             else:
                 self._pins[key] = n - 1
+            if self._corrupt:
+                self._remove_corrupt()
 
     def pin_batch(self, keys: Sequence[UnitKey]) -> PinBatch:
         """``pin`` each of ``keys`` the tier holds (and ``touch`` it: a load is a
@@ -291,6 +289,8 @@ class LedgerTier(TierStore):
         with self._lock:
             self._take_batch(batch)
             self._ledger.unpin_entries(batch.entries)
+            if self._corrupt:
+                self._remove_corrupt()
 
     def _take_batch(self, batch: PinBatch) -> None:
         """Forget ``batch`` as held (under the lock): its pins are released or taken over."""
@@ -335,6 +335,9 @@ class LedgerTier(TierStore):
                 assert entry.pins == expected[k], (
                     f"{k!r}: {entry.pins} pins, {expected[k]} expected"
                 )
+            for k in self._corrupt:  # removed by the unpin that frees it (LedgerSettling)
+                entry = self._ledger.get(k)
+                assert entry is not None and entry.pins > 0, f"{k!r}: corrupt, not removed"
             self._check_storage(set(self._ledger.committed_keys()))  # type: ignore[arg-type]
 
     def close(self) -> None:
@@ -346,54 +349,3 @@ class LedgerTier(TierStore):
         for transfer in pending:
             transfer.wait()
         self._closed = True
-
-    # -- settling ------------------------------------------------------------
-
-    def _settle_store(self, transfer: Transfer) -> None:
-        key = transfer.key
-        with self._lock:
-            self._in_flight.discard(transfer)
-            if transfer.error is None:
-                self._ledger.commit(key)
-                self.stats.stores += 1
-                return
-            self._ledger.remove(key)
-            self._drop(key)
-            if isinstance(transfer.error, TierFullError):
-                self.stats.store_skips += 1
-            else:
-                self.stats.store_failures += 1
-            name = type(transfer.error).__name__
-            self._warn_once(
-                f"store:{name}",
-                f"{self.medium} tier: a store failed ({transfer.error}); it was skipped, "
-                "nothing of it is kept (further failures are counted)",
-            )
-
-    def _settle_load(self, transfer: Transfer) -> None:
-        key = transfer.key
-        with self._lock:
-            self._in_flight.discard(transfer)
-            self._ledger.unpin(key)
-            if transfer.error is None:
-                self.stats.loads += 1
-                return
-            self.stats.load_failures += 1
-            if isinstance(transfer.error, CorruptEntryError):
-                self.stats.corrupt_removed += 1
-                if self._ledger.removable(key):
-                    self._ledger.remove(key)
-                    self._drop(key)
-                    if self.on_removed is not None:
-                        self.on_removed(key)
-                self._warn_once("corrupt", f"{self.medium} tier: {transfer.error}")
-
-    def _started(self, transfer: Transfer) -> Transfer:
-        """Track ``transfer`` until it settles. One that no other thread completes
-        (inline, a CUDA event) settles now if it is done: only this thread knows it
-        yet, so settling under the lock is safe."""
-        if not transfer.completion.threaded:
-            transfer.done()
-        if not transfer.settled:
-            self._in_flight.add(transfer)
-        return transfer
