@@ -26,8 +26,9 @@ A step that samples on the host (temperature draws, seeds, penalties and other l
 processing, log-probabilities; so also parallel samples, ``n > 1``, which draw) is
 **settled**: sampled after N's tokens are applied (penalties see them), its own
 applied at once, so the next step is scheduled after it with no overlap. Each is
-counted in ``stats["settled: host sampling"]``; ``stats["overlapped"]`` counts the steps
-left in flight, ``"dropped tokens"`` and ``"late tokens"`` the two cases of 3.
+counted in ``stats["settled: host sampling"]`` (the first logged once, at INFO);
+``stats["overlapped"]`` counts the steps left in flight, ``"dropped tokens"`` and
+``"late tokens"`` the two cases of 3.
 
 Tokens are those of the synchronous engine; what changes is when a stop is seen (one
 step later) and so when a seat frees (batches may differ). The tiers are refused with
@@ -39,6 +40,7 @@ step later, so no request hits a block whose last token is not known yet).
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +55,8 @@ from hybridkv.engine.pending import PendingTokens
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import GreedyOp, plainly_greedy
 from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
+
+logger = logging.getLogger(__name__)
 
 
 class Fence(Protocol):
@@ -148,6 +152,12 @@ class AsyncSteps:
             self._apply(prev, scheduler)
             applied.append(prev.out)
         if logits is not None and launched is None:
+            if not self.stats["settled: host sampling"]:
+                logger.info(
+                    "async scheduling: a step that samples on the host (temperature, seed, "
+                    "penalties, logprobs, n > 1) runs without overlap; such steps are "
+                    "counted in LLM.async_steps.stats['settled: host sampling']"
+                )
             self.stats["settled: host sampling"] += 1
             live = [i for i, r in enumerate(samplers) if r.status is RequestStatus.RUNNING]
             if len(live) < len(samplers):  # stopped at the step before: not sampled

@@ -10,6 +10,7 @@ too: the next step is launched before the tokens of the one before it are append
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,9 @@ def test_a_block_ending_in_a_pending_token_is_cached_once_it_is_known(gemma: Pat
     assert hit == 8
 
 
-def test_steps_that_sample_on_the_host_are_settled(gemma: Path) -> None:
+def test_steps_that_sample_on_the_host_are_settled(
+    gemma: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     params = [
         SamplingParams(max_tokens=6, ignore_eos=True),
         SamplingParams(max_tokens=6, temperature=0.8, top_p=0.9, seed=1, ignore_eos=True),
@@ -185,7 +188,10 @@ def test_steps_that_sample_on_the_host_are_settled(gemma: Path) -> None:
         SamplingParams(max_tokens=6, n=2, temperature=1.0, seed=4, ignore_eos=True),
     ]
     prompts = _prompts(5, 6, 7, 8, 9)
-    _, llm = _both(gemma, prompts, params, max_num_seqs=8)
+    with caplog.at_level(logging.INFO, "hybridkv.engine.async_step"):
+        _, llm = _both(gemma, prompts, params, max_num_seqs=8)
+    said = [r.getMessage() for r in caplog.records if r.name == "hybridkv.engine.async_step"]
+    assert len(said) == 1 and "without overlap" in said[0], said  # once, not per step
     stats = llm.async_steps.stats  # type: ignore[union-attr]
     assert stats["settled: host sampling"] == llm.num_steps
     assert stats["overlapped"] == 0
