@@ -1,7 +1,7 @@
 """The return bonus's reach in prompt tokens (``HybridTuning.return_bonus_tokens``,
-``policy.returning.effective_bonus``): a host tier ``k`` times the reference's
-(``HybridOptions.tier_cover``, set by ``for_host_tier``) keeps a returning prompt
-``1/k`` of its turnovers: a demoted unit's return factor is raised to the host's
+``policy.returning.host_return_share``): a host tier (``HybridOptions.tier_cover``,
+set by ``for_host_tier``) caps a returning unit's whole stay, one host turnover plus
+its bonus, at the reach: a demoted unit's return factor is raised to the host's
 share of the bonus (``host_return_share``, ``host_value``), its other class steps
 kept; the device keeps the bonus. Off, the bonus counts turnovers of whatever pool
 holds it."""
@@ -16,31 +16,26 @@ from hybridkv import KVCacheManager
 from hybridkv.policy import HybridOptions, HybridTuning
 from hybridkv.policy.cost_aware import released_value, tier_value_class, unit_class
 from hybridkv.policy.options import for_host_tier
-from hybridkv.policy.returning import effective_bonus, host_return_share, host_value
-
-
-def test_the_reach_caps_the_bonus_by_the_cached_tokens() -> None:
-    assert effective_bonus(4.0, 0, 1e9) == 4.0  # off: turnovers, whatever the size
-    assert effective_bonus(4.0, 1000, 250) == 4.0  # a small cache keeps the whole bonus
-    assert effective_bonus(4.0, 1000, 500) == 2.0  # twice the reference: half the turnovers
-    assert effective_bonus(4.0, 1000, 5000) == pytest.approx(0.2)
-    assert effective_bonus(0.0, 1000, 5000) == 0.0  # no bonus stays none
-    assert effective_bonus(4.0, 1000, 0) == 4.0  # nothing cached in full attention: as off
-    # The same reach in tokens at any size, once the cap is passed:
-    assert {effective_bonus(4.0, 1000, n) * n for n in (250, 400, 800, 3000)} == {1000.0}
+from hybridkv.policy.returning import host_return_share, host_value
 
 
 def test_the_host_keeps_a_share_of_the_bonus() -> None:
     assert host_return_share(4.0, 0, 100, 5.0) == 1.0  # off
     assert host_return_share(4.0, 1000, 100, 1.0) == 1.0  # no host
     assert host_return_share(0.0, 1000, 100, 5.0) == 1.0  # no bonus to share
-    assert host_return_share(4.0, 1000, 100, 2.0) == 1.0  # a host under the reach: the bonus
-    # A host of 4 x 250 tokens gets 1 turnover of the device's 4: a share of 1/4.
-    assert host_return_share(4.0, 1000, 250, 5.0) == 0.25
-    assert host_return_share(4.0, 1000, 250, 9.0) == 0.125
-    # The device's size counts only through the host's (1,000 tokens of host either way).
-    assert host_return_share(4.0, 1000, 500, 3.0) == 0.25
-    assert host_return_share(2.0, 1000, 500, 3.0) == 0.5  # a bonus of 2 is halved
+    # A host that holds a whole stay (1 + 4 turnovers) within the reach: the bonus.
+    assert host_return_share(4.0, 1000, 100, 2.0) == 1.0  # 100 host tokens
+    assert host_return_share(4.0, 1000, 200, 2.0) == 1.0  # exactly 5 stays of 200
+    # 400 host tokens: a stay of 2.5 turnovers, a bonus of 1.5 of the device's 4.
+    assert host_return_share(4.0, 1000, 100, 5.0) == 0.375
+    assert host_return_share(4.0, 1000, 250, 5.0) == 0.0  # a host as large as the reach
+    assert host_return_share(4.0, 1000, 500, 5.0) == 0.0  # and larger: no bonus
+    # The device's size counts only through the host's (400 host tokens either way).
+    assert host_return_share(4.0, 1000, 200, 3.0) == 0.375
+    assert host_return_share(2.0, 1000, 400, 2.0) == 0.75  # a bonus of 2: 1.5 of it
+    # Below the cap, a returning unit's whole stay in tokens is the reach at any size:
+    stays = {(1 + 4.0 * host_return_share(4.0, 1000, h, 2.0)) * h for h in (250, 400, 500)}
+    assert stays == {1000.0}
 
 
 def test_the_host_value_rescales_the_return_factor_alone() -> None:
@@ -93,10 +88,12 @@ def kv(num_blocks: int, reach: int, cover: float = 1.0, bonus: float = 4.0) -> K
         (64, 0, 1.0, 1.0),  # off
         (64, 0, 8.0, 1.0),  # off, with a host: turnovers of each pool
         (64, 64 * 4 * 4, 1.0, 1.0),  # no host
-        (64, 64 * 4 * 4, 2.0, 1.0),  # a host of a quarter of the reach: the whole bonus
-        (64, 64 * 4 * 4, 5.0, 0.25),  # a host 4x as large: 1 turnover of it
+        (64, 64 * 4 * 4, 1.5, 1.0),  # a host of an eighth of the reach: the whole bonus
+        (64, 64 * 4 * 4, 2.0, 0.75),  # a quarter: a stay of 4 turnovers, a bonus of 3
+        (64, 64 * 4 * 4, 3.0, 0.25),  # a half: a stay of 2 turnovers, a bonus of 1
+        (64, 64 * 4 * 4, 5.0, 0.0),  # as large as the reach: no bonus
         (128, 64 * 4 * 4, 1.0, 1.0),  # a device twice as large keeps its bonus
-        (128, 64 * 4 * 4, 3.0, 0.25),  # its host holds the reach: 1 turnover
+        (128, 64 * 4 * 4, 2.0, 0.25),  # its host holds half the reach: a bonus of 1
     ],
 )
 def test_the_policy_shares_the_host_bonus_only(num_blocks, reach, cover, host_share) -> None:
@@ -134,12 +131,13 @@ def two_turns(m: KVCacheManager) -> set[int]:
 
 
 def test_a_demoted_unit_keeps_its_classes_and_a_share_of_its_return_factor() -> None:
-    """Weight 1, bonus 4 (factor 16); a host 4x the reach of 64 x 4 x 4 tokens
-    (cover 5): the host keeps 1 turnover of 4, a factor of 16 ** 1/4 = 2. B's
+    """Weight 1, bonus 4 (factor 16); a host of half the reach of 64 x 4 x 4
+    tokens (cover 3): a stay of 2 host turnovers, so the host keeps 1 of 4, a
+    factor of 16 ** 1/4 = 2. B's
     units (returning) reach the tier at their class's value / 8 (3 octaves, 6
     half-octave classes lower: 3 turnovers at weight 1); A's that B left and
     C's (first turns) at their class's value, exactly as without the reach."""
-    off, on = kv(64, 0, 5.0), kv(64, 64 * 4 * 4, 5.0)
+    off, on = kv(64, 0, 3.0), kv(64, 64 * 4 * 4, 3.0)
     by_b = two_turns(off)
     assert two_turns(on) == by_b
     got_off, got_on = demoted(off), demoted(on)
@@ -155,7 +153,7 @@ def test_a_block_freed_since_without_a_value_keeps_its_class_value() -> None:
     """A returning unit's block released again without a value (a staged load's
     held blocks are freed so) is offered at its new class's value: the return
     factor it was marked with belongs to its earlier class."""
-    m = kv(64, 64 * 4 * 4, 5.0)
+    m = kv(64, 64 * 4 * 4, 3.0)
     free_set = m.block_pool.policy
     by_b = two_turns(m)
     block = next(b for b in free_set if b.block_id in by_b)

@@ -21,8 +21,8 @@ and CLI flags (``KVCacheManager(hybrid_value_weight=2)`` is
 - ``tuning``: the fitted numbers (``HybridTuning``);
 - ``tier_cover``: (device + host tier bytes) / device bytes (1: the device
   alone; set by ``for_host_tier``, not a user knob): with a return bonus's reach
-  in tokens (``tuning.return_bonus_tokens``) the host tier keeps a return bonus
-  of its own size (``policy.returning.host_return_share``).
+  in tokens (``tuning.return_bonus_tokens``) the host tier caps a returning
+  unit's stay at that reach (``policy.returning.host_return_share``).
 
 Invalid values raise a ``ValueError`` that names the ``hybrid_*`` keyword.
 """

@@ -64,31 +64,23 @@ def sample_keys(hashes: Sequence[bytes], num_blocks: int | None, stride: int) ->
     return list(map(hash, hashes[stride - 1 : num_blocks : stride]))
 
 
-def effective_bonus(bonus: float, bonus_tokens: int, pool_tokens: float) -> float:
-    """The return bonus in force in one pool, in its turnovers: ``bonus``, or with
-    a reach in prompt tokens (``HybridTuning.return_bonus_tokens`` > 0) at most
-    that reach over ``pool_tokens``, the full-attention tokens the pool holds. A
-    returning prompt's units then stay about the same prompt tokens longer at any
-    size: a pool ``k`` times the reference's gets ``1/k`` of its turnovers, a
-    smaller one keeps ``bonus``."""
-    if bonus_tokens <= 0 or pool_tokens <= 0:
-        return bonus
-    return min(bonus, bonus_tokens / pool_tokens)
-
-
 def host_return_share(
     bonus: float, bonus_tokens: int, device_tokens: float, tier_cover: float
 ) -> float:
     """The share of a returning unit's return factor the host tier keeps. The
-    device keeps ``bonus`` turnovers. The host's bonus is ``effective_bonus``
-    over its own tokens, ``device_tokens x (tier_cover - 1)``, so the share is
-    (host bonus) / ``bonus``: a returning unit is kept the host's bonus in host
-    turnovers, and every other class step in the host (value, bytes per unit)
-    stays as on the device (``host_value``). 1.0 without a reach, a host or a
-    bonus."""
+    device keeps ``bonus`` turnovers. In the host, a returning unit's whole stay,
+    one host turnover plus its bonus, is capped at the reach: the host's bonus is
+    ``min(bonus, max(0, bonus_tokens / H - 1))`` host turnovers, ``H`` the host's
+    full-attention tokens, ``device_tokens x (tier_cover - 1)``; the share is that
+    over ``bonus`` (``host_value`` rescales the factor alone, every other class
+    step in the host kept as on the device). A host that holds a whole stay
+    within the reach ``bonus + 1`` times keeps the whole bonus (share 1, the rule
+    without a reach); a host as large as the reach keeps none. 1.0 without a
+    reach, a host or a bonus."""
     if bonus_tokens <= 0 or tier_cover <= 1 or bonus <= 0 or device_tokens <= 0:
         return 1.0
-    return effective_bonus(bonus, bonus_tokens, device_tokens * (tier_cover - 1)) / bonus
+    host_tokens = device_tokens * (tier_cover - 1)
+    return min(bonus, max(0.0, bonus_tokens / host_tokens - 1.0)) / bonus
 
 
 def host_value(value: float, factor: float, share: float) -> float:

@@ -51,13 +51,14 @@ class HybridTuning:
     #: conversation trace, Jamba 10.44 -> 15.94 % at 40 GB; cache.md).
     return_bonus: float = 4.0
     #: The return bonus's reach in prompt tokens in a host tier (0: off, the bonus
-    #: counts turnovers of whatever pool holds it). On: the host's bonus is
-    #: ``min(return_bonus, return_bonus_tokens / host tokens)`` host turnovers, the
-    #: device keeps ``return_bonus`` (``host_return_share``: a demoted unit's
-    #: return factor is rescaled alone, its other class steps kept). 10M is about 4
-    #: turnovers of jamba-v0.1's 40 GB pool (2.44M full-attention tokens), where
-    #: the bonus was fitted (tiers-sim.md, "the return bonus's reach in tokens").
-    return_bonus_tokens: int = 0
+    #: counts turnovers of whatever pool holds it). The host caps a returning
+    #: unit's whole stay, one host turnover plus its bonus, at this reach: its
+    #: bonus is ``min(return_bonus, max(0, return_bonus_tokens / host tokens - 1))``
+    #: host turnovers; the device keeps ``return_bonus`` (``host_return_share``: a
+    #: demoted unit's return factor is rescaled alone). 33M: the smallest reach
+    #: that leaves llama-4-scout's 8x host its whole bonus (it loses otherwise),
+    #: which meets jamba-v0.1's whole-trace targets (tiers-sim.md, "rule L").
+    return_bonus_tokens: int = 33_000_000
     #: Share of a prompt, from its start, seen before for it to be returning
     #: (``research/bench_reuse_predictors.py``, conversation trace).
     returning_share: float = 0.5

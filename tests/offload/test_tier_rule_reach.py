@@ -41,8 +41,9 @@ def device_tokens(kv: KVCacheManager) -> int:
 def test_the_tiers_rank_with_the_device_weight_on_and_off() -> None:
     off = manager(for_host_tier(None, 1, 8))
     tokens = device_tokens(off)
-    # A reach of the host's tokens (8x the device's): 1 host turnover of the bonus's 4.
-    tuned = HybridOptions(tuning=HybridTuning(return_bonus_tokens=8 * tokens))
+    # A reach of twice the host's tokens (8x the device's): a stay of 2 host
+    # turnovers, 1 of them the bonus (of 4).
+    tuned = HybridOptions(tuning=HybridTuning(return_bonus_tokens=16 * tokens))
     on = manager(for_host_tier(tuned, 1, 8))
     assert off.policy.host_return_share == 1.0
     assert on.policy.host_return_share == pytest.approx(1 / 4)
@@ -99,8 +100,9 @@ def demotions(options: HybridOptions) -> tuple[list[float], list[tuple[float, bo
 
 def test_the_host_gets_a_share_of_the_return_factor_alone() -> None:
     """Weight 2 (a Mamba layout), bonus 4: factor 2 ** (4 / 2) = 4. A host of
-    8x the device's tokens and a reach of as many: 1 host turnover of 4, a share
-    of 1/4, so B's units reach the host at 4 ** (1/4 - 1) = 2 ** -1.5 of their
+    8x the device's tokens and a reach of twice as many: a stay of 2 host
+    turnovers, 1 of them the bonus (of 4), a share of 1/4, so B's units reach
+    the host at 4 ** (1/4 - 1) = 2 ** -1.5 of their
     class's value (3 half-octave classes: 1.5 of the device's 2-turnover steps,
     3 of 4 turnovers); A's units B left, at their class's value. Off, every unit
     at its class's value."""
@@ -109,7 +111,7 @@ def test_the_host_gets_a_share_of_the_return_factor_alone() -> None:
     assert sorted(classed) == sorted(value for value, _ in offered)
     assert any(by_b for _, by_b in offered) and not all(by_b for _, by_b in offered)
     tokens = device_tokens(manager(off))
-    tuned = HybridOptions(tuning=HybridTuning(return_bonus_tokens=8 * tokens))
+    tuned = HybridOptions(tuning=HybridTuning(return_bonus_tokens=16 * tokens))
     classed_on, offered_on = demotions(for_host_tier(tuned, 1, 8))
     assert offered_on == offered  # the device decides alike
     want = [value * (2**-1.5 if by_b else 1.0) for value, by_b in offered]
