@@ -218,10 +218,7 @@ class EntryLedger:
 
     def unpin_many(self, keys: Iterable[Hashable]) -> None:
         """``unpin`` each of ``keys`` (pinned by ``pin_committed`` or ``pin_held``)."""
-        for entry in map(self._entries.__getitem__, keys):
-            if entry.pins <= (0 if entry.committed else 1):
-                raise ValueError(f"unpin of {entry.key!r}, which no pin() holds")
-            entry.pins -= 1
+        self.unpin_entries(map(self._entries.__getitem__, keys))
 
     @staticmethod
     def unpin_entries(entries: Iterable[EntryInfo]) -> None:
