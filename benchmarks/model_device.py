@@ -6,7 +6,7 @@ fixed ``seconds`` of "device time", starting when it is launched or when the ste
 before it ends, whichever is later (FIFO, one at a time); the host goes on meanwhile.
 A host read of a step's result waits (sleeps) until that step ends: ``drain`` for the
 synchronous engine's read of its sampled tokens, ``fence().wait()`` for the async
-engine's (``hybridkv.engine.async_step.Fence``). No thread: the timeline is
+engine's (``hybridkv.offload.inflight_step.Fence``). No thread: the timeline is
 computed, so the model adds no CPU work of its own beyond a ``time.sleep``::
 
     launch at t      end = max(t, last end) + seconds

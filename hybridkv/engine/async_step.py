@@ -31,10 +31,12 @@ counted in ``stats["settled: host sampling"]`` (the first logged once, at INFO);
 ``"late tokens"`` the two cases of 3.
 
 Tokens are those of the synchronous engine; what changes is when a stop is seen (one
-step later) and so when a seat frees (batches may differ). The tiers are refused with
-async scheduling (``engine/config.py``); chunked prefill and prefix caching work as
-without it (a chunk samples nothing; a block ending in a pending token is cached one
-step later, so no request hits a block whose last token is not known yet).
+step later) and so when a seat frees (batches may differ). Chunked prefill and prefix
+caching work as without it (a chunk samples nothing; a block ending in a pending token
+is cached one step later, so no request hits a block whose last token is not known
+yet). So do the tiers: each launched step's fence is handed to them
+(``TieredCache.step_launched`` / ``step_landed``), and a tier copy of device blocks
+issued while it is in flight runs after it (``hybridkv.offload.inflight_step``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
-from typing import Protocol
 
 import torch
 
@@ -55,14 +56,9 @@ from hybridkv.engine.pending import PendingTokens
 from hybridkv.engine.runner import ModelRunner
 from hybridkv.engine.sampler import GreedyOp, plainly_greedy
 from hybridkv.engine.scheduler import Scheduler, SchedulerOutput
+from hybridkv.offload.inflight_step import Fence
 
 logger = logging.getLogger(__name__)
-
-
-class Fence(Protocol):
-    """The point on the device's stream after a step's sampled ids reach the host."""
-
-    def wait(self) -> None: ...
 
 
 class Done:
@@ -147,6 +143,8 @@ class AsyncSteps:
             if plainly_greedy(samplers):
                 launched = self._launch(out, samplers, logits, greedy)
         self.inflight = launched
+        if launched is not None and scheduler.tiers is not None:
+            scheduler.tiers.step_launched(launched.fence)  # tier copies wait for it
         applied = []
         if prev is not None:
             self._apply(prev, scheduler)
@@ -188,19 +186,22 @@ class AsyncSteps:
     def _apply(self, prev: InFlight, scheduler: Scheduler) -> None:
         """Wait for ``prev``'s ids and apply them (module docstring, 3)."""
         sampled = prev.tokens()
+        if scheduler.tiers is not None:
+            scheduler.tiers.step_landed(prev.fence)
         for r in prev.samplers:
             r.num_pending_tokens -= 1
             if r.status.finished:
                 self.stats["dropped tokens"] += 1
             elif r.status is RequestStatus.PREEMPTED:
                 self.stats["late tokens"] += 1
-        scheduler.update(prev.out, sampled, time.monotonic())
+        scheduler.update(prev.out, sampled, time.monotonic(), committed=True)
 
     def settle(self, scheduler: Scheduler) -> SchedulerOutput:
         """Apply the step in flight, if any (nothing is launched); returns it."""
         prev, self.inflight = self.inflight, None
         if prev is None:
             return SchedulerOutput((), ())
+        scheduler.commit_computed(prev.out)
         self._apply(prev, scheduler)
         return prev.out
 

@@ -126,7 +126,8 @@ class SchedulerConfig:
     request's blocks there for its resume, ``"recompute"`` never does, and None
     lets the load-or-recompute cost model decide (``hybridkv/offload/swap.py``).
     ``async_scheduling`` (vLLM's name): schedule and fill the next step while one
-    runs on the device (``hybridkv/engine/async_step.py``; not with the tiers)."""
+    runs on the device (``hybridkv/engine/async_step.py``; with the tiers too:
+    ``hybridkv/offload/inflight_step.py``)."""
 
     max_model_len: int | None = None
     max_num_seqs: int = 64
@@ -234,13 +235,5 @@ def build_configs(
     if scheduler.preemption_mode == "swap" and cache.kv_offloading_size is None:
         raise ValueError(
             "preemption_mode='swap' needs a host tier to swap to: set kv_offloading_size"
-        )
-    if scheduler.async_scheduling and (
-        cache.kv_offloading_size is not None or cache.kv_store is not None
-    ):
-        raise ValueError(
-            "async_scheduling=True does not work with the tiers yet (kv_offloading_size, "
-            "kv_store: their stores and swaps read blocks a step in flight still writes): "
-            "turn one of them off"
         )
     return cache, scheduler, execution

@@ -37,7 +37,8 @@ A preempted request may be swapped out once freed (``tiers.swap_out``:
 resume needs go to the host tier and its resume loads them back like any tier
 hit. After each step the tiers see what
 was computed (``tiers.after_step``: a write-through policy stores it, and the
-step's time per token feeds the cost model).
+step's time per token feeds the cost model; with async scheduling when the next
+step is scheduled, ``commit_computed``).
 
 A request resumed after preemption recomputes its prompt and outputs so far
 (the prefix cache usually gives most of it back) and continues exactly where
@@ -257,11 +258,8 @@ class Scheduler:
         if self.tiers is not None:
             self.tiers.swap_out(request, self.preemption_mode)
 
-    def update(
-        self, out: SchedulerOutput, sampled: dict[str, int], now: float
-    ) -> list[EngineRequest]:
-        """Advance computed counts, append ``sampled`` tokens; return newly finished."""
-        finished = []
+    def _tiers_after(self, out: SchedulerOutput) -> None:
+        """Show the tiers what step ``out`` computes (``TieredCache.after_step``)."""
         if self.tiers is not None:
             prefill = sum(s.num_tokens for s in out.scheduled if not s.samples or s.num_tokens > 1)
             self.tiers.after_step(
@@ -273,6 +271,15 @@ class Scheduler:
                 prefill,
                 time.perf_counter() - self._scheduled_at,
             )
+
+    def update(
+        self, out: SchedulerOutput, sampled: dict[str, int], now: float, committed: bool = False
+    ) -> list[EngineRequest]:
+        """Advance computed counts, append ``sampled`` tokens; return newly finished.
+        ``committed``: ``commit_computed(out)`` ran (the tiers have seen the step)."""
+        finished = []
+        if not committed:
+            self._tiers_after(out)
         get, running = sampled.get, RequestStatus.RUNNING
         for req, start, num_tokens, _, _ in out.scheduled:
             if req.status is not running:  # async scheduling: stopped or preempted since
@@ -293,7 +300,10 @@ class Scheduler:
 
     def commit_computed(self, out: SchedulerOutput) -> None:
         """Async scheduling: the step ``out`` is in flight; count its tokens as computed
-        before the next step is scheduled (``update`` later appends its samples)."""
+        before the next step is scheduled (``update(committed=True)`` later appends its
+        samples). The tiers see it now, before the next schedule frees or reuses its
+        blocks (their copies wait for the step: ``hybridkv.offload.inflight_step``)."""
+        self._tiers_after(out)
         for req, start, num_tokens, _, _ in out.scheduled:
             if req.status is RequestStatus.RUNNING:
                 req.core.num_computed_tokens = start + num_tokens

@@ -21,7 +21,11 @@ One concern per file, composed here:
   loading cheaper than recomputing;
 - ``PendingStores`` orders a block's reuse after the asynchronous stores still
   reading it, and ``StreamOrder`` orders the step after a copy (on CUDA the
-  current stream waits on the copy's event; elsewhere the host waits).
+  current stream waits on the copy's event; elsewhere the host waits);
+- ``InFlightStep`` (``inflight_step.py``) orders the other way, with async
+  scheduling: a copy of device blocks issued while a step is in flight (a
+  swap, a demotion, a load into taken blocks, a store of freed blocks,
+  ``persist``) runs after that step (``step_launched`` / ``step_landed``).
 
 Each tier ranks by value per byte under ``hybrid`` (``CachePolicy.ranks_tiers``),
 by plain LRU under ``lru``. ``close`` writes the device's cached blocks and the
@@ -40,6 +44,7 @@ from hybridkv.core.block import KVCacheBlock
 from hybridkv.core.request import Request
 from hybridkv.offload.block_bytes import BlockBytes
 from hybridkv.offload.demotion import Demotion
+from hybridkv.offload.inflight_step import Fence, InFlightStep
 from hybridkv.offload.load_cost import LoadCost
 from hybridkv.offload.loading import Loads
 from hybridkv.offload.pending_stores import PendingStores
@@ -90,6 +95,8 @@ class TieredCache:
         self.order = order if order is not None else StreamOrder()
         self.cost = LoadCost(cuda=self.order.current_stream is not None)
         self.pending = PendingStores(self.order)
+        #: The device step in flight (async scheduling), waited for before a copy.
+        self.inflight = InFlightStep(stream_ordered=self.order.current_stream is not None)
         self.loads = Loads(
             manager,
             block_bytes,
@@ -122,7 +129,7 @@ class TieredCache:
             self.store_writes = StoreWrites(
                 self.policy, block_bytes, store, self.events, self.stats
             )
-            self.pool.on_free = self.store_writes.on_free
+            self.pool.on_free = self._on_free
             self.computed_stores = ComputedStores(manager, self.store_writes)
         self.pool.on_take = self._on_take
         self._steps = 0  # ``poll`` calls: one per scheduled step
@@ -143,10 +150,26 @@ class TieredCache:
         self.demotion.spill(key, [p.cpu().numpy().copy() for p in parts], value)
 
     def _on_take(self, blocks: list[KVCacheBlock]) -> None:
-        """``BlockPool.on_take``: the stores still reading ``blocks`` first, then demotion."""
+        """``BlockPool.on_take``: the step in flight and the stores still reading
+        ``blocks`` first (a demotion reads them, a load writes them), then demotion."""
+        self.inflight.before_copy()
         self.pending.before_reuse(blocks)
         if self.demotion is not None:
             self.demotion.demote(blocks)
+
+    def _on_free(self, blocks: list[KVCacheBlock]) -> None:
+        """``BlockPool.on_free``: the store copies the freed blocks after the step in flight."""
+        assert self.store_writes is not None
+        self.inflight.before_copy()
+        self.store_writes.on_free(blocks)
+
+    def step_launched(self, fence: Fence) -> None:
+        """Async scheduling: a step was launched (``InFlightStep.launched``)."""
+        self.inflight.launched(fence)
+
+    def step_landed(self, fence: Fence | None = None) -> None:
+        """Async scheduling: the step of ``fence`` landed (None: all of them)."""
+        self.inflight.landed(fence)
 
     def _worth(self, request: Request, wanted: list[tuple[int, int, bytes]], tokens: int) -> bool:
         """``Loads.worth_loading``: a swapped request's reload was decided at the
@@ -201,6 +224,7 @@ class TieredCache:
         computed count not yet reset); ``mode``: ``SchedulerConfig.preemption_mode``."""
         if self.swap is None or self.demotion is None:
             return False  # no host tier (the store alone): preemption recomputes
+        self.inflight.before_copy()  # the step in flight may be writing its blocks
         swapped = self.swap.swap_out(request, mode)
         self.demotion.flush_spills()  # what the host evicted for them goes to disk
         return swapped
@@ -218,6 +242,8 @@ class TieredCache:
         too), which a write-through policy stores in the host tier, and the
         store gets what the policy wants shared at once (``ComputedStores``)."""
         self.cost.observe_step(tokens, prefill_tokens, seconds)
+        if computed:  # (async scheduling: the step may still be in flight)
+            self.inflight.before_copy()
         if self.computed_stores is not None:
             for request, first, end in computed:
                 self.computed_stores.computed(request, first, end)
@@ -246,6 +272,7 @@ class TieredCache:
     def persist(self) -> None:
         """Write the device's cached blocks and the host's entries to the disk tier."""
         if self.demotion is not None:
+            self.inflight.before_copy()
             self.demotion.persist()
 
     def close(self) -> None:
@@ -255,6 +282,7 @@ class TieredCache:
             return
         self._open = False
         try:
+            self.inflight.before_copy()
             self.pending.wait_all()
             self.persist()
             if self.store_writes is not None:

@@ -103,7 +103,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--async-scheduling",
         action="store_true",
         help="schedule and fill the next step while one runs on the device (vLLM's option; "
-        "steps that sample on the host are not overlapped; not with the tiers)",
+        "steps that sample on the host are not overlapped; works with the tiers)",
     )
     p.add_argument(
         "--kv-events-endpoint",

@@ -53,8 +53,8 @@ def record_logits(llm: LLM) -> dict[str, list[torch.Tensor]]:
     seen: dict[str, list[torch.Tensor]] = defaultdict(list)
     execute = llm.runner.execute
 
-    def wrapped(work: Any) -> torch.Tensor:
-        logits = execute(work)
+    def wrapped(work: Any, *pending: Any) -> torch.Tensor:  # (async: the step in flight's ids)
+        logits = execute(work, *pending)
         for row, s in zip(logits, [s for s in work if s.samples], strict=True):
             seen[s.request.request_id].append(row.cpu())  # a copy, on the CPU like the refs
         return logits

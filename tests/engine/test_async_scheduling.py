@@ -258,8 +258,6 @@ def test_a_failed_step_fails_both_steps_requests(gemma: Path) -> None:
 def test_async_scheduling_is_checked(gemma: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="async_scheduling must be True or False"):
         LLM(gemma, async_scheduling="yes")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="async_scheduling=True does not work with the tiers"):
-        LLM(gemma, async_scheduling=True, kv_offloading_size=0.01)
     assert LLM(gemma, **KW).async_steps is None  # off by default
 
 

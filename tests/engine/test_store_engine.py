@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deferred_device import DeferredWrites
 from oracle import random_prompt
 from tiny_checkpoints import gemma3_config, save_checkpoint
 
@@ -114,13 +115,19 @@ def test_the_options_are_checked_naming_the_field(
         LLM(ckpt, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
 def test_host_then_store_each_restores_its_hit(
-    ckpt: Path, cold: LLM, mooncake_master: MooncakeMaster
+    ckpt: Path, cold: LLM, mooncake_master: MooncakeMaster, overlap: bool
 ) -> None:
     """B has a host tier above the store: its first hit comes from the store (its
-    host holds nothing); once the pool reuses those blocks, the next from the host."""
+    host holds nothing); once the pool reuses those blocks, the next from the host.
+    With async scheduling (both engines) on the stand-in device too."""
     url = mooncake_master.url + SMALL
-    a, b = _llm(ckpt, url), _llm(ckpt, url, kv_offloading_size=0.002)
+    a = _llm(ckpt, url, async_scheduling=overlap)
+    b = _llm(ckpt, url, kv_offloading_size=0.002, async_scheduling=overlap)
+    if overlap:
+        DeferredWrites(a)
+        DeferredWrites(b)
     try:
         want = _gen(cold, PAST)[0]
         _gen(a, DOC)

@@ -2,23 +2,30 @@
 
 The second request's prefix comes back from the host tier once the pool has
 reused every block (the same answer as the first time), ``/metrics`` counts
-it by medium, and stopping the server writes the cache to the disk folder.
+it by medium, and stopping the server writes the cache to the disk folder; with
+``--async-scheduling`` too.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from live_server import start_server
 from serve_http import metrics, post
 
 
-def test_a_tier_hit_over_http_is_counted_and_kept_on_disk(tok_ckpt: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
+def test_a_tier_hit_over_http_is_counted_and_kept_on_disk(
+    tok_ckpt: Path, tmp_path: Path, overlap: bool
+) -> None:
     disk = tmp_path / "kv"
+    flags = {"async_scheduling": True} if overlap else {}
     live, engine = start_server(
-        tok_ckpt, kv_offloading_size=0.01, disk_cache_dir=disk, disk_cache_size=0.01
+        tok_ckpt, kv_offloading_size=0.01, disk_cache_dir=disk, disk_cache_size=0.01, **flags
     )
     try:
+        assert (engine.llm.async_steps is not None) == overlap
         body = {"prompt": list(range(200, 241)), "max_tokens": 3, "temperature": 0}
         code, _, first = post(live.url, "/v1/completions", body)
         assert code == 200
