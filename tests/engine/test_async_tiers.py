@@ -174,3 +174,60 @@ def test_seeded_random_workloads(gemma: Path, policy: str, seed: int) -> None:
     stats = llm.tiers.stats
     assert stats.written_through + stats.demoted > 0  # the host tier was written
     assert policy == "hybrid" or stats.hits > 0  # (and under lru served hits)
+
+
+def test_a_step_that_fails_in_flight_leaves_only_computed_blocks(
+    gemma: Path, tmp_path: Path
+) -> None:
+    """Chunks of 32 tokens: steps 1 and 2 compute 64 tokens of the document, step 3
+    fails while step 2 is in flight. Step 2's blocks reached the tiers (its stores
+    waited for it), step 3's were taken out of the cache (never computed): after a
+    restart the disk tier serves at most the 64 computed tokens, and exactly."""
+    cold = ColdEngine(gemma, max_model_len=112)
+    kw: dict[str, Any] = dict(max_model_len=112, max_num_batched_tokens=32, async_scheduling=True)
+    llm = tiered_llm(gemma, tmp_path / "disk", "lru", **kw)
+    DeferredWrites(llm)
+    execute, calls = llm.runner.execute, [0]
+
+    def failing(work: Any, pending: Any = None) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("device lost")
+        return execute(work, pending)
+
+    llm.runner.execute = failing  # type: ignore[method-assign]
+    doc = random_prompt(96, 11)
+    with pytest.raises(RuntimeError, match="device lost"):
+        llm.generate([{"prompt_token_ids": doc}], SamplingParams(max_tokens=2), use_tqdm=False)
+    assert llm.tiers is not None and llm.tiers.stats.written_through > 0
+    llm.manager.check_integrity()
+    llm.tiers.check_integrity()
+    llm.close()
+    again = tiered_llm(gemma, tmp_path / "disk", "lru", **kw)
+    DeferredWrites(again)
+    assert 0 < tier_hit(gemma, again, doc, "DISK", cold=cold) <= 64
+    again.close()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_close_with_a_step_in_flight_persists_its_blocks_exactly(
+    gemma: Path, policy: str, tmp_path: Path
+) -> None:
+    """Closed while its second chunk is in flight: that chunk's blocks are cached (since
+    their allocation) and written to disk by ``persist``, once the step has landed; a
+    restart's disk hit over them gives the cold engine's tokens."""
+    cold = ColdEngine(gemma, max_model_len=112)
+    kw: dict[str, Any] = dict(max_model_len=112, max_num_batched_tokens=32, async_scheduling=True)
+    llm = tiered_llm(gemma, tmp_path / "disk", policy, **kw)
+    DeferredWrites(llm)
+    doc = random_prompt(96, 11)
+    for r in llm.make_requests({"prompt_token_ids": doc}, SamplingParams(max_tokens=2)):
+        llm.scheduler.add_request(r)
+    llm.step()  # tokens 0-31 launched
+    llm.step()  # 0-31 committed, 32-63 launched: in flight
+    assert llm.async_steps is not None and llm.async_steps.inflight is not None
+    llm.close()
+    again = tiered_llm(gemma, tmp_path / "disk", policy, **kw)
+    DeferredWrites(again)
+    assert tier_hit(gemma, again, doc, "DISK", cold=cold) == 64
+    again.close()
