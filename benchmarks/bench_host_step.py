@@ -46,10 +46,14 @@ wall time (``LLM.step``'s, median and 10th percentile over the decode steps) sho
 async scheduling overlaps; ``--overlap MS,MS`` runs fresh processes without and with
 ``--async`` at each modelled time and prints the walls beside ``host + device`` and
 ``max(host, device)`` (``bench_overlap.py``). A model of a GPU's asynchrony, not a GPU.
+``--kv-offloading-size GIB`` puts a host tier under the pool (``--cache-policy``, ``lru``
+by default: every computed block written through after its step); the modelled device
+counts as a CUDA stream for the tiers (``InFlightStep.stream_ordered``: their copies
+queue after its steps, the host does not wait), and the stub writes no KV bytes.
 
     .venv/bin/python benchmarks/bench_host_step.py [--graphs] [--batch 64] [--length 256]
         [--tokens 128] [--compare /tmp/hs-base --rounds 3] [--json] [--async]
-        [--device-ms 1.14] [--overlap 0.3,1.14 --rounds 3]
+        [--device-ms 1.14] [--overlap 0.3,1.14 --rounds 3] [--kv-offloading-size 1]
 """
 
 from __future__ import annotations
@@ -202,6 +206,8 @@ def instrument(llm: Any, phases: Phases, graphs: bool, device: ModelDevice | Non
 
         if llm.async_steps is not None:  # an overlapped step's read waits at its fence
             llm.async_steps.record = device.fence
+        if llm.tiers is not None:  # a CUDA stream: the tiers' copies queue after its steps
+            llm.tiers.inflight.stream_ordered = True
     for name, mod in list(sys.modules.items()):  # every engine module that imported it
         if name.startswith(engine_pkg.__name__) and getattr(mod, "sample", None) is original:
             mod.sample = wrapped_sample  # type: ignore[attr-defined]
@@ -248,9 +254,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="host-step-") as tmp:
         model = _checkpoint(Path(tmp) / "ckpt", args.vocab)
         length = args.length + args.tokens + 16
+        extra: dict[str, Any] = {"async_scheduling": True} if args.async_scheduling else {}
+        if args.kv_offloading_size:
+            extra["kv_offloading_size"] = args.kv_offloading_size
+            extra["cache_policy"] = args.cache_policy
         llm = LLM(str(model), device="cpu", dtype="float32", kernel_backend="torch",
-                  max_num_seqs=args.batch, max_model_len=length,
-                  **({"async_scheduling": True} if args.async_scheduling else {}))  # fmt: skip
+                  max_num_seqs=args.batch, max_model_len=length, **extra)  # fmt: skip
     phases = Phases()
     phases.calibrate()
     device = ModelDevice(args.device_ms / 1e3) if args.device_ms else None
@@ -289,6 +298,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         # The 10th percentile: a shared machine's contention only ever adds to a step's wall.
         "wall_p10": statistics.quantiles(phases.walls, n=10)[0] * 1e3,  # type: ignore[attr-defined]
         "async": dict(llm.async_steps.stats) if llm.async_steps is not None else None,
+        "tier_stores": llm.tiers.stats.written_through if llm.tiers is not None else None,
     }
 
 
@@ -358,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="LLM(async_scheduling=True)")  # fmt: skip
     ap.add_argument("--device-ms", type=float, default=0.0,
                     help="a MODELLED device taking this long a step (model_device.py)")  # fmt: skip
+    ap.add_argument("--kv-offloading-size", type=float, default=0.0,
+                    help="GiB: a host tier under the pool (0: none)")  # fmt: skip
+    ap.add_argument("--cache-policy", default="lru", help="with a host tier: lru writes through")
     ap.add_argument(
         "--overlap",
         metavar="MS,MS",

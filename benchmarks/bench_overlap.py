@@ -90,4 +90,7 @@ def overlap(args: argparse.Namespace, argv: list[str], here: Path) -> int:
               f"{off['wall'] / on['wall']:.2f}x |")  # fmt: skip
     print()
     print(f"async counters of the last setting's first run: {rows[-1][3]}")
+    stores = runs[True][0].get("tier_stores")
+    if stores is not None:
+        print(f"host tier: {stores} blocks written through in that run")
     return 0
