@@ -1,4 +1,5 @@
-"""``DeferredWrites``: a stand-in device whose steps write the KV cache late.
+"""``DeferredWrites``: a stand-in device whose steps write the KV cache late (and
+``fail_at_launch``: one that is lost at a given launch).
 
 A CPU step has written its KV cache when ``runner.execute`` returns, so a tier copy
 issued too early (before the step in flight has run) still reads or writes the right
@@ -96,3 +97,18 @@ class DeferredWrites:
             for part, mask, new in writes:
                 part[mask] = new
                 self.landed_bytes += int(mask.sum())
+
+
+def fail_at_launch(llm: LLM, k: int) -> Any:
+    """Make ``llm``'s ``k``-th launch from now raise ``RuntimeError("device lost")``;
+    returns the ``runner.execute`` it wraps (to put back)."""
+    execute, calls = llm.runner.execute, [0]
+
+    def failing(work: Any, pending: Any = None) -> Any:
+        calls[0] += 1
+        if calls[0] == k:
+            raise RuntimeError("device lost")
+        return execute(work, pending)
+
+    llm.runner.execute = failing  # type: ignore[method-assign]
+    return execute

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from deferred_device import fail_at_launch
 from tiny_checkpoints import FAMILY_CONFIGS, save_checkpoint
 
 from hybridkv.engine import LLM, SamplingParams
@@ -234,15 +235,7 @@ def test_replayed_steps_give_the_synchronous_tokens(family: str, saved: Any) -> 
 
 def test_a_failed_step_fails_both_steps_requests(gemma: Path) -> None:
     llm = LLM(gemma, **KW, async_scheduling=True)
-    execute, calls = llm.runner.execute, [0]
-
-    def failing(work: Any, pending: Any = None) -> Any:
-        calls[0] += 1
-        if calls[0] == 3:
-            raise RuntimeError("device lost")
-        return execute(work, pending)
-
-    llm.runner.execute = failing  # type: ignore[method-assign]
+    execute = fail_at_launch(llm, 3)
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     with pytest.raises(RuntimeError, match="device lost"):
         llm.generate(_prompts(5, 6), params, use_tqdm=False)
