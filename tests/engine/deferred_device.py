@@ -52,6 +52,7 @@ class DeferredWrites:
 
     def __init__(self, llm: LLM) -> None:
         assert llm.async_steps is not None and llm.tiers is not None
+        assert llm.device.type == "cpu", "the stand-in replaces a CPU engine's device"
         self.manager = llm.manager
         self.block_bytes = llm.tiers.block_bytes
         self.kept: list[tuple[int, list[Write]]] = []  # (step index, its writes), in order

@@ -34,7 +34,10 @@ TIER_GIB = 0.002
 #: A chunked prefill (8 tokens a step) in a pool that preempts requests mid-prompt:
 #: a victim's newest blocks are those the step in flight computes.
 RACE_KW: dict[str, Any] = dict(block_size=4, max_model_len=96, max_num_batched_tokens=8,
-                               kv_offloading_size=TIER_GIB, preemption_mode="swap")  # fmt: skip
+                               kv_offloading_size=TIER_GIB, preemption_mode="swap",
+                               device="cpu")  # fmt: skip
+#: An async engine on the CPU (the stand-in device models a GPU's stream there).
+ASYNC: dict[str, Any] = dict(max_model_len=112, async_scheduling=True, device="cpu")
 #: Extra pages over the plan's minimum (``hybrid`` needs two to admit them all).
 RACE_PAGES = {"lru": 0, "hybrid": 2}
 
@@ -62,7 +65,7 @@ def _tokens(llm: LLM, prompts: list[list[int]], params: Any) -> list[list[int]]:
 def _race(ckpt: Path, policy: str) -> tuple[list[list[int]], list[list[int]], LLM, DeferredWrites]:
     """Six prompts of 24-29 tokens, 8 tokens each: the synchronous engine's tokens, and
     those of an async engine on the stand-in device (which, and the stand-in, returned)."""
-    plan = LLM(ckpt, block_size=4, max_model_len=96, max_num_batched_tokens=8).plan
+    plan = LLM(ckpt, block_size=4, max_model_len=96, max_num_batched_tokens=8, device="cpu").plan
     memory = plan.min_memory_bytes + RACE_PAGES[policy] * plan.page_bytes
     kw = dict(RACE_KW, cache_policy=policy, kv_cache_memory_bytes=memory)
     prompts = [random_prompt(24 + i, 10 + i) for i in range(6)]
@@ -98,17 +101,17 @@ def test_host_then_disk_hits_match(
     family: str, policy: str, gemma: Path, jamba: Path, tmp_path: Path
 ) -> None:
     ckpt = gemma if family == "gemma3" else jamba
-    cold = ColdEngine(ckpt, max_model_len=112)
+    cold = ColdEngine(ckpt, max_model_len=112, device="cpu")
     doc = random_prompt(96, 11)  # ends on a block boundary of every group
     past = [*doc, 7, 8, 9]
-    llm = tiered_llm(ckpt, tmp_path / "disk", policy, max_model_len=112, async_scheduling=True)
+    llm = tiered_llm(ckpt, tmp_path / "disk", policy, **ASYNC)
     DeferredWrites(llm)
     assert tier_hit(ckpt, llm, doc, "CPU", cold=cold) == 0
     for prompt in (past, doc):
         evict_device(llm)
         assert tier_hit(ckpt, llm, prompt, "CPU", cold=cold) > 0, "no tier hit"
     llm.close()
-    again = tiered_llm(ckpt, tmp_path / "disk", policy, max_model_len=112, async_scheduling=True)
+    again = tiered_llm(ckpt, tmp_path / "disk", policy, **ASYNC)
     DeferredWrites(again)
     assert tier_hit(ckpt, again, past, "DISK", cold=cold) > 0
     again.close()
@@ -130,10 +133,10 @@ def test_swapped_requests_match_transformers(
 ) -> None:
     ckpt = gemma if family == "gemma3" else jamba
     kw, pages, length, count, n = SWAP_CASES[family]
-    plan = LLM(ckpt, block_size=4, **kw).plan  # type: ignore[arg-type]
+    plan = LLM(ckpt, block_size=4, device="cpu", **kw).plan  # type: ignore[arg-type]
     llm = LLM(ckpt, block_size=4, cache_policy=policy, kv_offloading_size=TIER_GIB,
               kv_cache_memory_bytes=plan.min_memory_bytes + pages[policy] * plan.page_bytes,
-              preemption_mode="swap", async_scheduling=True, **kw)  # type: ignore[arg-type]  # fmt: skip
+              preemption_mode="swap", async_scheduling=True, device="cpu", **kw)  # type: ignore[arg-type]  # fmt: skip
     DeferredWrites(llm)
     check_against_hf(ckpt, llm, [random_prompt(length, 10 + i) for i in range(count)], n)
     assert llm.tiers is not None and llm.tiers.stats.swaps > 0
@@ -159,7 +162,7 @@ def test_seeded_random_workloads(gemma: Path, policy: str, seed: int) -> None:
     calls = [[draw() for _ in range(6)] for _ in range(2)]
     kw = dict(block_size=4, max_num_seqs=4, max_num_batched_tokens=12, max_model_len=48,
               kv_cache_memory_bytes=40_000, cache_policy=policy,
-              kv_offloading_size=TIER_GIB)  # fmt: skip
+              kv_offloading_size=TIER_GIB, device="cpu")  # fmt: skip
     runs = {}
     for on in (False, True):
         llm = LLM(gemma, **kw, async_scheduling=on)
@@ -182,8 +185,8 @@ def test_a_step_that_fails_in_flight_leaves_only_computed_blocks(
     fails while step 2 is in flight. Step 2's blocks reached the tiers (its stores
     waited for it), step 3's were taken out of the cache (never computed): after a
     restart the disk tier serves at most the 64 computed tokens, and exactly."""
-    cold = ColdEngine(gemma, max_model_len=112)
-    kw: dict[str, Any] = dict(max_model_len=112, max_num_batched_tokens=32, async_scheduling=True)
+    cold = ColdEngine(gemma, max_model_len=112, device="cpu")
+    kw: dict[str, Any] = dict(ASYNC, max_num_batched_tokens=32)
     llm = tiered_llm(gemma, tmp_path / "disk", "lru", **kw)
     DeferredWrites(llm)
     fail_at_launch(llm, 3)
@@ -207,8 +210,8 @@ def test_close_with_a_step_in_flight_persists_its_blocks_exactly(
     """Closed while its second chunk is in flight: that chunk's blocks are cached (since
     their allocation) and written to disk by ``persist``, once the step has landed; a
     restart's disk hit over them gives the cold engine's tokens."""
-    cold = ColdEngine(gemma, max_model_len=112)
-    kw: dict[str, Any] = dict(max_model_len=112, max_num_batched_tokens=32, async_scheduling=True)
+    cold = ColdEngine(gemma, max_model_len=112, device="cpu")
+    kw: dict[str, Any] = dict(ASYNC, max_num_batched_tokens=32)
     llm = tiered_llm(gemma, tmp_path / "disk", policy, **kw)
     DeferredWrites(llm)
     doc = random_prompt(96, 11)
