@@ -7,8 +7,9 @@ One ``step`` (one ``LLM.step`` call)::
     device  ..... N runs ..........................| N's argmax | N+1 runs ...........
 
 1. The step in flight (N) counts as computed (``Scheduler.commit_computed``: the tiers
-   store what it computes now, after it on the device) and its sampled tokens as pending (``EngineRequest.num_pending_tokens``): N+1 schedules their
-   positions; a request whose pending token reaches ``max_tokens`` / ``max_model_len``
+   store what it computes now, after it on the device) and its sampled tokens as
+   pending (``EngineRequest.num_pending_tokens``): N+1 schedules their positions; a
+   request whose pending token reaches ``max_tokens`` / ``max_model_len``
    is not scheduled again.
 2. N+1 is launched (``ModelRunner.execute``): positions, slots and tables from the host,
    the pending tokens' ids copied on the device from N's sampled ids

@@ -33,8 +33,11 @@ CPU a step's work is done when ``execute`` returns (its fence is ``Done``): the
 wait is free there, and what this orders is a stand-in device that lands a step's
 writes only at its fence (``tests/engine/deferred_device.py``).
 
-A step's fence waited here is waited again when the engine reads its tokens (a
-fence may be waited any number of times).
+In a step call the commit's stores come first, so the copies of the schedule after
+them find the step landed; the other call sites order what is issued between calls
+(``close``'s ``persist``, an abort's store writes, a take outside a schedule) and keep
+each copy's rule where the copy is. A fence waited here is waited again when the
+engine reads the step's tokens (a fence may be waited any number of times).
 """
 
 from __future__ import annotations
@@ -59,11 +62,6 @@ class InFlightStep:
         self.stream_ordered = stream_ordered
         self._fence: Fence | None = None
         self.waits = 0
-
-    @property
-    def in_flight(self) -> bool:
-        """True while a launched step has not been seen to land."""
-        return self._fence is not None
 
     def launched(self, fence: Fence) -> None:
         """A step was launched; ``fence`` passes once it has run (and every step
