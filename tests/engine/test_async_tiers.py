@@ -141,6 +141,9 @@ def test_swapped_requests_match_transformers(
     check_against_hf(ckpt, llm, [random_prompt(length, 10 + i) for i in range(count)], n)
     assert llm.tiers is not None and llm.tiers.stats.swaps > 0
     assert llm.scheduler.num_preemptions > 0
+    # A victim preempted while its step was in flight got that step's token (and its
+    # swap waited for the step).
+    assert llm.async_steps is not None and llm.async_steps.stats["late tokens"] > 0
     llm.close()
 
 
