@@ -69,11 +69,15 @@ class NumpyRowCopy:
         return copy_rows(dst, dst_rows, src, src_rows, sizes)
 
 
-def _extent(a: np.ndarray, width: int) -> tuple[int, int]:
-    """The address range ``[lo, hi)`` of the first ``width`` bytes of every row of ``a``."""
-    base, step = a.ctypes.data, a.strides[0]
-    last = base + (a.shape[0] - 1) * step
-    return min(base, last), max(base, last) + width
+def _address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+def _extent(a: np.ndarray) -> tuple[int, int]:
+    """The address range ``[lo, hi)`` of every row of ``a`` (any row stride)."""
+    base = _address(a)
+    last = base + (a.shape[0] - 1) * a.strides[0]
+    return min(base, last), max(base, last) + a.shape[1]
 
 
 def _check(a: Any, name: str, writable: bool) -> None:
@@ -85,14 +89,60 @@ def _check(a: Any, name: str, writable: bool) -> None:
         raise ValueError(f"{name} must be writable")
 
 
+class _Layout:
+    """A checked pair of array lists (destination, source): their bases and row
+    strides for the C call, and the bounds each call's rows are checked against."""
+
+    __slots__ = ("arrays", "dst_rows", "src_rows", "table", "widths")
+
+    def __init__(self, dst: Sequence[Any], src: Sequence[Any]) -> None:
+        parts = len(dst)
+        for j, (dj, sj) in enumerate(zip(dst, src, strict=True)):
+            _check(dj, f"dst[{j}]", True)
+            _check(sj, f"src[{j}]", False)
+            (dlo, dhi), (slo, shi) = _extent(dj), _extent(sj)
+            if dlo < shi and slo < dhi:
+                raise ValueError(f"part {j}: the source and destination arrays overlap")
+        #: The arrays themselves: held, so that their ids (the cache's key) stay theirs.
+        self.arrays = (tuple(dst), tuple(src))
+        self.dst_rows = min(a.shape[0] for a in dst)
+        self.src_rows = min(a.shape[0] for a in src)
+        self.widths = [min(d.shape[1], s.shape[1]) for d, s in zip(dst, src, strict=True)]
+        table = [0] * (4 * parts)  # dst bases, dst strides, src bases, src strides
+        table[0:parts] = map(_address, dst)
+        table[parts : 2 * parts] = (a.strides[0] for a in dst)
+        table[2 * parts : 3 * parts] = map(_address, src)
+        table[3 * parts :] = (a.strides[0] for a in src)
+        self.table = array("q", table)
+
+
 class NativeRowCopy:
     """A batch of rows in one native call (module docstring). ``fn``: the bound
-    C function ``hkv_copy_rows``."""
+    C function ``hkv_copy_rows``.
+
+    The arrays are checked once per pair of array lists (2-D uint8, rows
+    contiguous, the destination writable, source and destination apart) and
+    their addresses kept (``_Layout``, by the arrays' ids, the arrays held:
+    a numpy array's buffer never moves); each call checks its rows and sizes.
+    """
 
     name = "native"
+    #: Pairs of array lists kept at most (a tier has a few: one per group and way).
+    MAX_LAYOUTS = 256
 
     def __init__(self, fn: Callable[..., None]) -> None:
         self._fn = fn
+        self._layouts: dict[tuple[int, ...], _Layout] = {}
+
+    def _layout(self, dst: Sequence[Any], src: Sequence[Any]) -> _Layout:
+        key = (*map(id, dst), -1, *map(id, src))
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = _Layout(dst, src)
+            if len(self._layouts) >= self.MAX_LAYOUTS:
+                self._layouts.clear()
+            self._layouts[key] = layout
+        return layout
 
     def copy_rows(
         self,
@@ -110,27 +160,17 @@ class NativeRowCopy:
         n = len(dst_rows)
         if n == 0 or parts == 0:
             return 0
+        layout = self._layout(dst, src)
+        for size, width in zip(sizes, layout.widths, strict=True):
+            if not 0 <= size <= width:
+                raise ValueError(f"{size} bytes a row: the rows hold {width} bytes")
         d, s = array("q", dst_rows), array("q", src_rows)  # (one C loop each)
-        d_lo, d_hi, s_lo, s_hi = min(d), max(d), min(s), max(s)
-        layout = array("q", bytes(8 * 5 * parts))  # bases, strides, sizes
-        for j, (dj, sj, size) in enumerate(zip(dst, src, sizes, strict=True)):
-            _check(dj, f"dst[{j}]", True)
-            _check(sj, f"src[{j}]", False)
-            if d_lo < 0 or d_hi >= dj.shape[0]:
-                raise IndexError(f"a destination row outside [0, {dj.shape[0]})")
-            if s_lo < 0 or s_hi >= sj.shape[0]:
-                raise IndexError(f"a source row outside [0, {sj.shape[0]})")
-            if not 0 <= size <= min(dj.shape[1], sj.shape[1]):
-                raise ValueError(
-                    f"{size} bytes a row: rows of {sj.shape[1]} -> {dj.shape[1]} bytes"
-                )
-            (dlo, dhi), (slo, shi) = _extent(dj, size), _extent(sj, size)
-            if size and dlo < shi and slo < dhi:
-                raise ValueError(f"part {j}: the source and destination arrays overlap")
-            layout[j], layout[parts + j] = dj.ctypes.data, dj.strides[0]
-            layout[2 * parts + j], layout[3 * parts + j] = sj.ctypes.data, sj.strides[0]
-            layout[4 * parts + j] = size
-        at = layout.buffer_info()[0]
+        if min(d) < 0 or max(d) >= layout.dst_rows:
+            raise IndexError(f"a destination row outside [0, {layout.dst_rows})")
+        if min(s) < 0 or max(s) >= layout.src_rows:
+            raise IndexError(f"a source row outside [0, {layout.src_rows})")
+        sized = array("q", sizes)
+        at = layout.table.buffer_info()[0]
         self._fn(
             parts,
             n,
@@ -140,7 +180,7 @@ class NativeRowCopy:
             at + 16 * parts,
             at + 24 * parts,
             s.buffer_info()[0],
-            at + 32 * parts,
+            sized.buffer_info()[0],
         )
         return n * sum(sizes)
 
