@@ -43,30 +43,17 @@ class RowCopy(Protocol):
 
     name: str
 
-    def copy_rows(
-        self,
-        dst: Sequence[Any],
-        dst_rows: Sequence[int],
-        src: Sequence[Any],
-        src_rows: Sequence[int],
-        sizes: Sequence[int],
-    ) -> int: ...
+    @property
+    def copy_rows(self) -> Callable[..., int]:
+        """``copy_rows(dst, dst_rows, src, src_rows, sizes) -> bytes copied``, with
+        ``rows.copy_rows``' arguments and contract."""
 
 
 class NumpyRowCopy:
     """``rows.copy_rows``: one numpy gather or scatter per part."""
 
     name = "numpy"
-
-    def copy_rows(
-        self,
-        dst: Sequence[Any],
-        dst_rows: Sequence[int],
-        src: Sequence[Any],
-        src_rows: Sequence[int],
-        sizes: Sequence[int],
-    ) -> int:
-        return copy_rows(dst, dst_rows, src, src_rows, sizes)
+    copy_rows = staticmethod(copy_rows)
 
 
 def _address(a: np.ndarray) -> int:
