@@ -11,12 +11,12 @@
  * them: a hit's rows (megabytes) are not read again before the next step, so
  * they need not displace the caches, and a streaming store skips reading each
  * destination line first. Measured on this project's 2-core AMD EPYC VM, 864
- * rows of 16 KiB (a Gemma 3 270M hit of 2k tokens), caches flushed: 0.35 ms,
- * against 0.39 ms with memcpy per row, 0.42 ms with numpy's fancy-index
- * scatter and 0.45 ms with one memmove of as many bytes
- * (benchmarks/results/tiers-ttft.md). The head of a row up to a 64-byte line
- * and its tail are copied with memcpy; an sfence ends the call, so the bytes
- * are visible to any thread once it returns.
+ * rows of 16 KiB (a Gemma 3 270M hit of 2k tokens), caches flushed, best of 15
+ * in four runs: 0.35-0.36 ms, against 0.39-0.46 ms with memcpy per row,
+ * 0.42-0.49 ms with numpy's fancy-index scatter and 0.41-0.47 ms with one
+ * memmove of as many bytes (benchmarks/results/tiers-ttft.md). The head of a
+ * row up to a 64-byte line and its tail are copied with memcpy; an sfence
+ * ends the call, so the bytes are visible to any thread once it returns.
  */
 #include <stdint.h>
 #include <string.h>
