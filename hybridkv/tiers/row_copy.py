@@ -110,7 +110,8 @@ class NativeRowCopy:
     The arrays are checked once per pair of array lists (2-D uint8, rows
     contiguous, the destination writable, source and destination apart) and
     their addresses kept (``_Layout``, by the arrays' ids, the arrays held:
-    a numpy array's buffer never moves); each call checks its rows and sizes.
+    a numpy array's buffer never moves; so one instance per memory, as
+    ``row_copy()`` gives); each call checks its rows and sizes.
     """
 
     name = "native"
@@ -173,17 +174,18 @@ class NativeRowCopy:
 
 
 @functools.cache
-def _pick(mode: str | None) -> RowCopy:
-    """The row copy for ``$HYBRIDKV_ROW_COPY`` = ``mode`` (cached: one build, one warning)."""
+def _pick(mode: str | None) -> Callable[..., None] | None:
+    """The C function for ``$HYBRIDKV_ROW_COPY`` = ``mode``, None for numpy (cached:
+    one build, one warning)."""
     if mode is not None and mode not in MODES:
         raise ValueError(f"HYBRIDKV_ROW_COPY={mode!r}: use one of {', '.join(MODES)} (or unset)")
     if mode == "numpy":
-        return NumpyRowCopy()
+        return None
     from hybridkv.kernels.cpu.build import NativeBuildError
     from hybridkv.kernels.cpu.ffi import c_fn
 
     try:
-        return NativeRowCopy(c_fn("hkv_copy_rows"))
+        return c_fn("hkv_copy_rows")
     except NativeBuildError as e:
         why = str(e).splitlines()[0]
         if mode == "native":
@@ -193,9 +195,12 @@ def _pick(mode: str | None) -> RowCopy:
             "set HYBRIDKV_ROW_COPY=numpy to choose numpy and silence this",
             why,
         )
-        return NumpyRowCopy()
+        return None
 
 
 def row_copy() -> RowCopy:
-    """The row copy ``$HYBRIDKV_ROW_COPY`` asks for (module docstring)."""
-    return _pick(env.row_copy())
+    """The row copy ``$HYBRIDKV_ROW_COPY`` asks for (module docstring): a new one
+    each call, so that a ``NativeRowCopy``'s kept arrays live only as long as the
+    memory that copies with it (a tier's slab, the engine's KV buffers)."""
+    fn = _pick(env.row_copy())
+    return NumpyRowCopy() if fn is None else NativeRowCopy(fn)

@@ -123,3 +123,14 @@ def test_no_native_build_is_numpy_with_one_warning(
     monkeypatch.setenv(env.ROW_COPY, "native")  # asked for by name: an error, not numpy
     with pytest.raises(ValueError, match=r"HYBRIDKV_ROW_COPY=native.*no C compiler here"):
         row_copy()
+
+
+def test_each_memory_gets_its_own_native_copy() -> None:
+    """The arrays a native copy keeps (by their ids) live only as long as its memory:
+    ``row_copy()`` makes a new one each call, over the one C function."""
+    native()
+    first, second = row_copy(), row_copy()
+    assert isinstance(first, NativeRowCopy) and first is not second
+    a, b = np.zeros((4, 8), np.uint8), np.ones((4, 8), np.uint8)
+    first.copy_rows([a], [2], [b], [1], [8])
+    assert a[2].all() and not second._layouts and len(first._layouts) == 1
