@@ -32,7 +32,8 @@ recomputing) to its blocks entered in the device prefix index, usable: the
 units pinned, the blocks taken, the copy job made, the copies, and the landing
 (tier and device bookkeeping) all included; the median hit and the best. Beside
 it the tier's own copy call (``HostTier.copies``: from the ``load_rows`` call to
-the landing of its last copy, with its CPU time), and the stores of the run
+the landing of its last copy, with its CPU time; the header names the row copy
+that ran, ``native`` or ``numpy``: ``HYBRIDKV_ROW_COPY``), and the stores of the run
 (each document's first write-through under ``lru``, its demotions under
 ``hybrid``: the largest).
 Targets (issue 45): host hit >= 5x faster than cold, disk after restart >= 3x,
@@ -158,6 +159,7 @@ def run(args: Any) -> list[str]:
         cold = [ttft(llm, d + q[0])[0] for d in docs[2:]]
         pair = docs[:2]
         stats, copies = llm.tiers.stats, llm.tiers.host.copies
+        row_copy = copies.row_copy  # which copy moves the row batches: native or numpy
 
         def stored(fn: Any) -> tuple[int, tuple[float, float]]:
             """Run ``fn``; the host tier's row-batch stores it made, landed: bytes and
@@ -219,7 +221,8 @@ def run(args: Any) -> list[str]:
         "",
         f"{machine()}; {cpu_features()}; torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; kernel backend `{probe.kernel_backend}`; "
-        f"block size {args.block_size}; document {args.doc} tokens + a question.",
+        f"block size {args.block_size}; document {args.doc} tokens + a question; "
+        f"host tier row copy `{row_copy}` (`HYBRIDKV_ROW_COPY`).",
         "",
         "| case | TTFT (ms) | hit tokens | vs cold |",
         "| --- | ---: | ---: | ---: |",

@@ -9,6 +9,10 @@ takes effect at the next call. An empty value counts as unset.
   default ``~/.cache/hybridkv``.
 - ``TRITON_INTERPRET``: ``1`` runs Triton kernels in its CPU interpreter (tests).
 - ``CC``: the C compiler of the native CPU kernels; default ``cc``.
+- ``HYBRIDKV_ROW_COPY``: how the host tier copies a batch of rows on the CPU
+  (``hybridkv.tiers.row_copy``): ``native`` (the C row copy; an error where it
+  cannot be built), ``numpy`` (numpy's fancy-index copies); default: ``native``
+  where it builds, else ``numpy`` with one warning.
 - ``MC_LOG_LEVEL``: the Mooncake Store client's log level; hybridkv sets it to
   ``ERROR`` where unset before it loads the client (``quiet_mooncake``), which
   otherwise logs every request to stderr.
@@ -29,6 +33,7 @@ CACHE = "HYBRIDKV_CACHE"
 TRITON_INTERPRET = "TRITON_INTERPRET"
 CC = "CC"
 API_KEY = "HYBRIDKV_API_KEY"
+ROW_COPY = "HYBRIDKV_ROW_COPY"
 MOONCAKE_LOG_LEVEL = "MC_LOG_LEVEL"
 
 
@@ -55,6 +60,11 @@ def triton_interpret() -> bool:
 def c_compiler() -> str:
     """``$CC``, else ``cc``."""
     return _get(CC) or "cc"
+
+
+def row_copy() -> str | None:
+    """``$HYBRIDKV_ROW_COPY``, or None when unset or empty."""
+    return _get(ROW_COPY)
 
 
 def api_key() -> str | None:

@@ -107,6 +107,9 @@ class CopyStats:
 
     load: CopyCounts = field(default_factory=CopyCounts)
     store: CopyCounts = field(default_factory=CopyCounts)
+    #: Which copy moves the row batches (``RowCopy.name``: ``native`` / ``numpy``);
+    #: None over a memory that copies no rows.
+    row_copy: str | None = None
 
 
 class CopyClock:

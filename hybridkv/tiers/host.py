@@ -72,7 +72,7 @@ class HostTier(HostLoads):
         self._pool = BufferPool(budget_bytes, self._memory.allocate)
         self._entries: dict[UnitKey, tuple[Any, tuple[int, ...]]] = {}  # key -> (buffer, sizes)
         #: Row-batch copies (``store_rows`` / ``load_rows``): bytes and seconds.
-        self.copies = CopyStats()
+        self.copies = CopyStats(row_copy=self._slab().row_copy.name if self.takes_rows else None)
 
     def _measure(self, key: UnitKey, parts: Parts) -> tuple[int, tuple[int, ...]]:
         sizes = self._memory.nbytes(parts)

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hybridkv.tiers.copier import Copier, ThreadCopier
 from hybridkv.tiers.transfer import Completion
+
+if TYPE_CHECKING:
+    from hybridkv.tiers.row_copy import RowCopy
 
 
 class BufferPool:
@@ -114,6 +117,8 @@ class RowMemory(HostMemory, Protocol):
     rows (``SlabMemory``; ``HostTier.store_rows`` / ``load_rows``)."""
 
     slot_bytes: int
+    #: How its row batches are copied (``tiers/row_copy.py``).
+    row_copy: RowCopy
 
     def check_sizes(self, sizes: Sequence[int]) -> None:
         """``ValueError`` unless parts of ``sizes`` fit a slot."""

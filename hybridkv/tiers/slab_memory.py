@@ -15,10 +15,11 @@ first written, and ``BufferPool`` hands out fresh slots in ascending order,
 so the touched part stays compact.
 
 Batches of units given as rows (``Rows``: the device pool's buffers, one row
-per block) are copied with one gather or scatter per part
-(``rows.copy_rows``), on the tier's copy thread: ``HostTier.store_rows`` /
-``load_rows``. Single entries (``store`` / ``load`` of parts: tensors on the
-CPU, numpy arrays or bytes-like) are copied part by part.
+per block) are copied by its ``RowCopy`` (``tiers/row_copy.py``: one native
+call per batch, or one numpy gather or scatter per part), on the tier's copy
+thread: ``HostTier.store_rows`` / ``load_rows``. Single entries (``store`` /
+``load`` of parts: tensors on the CPU, numpy arrays or bytes-like) are copied
+part by part.
 
 CPU only: on CUDA the host tier uses ``TorchHostMemory`` (pinned buffers, a
 copy stream).
@@ -33,7 +34,8 @@ import numpy as np
 import torch
 
 from hybridkv.tiers.copier import Copier, ThreadCopier
-from hybridkv.tiers.rows import Rows, copy_rows
+from hybridkv.tiers.row_copy import RowCopy, row_copy
+from hybridkv.tiers.rows import Rows
 from hybridkv.tiers.transfer import Completion
 
 
@@ -60,7 +62,13 @@ def _flat(part: Any, name: str) -> np.ndarray:
 class SlabMemory:
     """Entries in slots of one slab, batches copied by rows (module docstring)."""
 
-    def __init__(self, widths: Sequence[int], budget_bytes: int) -> None:
+    def __init__(
+        self, widths: Sequence[int], budget_bytes: int, copy: RowCopy | None = None
+    ) -> None:
+        """``copy``: how row batches are copied (default ``row_copy()``: by
+        ``$HYBRIDKV_ROW_COPY``, native where it builds)."""
+        #: How its row batches are copied (``RowCopy.name`` says which).
+        self.row_copy = copy if copy is not None else row_copy()
         if not widths or any(w <= 0 for w in widths):
             raise ValueError(f"widths must be part sizes > 0, got {list(widths)}")
         self.widths = tuple(int(w) for w in widths)
@@ -168,12 +176,22 @@ class SlabMemory:
         """Copy unit ``k`` of ``rows`` into slot ``slots[k]``: one gather per part."""
         self.check_sizes(rows.sizes)
         return copier.submit(
-            copy_rows, self.slab[: len(rows.arrays)], slots, rows.arrays, rows.index, rows.sizes
+            self.row_copy.copy_rows,
+            self.slab[: len(rows.arrays)],
+            slots,
+            rows.arrays,
+            rows.index,
+            rows.sizes,
         )
 
     def load_rows(self, slots: list[int], rows: Rows, copier: Copier) -> Completion:
         """Copy slot ``slots[k]`` into unit ``k`` of ``rows``: one scatter per part."""
         self.check_sizes(rows.sizes)
         return copier.submit(
-            copy_rows, rows.arrays, rows.index, self.slab[: len(rows.arrays)], slots, rows.sizes
+            self.row_copy.copy_rows,
+            rows.arrays,
+            rows.index,
+            self.slab[: len(rows.arrays)],
+            slots,
+            rows.sizes,
         )

@@ -60,6 +60,13 @@ PROTOTYPES: dict[str, tuple[Any, tuple[Any, ...]]] = {
         FLAG, I64, I64,            # bf16, rows, cols
         PTR, I64, PTR,             # logits, rs, out
     )),
+    # row_copy.c
+    "hkv_copy_rows": (None, (
+        I64, I64,                  # parts, n
+        PTR, PTR, PTR,             # dst_base, dst_stride, dst_rows
+        PTR, PTR, PTR,             # src_base, src_stride, src_rows
+        PTR,                       # sizes
+    )),
     # amx_linear.c
     "hkv_amx_init": (ctypes.c_int, ()),
     "hkv_amx_pack": (None, (I64, I64, PTR, PTR)),  # n, k, w, out

@@ -246,3 +246,23 @@ def test_cache_key_follows_the_source(tmp_path, monkeypatch):
             m.setattr(build, "SOURCES", tuple(sources))
             assert build._library_path(build._compiler()) != first
     assert build._library_path(build._compiler()) == first
+
+
+def test_a_second_load_reuses_the_cached_build(monkeypatch):
+    """A process that finds the library built for its sources loads it without
+    compiling (the host tier's row copy and the kernels share it)."""
+    build.library()  # built (or found) once
+    path = build._library_path(build._compiler())
+    stamp = path.stat().st_mtime_ns
+
+    def no_build(cc, target):
+        raise AssertionError("rebuilt a library that was cached")
+
+    monkeypatch.setattr(build, "_build", no_build)
+    build.library.cache_clear()
+    try:
+        assert build.library()._name == str(path)
+        assert hasattr(build.library(), "hkv_copy_rows")
+    finally:
+        build.library.cache_clear()
+    assert path.stat().st_mtime_ns == stamp

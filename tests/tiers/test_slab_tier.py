@@ -218,3 +218,29 @@ def test_a_load_in_its_pin_batchs_order_reads_and_unpins_the_pinned_entries() ->
     with pytest.raises(AssertionError, match="where stale"):
         t.check_integrity()
     t.close()
+
+
+@pytest.mark.parametrize("copy", ["native", "numpy"])
+def test_a_batch_round_trips_exactly_under_either_row_copy(copy: str) -> None:
+    """The same batches stored and loaded with the native row copy and with numpy's:
+    the same bytes land, and ``copies.row_copy`` says which copy ran."""
+    from hybridkv.kernels.cpu import ffi, native_status
+    from hybridkv.tiers.row_copy import NativeRowCopy, NumpyRowCopy
+
+    if copy == "native" and native_status() is not None:
+        pytest.skip(f"the native row copy cannot be built here: {native_status()}")
+    chosen = NativeRowCopy(ffi.c_fn("hkv_copy_rows")) if copy == "native" else NumpyRowCopy()
+    memory = SlabMemory(WIDTHS, 8 * sum(WIDTHS), chosen)
+    t = HostTier(fingerprint(), 8 * sum(WIDTHS), memory, copier=InlineCopier())
+    assert t.copies.row_copy == copy
+    dev = device(seed=3)
+    ((stored, _),) = t.store_rows([(keys(1, 2, 3, 4), Rows(dev, [7, 0, 15, 8]), [1.0] * 4)])
+    assert stored.wait()
+    other = tuple(np.zeros_like(a) for a in dev)
+    loaded = t.load_rows([(keys(4, 1), Rows(other, [3, 2])), (keys(2, 3), Rows(other, [9, 1]))])
+    assert all(x.wait() for x in loaded)
+    for a, b in zip(other, dev, strict=True):
+        np.testing.assert_array_equal(a[[3, 2, 9, 1]], b[[8, 7, 0, 15]])
+        assert not a[[0, *range(4, 9), *range(10, 16)]].any()
+    t.check_integrity()
+    t.close()
