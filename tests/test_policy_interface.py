@@ -111,8 +111,9 @@ def test_policies_by_layout_and_managers_built_with_the_policys_hold() -> None:
 
 def test_make_room_only_answers() -> None:
     """The newest request retaining blocks is named, with the points it keeps;
-    nothing changes until the coordinator applies it (test_shedding.py has the
-    applied cases by hand)."""
+    when that is too few, the request stepping gives up every point and its
+    tail, if it is alone; nothing changes until the coordinator applies it
+    (test_shedding.py and test_min_memory.py have the applied cases)."""
     kv = KVCacheManager(
         config(17, full(4), swa(4, 5)),
         256,
@@ -127,9 +128,15 @@ def test_make_room_only_answers() -> None:
     assert decode(kv, b, 999) is not None
     states = [m.states["b"] for m in kv.coordinator.managers]
     before = [(st.kept, list(st.retained), list(st.blocks)) for st in states]
-    assert kv.policy.make_room(kv.coordinator.managers, 1) == Shed("b", (20,))
-    assert kv.policy.make_room(kv.coordinator.managers, 2) is None  # one block is not enough
+    managers = kv.coordinator.managers
+    assert kv.policy.make_room(managers, 1, "b") == Shed("b", (20,))
+    # One block is not enough: b, alone, keeps no point and gives its tail up.
+    assert kv.policy.make_room(managers, 2, "b") == Shed("b", (), holds_tail=False)
+    assert admit(kv, Request("c", list(range(100, 104))))[0] == 0
+    assert kv.policy.make_room(managers, 2, "b") is None  # c lives: preempted first
+    assert kv.policy.make_room(managers, 2, "c") is None
     assert [(st.kept, list(st.retained), list(st.blocks)) for st in states] == before
+    assert all(st.holds_tail for st in states)
     kv.check_integrity()
 
 

@@ -292,20 +292,25 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert getattr(self.manager.policy, "_returning", {}).get(req.request_id, 0) == t.returning
         assert marked == bool(t.returning)
 
-    def _kept_points(self) -> dict[str, tuple[int, ...]]:
-        """Each live request's kept points (``hybrid``; the same in every group)."""
-        states = self.manager.coordinator.managers[0].states
-        return {rid: st.kept for rid, st in states.items()}
+    def _kept_points(self) -> dict[str, tuple[tuple[int, ...], bool]]:
+        """Each live request's kept points and whether it holds its tail
+        (``hybrid``; the same in every group)."""
+        managers = self.manager.coordinator.managers
+        out = {rid: (st.kept, st.holds_tail) for rid, st in managers[0].states.items()}
+        for m in managers[1:]:
+            assert {rid: (st.kept, st.holds_tail) for rid, st in m.states.items()} == out
+        return out
 
     def _check_shedding(
-        self, before: dict[str, tuple[int, ...]], stepping: str, admission: bool
+        self, before: dict[str, tuple[tuple[int, ...], bool]], stepping: str, admission: bool
     ) -> None:
         """After a successful allocation: at most one live request gave up
         kept points (``policy.shedding``), never for an admission, only
         points behind its window in some group, and it retains nothing now,
         unless it is the request that stepped: its window moved on after the
         shed, past points it still keeps (``check_integrity``: every retained
-        block is a kept point's)."""
+        block is a kept point's). Or the request that stepped, alone, gave up
+        every kept point and its tail (``shedding.alone_plan``)."""
         after = self._kept_points()
         shed = [rid for rid, kept in before.items() if rid in after and after[rid] != kept]
         if not shed:
@@ -313,8 +318,15 @@ class KVCacheMachine(RuleBasedStateMachine):
         event("hybrid: a running request shed kept points")
         assert self.hybrid and not admission and len(shed) == 1, f"shed by {shed}"
         rid = shed[0]
-        dropped = set(before[rid]) - set(after[rid])
-        assert dropped and set(after[rid]) <= set(before[rid]), (before[rid], after[rid])
+        (kept_before, tail_before), (kept_after, tail_after) = before[rid], after[rid]
+        if tail_before and not tail_after:
+            event("hybrid: a lone request gave up its kept points and its tail")
+            assert rid == stepping and list(after) == [rid] and kept_after == (), after
+            assert not any(m.states[rid].retained for m in self.manager.coordinator.managers)
+            return
+        assert tail_before == tail_after, f"{rid} took its tail back"
+        dropped = set(kept_before) - set(kept_after)
+        assert dropped and set(kept_after) <= set(kept_before), (kept_before, kept_after)
         for p in dropped:
             assert any(
                 m.has_skips and m.first_needed_block(p) < m.states[rid].num_skipped
@@ -615,7 +627,8 @@ class KVCacheMachine(RuleBasedStateMachine):
             bs = d.block_size
             assert len(tab) == cdiv(n, bs), f"{req.request_id} group {g}: table {tab}, n={n}"
             if self.hybrid:
-                tail = self.manager.coordinator.managers[g].tail
+                m = self.manager.coordinator.managers[g]
+                tail = m.tail if m.states[req.request_id].holds_tail else 0  # given up: lru's
                 must, may = d.hybrid_positions(tc, len(tab), tail, self.store.step)
                 got = {i for i, bid in enumerate(tab) if bid}
                 assert must <= got <= may, f"{req.request_id} group {g}: table {tab}, tc={tc}"

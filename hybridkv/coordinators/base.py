@@ -118,7 +118,7 @@ class KVCacheCoordinator(ABC):
         if need > free:
             # Only a running request's step gets here (a new table returned
             # above), and only it may take kept points instead (``make_room``).
-            if not self._make_room(need - free):
+            if not self._make_room(request_id, need - free, num_tokens, hit, total_computed_tokens):
                 return None
             need = sum(
                 m.get_num_blocks_to_allocate(st, num_tokens, h, total_computed_tokens, kept, grid)
@@ -155,14 +155,36 @@ class KVCacheCoordinator(ABC):
         states = [m.states[request.request_id] for m in self.managers]
         return self.growth.extend(states, request, num_new_tokens, self.policy.grid, releases)
 
-    def _make_room(self, short: int) -> bool:
-        """Apply the policy's ``make_room``: the request it names keeps only the
-        kept points it says and releases what it retained (evict-first)."""
-        plan = self.policy.make_room(self.managers, short)
+    def _make_room(
+        self,
+        request_id: str,
+        short: int,
+        num_tokens: int,
+        hit: tuple[list[KVCacheBlock], ...],
+        total_computed_tokens: int,
+    ) -> bool:
+        """Apply the policy's ``make_room`` for the step of ``request_id``
+        (``short`` blocks missing): the request it names keeps only the kept
+        points it says and releases what it retained (evict-first). A ``Shed``
+        that gives up the stepping request's tail is applied only if the step
+        then fits (counted first: ``lean``); False, nothing changed, otherwise."""
+        managers = self.managers
+        plan = self.policy.make_room(managers, short, request_id)
         if plan is None:
             return False
-        for m in self.managers:
-            released = m.shed(m.states[plan.request_id], plan.kept)
+        if not plan.holds_tail:
+            assert plan.request_id == request_id, "only the stepping request gives its tail up"
+            grid = self.policy.grid
+            need = sum(
+                m.get_num_blocks_to_allocate(
+                    m.states[request_id], num_tokens, h, total_computed_tokens, (), grid, True
+                )
+                for m, h in zip(managers, hit, strict=True)
+            )
+            if need > self.pool.num_free_blocks:
+                return False
+        for m in managers:
+            released = m.shed(m.states[plan.request_id], plan.kept, plan.holds_tail)
             self.pool.free_blocks(released, evict_first=True)
         return True
 

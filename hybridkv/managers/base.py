@@ -93,16 +93,19 @@ class SingleTypeKVCacheManager(SkipRule):
         total_computed_tokens: int,
         kept: tuple[int, ...] = (),
         grid: int = 0,
+        lean: bool = False,
     ) -> int:
         """Net free blocks this step consumes: new blocks, plus hit blocks that
         leave the free set, minus skipped blocks that return to it (retained
         blocks of kept points do not return). ``kept``: a new request's kept
         points (an existing request's are on ``st``); ``grid``: the policy's
-        branch grid (``CachePolicy.grid``)."""
+        branch grid (``CachePolicy.grid``). ``lean`` (a live request): counted
+        as if it had first given up every kept point and its tail
+        (``shed(st, (), holds_tail=False)``), so that it holds what ``lru`` would."""
         have = len(new_computed_blocks)
         if st is not None:
             have += len(st.blocks)
-            kept = st.kept
+            kept = () if lean else st.kept
         required = -(-num_tokens // self.block_size)
         n = (
             self._num_new_real_blocks(have, required, num_tokens, kept, grid)
@@ -112,12 +115,14 @@ class SingleTypeKVCacheManager(SkipRule):
         if new_computed_blocks:  # free hit blocks leave the free set
             n += self._num_free_hit_blocks(new_computed_blocks)
         if st is not None and self.has_skips:
-            stop = self.release_stop(st, total_computed_tokens)
+            stop = self.release_stop(st, total_computed_tokens, lean)
             if stop > st.num_skipped:
                 blocks = st.blocks
                 for lo, hi, is_kept in segments(self.kept_spans(kept), st.num_skipped, stop):
                     if not is_kept:  # blocks only this request holds (null: ref count 0)
                         n -= list(map(_ref_cnt, blocks[lo:hi])).count(1)
+            if lean:  # its retained blocks return too
+                n -= [b.ref_cnt for _, b in st.retained].count(1)
         return n
 
     def _num_free_hit_blocks(self, blocks: list[KVCacheBlock]) -> int:
@@ -280,13 +285,18 @@ class SingleTypeKVCacheManager(SkipRule):
         return []
 
     # -- release -------------------------------------------------------------
-    def shed(self, st: RequestBlockState, kept: tuple[int, ...]) -> list[KVCacheBlock]:
+    def shed(
+        self, st: RequestBlockState, kept: tuple[int, ...], holds_tail: bool = True
+    ) -> list[KVCacheBlock]:
         """The request keeps only ``kept`` (a subset of its kept points, as its
-        cache policy decided): returns the retained blocks it lets go, to be
-        released evict-first."""
+        cache policy decided), and its tail only while ``holds_tail`` (once
+        given up, for good): returns the retained blocks it lets go, to be
+        released evict-first. The tail's blocks are released by the request's
+        next ``remove_skipped_blocks``."""
         released = [b for _, b in st.retained]
         st.retained = []
         st.kept = kept
+        st.holds_tail = st.holds_tail and holds_tail
         return released
 
     def pop_request(self, request_id: str) -> RequestBlockState | None:

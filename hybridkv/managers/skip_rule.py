@@ -81,16 +81,19 @@ class SkipRule(ABC):
         if not self.has_skips:
             return NEVER
         n = self.min_tokens_skipping((st.num_skipped + 1) * self.block_size)
-        if not self.hybrid:
+        if not self.hybrid or not st.holds_tail:
             return n
         step = self.hit_step
         return self.tail + -(-n // step) * step
 
-    def release_stop(self, st: RequestBlockState, total_computed_tokens: int) -> int:
+    def release_stop(
+        self, st: RequestBlockState, total_computed_tokens: int, lean: bool = False
+    ) -> int:
         """Table entries before this index are released once ``total_computed_tokens``
-        are computed. ``hybrid`` keeps the last hit boundary's needs too."""
+        are computed. ``hybrid`` keeps the last hit boundary's needs too, unless the
+        request gave its tail up (``st.holds_tail`` False) or ``lean`` (as if it had)."""
         n = total_computed_tokens
-        if self.hybrid:
+        if self.hybrid and st.holds_tail and not lean:
             n -= self.tail
             n = n - n % self.hit_step if n > 0 else 0
         return min(self.first_needed_block(n), len(st.blocks))

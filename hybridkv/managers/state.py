@@ -16,9 +16,12 @@ class RequestBlockState:
     ``kept``: the request's kept points (``hybrid`` policy, ascending token
     positions); ``retained``: ``(index, block)`` of skipped blocks a kept
     point needs, still held by the request until it is freed.
+    ``holds_tail``: the request holds its tail (``hybrid``; ``Hold.tail``);
+    False once it gave the tail up to make room (``Shed.holds_tail``): it then
+    holds only what its query reads, as under ``lru``.
     """
 
-    __slots__ = ("blocks", "kept", "num_cached", "num_skipped", "retained")
+    __slots__ = ("blocks", "holds_tail", "kept", "num_cached", "num_skipped", "retained")
 
     def __init__(
         self,
@@ -32,3 +35,4 @@ class RequestBlockState:
         self.num_skipped = num_skipped
         self.kept = kept
         self.retained: list[tuple[int, KVCacheBlock]] = []
+        self.holds_tail = True

@@ -14,8 +14,9 @@ keep and in which order to let it go. The coordinator calls:
 - ``release(request_id, tables, block_hashes, num_tokens)`` when a request is
   freed: the order and the value with which its blocks return to the free
   set, as ``ReleaseRun``s;
-- ``make_room(managers, short)`` when a running request's step does not fit:
-  which request gives up which kept points (``Shed``), or None;
+- ``make_room(managers, short, request_id)`` when the running request
+  ``request_id``'s step does not fit: which request gives up which kept points
+  (``Shed``), or None;
 - ``check_integrity(live)``.
 
 A policy never calls back into the coordinator and never changes a manager:
@@ -98,10 +99,14 @@ class ComputeStores(NamedTuple):
 
 class Shed(NamedTuple):
     """``make_room``'s answer: ``request_id`` keeps only ``kept`` and releases
-    every block it retains."""
+    every block it retains. ``holds_tail`` False (only for the request whose
+    step did not fit): it gives its tail up too, for good (``Hold.tail``), and
+    holds only what its query reads, as under ``lru``; the coordinator applies
+    that only if the step then fits (it counts that itself, first)."""
 
     request_id: str
     kept: tuple[int, ...]
+    holds_tail: bool = True
 
 
 #: A freed request's tables: each group's manager and the request's state there.
@@ -147,9 +152,12 @@ class CachePolicy(ABC):
         as runs to release in order. ``block_hashes``: its hash-block-size
         hashes (None: unknown); ``num_tokens``: its computed tokens."""
 
-    def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
-        """Who gives up kept points so that ``short`` more blocks are free
-        (None: nobody; the step fails). Read-only."""
+    def make_room(
+        self, managers: Sequence[SingleTypeKVCacheManager], short: int, request_id: str
+    ) -> Shed | None:
+        """Who gives up kept points so that ``short`` more blocks are free for
+        the step of the live request ``request_id`` (None: nobody; the step
+        fails). Read-only."""
         return None
 
     #: Lower tiers rank this policy's units by value per byte (else plain LRU).

@@ -39,7 +39,7 @@ from hybridkv.policy.returning import (
     sample_keys,
 )
 from hybridkv.policy.reuse_horizon import ReleaseTimes
-from hybridkv.policy.shedding import make_room
+from hybridkv.policy.shedding import held_end, make_room
 from hybridkv.policy.tail_alignment import TailAlignment
 from hybridkv.tiers.spare import SPARE
 
@@ -295,7 +295,8 @@ class HybridPolicy(CachePolicy):
     ) -> list[ReleaseRun]:
         """Shared / dead (evict-first) / unit by unit with the unit's value
         (``release_hybrid``). The kept points are the request's own, its free
-        points and ``E``, the end of what it cached (``FinalPoints``)."""
+        points and ``E``, the end of what it cached, with the tail below ``E``
+        unless the request gave it up to make room (``FinalPoints``)."""
         turn = self._returning.pop(request_id, 0)
         factor = self.return_value(turn)
         managers, states = zip(*tables, strict=True)
@@ -315,10 +316,13 @@ class HybridPolicy(CachePolicy):
         lcm = self.step
         end = min([st.num_cached * m.block_size for m, st in tables])
         end -= end % lcm
+        tail = self.tail
+        if not states[0].holds_tail:  # given up (``alone_plan``): E's blocks may be gone
+            end, tail = held_end(managers, states, end, self.free_point_period), 0
         points = FinalPoints(
             states[0].kept,
             end,
-            self.tail,
+            tail,
             lcm,
             self.tail_alignment.align,
             self.free_point_period,
@@ -375,8 +379,10 @@ class HybridPolicy(CachePolicy):
             return None
         return ComputeStores(points, self.return_value(self._returning.get(request_id, 0)))
 
-    def make_room(self, managers: Sequence[SingleTypeKVCacheManager], short: int) -> Shed | None:
-        return make_room(managers, short)
+    def make_room(
+        self, managers: Sequence[SingleTypeKVCacheManager], short: int, request_id: str
+    ) -> Shed | None:
+        return make_room(managers, short, request_id)
 
     def check_integrity(self, live: set[str]) -> None:
         self.tail_alignment.check_integrity()
