@@ -44,7 +44,7 @@ them; moved at admission, they were spare and mostly evicted by then.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
@@ -53,7 +53,7 @@ from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.policy import class_shift, tier_value_class
 from hybridkv.sim.devices import DeviceProfile
-from hybridkv.sim.tier_eviction import Taken
+from hybridkv.sim.tier_eviction import TakenBatch
 from hybridkv.sim.tier_index import TierIndex
 from hybridkv.specs import MambaSpec
 from hybridkv.specs.config import KVCacheConfig
@@ -123,9 +123,9 @@ class TieredCache:
 
     # -- what reaches the tiers -------------------------------------------------
 
-    def sync(self, events: Iterable[KVCacheEvent], taken: list[Taken]) -> None:
+    def sync(self, events: Iterable[KVCacheEvent], taken: list[TakenBatch]) -> None:
         """Write through the blocks the device cached (``write_through``) or demote
-        the blocks it evicted (else); ``taken`` is emptied."""
+        the blocks it evicted (else, ``taken``: ``TakeLog``'s batches, emptied)."""
         if self.write_through:
             for event in events:
                 if isinstance(event, BlockStored):
@@ -134,15 +134,39 @@ class TieredCache:
                         for tier in self.tiers:
                             tier.store((h, event.group_id), nbytes, 0)
         else:
-            cached = self.device_cached
-            shift = self.class_shift
-            for gid, h, value in taken:
-                if value is None or h in cached[gid]:  # not demoted; a copy on the device
-                    continue
-                self.demoted += 1
-                cls = None if is_spare(value) else tier_value_class(value) + shift[gid]
-                self._demote(self.host, (h, gid), gid, cls)
+            for batch in taken:
+                self._demote_batch(batch)
         taken.clear()
+
+    def _demote_batch(self, batch: TakenBatch) -> None:
+        """Store one batch of demoted units in the host as the engine's ``Demotion``
+        does: a unit stored by the batch is in flight until the batch ends, so no
+        later unit of it evicts it (``pinned``), and one the host has no room for
+        goes to disk (a valued one). Then the host's valued victims, in eviction
+        order, and those go to disk (the engine's spills, one batch). Even a
+        unit whose hash the device caches again by now (a duplicate, or
+        recomputed by the request that evicted it) is stored: the engine stores
+        it at the take."""
+        host, shift, unit_bytes = self.host, self.class_shift, self.unit_bytes
+        pinned: set[tuple[bytes, int]] = set()
+        spills: list[tuple[Hashable, int, float]] = []
+        overflow: list[tuple[Hashable, int, float]] = []
+        for gid, h, value in batch:
+            self.demoted += 1
+            key, nbytes = (h, gid), unit_bytes[gid]
+            cls = None if is_spare(value) else tier_value_class(value) + shift[gid]
+            fresh = key not in host
+            victims = host.store(key, nbytes, cls, pinned)
+            if victims is None:
+                if cls is not None:
+                    overflow.append((key, nbytes, cls))
+                continue
+            if fresh:
+                pinned.add(key)
+            spills += [(v, u.nbytes, u.cls) for v, u in victims if u.cls is not None]
+        if self.disk is not None:
+            for unit, size, unit_cls in spills + overflow:
+                self.disk.store(unit, size, unit_cls)
 
     def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: float | None) -> bool:
         """Store ``key`` in ``tier`` (``cls`` None: spare); the host's valued
