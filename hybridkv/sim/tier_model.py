@@ -8,8 +8,8 @@ units get there is the policy's:
 - ``write_through`` (``lru``, vLLM's ``OffloadingConnector``): each block is
   written to every tier as the device caches it (``BlockStored``), plain LRU
   in every tier; a hit touches the tier that serves it.
-- demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
-  stored in the host with the value the policy gives it
+- demotion (``hybrid``): what the device pool evicts (``TakeLog``, the
+  engine's store batches: ``_demote_batch``) is stored in the host with the value the policy gives it
   (``CachePolicy.demotion_value``, as in the engine): its value class, scaled
   from per page to per unit byte, and ranked as on the device (``TierIndex``:
   recency plus value). A block released ``evict_first`` (no kept point needs
@@ -18,7 +18,8 @@ units get there is the policy's:
   (``hybridkv/tiers/spare.py``). On the device such a block is reused first
   and displaces nothing; demoted at the lowest class it pushed kept units out
   of a full tier (on gemma-3-27b's windows, most of what the pool evicts).
-  What the host evicts goes to disk with its class, spare units excepted. KV
+  What the host evicts goes to disk with its class, spare units excepted, and
+  so does a valued unit the host has no room for (its batch's units in flight). KV
   blocks and Mamba states share the host's bytes by that ranking alone, with
   no fixed split.
 
