@@ -175,7 +175,9 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
     assert (b"cheap", gid) in cache.disk  # type: ignore[operator]
     assert (b"old-valuable", gid) in cache.host and (b"new", gid) in cache.host
     unit = cache.disk.units[(b"cheap", gid)]  # type: ignore[union-attr]
-    assert unit.cls == 0 + cache.class_shift[gid]  # its class goes down with it
+    # its class goes down with it, shifted to the disk entry's bytes (a header more)
+    assert (unit.nbytes, unit.cls) == cache.on_disk((b"cheap", gid), 0 + cache.class_shift[gid])
+    assert unit.nbytes > ub[gid]
     # A copy on the device (a duplicate, or recomputed since the take) is demoted
     # all the same, as the engine stores it at the take.
     cache.device_cached[gid][b"kept"] = object()  # type: ignore[index]
