@@ -36,7 +36,6 @@ from hybridkv.engine.scheduler import SchedulerOutput
 from hybridkv.layouts import ModelLayout
 from hybridkv.offload.tier_ranking import tier_weight
 from hybridkv.planning import KVCachePlan, plan_kv_cache
-from hybridkv.policy import eviction_factory
 from hybridkv.policy.options import for_host_tier
 from hybridkv.sim.census import (
     blocks_in_use_by_kind,
@@ -50,7 +49,7 @@ from hybridkv.sim.options import SimOptions
 from hybridkv.sim.percentile import percentiles
 from hybridkv.sim.progress import ProgressLine
 from hybridkv.sim.result import SimResult, TierFigures
-from hybridkv.sim.tier_eviction import Taken, TakeRecorder, recording
+from hybridkv.sim.tier_eviction import TakeLog, TakenBatch
 from hybridkv.sim.tier_model import TieredCache
 from hybridkv.sim.tier_replay import TierReplay
 from hybridkv.sim.tier_swap import scheduler_for, swap_of
@@ -131,12 +130,9 @@ def replay_trace(
     config = plan.kv_cache_config
     tiered = options.host_memory_bytes is not None
     write_through = options.policy == "lru"
-    taken: list[Taken] = []
-    free_set = None
+    taken: list[TakenBatch] = []
     hybrid = options.hybrid
-    if tiered and not write_through:  # hybrid demotes what the free set hands out
-        specs = [g.kv_cache_spec for g in config.kv_cache_groups]
-        free_set = recording(eviction_factory(options.policy, hybrid, specs, True), taken)
+    if tiered and not write_through:  # hybrid demotes what the pool evicts
         assert options.host_memory_bytes is not None
         hybrid = for_host_tier(hybrid, options.memory_bytes, options.host_memory_bytes)
     manager = (manager_factory or KVCacheManager)(
@@ -147,11 +143,10 @@ def replay_trace(
         cache_policy=options.policy,
         hybrid=hybrid,
         enable_kv_cache_events=tiered and write_through,
-        eviction_policy=free_set,
     )
     policy = manager.coordinator.policy
-    if isinstance(manager.block_pool.policy, TakeRecorder) and not policy.writes_through:
-        manager.block_pool.policy.value_of = policy.demotion_value  # the engine's decision
+    if tiered and not policy.writes_through:  # the engine's hook and decision
+        manager.block_pool.on_take = TakeLog(taken, policy.demotion_value)
     tiers: TierReplay | None = None
     if options.host_memory_bytes is not None:
         cache = TieredCache(

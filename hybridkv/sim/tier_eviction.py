@@ -1,89 +1,69 @@
-"""``TakeRecorder``: the device free set, with what it evicts noted for demotion.
+"""``TakeLog``: what the device pool evicts, noted for demotion.
 
 ``hybridkv simulate --host-memory`` under ``hybrid`` demotes what the device
-pool evicts. The pool evicts a cached block when its free set hands it out
-for reuse (``EvictionPolicy.take``), and at that moment the block still has
-its key and the class of its value (``free_class``). ``TakeRecorder`` wraps
-the free set the policy chose (passed to ``KVCacheManager`` as its
-``eviction_policy`` factory) and appends ``(group, hash, value)`` of each keyed
-block it hands out to a list, the value being the cache policy's
-``demotion_value`` (the engine's own decision, ``offload/demotion.py``: under
+pool evicts, as the engine does (``offload/demotion.py``), and through the same
+hook: the pool's ``BlockPool.on_take``, called with the blocks
+``get_new_blocks`` hands out before any cached one leaves the index, each still
+with its key and the class of its value (``free_class``). ``TakeLog`` is that
+hook: it notes ``(group, hash, value)`` of each keyed block, the value being
+the cache policy's ``demotion_value`` (the engine's own decision: under
 ``hybrid`` the class of the run's value, ``SPARE`` for a run released
-``evict_first``, which a tier takes only into spare room). The policy is built
-after the free set, so ``value_of`` is set once it exists; until then (and for
-a free set that knows no values) each block is worth 1.0. It changes no
-decision: every call is the inner policy's.
+``evict_first``, which a tier takes only into spare room; None: not demoted).
+It changes no decision.
+
+Each take is noted as the engine's ``Demotion`` stores it: the demoted units
+as one batch, each group's together (groups in the order they first appear),
+then the spare ones as a second batch, the same way. A batch's units are in
+flight together in the engine's host, so none of them evicts another
+(``TieredCache.sync``). Units the policy does not demote (None) are left out.
+
+The free set is the policy's own, not wrapped: the policy finds it as in the
+engine (``policy.make_policy`` hands the reuse horizon a ``CostAwareEvictionPolicy``
+only). Until 2026-11-28 the simulator wrapped the free set instead, which hid
+it from the policy: every ``hybrid`` replay with a tier ran without the reuse
+horizon the engine has (``tests/offload/test_tier_reach_engine_sim.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 from hybridkv.core.block import KVCacheBlock
-from hybridkv.core.eviction import EvictionPolicy, LRUEvictionPolicy
+from hybridkv.tiers.spare import is_spare
 
-#: What a taken keyed block was: its group, hash and demotion value (None: not demoted).
-Taken = tuple[int, bytes, float | None]
-
-
-def _neutral(block: KVCacheBlock) -> float | None:
-    return 1.0
+#: A demoted unit: its group, hash and demotion value (``SPARE``: spare room only).
+Taken = tuple[int, bytes, float]
+#: The units of one store batch, in the engine's order.
+TakenBatch = list[Taken]
 
 
-class TakeRecorder(EvictionPolicy):
-    """``inner``'s decisions, with each keyed block ``take`` hands out noted in
-    ``sink`` with ``value_of(block)`` (``CachePolicy.demotion_value``, set by
-    the replay once the policy exists; 1.0 until then)."""
+class TakeLog:
+    """``BlockPool.on_take``: the keyed blocks each take hands out that the policy
+    demotes (``value_of``: ``CachePolicy.demotion_value``) are appended to ``sink``
+    as store batches (module docstring)."""
 
-    def __init__(self, inner: EvictionPolicy, sink: list[Taken]) -> None:
-        self.inner = inner
-        self.sink = sink
-        self.value_of: Callable[[KVCacheBlock], float | None] = _neutral
-        self.ranks_by_value = inner.ranks_by_value
-        #: The value weight ``make_policy`` reads off the free set (0: none).
-        self.weight: float = getattr(inner, "weight", 0.0)
+    __slots__ = ("sink", "value_of")
 
-    @property
-    def num_free_blocks(self) -> int:
-        return self.inner.num_free_blocks
-
-    def release(
-        self,
-        blocks: Iterable[KVCacheBlock],
-        *,
-        evict_first: bool = False,
-        value: float | None = None,
+    def __init__(
+        self, sink: list[TakenBatch], value_of: Callable[[KVCacheBlock], float | None]
     ) -> None:
-        self.inner.release(blocks, evict_first=evict_first, value=value)
+        self.sink = sink
+        self.value_of = value_of
 
-    def remove(self, block: KVCacheBlock) -> None:
-        self.inner.remove(block)
-
-    def take(self, n: int) -> list[KVCacheBlock]:
-        blocks = self.inner.take(n)
-        sink = self.sink
+    def __call__(self, blocks: list[KVCacheBlock]) -> None:
         value_of = self.value_of
+        valued: dict[int, list[Taken]] = {}
+        spare: dict[int, list[Taken]] = {}
         for b in blocks:
-            if b.block_hash is not None:
-                assert b.group_id is not None
-                sink.append((b.group_id, b.block_hash, value_of(b)))
-        return blocks
-
-    def __iter__(self) -> Iterator[KVCacheBlock]:
-        return iter(self.inner)
-
-    def check_integrity(self) -> None:
-        self.inner.check_integrity()
-
-
-def recording(
-    factory: Callable[[list[KVCacheBlock]], EvictionPolicy] | None, sink: list[Taken]
-) -> Callable[[list[KVCacheBlock]], EvictionPolicy]:
-    """A free-set factory: ``factory``'s (None: the pool's LRU) inside a ``TakeRecorder``."""
-    inner: Any = factory if factory is not None else LRUEvictionPolicy
-
-    def build(blocks: list[KVCacheBlock]) -> EvictionPolicy:
-        return TakeRecorder(inner(blocks), sink)
-
-    return build
+            h = b.block_hash
+            if h is None:
+                continue
+            value = value_of(b)
+            if value is None:
+                continue
+            gid = b.group_id
+            assert gid is not None
+            (spare if is_spare(value) else valued).setdefault(gid, []).append((gid, h, value))
+        for batch in (valued, spare):
+            if batch:
+                self.sink.append([unit for units in batch.values() for unit in units])

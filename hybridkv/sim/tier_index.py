@@ -32,7 +32,7 @@ instantaneous in its bookkeeping, so nothing is ever pinned here.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from typing import NamedTuple
 
 from hybridkv.tiers.ranking import RankedUnits
@@ -95,15 +95,16 @@ class TierIndex:
             self.units[key] = unit._replace(key=self.ranked.touch(key))
 
     def store(
-        self, key: Hashable, nbytes: int, cls: float | None
+        self, key: Hashable, nbytes: int, cls: float | None, pinned: Container[Hashable] = ()
     ) -> list[tuple[Hashable, Unit]] | None:
         """Hold ``key`` (``nbytes``, value class ``cls``; None: spare, module
         docstring); a key already held is stored again: a valued store counts
         its bytes on the clock and keys it now with ``cls`` (a spare key becomes
         valued), a spare store changes nothing but a spare key's use order. The
-        units evicted to make room, in eviction order, or None when nothing was
-        stored: the unit is larger than the budget, or it is spare and there is
-        no spare room."""
+        units evicted to make room, in eviction order (never one of ``pinned``:
+        units in flight in the engine), or None when nothing was stored: the
+        unit is larger than the budget, it is spare and there is no spare room,
+        or only ``pinned`` units could make the room."""
         unit = self.units.get(key)
         if unit is not None:
             if cls is None:
@@ -117,9 +118,12 @@ class TierIndex:
         if nbytes > self.budget_bytes:
             self.refused += 1
             return None
-        victims = self._victims(nbytes, spare=cls is None)
+        victims = self._victims(nbytes, cls is None, pinned)
         if victims is None:
-            self.spare_skips += 1
+            if cls is None:
+                self.spare_skips += 1
+            else:
+                self.refused += 1
             return None
         for victim, gone in victims:
             if gone.cls is None:
@@ -137,7 +141,9 @@ class TierIndex:
         self.units[key] = Unit(nbytes, cls, self.ranked.store(key, nbytes, cls))
         return victims
 
-    def _victims(self, needed: int, spare: bool = False) -> list[tuple[Hashable, Unit]] | None:
+    def _victims(
+        self, needed: int, spare: bool = False, pinned: Container[Hashable] = ()
+    ) -> list[tuple[Hashable, Unit]] | None:
         """The units to drop so that ``needed`` bytes are free: spare units
         first, least recently used first, then (unless ``spare``: a spare
         store, None when spare room is short) valued units in ranked order.
@@ -145,14 +151,17 @@ class TierIndex:
         free = self.budget_bytes - self.used_bytes
         if free >= needed:
             return []
-        keys, freed = self.spare.victims(needed - free)
+        removable = (lambda k: k not in pinned) if pinned else None
+        keys, freed = self.spare.victims(needed - free, removable)
         out = [(k, self.units[k]) for k in keys]
         free += freed
         if free >= needed or spare:
             return out if free >= needed else None
         units = self.units
-        ranked = self.ranked.take(needed - free, lambda k: units[k].nbytes)
-        assert ranked is not None, "the budget holds the unit, so victims exist"
+        ranked = self.ranked.take(needed - free, lambda k: units[k].nbytes, removable)
+        if ranked is None:
+            assert pinned, "the budget holds the unit, so victims exist"
+            return None
         return out + [(k, units[k]) for k in ranked]
 
     def bytes_by(self, kind_of: dict[int, str]) -> dict[str, int]:

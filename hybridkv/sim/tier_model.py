@@ -8,9 +8,10 @@ units get there is the policy's:
 - ``write_through`` (``lru``, vLLM's ``OffloadingConnector``): each block is
   written to every tier as the device caches it (``BlockStored``), plain LRU
   in every tier; a hit touches the tier that serves it.
-- demotion (``hybrid``): what the device pool evicts (``TakeRecorder``) is
-  stored in the host with the value the policy gives it
-  (``CachePolicy.demotion_value``, as in the engine): its value class, scaled
+- demotion (``hybrid``): what the device pool evicts (``TakeLog``, the
+  engine's store batches: ``_demote_batch``) is stored in the host with the
+  value the policy gives it (``CachePolicy.demotion_value``, as in the
+  engine): its value class, scaled
   from per page to per unit byte, and ranked as on the device (``TierIndex``:
   recency plus value). A block released ``evict_first`` (no kept point needs
   it) is offered as ``SPARE``: the host takes it only into spare room (free
@@ -18,9 +19,11 @@ units get there is the policy's:
   (``hybridkv/tiers/spare.py``). On the device such a block is reused first
   and displaces nothing; demoted at the lowest class it pushed kept units out
   of a full tier (on gemma-3-27b's windows, most of what the pool evicts).
-  What the host evicts goes to disk with its class, spare units excepted. KV
-  blocks and Mamba states share the host's bytes by that ranking alone, with
-  no fixed split.
+  What the host evicts goes to disk with its class, spare units excepted, and
+  so does a valued unit the host has no room for (its batch's units in flight);
+  a disk entry's bytes and class count its file header, as the engine's do
+  (``on_disk``). KV blocks and Mamba states share the host's bytes by that
+  ranking alone, with no fixed split.
 
 ``admit`` finds a request's hit across device and tiers at its first
 admission by the coordinator's rule (``tiered_hit_length``): a fixed point
@@ -44,7 +47,7 @@ them; moved at admission, they were spare and mostly evicted by then.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from hybridkv.coordinators.tiered_hit import Present, tiered_hit_length
@@ -53,10 +56,12 @@ from hybridkv.core.events import BlockStored, KVCacheEvent
 from hybridkv.managers.base import SingleTypeKVCacheManager
 from hybridkv.policy import class_shift, tier_value_class
 from hybridkv.sim.devices import DeviceProfile
-from hybridkv.sim.tier_eviction import Taken
+from hybridkv.sim.tier_eviction import TakenBatch
 from hybridkv.sim.tier_index import TierIndex
 from hybridkv.specs import MambaSpec
 from hybridkv.specs.config import KVCacheConfig
+from hybridkv.tiers.base import UnitKey
+from hybridkv.tiers.entry_file import header_length
 from hybridkv.tiers.spare import is_spare
 
 
@@ -109,8 +114,11 @@ class TieredCache:
         self.device = device
         self.write_through = write_through
         self.unit_bytes = unit_bytes(config)
+        self.page_bytes = page_bytes
         #: Half-octave classes a unit gains per byte against a device page.
         self.class_shift = [class_shift(page_bytes, u) for u in self.unit_bytes]
+        #: Parts of a group's unit (one per layer): the disk entry's header has a size each.
+        self._parts = [len(g.layer_names) for g in config.kv_cache_groups]
         self.kind_of = {
             i: "mamba" if isinstance(g.kv_cache_spec, MambaSpec) else "kv"
             for i, g in enumerate(config.kv_cache_groups)
@@ -123,26 +131,66 @@ class TieredCache:
 
     # -- what reaches the tiers -------------------------------------------------
 
-    def sync(self, events: Iterable[KVCacheEvent], taken: list[Taken]) -> None:
+    def sync(self, events: Iterable[KVCacheEvent], taken: list[TakenBatch]) -> None:
         """Write through the blocks the device cached (``write_through``) or demote
-        the blocks it evicted (else); ``taken`` is emptied."""
+        the blocks it evicted (else, ``taken``: ``TakeLog``'s batches, emptied)."""
         if self.write_through:
             for event in events:
                 if isinstance(event, BlockStored):
                     nbytes = self.unit_bytes[event.group_id]
                     for h in event.block_hashes:
-                        for tier in self.tiers:
-                            tier.store((h, event.group_id), nbytes, 0)
+                        key = (h, event.group_id)
+                        self.host.store(key, nbytes, 0)
+                        if self.disk is not None:
+                            self.disk.store(key, self.on_disk(key, 0)[0], 0)
         else:
-            cached = self.device_cached
-            shift = self.class_shift
-            for gid, h, value in taken:
-                if value is None or h in cached[gid]:  # not demoted; a copy on the device
-                    continue
-                self.demoted += 1
-                cls = None if is_spare(value) else tier_value_class(value) + shift[gid]
-                self._demote(self.host, (h, gid), gid, cls)
+            for batch in taken:
+                self._demote_batch(batch)
         taken.clear()
+
+    def _demote_batch(self, batch: TakenBatch) -> None:
+        """Store one batch of demoted units in the host as the engine's ``Demotion``
+        does: a unit stored by the batch is in flight until the batch ends, so no
+        later unit of it evicts it (``pinned``), and one the host has no room for
+        goes to disk (a valued one). Then the host's valued victims, in eviction
+        order, and those go to disk (the engine's spills, one batch). Even a
+        unit whose hash the device caches again by now (a duplicate, or
+        recomputed by the request that evicted it) is stored: the engine stores
+        it at the take."""
+        host, shift, unit_bytes = self.host, self.class_shift, self.unit_bytes
+        pinned: set[tuple[bytes, int]] = set()
+        spills: list[tuple[Hashable, int, float]] = []
+        overflow: list[tuple[Hashable, int, float]] = []
+        for gid, h, value in batch:
+            self.demoted += 1
+            key, nbytes = (h, gid), unit_bytes[gid]
+            cls = None if is_spare(value) else tier_value_class(value) + shift[gid]
+            fresh = key not in host
+            victims = host.store(key, nbytes, cls, pinned)
+            if victims is None:
+                if cls is not None:
+                    overflow.append((key, nbytes, cls))
+                continue
+            if fresh:
+                pinned.add(key)
+            spills += [(v, u.nbytes, u.cls) for v, u in victims if u.cls is not None]
+        disk = self.disk
+        if disk is not None:  # one batch: in flight together, as the host's
+            written: set[Hashable] = set()
+            for unit, _, unit_cls in spills + overflow:
+                fresh = unit not in disk
+                stored = disk.store(unit, *self.on_disk(unit, unit_cls), written)  # type: ignore[arg-type]
+                if fresh and stored is not None:
+                    written.add(unit)
+
+    def on_disk(self, key: tuple[bytes, int], cls: float) -> tuple[int, float]:
+        """``(bytes, class)`` of a unit of host class ``cls`` as an entry of the
+        engine's disk tier: its bytes with the entry file's header
+        (``tiers/entry_file.header_length``), and its class shifted to those bytes
+        as the disk's rule classifies it (``policy.unit_class``)."""
+        h, gid = key
+        nbytes = self.unit_bytes[gid] + header_length(UnitKey(h, gid), self._parts[gid])
+        return nbytes, cls - self.class_shift[gid] + class_shift(self.page_bytes, nbytes)
 
     def _demote(self, tier: TierIndex, key: tuple[bytes, int], gid: int, cls: float | None) -> bool:
         """Store ``key`` in ``tier`` (``cls`` None: spare); the host's valued
@@ -151,7 +199,7 @@ class TieredCache:
         if victims and tier is self.host and self.disk is not None and not self.write_through:
             for victim, unit in victims:
                 if unit.cls is not None:
-                    self.disk.store(victim, unit.nbytes, unit.cls)
+                    self.disk.store(victim, *self.on_disk(victim, unit.cls))  # type: ignore[arg-type]
         return victims is not None
 
     def store_host(self, key: tuple[bytes, int], gid: int, cls: float | None) -> bool:

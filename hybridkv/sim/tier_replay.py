@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from hybridkv.core.block import KVCacheBlock
 from hybridkv.engine.scheduler import SchedulerOutput
-from hybridkv.sim.tier_eviction import Taken
+from hybridkv.sim.tier_eviction import TakenBatch
 from hybridkv.sim.tier_model import TieredCache, TierLoad
 
 
@@ -39,7 +39,7 @@ class TierReplay:
     def __init__(
         self,
         cache: TieredCache,
-        taken: list[Taken],
+        taken: list[TakenBatch],
         step_overhead_s: float,
         tables: Callable[[str], Sequence[Sequence[KVCacheBlock]]],
     ) -> None:

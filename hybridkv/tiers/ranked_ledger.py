@@ -85,9 +85,9 @@ class RankedLedger(EntryLedger):
             if entry.spare and entry.committed:
                 EntryLedger.touch(self, key)
             return
+        entry.value = value  # what a spill to a lower tier takes with it
         if entry.spare:
             entry.spare = False
-            entry.value = value
             self.spare.discard(key)
         if entry.committed:
             EntryLedger.touch(self, key)

@@ -20,7 +20,8 @@ ROWS = [
 
 
 def tiers_of(write_trace, tuning: str | None):
-    """The replay's policy, free set and tiers (device 16 MiB, host 4x that)."""
+    """The replay's policy, free set, tiers and demotion hook (device 16 MiB, host
+    4x that)."""
     built = []
     real = replay_module.TieredCache
 
@@ -46,20 +47,22 @@ def tiers_of(write_trace, tuning: str | None):
     finally:
         mp.undo()
     (cache,), (kv,) = built, managers
-    return kv.policy, kv.block_pool.policy, cache
+    # the pool's own free set, not wrapped: the policy's reuse horizon reads it
+    assert kv.policy.release_times is not None
+    return kv.policy, kv.block_pool.policy, cache, kv.block_pool.on_take
 
 
 def test_off_the_host_ranks_with_the_device_weight(write_trace) -> None:
-    policy, free_set, cache = tiers_of(write_trace, None)
+    policy, free_set, cache, on_take = tiers_of(write_trace, None)
     assert policy.host_return_share == 1.0  # the default reach: far over this small host
     assert cache.host.weight == free_set.weight > 0
-    assert free_set.value_of == policy.demotion_value  # the engine's decision
+    assert on_take.value_of == policy.demotion_value  # the engine's decision
 
 
 def test_on_the_host_gets_its_own_bonus_in_the_values(write_trace) -> None:
     # A reach of one token, under the host's tokens: no stay beyond one turnover.
-    policy, free_set, cache = tiers_of(write_trace, "return_bonus_tokens=1")
+    policy, free_set, cache, on_take = tiers_of(write_trace, "return_bonus_tokens=1")
     assert policy.host_return_share == 0.0
     assert policy.return_bonus == 4.0  # the device keeps its bonus
     assert cache.host.weight == free_set.weight > 0  # every other class step: the device's
-    assert free_set.value_of == policy.demotion_value
+    assert on_take.value_of == policy.demotion_value

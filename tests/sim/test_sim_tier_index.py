@@ -166,28 +166,47 @@ def test_demotion_ranks_by_value_and_cascades_to_disk() -> None:
     assert cache.host.hits_to_spare and not cache.disk.hits_to_spare  # type: ignore[union-attr]
     assert not _cache(1 << 30, None, True).host.hits_to_spare  # lru: write-through
     # Taken blocks come with the policy's demotion value: 8.0 is class 6, 1.0 class 0.
-    taken = [(gid, b"old-valuable", 8.0), (gid, b"cheap", 1.0), (gid, b"never", None)]
+    taken = [[(gid, b"old-valuable", 8.0)], [(gid, b"cheap", 1.0)]]
     cache.sync([], taken)
     assert taken == []  # consumed
-    # A unit the policy does not demote (None) takes no bytes in any tier.
-    assert (b"never", gid) not in cache.host and (b"never", gid) not in cache.disk  # type: ignore[operator]
     assert cache.demoted == 2
     assert (b"old-valuable", gid) in cache.host and (b"cheap", gid) in cache.host
-    cache.sync([], [(gid, b"new", 8.0)])  # newer than "old-valuable", as valuable: "cheap" goes
+    cache.sync([], [[(gid, b"new", 8.0)]])  # newer than "old-valuable", as valuable: "cheap" goes
     assert (b"cheap", gid) in cache.disk  # type: ignore[operator]
     assert (b"old-valuable", gid) in cache.host and (b"new", gid) in cache.host
     unit = cache.disk.units[(b"cheap", gid)]  # type: ignore[union-attr]
-    assert unit.cls == 0 + cache.class_shift[gid]  # its class goes down with it
+    # its class goes down with it, shifted to the disk entry's bytes (a header more)
+    assert (unit.nbytes, unit.cls) == cache.on_disk((b"cheap", gid), 0 + cache.class_shift[gid])
+    assert unit.nbytes > ub[gid]
+    # A copy on the device (a duplicate, or recomputed since the take) is demoted
+    # all the same, as the engine stores it at the take.
     cache.device_cached[gid][b"kept"] = object()  # type: ignore[index]
-    cache.sync([], [(gid, b"kept", 16.0)])  # a copy stays on the device: no demotion
-    assert (b"kept", gid) not in cache.host
+    cache.sync([], [[(gid, b"kept", 16.0)]])
+    assert (b"kept", gid) in cache.host
+    cache.check_integrity()
+
+
+def test_a_batch_never_evicts_its_own_units_and_overflows_to_disk() -> None:
+    """One take's units are in flight together in the engine's host: a unit of
+    the batch that finds only them to evict goes to disk (a valued one), not
+    over them; the next batch may evict them."""
+    probe = _cache(1 << 30, None, False)
+    ub = unit_bytes_of(probe)
+    gid = max(range(len(ub)), key=lambda g: ub[g])
+    cache = _cache(2 * ub[gid], 10 * ub[gid], False)
+    cache.sync([], [[(gid, b"a", 8.0), (gid, b"b", 1.0), (gid, b"c", 8.0)]])
+    assert (b"a", gid) in cache.host and (b"b", gid) in cache.host  # "b" is not evicted
+    assert (b"c", gid) in cache.disk and (b"c", gid) not in cache.host  # type: ignore[operator]
+    assert cache.host.refused == 1
+    cache.sync([], [[(gid, b"d", 8.0)]])  # a later batch: "b", the lowest, goes to disk
+    assert (b"b", gid) in cache.disk and (b"d", gid) in cache.host  # type: ignore[operator]
     cache.check_integrity()
 
 
 def test_write_through_stores_every_cached_block_in_every_tier() -> None:
     cache = _cache(1 << 20, 1 << 22, True)
     event = BlockStored([b"a", b"b"], None, list(range(32)), 16, None, 0)
-    cache.sync([event], [(0, b"evicted", 4.0)])  # evictions are ignored
+    cache.sync([event], [[(0, b"evicted", 4.0)]])  # evictions are ignored
     for tier in cache.tiers:
         assert (b"a", 0) in tier and (b"b", 0) in tier and (b"evicted", 0) not in tier
     cache.check_integrity()

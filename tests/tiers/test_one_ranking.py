@@ -92,3 +92,19 @@ def test_the_rule_worked_through() -> None:
     assert pair.sim.units[a].cls is None and pair.sim.stored_bytes == 384
     assert pair.store(e, 200, 1.0) == [a, d]  # spare first, then the lowest key
     pair.check()
+
+
+def test_a_store_again_spills_with_its_new_value() -> None:
+    """A unit demoted again with another value is ranked by it, and goes down to
+    the disk with it, as the simulator's victim keeps its last class (the entry
+    once kept its first store's value, so the disk ranked it by that)."""
+    pair = Pair(128, 2.0, hits_to_spare=True)
+    spilled: list[tuple[UnitKey, float | None]] = []
+    pair.engine.spill = lambda k, parts, value: spilled.append((k, value))
+    a, b, c = key(0), key(1), key(2)
+    pair.store(a, 64, 8.0)
+    pair.store(b, 64, 2.0)
+    pair.store(a, 64, 1.0)  # again, worth less now: under b
+    assert pair.store(c, 64, 2.0) == [a]
+    assert spilled == [(a, 1.0)]
+    pair.check()
