@@ -32,7 +32,7 @@ recomputing) to its blocks entered in the device prefix index, usable: the
 units pinned, the blocks taken, the copy job made, the copies, and the landing
 (tier and device bookkeeping) all included; the median hit and the best. Beside
 it the tier's own copy call (``HostTier.copies``: from the ``load_rows`` call to
-the landing of its last copy, with its CPU time; the header names the row copy
+the landing of its last copy; the header names the row copy
 that ran, ``native`` or ``numpy``: ``HYBRIDKV_ROW_COPY``), and the stores of the run
 (each document's first write-through under ``lru``, its demotions under
 ``hybrid``: the largest).
@@ -60,8 +60,6 @@ from machine_info import cpu_features, machine
 from hybridkv.engine import LLM, SamplingParams
 
 ONE = SamplingParams(max_tokens=1)
-#: (wall seconds, process CPU seconds)
-Clocks = tuple[float, float]
 
 
 def ttft(llm: LLM, prompt: list[int]) -> tuple[float, int]:
@@ -95,9 +93,11 @@ def evict_device(llm: LLM) -> None:
     pool.free_blocks(pool.get_new_blocks(pool.num_free_blocks))
 
 
-def memcpy_seconds(nbytes: int, repeat: int = 5) -> tuple[Clocks, Clocks]:
-    """Best (wall, process CPU) seconds to memcpy ``nbytes``: from memory (both
-    buffers pushed out of the caches first) and in cache (copied again at once)."""
+def memcpy_seconds(nbytes: int, repeat: int = 5) -> tuple[float, float]:
+    """Best wall seconds to memcpy ``nbytes``: from memory (both buffers pushed out
+    of the caches first) and in cache (copied again at once). Wall time only, as the
+    tier's (``CopyClock``: a CPU clock's system call is a point where a shared
+    machine switches to other work)."""
     src = torch.empty(nbytes, dtype=torch.uint8).fill_(1)
     dst = torch.empty(nbytes, dtype=torch.uint8).fill_(0)
     flush = torch.empty(256 << 20, dtype=torch.uint8)  # larger than any last-level cache here
@@ -106,32 +106,23 @@ def memcpy_seconds(nbytes: int, repeat: int = 5) -> tuple[Clocks, Clocks]:
     for _ in range(repeat):
         flush.fill_(2)
         for out in (cold, warm):
-            t, c = time.perf_counter(), time.process_time()
+            t = time.perf_counter()
             ctypes.memmove(d, s, nbytes)
-            out.append((time.perf_counter() - t, time.process_time() - c))
-    return (min(x[0] for x in cold), min(x[1] for x in cold)), (
-        min(x[0] for x in warm),
-        min(x[1] for x in warm),
-    )
+            out.append(time.perf_counter() - t)
+    return min(cold), min(warm)
 
 
-def copy_row(
-    name: str, nbytes: int, took: tuple[float | None, float | None], cold: Clocks, warm: Clocks
-) -> str:
-    """A table row: bytes, then per clock (wall, CPU) ms, GB/s and the share of each
-    memcpy's bandwidth (its time over ours); a clock given as None is left blank."""
-    cells = [name, f"{nbytes:,}"]
-    for k in (0, 1):
-        s = took[k]
-        if s is None:
-            cells += [""] * 4
-            continue
-        cells += [
-            f"{s * 1e3:.2f}",
-            f"{nbytes / s / 1e9 if s else 0:.2f}",
-            f"{cold[k] / s * 100 if s else 0:.0f} %",
-            f"{warm[k] / s * 100 if s else 0:.0f} %",
-        ]
+def copy_row(name: str, nbytes: int, s: float, cold: float, warm: float) -> str:
+    """A table row: bytes, wall ms, GB/s and the share of each memcpy's bandwidth
+    (its time over ours)."""
+    cells = [
+        name,
+        f"{nbytes:,}",
+        f"{s * 1e3:.2f}",
+        f"{nbytes / s / 1e9 if s else 0:.2f}",
+        f"{cold / s * 100 if s else 0:.0f} %",
+        f"{warm / s * 100 if s else 0:.0f} %",
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -161,16 +152,13 @@ def run(args: Any) -> list[str]:
         stats, copies = llm.tiers.stats, llm.tiers.host.copies
         row_copy = copies.row_copy  # which copy moves the row batches: native or numpy
 
-        def stored(fn: Any) -> tuple[int, tuple[float, float]]:
+        def stored(fn: Any) -> tuple[int, float]:
             """Run ``fn``; the host tier's row-batch stores it made, landed: bytes and
-            (wall, CPU) seconds."""
-            before = (copies.store.bytes, copies.store.seconds, copies.store.cpu_seconds)
+            wall seconds."""
+            before = (copies.store.bytes, copies.store.seconds)
             fn()
             llm.tiers.pending.wait_all()  # (write-through stores land asynchronously)
-            return copies.store.bytes - before[0], (
-                copies.store.seconds - before[1],
-                copies.store.cpu_seconds - before[2],
-            )
+            return copies.store.bytes - before[0], copies.store.seconds - before[1]
 
         # The first pass over the pair: under ``lru`` each document is written through.
         written = [stored(lambda d=d: ttft(llm, d + q[0])) for d in pair]
@@ -180,16 +168,13 @@ def run(args: Any) -> list[str]:
                 # untimed: the pool reuses every block, as under pressure (``hybrid`` demotes)
                 demoted.append(stored(lambda: evict_device(llm)))
                 before = (stats.loads_cpu, stats.bytes_loaded, len(stats.load_seconds))
-                tier_before = (copies.load.bytes, copies.load.seconds, copies.load.cpu_seconds)
+                tier_before = (copies.load.bytes, copies.load.seconds)
                 host.append(ttft(llm, d + q[k]))
                 loaded, nbytes = stats.loads_cpu - before[0], stats.bytes_loaded - before[1]
                 assert loaded > 0, "not a host-tier hit"
                 copied = copies.load.bytes - tier_before[0]
                 assert copied == nbytes, "a load that was not a row batch"
-                copy_s = (
-                    copies.load.seconds - tier_before[1],
-                    copies.load.cpu_seconds - tier_before[2],
-                )
+                copy_s = copies.load.seconds - tier_before[1]
                 loads.append((loaded, nbytes, sum(stats.load_seconds[before[2] :]), copy_s))
         llm.close()  # writes the cache to disk
         again = make_llm(args, disk, memory)
@@ -202,9 +187,8 @@ def run(args: Any) -> list[str]:
         again.close()
     loaded, nbytes, load_s, _ = sorted(loads, key=lambda x: x[2])[len(loads) // 2]
     best_load = min(x[2] for x in loads)
-    _, _, _, copy_s = sorted(loads, key=lambda x: x[3][0])[len(loads) // 2]
-    best = min(loads, key=lambda x: x[3][0])
-    cpu_median = statistics.median(x[3][1] for x in loads)
+    _, _, _, copy_s = sorted(loads, key=lambda x: x[3])[len(loads) // 2]
+    best = min(loads, key=lambda x: x[3])
     unit = nbytes // max(1, loaded)  # the mean unit
     cold_mem, warm_mem = memcpy_seconds(nbytes)
     # the documents' first write-through (``lru``) or first demotion (``hybrid``)
@@ -237,20 +221,20 @@ def run(args: Any) -> list[str]:
         f"{', '.join(f'{t * 1e3:.0f}' for t, _ in on_disk)}) | | | |",
         "",
         "| host-tier copies | bytes | wall ms | GB/s | vs memcpy from memory | vs memcpy "
-        "in cache | CPU ms | GB/s | vs memcpy from memory | vs memcpy in cache |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "in cache |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
         copy_row(
             f"**the host copy**: a hit's whole load (decided -> blocks indexed), the median "
             f"hit ({loaded} units of {unit:,} B)",
             nbytes,
-            (load_s, None),
+            load_s,
             cold_mem,
             warm_mem,
         ),
         copy_row(
             f"**the host copy**, the best hit (of {len(loads)})",
             nbytes,
-            (best_load, None),
+            best_load,
             cold_mem,
             warm_mem,
         ),
@@ -265,13 +249,6 @@ def run(args: Any) -> list[str]:
             f"the tier's copy call, the best hit (of {len(loads)})",
             best[1],
             best[3],
-            cold_mem,
-            warm_mem,
-        ),
-        copy_row(
-            f"the tier's copy call, the median CPU time (of {len(loads)})",
-            nbytes,
-            (None, cpu_median),
             cold_mem,
             warm_mem,
         ),

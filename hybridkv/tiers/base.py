@@ -79,26 +79,22 @@ class TierStats:
 class CopyCounts:
     """Row-batch copies one way: batches (one per group), bytes, calls, and the
     wall seconds from each call to the landing of its last copy (ledger work
-    and the thread hand-off included; a call whose last batch failed is not
-    timed), and the CPU seconds of the same spans."""
+    and the thread hand-off included; a call whose last transfer failed is not
+    timed). Wall time only: no CPU clock is read on this path (``CopyClock``)."""
 
     batches: int = 0
     bytes: int = 0
     calls: int = 0
     seconds: float = 0.0
-    #: The process's CPU seconds over the same spans (every thread; without the
-    #: waits for a core on a busy machine).
-    cpu_seconds: float = 0.0
 
-    def add(self, nbytes: int, seconds: tuple[float, float] | None) -> None:
-        """One batch landed; ``seconds``: its call's (wall, CPU) time, when it
-        was the call's last."""
-        self.batches += 1
+    def add(self, nbytes: int, seconds: float | None, batches: int = 1) -> None:
+        """``batches`` landed with ``nbytes`` in all; ``seconds``: their call's wall
+        time, when they were the call's last."""
+        self.batches += batches
         self.bytes += nbytes
         if seconds is not None:
             self.calls += 1
-            self.seconds += seconds[0]
-            self.cpu_seconds += seconds[1]
+            self.seconds += seconds
 
 
 @dataclass(slots=True)
@@ -114,17 +110,22 @@ class CopyStats:
 
 class CopyClock:
     """When a host tier's batch call began (``HostTier.store_rows`` / ``load_rows`` /
-    ``store_parts`` / ``load_parts``), and how many of its transfers are not settled."""
+    ``store_parts`` / ``load_parts``), and how many of its transfers are not settled.
 
-    __slots__ = ("cpu", "remaining", "started")
+    Wall time (``perf_counter``, no system call) only: a CPU clock
+    (``process_time``) is a system call, and on a shared machine the kernel took
+    it as the point to switch to other work, stalling a hit's load by 2-14 ms in
+    about half the hits (benchmarks/results/tiers-ttft.md, 2026-11-28 "pins")."""
+
+    __slots__ = ("remaining", "started")
 
     def __init__(self, transfers: int) -> None:
-        self.started, self.cpu = time.perf_counter(), time.process_time()
+        self.started = time.perf_counter()
         self.remaining = transfers
 
-    def elapsed(self) -> tuple[float, float]:
-        """Wall and process CPU seconds since the call."""
-        return time.perf_counter() - self.started, time.process_time() - self.cpu
+    def elapsed(self) -> float:
+        """Wall seconds since the call."""
+        return time.perf_counter() - self.started
 
 
 #: A unit's parts: bytes-like objects (``HostTier`` with ``TorchHostMemory``: tensors).

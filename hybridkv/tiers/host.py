@@ -147,7 +147,11 @@ class HostTier(HostLoads):
 
         def plan(b: int, keep: list[int], slots: list[Any]) -> Plan:
             rows = batches[b][1]
-            return partial(slab.store_rows, slots, rows.subset(keep)), sum(rows.sizes) * len(keep)
+            return (
+                partial(slab.store_rows, slots, rows.subset(keep)),
+                sum(rows.sizes) * len(keep),
+                1,
+            )
 
         sized = [repeat(rows.sizes, len(keys)) for keys, rows, _ in batches]
         return self._store_batches(batches, sized, plan)
@@ -169,7 +173,7 @@ class HostTier(HostLoads):
         def plan(b: int, keep: list[int], bufs: list[Any]) -> Plan:
             sizes = [sized[b][k] for k in keep]
             start = memory.plan_store_many(bufs, [batches[b][1][k] for k in keep], sizes)
-            return start, sum(map(sum, sizes))
+            return start, sum(map(sum, sizes)), 1
 
         return self._store_batches(batches, sized, plan)
 
@@ -215,7 +219,7 @@ class HostTier(HostLoads):
                             out.append((Transfer(None, "store", Completed(), keys=()), skipped))
                             clock.remaining -= 1
                             continue
-                        start, nbytes = plan(b, keep, bufs)
+                        start, nbytes, _ = plan(b, keep, bufs)
                         settle = self._batch_settler(True, nbytes, clock)
                         completion = start(self._copier)
                         transfer = Transfer(fresh[0], "store", completion, settle, tuple(fresh))

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 _SLOT, _SIZES = itemgetter(0), itemgetter(1)
 #: A ledger entry's ``(buffer, sizes)`` (``EntryInfo.where``).
 _WHERE = attrgetter("where")
-#: A batch copy, ready to start on the tier's copier, and its bytes.
-Plan = tuple[Callable[[Copier], Completion], int]
+#: A batch copy, ready to start on the tier's copier, its bytes, and the batches
+#: (of ``CopyCounts``) it copies.
+Plan = tuple[Callable[[Copier], Completion], int, int]
 
 
 class HostLoads(LedgerTier):
@@ -63,28 +64,35 @@ class HostLoads(LedgerTier):
         pins: PinBatch | None = None,
     ) -> list[Transfer]:
         """Copy each batch's ``keys[k]`` entry into row ``k`` of its ``Rows``: one
-        transfer per batch, one scatter per part, all in one job. Every key must be
-        held (``KeyError`` otherwise, nothing pinned): pin them first when anything
-        may evict them meanwhile. ``pins``: a ``pin_batch`` of exactly these keys,
-        whose pins the transfers take over (no second pin, no unpin). ``wake=False``:
-        the copy thread is not woken for the job (``ThreadCopier.queue``): it runs
-        when a transfer is waited for, or at ``wake()``; for a caller that waits at
-        once, or wakes the tier itself."""
+        transfer and one job for all the batches (each batch's item of the list
+        is that transfer: one settle, one unpin pass; a failed copy fails every
+        batch, whose units are then recomputed, never read), one row copy per
+        batch. Every key must be held (``KeyError`` otherwise, nothing pinned): pin
+        them first when anything may evict them meanwhile. ``pins``: a
+        ``pin_batch`` of exactly these keys, whose pins the transfer takes over
+        (no second pin, no unpin). ``wake=False``: the copy thread is not woken
+        for the job (``ThreadCopier.queue``): it runs when the transfer is waited
+        for, or at ``wake()``; for a caller that waits at once, or wakes the tier
+        itself."""
         self._check_open()
         slab = self._slab()
-        clock = CopyClock(len(batches))
+        clock = CopyClock(1)
         with self._lock:
-            planned: list[Plan | None] = []
             every, looked = self._lookup(batches, pins, "load_rows")
+            jobs: list[tuple[list[Any], Rows]] = []
+            nbytes = 0
             for (keys, rows), found in zip(batches, looked, strict=True):  # (C-level maps)
+                if not keys:
+                    continue
                 sizes = rows.sizes
                 if set(map(_SIZES, found)) - {sizes}:
                     bad = next(e[1] for e in found if e[1] != sizes)
                     raise ValueError(f"an entry has parts of {bad}, the rows {sizes}")
-                slots = list(map(_SLOT, found))
-                start = partial(slab.load_rows, slots, rows)
-                planned.append((start, sum(sizes) * len(keys)) if keys else None)
-            return self._start_loads(batches, planned, wake, pins, clock, every)
+                jobs.append((list(map(_SLOT, found)), rows))
+                nbytes += sum(sizes) * len(keys)
+            plan = (partial(slab.load_rows, jobs), nbytes, len(jobs)) if jobs else None
+            (transfer,) = self._start_loads([(every, None)], [plan], wake, pins, clock, every)
+            return [transfer] * len(batches)
 
     def load_parts(
         self,
@@ -110,7 +118,7 @@ class HostLoads(LedgerTier):
             for (keys, into), found in zip(batches, looked, strict=True):
                 nbytes = sum(map(sum, map(_SIZES, found)))
                 start = self._memory.plan_load_many(found, into)
-                planned.append((start, nbytes) if keys else None)
+                planned.append((start, nbytes, 1) if keys else None)
             return self._start_loads(batches, planned, wake, pins, clock, every)
 
     def _lookup(
@@ -164,7 +172,7 @@ class HostLoads(LedgerTier):
                         continue
                     n, at = len(keys), at + len(keys)
                     mine = None if held is None else held[at - n : at]
-                    settle = self._batch_settler(False, plan[1], clock, mine)
+                    settle = self._batch_settler(False, plan[1], clock, mine, plan[2])
                     completion = plan[0](self._copier)
                     out.append(Transfer(keys[0], "load", completion, settle, tuple(keys)))
         except BaseException:  # nothing of the job ran: undo the pins (the caller's stay)
@@ -192,12 +200,18 @@ class HostLoads(LedgerTier):
             raise ValueError("a batch load's pins=: a pin batch held of exactly the keys loaded")
 
     def _batch_settler(
-        self, store: bool, nbytes: int, clock: CopyClock, pinned: list[EntryInfo] | None = None
+        self,
+        store: bool,
+        nbytes: int,
+        clock: CopyClock,
+        pinned: list[EntryInfo] | None = None,
+        batches: int = 1,
     ) -> Callable[[Transfer], None]:
-        """``pinned``: a load's entries, unpinned as they are (else by key)."""
+        """``pinned``: a load's entries, unpinned as they are (else by key);
+        ``batches``: the row batches it copies (``CopyCounts.batches``)."""
 
         def settle(transfer: Transfer) -> None:
-            self._settle_batch(transfer, store, nbytes, clock, pinned)
+            self._settle_batch(transfer, store, nbytes, clock, pinned, batches)
 
         return settle
 
@@ -208,6 +222,7 @@ class HostLoads(LedgerTier):
         nbytes: int,
         clock: CopyClock,
         pinned: list[EntryInfo] | None,
+        batches: int,
     ) -> None:
         with self._lock:
             clock.remaining -= 1
@@ -226,7 +241,7 @@ class HostLoads(LedgerTier):
                         ledger.remove(key)
                         self._drop(key)
             if ok:
-                (self.copies.store if store else self.copies.load).add(nbytes, seconds)
+                (self.copies.store if store else self.copies.load).add(nbytes, seconds, batches)
             if store:
                 self.stats.stores += n if ok else 0
                 self.stats.store_failures += 0 if ok else n

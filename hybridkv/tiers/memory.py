@@ -126,8 +126,9 @@ class RowMemory(HostMemory, Protocol):
     def store_rows(self, slots: list[int], rows: Any, copier: Copier) -> Completion:
         """Copy unit ``k`` of ``rows`` (a ``Rows``) into slot ``slots[k]``."""
 
-    def load_rows(self, slots: list[int], rows: Any, copier: Copier) -> Completion:
-        """Copy slot ``slots[k]`` into unit ``k`` of ``rows``."""
+    def load_rows(self, batches: Sequence[tuple[list[int], Any]], copier: Copier) -> Completion:
+        """Copy each batch's slot ``slots[k]`` into unit ``k`` of its ``rows`` (a
+        ``Rows``), all in one job."""
 
 
 def byte_view(part: Any, name: str) -> memoryview:

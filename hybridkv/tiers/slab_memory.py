@@ -184,14 +184,18 @@ class SlabMemory:
             rows.sizes,
         )
 
-    def load_rows(self, slots: list[int], rows: Rows, copier: Copier) -> Completion:
-        """Copy slot ``slots[k]`` into unit ``k`` of ``rows``: one scatter per part."""
-        self.check_sizes(rows.sizes)
-        return copier.submit(
-            self.row_copy.copy_rows,
-            rows.arrays,
-            rows.index,
-            self.slab[: len(rows.arrays)],
-            slots,
-            rows.sizes,
-        )
+    def load_rows(self, batches: Sequence[tuple[list[int], Rows]], copier: Copier) -> Completion:
+        """Copy each batch's slot ``slots[k]`` into unit ``k`` of its ``rows``: one
+        job for every batch (a hit's groups), one scatter per batch and part; the
+        job's result is the bytes copied."""
+        copy = self.row_copy.copy_rows
+        moves = []
+        for slots, rows in batches:
+            self.check_sizes(rows.sizes)
+            into = self.slab[: len(rows.arrays)]
+            moves.append((rows.arrays, rows.index, into, slots, rows.sizes))
+
+        def copy_out() -> int:
+            return sum(copy(*move) for move in moves)
+
+        return copier.submit(copy_out)
